@@ -1,0 +1,54 @@
+import { createServer, type IncomingHttpHeaders } from "node:http";
+import type { AddressInfo } from "node:net";
+
+export interface SeenRequest {
+  method: string;
+  path: string;
+  headers: IncomingHttpHeaders;
+  body: string;
+}
+
+export interface DemoOrigin {
+  url: string;
+  port: number;
+  /** Every request that reached the origin, in arrival order. */
+  seen: SeenRequest[];
+  close(): Promise<void>;
+}
+
+/**
+ * The demo origin: answers every request with a small JSON echo, so you can see what sluice
+ * forwarded. `?status=503` picks the status, `?delay=200` waits that many ms first.
+ *
+ * @example const origin = await startOrigin({ port: 8788 }); // then ORIGIN_URL=origin.url
+ */
+export async function startOrigin(opts: { port?: number; host?: string } = {}): Promise<DemoOrigin> {
+  const seen: SeenRequest[] = [];
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const url = new URL(req.url ?? "/", "http://origin");
+      const body = Buffer.concat(chunks).toString("utf8");
+      seen.push({ method: req.method ?? "GET", path: url.pathname, headers: req.headers, body });
+      const status = Number(url.searchParams.get("status") ?? 200) || 200;
+      const delay = Math.min(10_000, Number(url.searchParams.get("delay") ?? 0) || 0);
+      setTimeout(() => {
+        res.writeHead(status, { "content-type": "application/json", "x-origin": "demo" });
+        res.end(JSON.stringify({ origin: "demo", method: req.method, path: url.pathname, query: url.search, hit: seen.length, body }));
+      }, delay);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(opts.port ?? 0, opts.host ?? "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    seen,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}

@@ -1,0 +1,113 @@
+import { z } from "zod";
+import { sluiceSchema, type LimitSettings, type RouteSettings, type SluiceSettings } from "./schema.js";
+import { compilePattern, type PathPattern } from "../routing/match.js";
+
+/** A limit with the integer arithmetic of its bucket worked out once, at load time. */
+export interface Limit extends LimitSettings {
+  /** Bucket units per token: tokens are kept as integers in these units so refill is exact. */
+  unit: number;
+  /** Units added per microsecond of elapsed Redis time. */
+  refillPerUs: number;
+}
+
+export interface Route extends Omit<RouteSettings, "limits"> {
+  pattern: PathPattern;
+  limits: Limit[];
+}
+
+export interface Config extends Omit<SluiceSettings, "routes"> {
+  originUrl: URL;
+  routes: Route[];
+}
+
+/** A configuration problem, always naming the field at fault. */
+export class ConfigError extends Error {
+  constructor(
+    readonly field: string,
+    readonly problem: string,
+  ) {
+    super(`${field}: ${problem}`);
+    this.name = "ConfigError";
+  }
+}
+
+export type ConfigResult = { ok: true; config: Config } | { ok: false; error: ConfigError };
+
+/**
+ * Validates the `SLUICE` variable (an object, or its JSON text) and `ORIGIN_URL`, and compiles
+ * them into what the request path needs. Never throws: a bad configuration is a value, so the
+ * Worker can answer every request with it and `npm run check` can print it.
+ *
+ * @example
+ * const r = loadConfig({ ORIGIN_URL: "https://api.example.com", SLUICE: { routes: [] } });
+ * if (!r.ok) console.error(r.error.message); // e.g. "SLUICE.routes[0].limits[0].rate: ..."
+ */
+export function loadConfig(vars: { ORIGIN_URL?: unknown; SLUICE?: unknown }): ConfigResult {
+  try {
+    return { ok: true, config: compile(vars) };
+  } catch (e) {
+    if (e instanceof ConfigError) return { ok: false, error: e };
+    throw e;
+  }
+}
+
+function compile(vars: { ORIGIN_URL?: unknown; SLUICE?: unknown }): Config {
+  const originUrl = parseOrigin(vars.ORIGIN_URL);
+  const raw = typeof vars.SLUICE === "string" ? parseJson(vars.SLUICE) : (vars.SLUICE ?? {});
+  const parsed = sluiceSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0] as z.core.$ZodIssue;
+    throw new ConfigError(fieldName(["SLUICE", ...issue.path]), issue.message);
+  }
+  const s = parsed.data;
+  return {
+    ...s,
+    originUrl,
+    routes: s.routes.map((r, ri) => ({
+      ...r,
+      pattern: compilePattern(r.match),
+      limits: r.limits.map((l, li) => compileLimit(l, `SLUICE.routes[${ri}].limits[${li}]`)),
+    })),
+  };
+}
+
+const MAX_EXACT = Number.MAX_SAFE_INTEGER;
+
+function compileLimit(l: LimitSettings, field: string): Limit {
+  const periodUs = l.period * 1000;
+  const g = gcd(periodUs, l.rate);
+  const unit = periodUs / g;
+  if (l.burst * unit > MAX_EXACT) {
+    throw new ConfigError(`${field}.burst`, `burst ${l.burst} with period ${l.period} ms is too large to count exactly; use a shorter period or a rate that divides it`);
+  }
+  return { ...l, unit, refillPerUs: l.rate / g };
+}
+
+function gcd(a: number, b: number): number {
+  while (b) [a, b] = [b, a % b];
+  return a;
+}
+
+function parseOrigin(value: unknown): URL {
+  if (typeof value !== "string" || value === "") throw new ConfigError("ORIGIN_URL", "is required: the URL allowed requests are forwarded to");
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new ConfigError("ORIGIN_URL", `"${value}" is not a URL`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new ConfigError("ORIGIN_URL", "must be an http or https URL");
+  return url;
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new ConfigError("SLUICE", `is a string but not valid JSON (${(e as Error).message})`);
+  }
+}
+
+function fieldName(path: ReadonlyArray<PropertyKey>): string {
+  return path.reduce<string>((acc, p) => (typeof p === "number" ? `${acc}[${p}]` : acc ? `${acc}.${String(p)}` : String(p)), "");
+}

@@ -1,0 +1,108 @@
+import { z } from "zod";
+import { parseDuration } from "./duration.js";
+
+/** Names end up inside Redis key names and headers: keep them to a safe alphabet. */
+const name = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, "must be 1-63 characters of letters, digits, '_', '.', '-'");
+
+const duration = z.string().transform((text, ctx) => {
+  const ms = parseDuration(text);
+  if (ms === undefined) {
+    ctx.addIssue({ code: "custom", message: `"${text}" is not a duration like "500ms", "1s", "1m", "1h" or "1d"` });
+    return z.NEVER;
+  }
+  return ms;
+});
+
+/** One part of an identity: where the identifier of a bucket comes from. */
+const keyPart = z.string().superRefine((part, ctx) => {
+  if (part === "ip" || part === "global" || part === "path") return;
+  const m = /^(header|query|cookie|jwt):(.+)$/.exec(part);
+  if (!m) {
+    ctx.addIssue({
+      code: "custom",
+      message: `"${part}" is not a key: use ip, global, path, header:<name>, query:<name> or cookie:<name>`,
+    });
+    return;
+  }
+  if (m[1] === "jwt") {
+    ctx.addIssue({ code: "custom", message: `"${part}": jwt:<claim> keys are not supported yet (needs SLUICE_JWT_SECRET support)` });
+    return;
+  }
+  if (m[1] === "header" && !/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(m[2] ?? "")) {
+    ctx.addIssue({ code: "custom", message: `"${part}": not a valid header name` });
+  }
+});
+
+const limit = z
+  .object({
+    name,
+    key: z.union([keyPart, z.array(keyPart).min(1).max(8)]).default("ip"),
+    algorithm: z.literal("token_bucket", { message: 'must be "token_bucket" (the only algorithm so far)' }).default("token_bucket"),
+    rate: z.number().int().positive().max(1_000_000_000),
+    period: duration,
+    burst: z.number().int().positive().max(1_000_000_000).optional(),
+    cost: z.number().int().positive().default(1),
+    scope: z.literal("region", { message: 'must be "region" (global and split scopes are not built yet)' }).default("region"),
+    shadow: z.boolean().default(false),
+  })
+  .strict()
+  .transform((l) => ({ ...l, key: Array.isArray(l.key) ? l.key : [l.key], burst: l.burst ?? l.rate }))
+  .superRefine((l, ctx) => {
+    if (l.cost > l.burst) {
+      ctx.addIssue({ code: "custom", path: ["cost"], message: `cost ${l.cost} exceeds burst ${l.burst}: no request could ever pass` });
+    }
+  });
+
+const method = z
+  .string()
+  .regex(/^[A-Za-z]+$/, "must be an HTTP method")
+  .transform((m) => m.toUpperCase());
+
+const route = z
+  .object({
+    name,
+    match: z.string().regex(/^\/[^\s?#]*$/, 'must be a path pattern starting with "/" (no query, no spaces)'),
+    methods: z.array(method).min(1).optional(),
+    on_limit: z.literal("reject", { message: 'must be "reject" (fallback and queue are not built yet)' }).default("reject"),
+    limits: z.array(limit).default([]),
+  })
+  .strict()
+  .superRefine((r, ctx) => {
+    const seen = new Set<string>();
+    r.limits.forEach((l, i) => {
+      if (seen.has(l.name)) ctx.addIssue({ code: "custom", path: ["limits", i, "name"], message: `duplicate limit name "${l.name}" in route "${r.name}"` });
+      seen.add(l.name);
+    });
+  });
+
+const region = z
+  .object({
+    continents: z.array(z.string().regex(/^[A-Z]{2}$/, "must be a two-letter continent code such as EU")).default([]),
+    colos: z.array(z.string().regex(/^[A-Z]{3}$/, "must be a three-letter colo code such as FRA")).default([]),
+  })
+  .strict();
+
+export const sluiceSchema = z
+  .object({
+    key_prefix: z.string().regex(/^[A-Za-z0-9_.-]{1,32}$/, "must be 1-32 characters of letters, digits, '_', '.', '-'").default("sluice"),
+    timeout_ms: z.number().int().min(1).max(10_000).default(50),
+    on_store_error: z.enum(["open", "closed"]).default("open"),
+    home_region: name.default("home"),
+    regions: z.record(name, region).default({}),
+    routes: z.array(route).default([]),
+  })
+  .strict()
+  .superRefine((c, ctx) => {
+    const seen = new Set<string>();
+    c.routes.forEach((r, i) => {
+      if (seen.has(r.name)) ctx.addIssue({ code: "custom", path: ["routes", i, "name"], message: `duplicate route name "${r.name}"` });
+      seen.add(r.name);
+    });
+  });
+
+export type SluiceInput = z.input<typeof sluiceSchema>;
+export type SluiceSettings = z.output<typeof sluiceSchema>;
+export type RouteSettings = SluiceSettings["routes"][number];
+export type LimitSettings = RouteSettings["limits"][number];

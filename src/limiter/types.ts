@@ -1,0 +1,23 @@
+import type { Limit } from "../config/index.js";
+
+/** What one limit said about one request; the same shape whatever the algorithm. */
+export interface LimitOutcome {
+  limit: Limit;
+  /** The Redis key of the bucket. */
+  key: string;
+  allowed: boolean;
+  /** Whole tokens left (after this request's charge when it was admitted). */
+  remaining: number;
+  /** When refused: milliseconds until the request could pass (-1: never). */
+  retryAfterMs: number;
+  /** Milliseconds until the bucket is full again. */
+  resetMs: number;
+}
+
+/**
+ * The verdict on a request. `shadow` is an admitted request that a shadow limit would have
+ * refused. `cached` marks a refusal answered from the blocked-bucket cache, without Redis.
+ */
+export type Decision =
+  | { verdict: "allow" | "shadow"; outcomes: LimitOutcome[] }
+  | { verdict: "reject"; outcomes: LimitOutcome[]; blocking: LimitOutcome; cached: boolean };

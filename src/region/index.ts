@@ -1,0 +1,41 @@
+import type { Config } from "../config/index.js";
+import type { Env } from "../env.js";
+import { upstashStore, type Store, type Script } from "../store/redis.js";
+
+/** Where the request entered Cloudflare, as `request.cf` tells it. */
+export interface Place {
+  colo?: string;
+  continent?: string;
+}
+
+/**
+ * The region that decides a request: a region listing the colo wins, then one listing the
+ * continent, else the home region.
+ *
+ * @example chooseRegion(config, { colo: "FRA", continent: "EU" }) // "eu"
+ */
+export function chooseRegion(config: Pick<Config, "regions" | "home_region">, place: Place | undefined): string {
+  const regions = Object.entries(config.regions);
+  const colo = place?.colo?.toUpperCase();
+  const continent = place?.continent?.toUpperCase();
+  const byColo = colo && regions.find(([, r]) => r.colos.includes(colo));
+  if (byColo) return byColo[0];
+  const byContinent = continent && regions.find(([, r]) => r.continents.includes(continent));
+  if (byContinent) return byContinent[0];
+  return config.home_region;
+}
+
+/** Upstash credentials of a region: its own secrets, else the home region's. */
+export function regionCredentials(env: Env, config: Pick<Config, "home_region">, region: string): { url?: string; token?: string } {
+  const suffix = region.toUpperCase().replace(/[^A-Z0-9]/g, "_");
+  const own = region !== config.home_region && env[`UPSTASH_REDIS_REST_URL_${suffix}`];
+  if (own) return { url: own, token: env[`UPSTASH_REDIS_REST_TOKEN_${suffix}`] };
+  return { url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN };
+}
+
+/** The store of a region, or `undefined` when no Redis is configured for it at all. */
+export function regionStore(env: Env, config: Config, region: string): (Store & { script(source: string): Script }) | undefined {
+  const { url, token } = regionCredentials(env, config, region);
+  if (!url || !token) return undefined;
+  return upstashStore({ name: region, url, token, timeoutMs: config.timeout_ms });
+}

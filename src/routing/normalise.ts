@@ -1,0 +1,63 @@
+/** The two views of one request path that the rest of sluice works with. */
+export interface NormalPath {
+  /** What is forwarded to the origin: canonical, but case and encoded slashes kept. */
+  forward: string;
+  /** What routes match and `path` keys hash: also case-folded, encoded slashes as separators, no trailing slash. */
+  match: string;
+}
+
+export type NormaliseResult = { ok: true; path: NormalPath } | { ok: false; status: 400 | 414; detail: string };
+
+export const MAX_PATH_LENGTH = 4096;
+
+const UNRESERVED = /[A-Za-z0-9\-._~]/;
+
+/**
+ * Brings every spelling of a path to one form, so that `//api/x`, `/API/x`, `/api/./x`,
+ * `/api/%78`, `/api/x/` and `/a/../api/x` all meet the same limit: unreserved characters are
+ * percent-decoded, other escapes upper-cased, empty and dot segments resolved. Paths that no
+ * honest client sends (bad escapes, NUL) are refused rather than guessed at.
+ *
+ * @example normalisePath("//API/./x/") // { ok: true, path: { forward: "/API/x/", match: "/api/x" } }
+ */
+export function normalisePath(raw: string): NormaliseResult {
+  if (raw.length > MAX_PATH_LENGTH) return { ok: false, status: 414, detail: `path longer than ${MAX_PATH_LENGTH} characters` };
+  const decoded = decodeUnreserved(raw.replaceAll("\\", "/"));
+  if (!decoded.ok) return decoded;
+  const forwardSegments = resolveSegments(decoded.text.split("/"));
+  const trailingSlash = forwardSegments.length > 0 && /\/\.{0,2}$/.test(decoded.text);
+  const forward = "/" + forwardSegments.join("/") + (trailingSlash ? "/" : "");
+  // Encoded slashes are kept for the origin (they may be part of an id) but count as separators
+  // for matching, so that an origin that decodes them cannot be reached around a limit.
+  const matchSegments = resolveSegments(forwardSegments.join("/").replace(/%2F|%5C/g, "/").toLowerCase().split("/"));
+  return { ok: true, path: { forward, match: "/" + matchSegments.join("/") } };
+}
+
+function decodeUnreserved(path: string): { ok: true; text: string } | { ok: false; status: 400; detail: string } {
+  let out = "";
+  for (let i = 0; i < path.length; i++) {
+    const ch = path[i] as string;
+    if (ch !== "%") {
+      out += ch;
+      continue;
+    }
+    const hex = path.slice(i + 1, i + 3);
+    if (!/^[0-9A-Fa-f]{2}$/.test(hex)) return { ok: false, status: 400, detail: `invalid percent-encoding at position ${i}` };
+    const code = parseInt(hex, 16);
+    if (code === 0) return { ok: false, status: 400, detail: "path contains an encoded NUL" };
+    const char = String.fromCharCode(code);
+    out += UNRESERVED.test(char) ? char : `%${hex.toUpperCase()}`;
+    i += 2;
+  }
+  return { ok: true, text: out };
+}
+
+function resolveSegments(segments: string[]): string[] {
+  const out: string[] = [];
+  for (const s of segments) {
+    if (s === "" || s === ".") continue;
+    if (s === "..") out.pop();
+    else out.push(s);
+  }
+  return out;
+}

@@ -1,0 +1,28 @@
+/** The decisions sluice reports in `Sluice-Decision`. */
+export type DecisionHeader = "allow" | "reject" | "fallback" | "queued" | "replay" | "shadow" | "degraded";
+
+export interface ProblemInit {
+  status: number;
+  title: string;
+  detail: string;
+  /** Extension members (RFC 9457 §3.2), e.g. `limit` and `retry_after_ms`. */
+  extensions?: Record<string, string | number>;
+  headers?: Record<string, string>;
+}
+
+const TYPE_BASE = "https://sluice.dev/problems/";
+
+/**
+ * An RFC 9457 problem response. `type` names the problem so clients can branch on it; the
+ * title is fixed per type and the detail says what happened to this request.
+ *
+ * @example problem({ status: 429, title: "Too many requests", detail: "...", extensions: { limit: "per-ip" } })
+ */
+export function problem(init: ProblemInit): Response {
+  const type = TYPE_BASE + init.title.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "");
+  const body = JSON.stringify({ type, title: init.title, status: init.status, detail: init.detail, ...init.extensions });
+  return new Response(body, {
+    status: init.status,
+    headers: { "content-type": "application/problem+json", "cache-control": "no-store", ...init.headers },
+  });
+}

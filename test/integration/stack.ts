@@ -1,0 +1,72 @@
+import { Miniflare } from "miniflare";
+import { inject } from "vitest";
+import { startBridge, type Bridge } from "../../dev/bridge.js";
+import { startOrigin, type DemoOrigin } from "../../dev/origin.js";
+import { startRedis, type RedisProcess } from "../../dev/redis-process.js";
+import type { SluiceInput } from "../../src/config/schema.js";
+
+export const TOKEN = "test-token";
+
+/** A real redis-server (spawned on a free port) behind the project's Upstash-REST bridge. */
+export interface RedisStack {
+  redis: RedisProcess;
+  bridge: Bridge;
+  stop(): Promise<void>;
+}
+
+export async function startRedisStack(): Promise<RedisStack> {
+  const redis = await startRedis();
+  const bridge = await startBridge({ redisUrl: redis.url, token: TOKEN });
+  return {
+    redis,
+    bridge,
+    async stop() {
+      await bridge.close();
+      await redis.stop();
+    },
+  };
+}
+
+export { startOrigin, type DemoOrigin };
+
+export interface WorkerOptions {
+  sluice: SluiceInput | string;
+  origin: string;
+  redisRestUrl?: string;
+  bindings?: Record<string, string>;
+}
+
+/**
+ * One sluice Worker in its own workerd process (one isolate), running the bundle wrangler built
+ * in the global setup. Several of these against one Redis play several edge locations.
+ */
+export function startWorker(opts: WorkerOptions): Miniflare {
+  const bindings: Record<string, unknown> = { ORIGIN_URL: opts.origin, SLUICE: opts.sluice, ...opts.bindings };
+  if (opts.redisRestUrl) {
+    bindings.UPSTASH_REDIS_REST_URL = opts.redisRestUrl;
+    bindings.UPSTASH_REDIS_REST_TOKEN = TOKEN;
+  }
+  return new Miniflare({
+    modules: true,
+    scriptPath: inject("workerBundle"),
+    modulesRules: [{ type: "Text", include: ["**/*.lua"] }],
+    compatibilityDate: "2026-04-01",
+    bindings,
+  });
+}
+
+/** A request as Cloudflare would deliver it: from a given client IP, at a given place. */
+export async function call(
+  mf: Miniflare,
+  path: string,
+  init: { method?: string; ip?: string; headers?: Record<string, string>; body?: string; cf?: Record<string, unknown> } = {},
+) {
+  const res = await mf.dispatchFetch(`http://sluice.test${path}`, {
+    method: init.method ?? "GET",
+    headers: { "CF-Connecting-IP": init.ip ?? "203.0.113.1", ...init.headers },
+    body: init.body,
+    cf: init.cf,
+  });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, text, json: () => JSON.parse(text) as Record<string, unknown> };
+}

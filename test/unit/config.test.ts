@@ -1,0 +1,57 @@
+import { describe, expect, it } from "vitest";
+import { loadConfig } from "../../src/config/index.js";
+import { parseDuration } from "../../src/config/duration.js";
+
+const ORIGIN_URL = "https://api.example.com";
+const limit = { name: "per-ip", key: "ip", rate: 100, period: "1s" };
+const withLimit = (over: Record<string, unknown>) => ({ routes: [{ name: "r", match: "/api/*", limits: [{ ...limit, ...over }] }] });
+
+function errorOf(vars: { ORIGIN_URL?: unknown; SLUICE?: unknown }): string {
+  const r = loadConfig(vars);
+  if (r.ok) throw new Error("expected an invalid configuration");
+  return r.error.message;
+}
+
+describe("configuration", () => {
+  it("fills defaults the contract names", () => {
+    const r = loadConfig({ ORIGIN_URL, SLUICE: withLimit({}) });
+    if (!r.ok) throw r.error;
+    expect(r.config).toMatchObject({ key_prefix: "sluice", timeout_ms: 50, on_store_error: "open" });
+    const l = r.config.routes[0]!.limits[0]!;
+    expect(l).toMatchObject({ burst: 100, cost: 1, algorithm: "token_bucket", scope: "region", shadow: false, key: ["ip"], period: 1000 });
+    // 100 per 1 000 000 us: gcd 100, so one token is 10 000 units and 1 unit refills per us.
+    expect(l.unit * l.rate).toBe(1_000_000 * l.refillPerUs);
+  });
+
+  it("accepts SLUICE as JSON text", () => {
+    expect(loadConfig({ ORIGIN_URL, SLUICE: JSON.stringify(withLimit({})) }).ok).toBe(true);
+  });
+
+  it.each([
+    [{ ORIGIN_URL, SLUICE: withLimit({ rate: -1 }) }, "SLUICE.routes[0].limits[0].rate"],
+    [{ ORIGIN_URL, SLUICE: withLimit({ period: "1 sec" }) }, "SLUICE.routes[0].limits[0].period"],
+    [{ ORIGIN_URL, SLUICE: withLimit({ key: "body:x" }) }, "SLUICE.routes[0].limits[0].key"],
+    [{ ORIGIN_URL, SLUICE: withLimit({ cost: 5, burst: 2 }) }, "SLUICE.routes[0].limits[0].cost"],
+    [{ ORIGIN_URL, SLUICE: withLimit({ rate: 999_983, period: "1d" }) }, "SLUICE.routes[0].limits[0].burst"],
+    [{ ORIGIN_URL, SLUICE: withLimit({ bogus: 1 }) }, "SLUICE.routes[0].limits[0]"],
+    [{ ORIGIN_URL, SLUICE: withLimit({ name: "bad name" }) }, "SLUICE.routes[0].limits[0].name"],
+    [{ ORIGIN_URL, SLUICE: { on_store_error: "maybe" } }, "SLUICE.on_store_error"],
+    [{ ORIGIN_URL, SLUICE: { routes: [{ name: "a", match: "/a" }, { name: "a", match: "/b" }] } }, "SLUICE.routes[1].name"],
+    [{ ORIGIN_URL, SLUICE: { routes: [{ name: "a", match: "no-slash" }] } }, "SLUICE.routes[0].match"],
+    [{ ORIGIN_URL, SLUICE: "{not json" }, "SLUICE"],
+    [{ ORIGIN_URL: "ftp://x", SLUICE: {} }, "ORIGIN_URL"],
+    [{ SLUICE: {} }, "ORIGIN_URL"],
+  ])("names the field at fault (%#)", (vars, field) => {
+    expect(errorOf(vars).startsWith(`${field}: `)).toBe(true);
+  });
+
+  it("a duplicate limit name in one route is named", () => {
+    const sluice = { routes: [{ name: "r", match: "/a", limits: [limit, limit] }] };
+    expect(errorOf({ ORIGIN_URL, SLUICE: sluice })).toMatch(/^SLUICE\.routes\[0\]\.limits\[1\]\.name: duplicate/);
+  });
+
+  it("parses durations", () => {
+    expect([parseDuration("500ms"), parseDuration("1s"), parseDuration("1m"), parseDuration("1h"), parseDuration("1d")]).toEqual([500, 1000, 60_000, 3_600_000, 86_400_000]);
+    expect([parseDuration("0s"), parseDuration("1w"), parseDuration("-1s"), parseDuration("1.5s")]).toEqual([undefined, undefined, undefined, undefined]);
+  });
+});
