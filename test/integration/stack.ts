@@ -70,3 +70,15 @@ export async function call(
   const text = await res.text();
   return { status: res.status, headers: res.headers, text, json: () => JSON.parse(text) as Record<string, unknown> };
 }
+
+/** `INFO commandstats` of the stack's Redis, as calls per command, read over RESP directly. */
+export async function commandCalls(stack: RedisStack): Promise<Record<string, number>> {
+  const { RespClient } = await import("../../dev/resp.js");
+  const client = RespClient.fromUrl(stack.redis.url);
+  try {
+    const info = String(await client.send(["INFO", "commandstats"]));
+    return Object.fromEntries([...info.matchAll(/cmdstat_([a-z|_-]+):calls=(\d+)/g)].map((m) => [m[1] as string, Number(m[2])]));
+  } finally {
+    client.close();
+  }
+}

@@ -1,0 +1,46 @@
+/**
+ * The Upstash-REST bridge on its own:
+ *   tsx dev/bridge-main.ts --redis redis://127.0.0.1:PORT --token T [--port N] [--latency MS]
+ */
+import { parseArgs } from "node:util";
+import { startBridge } from "./bridge.js";
+
+function usage(message: string): never {
+  console.error(`${message}\nusage: tsx dev/bridge-main.ts --redis redis://127.0.0.1:PORT --token T [--port N] [--latency MS]`);
+  process.exit(2);
+}
+
+function nonNegativeInt(name: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < 0) usage(`--${name} must be a non-negative integer, got ${text}`);
+  return value;
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      redis: { type: "string" },
+      token: { type: "string" },
+      port: { type: "string" },
+      latency: { type: "string" },
+    },
+  });
+  if (values.redis === undefined) usage("--redis is required");
+  if (values.token === undefined || values.token === "") usage("--token is required");
+  const bridge = await startBridge({
+    redisUrl: values.redis,
+    token: values.token,
+    port: nonNegativeInt("port", values.port),
+    latencyMs: nonNegativeInt("latency", values.latency),
+  });
+  console.log(`bridge listening on ${bridge.url}`);
+  const stop = () => void bridge.close().then(() => process.exit(0));
+  process.once("SIGINT", stop);
+  process.once("SIGTERM", stop);
+}
+
+main().catch((error: unknown) => {
+  console.error(error instanceof Error ? error.message : String(error));
+  process.exit(1);
+});

@@ -1,0 +1,267 @@
+/**
+ * The Upstash REST protocol (see shared/notes/upstash-rest.md) in front of a real redis-server,
+ * so @upstash/redis, Miniflare and the tests talk to a local Redis exactly as to Upstash.
+ */
+import { createHash, timingSafeEqual } from "node:crypto";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { type RespArg, RespClient, RespError, type RespReply } from "./resp.js";
+
+export type BridgeOptions = {
+  redisUrl: string;
+  token: string;
+  port?: number;
+  host?: string;
+  /** Added before every response: plays a Redis that is far away. */
+  latencyMs?: number;
+};
+
+export type Bridge = {
+  /** http://127.0.0.1:PORT */
+  url: string;
+  port: number;
+  setLatency(ms: number): void;
+  /** HTTP requests received since start. */
+  readonly requests: number;
+  close(): Promise<void>;
+};
+
+const MAX_BODY_BYTES = 10 * 1024 * 1024;
+
+/**
+ * Commands that would change the state of the one shared Redis connection (a stray MULTI, SELECT,
+ * HELLO 3, SUBSCRIBE) or park it (blocking pops) would corrupt or stall every other request.
+ * Upstash runs each request on its own; here they are refused instead.
+ */
+const REFUSED = new Set([
+  "multi", "exec", "discard", "watch", "unwatch", "select", "hello", "auth", "reset", "quit", "client",
+  "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe", "monitor", "sync", "psync",
+  "blpop", "brpop", "brpoplpush", "blmove", "blmpop", "bzpopmin", "bzpopmax", "bzmpop", "wait", "waitaof", "shutdown",
+]);
+
+/** HTTP-level failures: status plus the JSON error. */
+class HttpError extends Error {
+  constructor(readonly status: number, message: string) {
+    super(message);
+  }
+}
+
+/**
+ * Starts the bridge on 127.0.0.1 (a free port unless one is given).
+ *
+ * @example const bridge = await startBridge({ redisUrl: redis.url, token: "dev-token" });
+ */
+export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
+  const redis = RespClient.fromUrl(opts.redisUrl);
+  const scripts = new ScriptShas();
+  const expectedAuth = digest(`Bearer ${opts.token}`);
+  let latency = opts.latencyMs ?? 0;
+  let requests = 0;
+  let writes = 0;
+
+  async function answer(req: IncomingMessage): Promise<{ status: number; body: unknown }> {
+    if (req.method !== "POST") throw new HttpError(405, "ERR only POST is supported");
+    // Hash both sides so timingSafeEqual always sees equal lengths and the length does not leak.
+    if (!timingSafeEqual(digest(req.headers.authorization ?? ""), expectedAuth)) throw new HttpError(401, "Unauthorized");
+    const path = (req.url ?? "/").split("?")[0]?.replace(/\/+$/, "") ?? "";
+    if (path !== "" && path !== "/pipeline" && path !== "/multi-exec") throw new HttpError(404, `ERR unknown endpoint ${path}`);
+    const body = parseJson(await readBody(req));
+    const encode = String(req.headers["upstash-encoding"] ?? "").toLowerCase() === "base64" ? toBase64Json : toTextJson;
+    writes++;
+    if (path === "") {
+      const command = toCommand(body);
+      const reply = await redis.send(scripts.translate(command));
+      if (reply instanceof RespError) return { status: 400, body: { error: reply.message } };
+      return { status: 200, body: { result: encode(scripts.answer(command, reply)) } };
+    }
+    const commands = toCommandList(body);
+    const replies = path === "/pipeline" ? await redis.sendMany(commands.map((c) => scripts.translate(c))) : await transaction(redis, commands.map((c) => scripts.translate(c)));
+    return {
+      status: 200,
+      body: replies.map((reply, i) =>
+        reply instanceof RespError ? { error: reply.message } : { result: encode(scripts.answer(commands[i] ?? [], reply)) },
+      ),
+    };
+  }
+
+  const server = createServer((req, res) => {
+    requests++;
+    answer(req)
+      .then(
+        ({ status, body }) => respond(res, status, body),
+        (error: unknown) => {
+          if (error instanceof HttpError) return respond(res, error.status, { error: error.message });
+          // Anything else is Redis being unreachable or broken: report it, keep serving.
+          respond(res, 500, { error: `ERR bridge could not reach Redis: ${error instanceof Error ? error.message : String(error)}` });
+        },
+      )
+      .catch(() => res.destroy());
+  });
+
+  function respond(res: ServerResponse, status: number, body: unknown): void {
+    const send = () => {
+      if (res.destroyed) return;
+      res.writeHead(status, {
+        "content-type": "application/json",
+        // Read-your-writes is trivial with one Redis; the token only has to be present and move on writes.
+        "upstash-sync-token": `bridge-${writes}`,
+      });
+      res.end(JSON.stringify(body));
+    };
+    if (latency > 0) setTimeout(send, latency);
+    else send();
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(opts.port ?? 0, opts.host ?? "127.0.0.1", () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    setLatency(ms: number) {
+      latency = ms;
+    },
+    get requests() {
+      return requests;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        redis.close();
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+/**
+ * MULTI, the commands and EXEC leave in one write, so nothing from other requests can land
+ * inside the transaction on the shared connection.
+ */
+async function transaction(redis: RespClient, commands: RespArg[][]): Promise<RespReply[]> {
+  const replies = await redis.sendMany([["MULTI"], ...commands, ["EXEC"]]);
+  const queued = replies.slice(1, -1);
+  const exec = replies[replies.length - 1] ?? null;
+  // A command refused while queueing aborts the whole transaction: that one gets its own error.
+  if (exec instanceof RespError) return queued.map((q) => (q instanceof RespError ? q : exec));
+  if (!Array.isArray(exec)) return commands.map(() => new RespError("ERR transaction aborted"));
+  return exec;
+}
+
+/** Drains the body even past the limit, so the client reads a 413 instead of a reset connection. */
+async function readBody(req: IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    const bytes = chunk as Buffer;
+    size += bytes.length;
+    if (size <= MAX_BODY_BYTES) chunks.push(bytes);
+  }
+  if (size > MAX_BODY_BYTES) throw new HttpError(413, `ERR request body larger than ${MAX_BODY_BYTES} bytes`);
+  return Buffer.concat(chunks);
+}
+
+function parseJson(raw: Buffer): unknown {
+  try {
+    return JSON.parse(raw.toString("utf8")) as unknown;
+  } catch {
+    throw new HttpError(400, "ERR failed to parse command: body is not valid JSON");
+  }
+}
+
+/**
+ * One command from its JSON form. Strings are UTF-8, numbers their decimal text, and booleans
+ * "true"/"false" as Upstash and SRH store them (so `set(k, true)` reads back as `true`).
+ */
+function toCommand(value: unknown): RespArg[] {
+  if (!Array.isArray(value) || value.length === 0) throw new HttpError(400, "ERR a command is a non-empty JSON array");
+  const args = value.map((arg: unknown): RespArg => {
+    if (typeof arg === "string") return arg;
+    if (typeof arg === "number" && Number.isFinite(arg)) return String(arg);
+    if (typeof arg === "boolean") return arg ? "true" : "false";
+    throw new HttpError(400, `ERR unsupported argument ${JSON.stringify(arg)}: only strings, numbers and booleans`);
+  });
+  const name = String(args[0]).toLowerCase();
+  if (REFUSED.has(name)) throw new HttpError(400, `ERR command '${name}' is not supported by the REST bridge`);
+  return args;
+}
+
+function toCommandList(value: unknown): RespArg[][] {
+  if (!Array.isArray(value) || value.length === 0) throw new HttpError(400, "ERR expected a non-empty JSON array of commands");
+  return value.map(toCommand);
+}
+
+/** With `Upstash-Encoding: base64`, every string at every depth is base64 (status replies too). */
+function toBase64Json(reply: RespReply): unknown {
+  if (reply === null || typeof reply === "number") return reply;
+  if (reply instanceof RespError) return reply.message; // errors are never encoded
+  if (Array.isArray(reply)) return reply.map(toBase64Json);
+  return reply.toString("base64");
+}
+
+function toTextJson(reply: RespReply): unknown {
+  if (reply === null || typeof reply === "number") return reply;
+  if (reply instanceof RespError) return reply.message;
+  if (Array.isArray(reply)) return reply.map(toTextJson);
+  return reply.toString("utf8");
+}
+
+const digest = (text: string): Buffer => createHash("sha256").update(text, "utf8").digest();
+const sha1 = (text: string): string => createHash("sha1").update(text, "utf8").digest("hex");
+
+/** The shebang flags stock Redis 7 accepts; Upstash adds its own (allow-key-locking). */
+const REDIS_FLAGS = new Set(["no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys"]);
+
+/** Drops the flags Redis would reject; undefined when the script needs no change. */
+export function stripUnknownFlags(source: string): string | undefined {
+  const match = /^#!lua[ \t]+flags=([^\s]*)[^\r\n]*/.exec(source);
+  if (match === null) return undefined;
+  const flags = (match[1] ?? "").split(",").filter((flag) => flag !== "");
+  const kept = flags.filter((flag) => REDIS_FLAGS.has(flag));
+  if (kept.length === flags.length) return undefined;
+  const shebang = kept.length > 0 ? `#!lua flags=${kept.join(",")}` : "#!lua";
+  return shebang + source.slice(match[0].length);
+}
+
+/**
+ * Scripts as Upstash runs them: a script whose shebang carries Upstash-only flags is stored
+ * stripped, yet EVALSHA keeps answering to the SHA-1 the client computed from what it sent.
+ * An unknown SHA passes through untouched, so Redis's NOSCRIPT reaches the client, which then
+ * falls back to EVAL.
+ */
+class ScriptShas {
+  private readonly strippedSha = new Map<string, string>();
+
+  translate(command: RespArg[]): RespArg[] {
+    const [name, first, ...rest] = command;
+    const lower = String(name).toLowerCase();
+    if ((lower === "eval" || lower === "eval_ro") && first !== undefined) {
+      return [name ?? lower, this.strip(String(first)), ...rest];
+    }
+    if ((lower === "evalsha" || lower === "evalsha_ro") && first !== undefined) {
+      return [name ?? lower, this.strippedSha.get(String(first).toLowerCase()) ?? first, ...rest];
+    }
+    if (lower === "script" && String(first).toLowerCase() === "load" && rest[0] !== undefined) {
+      return [name ?? lower, first ?? "load", this.strip(String(rest[0])), ...rest.slice(1)];
+    }
+    if (lower === "script" && String(first).toLowerCase() === "exists") {
+      return [name ?? lower, first ?? "exists", ...rest.map((sha) => this.strippedSha.get(String(sha).toLowerCase()) ?? sha)];
+    }
+    return command;
+  }
+
+  /** SCRIPT LOAD answers with the SHA-1 of the script as sent, not of its stripped copy. */
+  answer(command: RespArg[], reply: RespReply): RespReply {
+    const [name, sub, source] = command;
+    const isLoad = String(name).toLowerCase() === "script" && String(sub).toLowerCase() === "load";
+    return isLoad && source !== undefined && Buffer.isBuffer(reply) ? Buffer.from(sha1(String(source))) : reply;
+  }
+
+  private strip(source: string): string {
+    const stripped = stripUnknownFlags(source);
+    if (stripped === undefined) return source;
+    this.strippedSha.set(sha1(source), sha1(stripped));
+    return stripped;
+  }
+}

@@ -1,0 +1,16 @@
+// `npm run check [-- --config file]`: validates the sluice configuration in a wrangler config.
+import { checkWranglerConfig, configPathFromArgs } from "./wrangler-config.js";
+
+const path = configPathFromArgs(process.argv.slice(2));
+try {
+  const result = checkWranglerConfig(path);
+  if (!result.ok) {
+    console.error(`${path}: invalid sluice configuration: ${result.error.message}`);
+    process.exit(1);
+  }
+  const { routes } = result.config;
+  console.log(`${path}: ok (${routes.length} routes, ${routes.reduce((n, r) => n + r.limits.length, 0)} limits, origin ${result.config.originUrl.href})`);
+} catch (e) {
+  console.error(`${path}: ${(e as Error).message}`);
+  process.exit(1);
+}

@@ -1,0 +1,90 @@
+// `npm run dev [-- --config file]`: the whole local stack in one process tree.
+//   redis-server (free port; or REDIS_URL; or a real Upstash via UPSTASH_REDIS_REST_URL/TOKEN)
+//   -> the Upstash-REST bridge -> the demo origin (unless ORIGIN_URL) -> wrangler dev on PORT.
+// Ctrl-C or SIGTERM stops every child.
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { startBridge } from "./bridge.js";
+import { startOrigin } from "./origin.js";
+import { freePort } from "./ports.js";
+import { REDIS_MISSING, redisServerAvailable, startRedis } from "./redis-process.js";
+import { checkWranglerConfig, configPathFromArgs } from "./wrangler-config.js";
+
+const stops: Array<() => Promise<void> | void> = [];
+let stopping = false;
+
+async function stopAll(code: number): Promise<never> {
+  if (!stopping) {
+    stopping = true;
+    for (const stop of stops.reverse()) await Promise.resolve(stop()).catch(() => undefined);
+  }
+  process.exit(code);
+}
+process.on("SIGINT", () => void stopAll(0));
+process.on("SIGTERM", () => void stopAll(0));
+
+async function main(): Promise<void> {
+  const configPath = configPathFromArgs(process.argv.slice(2));
+  const port = Number(process.env.PORT ?? 8787);
+  const vars: Record<string, string> = {};
+
+  if (process.env.UPSTASH_REDIS_REST_URL) {
+    vars.UPSTASH_REDIS_REST_URL = process.env.UPSTASH_REDIS_REST_URL;
+    vars.UPSTASH_REDIS_REST_TOKEN = process.env.UPSTASH_REDIS_REST_TOKEN ?? "";
+    console.log(`redis   ${vars.UPSTASH_REDIS_REST_URL} (Upstash, from UPSTASH_REDIS_REST_URL)`);
+  } else {
+    let redisUrl = process.env.REDIS_URL;
+    if (!redisUrl) {
+      if (!redisServerAvailable()) {
+        console.error(REDIS_MISSING);
+        process.exit(1);
+      }
+      const redis = await startRedis();
+      stops.push(() => redis.stop());
+      redisUrl = redis.url;
+    }
+    const token = randomBytes(16).toString("hex");
+    const bridge = await startBridge({ redisUrl, token, port: await freePort() });
+    stops.push(() => bridge.close());
+    vars.UPSTASH_REDIS_REST_URL = bridge.url;
+    vars.UPSTASH_REDIS_REST_TOKEN = token;
+    console.log(`redis   ${redisUrl}${process.env.REDIS_URL ? " (REDIS_URL)" : " (spawned)"}`);
+    console.log(`bridge  ${bridge.url} (Upstash REST, token ${token})`);
+  }
+
+  if (process.env.ORIGIN_URL) {
+    vars.ORIGIN_URL = process.env.ORIGIN_URL;
+    console.log(`origin  ${vars.ORIGIN_URL} (ORIGIN_URL)`);
+  } else {
+    const origin = await startOrigin({ port: await freePort() });
+    stops.push(() => origin.close());
+    vars.ORIGIN_URL = origin.url;
+    console.log(`origin  ${origin.url} (demo)`);
+  }
+
+  const checked = checkWranglerConfig(configPath, { ORIGIN_URL: vars.ORIGIN_URL });
+  if (!checked.ok) {
+    console.error(`${configPath}: invalid sluice configuration: ${checked.error.message}`);
+    await stopAll(1);
+  }
+
+  const args = ["wrangler", "dev", "--config", configPath, "--port", String(port), "--ip", "127.0.0.1", "--show-interactive-dev-session=false"];
+  for (const [k, v] of Object.entries(vars)) args.push("--var", `${k}:${v}`);
+  const wrangler: ChildProcess = spawn("npx", args, { stdio: ["ignore", "inherit", "inherit"], detached: true, env: { ...process.env, WRANGLER_SEND_METRICS: "false" } });
+  stops.push(
+    () =>
+      new Promise<void>((resolve) => {
+        if (wrangler.exitCode !== null || !wrangler.pid) return resolve();
+        wrangler.once("exit", () => resolve());
+        process.kill(-wrangler.pid, "SIGTERM"); // the whole group: npx, wrangler and workerd
+        setTimeout(() => wrangler.pid && process.kill(-wrangler.pid, "SIGKILL"), 3_000).unref();
+      }),
+  );
+  wrangler.once("exit", (code) => void stopAll(code ?? 0));
+  console.log(`sluice  http://127.0.0.1:${port} (wrangler dev, config ${configPath}); try: curl -i http://127.0.0.1:${port}/api/products/1`);
+}
+
+main().catch(async (e: unknown) => {
+  console.error((e as Error).message);
+  await stopAll(1);
+});

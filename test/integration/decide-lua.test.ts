@@ -1,0 +1,84 @@
+import { readFileSync } from "node:fs";
+import { Redis } from "@upstash/redis";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadConfig, type Limit } from "../../src/config/index.js";
+import { TokenBucketModel } from "../unit/token-bucket-model.js";
+import { startRedisStack, TOKEN, type RedisStack } from "./stack.js";
+
+const SOURCE = readFileSync("lua/decide.lua", "utf8");
+const CLOCK = "redis.call('TIME')";
+const TTL = "'PX', math.max(1, reset_ms)";
+
+/**
+ * decide.lua with a test clock: the one TIME call reads two extra trailing ARGV entries
+ * (seconds, microseconds) instead, and TTLs get a day added so that keys never expire on the
+ * real clock while the simulated one runs (TTLs are checked on their own below). Everything
+ * else is the production script, run by a real Redis.
+ */
+function withTestClock(source: string): string {
+  expect(source.split(CLOCK).length - 1).toBe(1); // the clock is read exactly once
+  expect(source.includes(TTL)).toBe(true);
+  return source.replace(CLOCK, "{ ARGV[#ARGV - 1], ARGV[#ARGV] }").replace(TTL, `${TTL} + 86400000`);
+}
+
+let stack: RedisStack;
+let redis: Redis;
+beforeAll(async () => {
+  stack = await startRedisStack();
+  redis = new Redis({ url: stack.bridge.url, token: TOKEN, enableTelemetry: false, automaticDeserialization: false });
+});
+afterAll(() => stack?.stop());
+
+function compileLimits(defs: Array<{ rate: number; period: string; burst: number; cost: number; shadow: boolean }>): Limit[] {
+  const r = loadConfig({
+    ORIGIN_URL: "https://o.example",
+    SLUICE: { routes: [{ name: "r", match: "/", limits: defs.map((d, i) => ({ name: `l${i}`, ...d })) }] },
+  });
+  if (!r.ok) throw r.error;
+  return r.config.routes[0]!.limits;
+}
+
+const argsOf = (limits: Limit[]) => limits.flatMap((l) => [l.refillPerUs, l.unit, l.burst, l.cost, l.shadow ? 1 : 0]).map(String);
+
+const limitArb = fc.record({
+  rate: fc.integer({ min: 1, max: 60 }),
+  period: fc.constantFrom("1ms", "7ms", "500ms", "1s", "1m", "1h", "1d"),
+  burst: fc.integer({ min: 1, max: 25 }),
+  costFraction: fc.double({ min: 0, max: 1, noNaN: true }),
+  shadow: fc.boolean(),
+});
+
+describe("decide.lua against the reference model", () => {
+  const script = withTestClock(SOURCE);
+  let run = 0;
+
+  it("admits exactly what the model admits, with the same remaining, retry-after and reset", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(limitArb, { minLength: 1, maxLength: 3 }),
+        fc.array(fc.integer({ min: 0, max: 3_000_000 }), { minLength: 1, maxLength: 30 }),
+        async (defs, gaps) => {
+          const limits = compileLimits(defs.map(({ costFraction, ...d }) => ({ ...d, cost: Math.max(1, Math.ceil(costFraction * d.burst)) })));
+          const models = limits.map((l) => new TokenBucketModel({ rate: l.rate, periodUs: l.period * 1000, burst: l.burst, cost: l.cost }));
+          const keys = limits.map((_, i) => `prop:${run}:${i}`);
+          run++;
+          let t = 1_700_000_000_000_000;
+          for (const gap of gaps) {
+            t += gap;
+            const reply = (await redis.eval(script, keys, [...argsOf(limits), String(Math.floor(t / 1e6)), String(t % 1e6)])) as number[];
+            const peeks = models.map((m) => m.peek(t));
+            const admitted = peeks.every((p, i) => p.allowed || limits[i]!.shadow);
+            if (admitted) peeks.forEach((p) => p.allowed && p.commit());
+            expect(reply[0]).toBe(admitted ? 1 : 0);
+            peeks.forEach((p, i) => {
+              const state = admitted && p.allowed ? p.after : p.before;
+              expect(reply.slice(1 + 4 * i, 5 + 4 * i)).toEqual([p.allowed ? 1 : 0, state.remaining, p.retryAfterMs, state.resetMs]);
+            });
+          }
+        },
+      ),
+      { numRuns: 150 },
+    );
+  });
+});

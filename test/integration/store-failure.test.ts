@@ -1,0 +1,103 @@
+import { Redis } from "@upstash/redis";
+import type { Miniflare } from "miniflare";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startRedis } from "../../dev/redis-process.js";
+import { call, commandCalls, startOrigin, startRedisStack, startWorker, TOKEN, type DemoOrigin, type RedisStack } from "./stack.js";
+
+const routes = [{ name: "r", match: "/*", limits: [{ name: "per-ip", rate: 1000, period: "1s" }] }];
+
+let stack: RedisStack;
+let origin: DemoOrigin;
+let open: Miniflare;
+let closed: Miniflare;
+let redis: Redis;
+
+beforeAll(async () => {
+  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
+  redis = new Redis({ url: stack.bridge.url, token: TOKEN, enableTelemetry: false, automaticDeserialization: false });
+  open = startWorker({ sluice: { timeout_ms: 100, on_store_error: "open", routes }, origin: origin.url, redisRestUrl: stack.bridge.url });
+  closed = startWorker({ sluice: { timeout_ms: 100, on_store_error: "closed", routes }, origin: origin.url, redisRestUrl: stack.bridge.url });
+  await Promise.all([open.ready, closed.ready]);
+});
+afterAll(async () => {
+  await Promise.all([open?.dispose(), closed?.dispose()]);
+  await Promise.all([stack?.stop(), origin?.close()]);
+});
+
+async function scriptCalls(): Promise<{ evalsha: number; eval: number; http: number }> {
+  const calls = await commandCalls(stack);
+  return { evalsha: calls.evalsha ?? 0, eval: calls.eval ?? 0, http: stack.bridge.requests };
+}
+
+describe("Redis round trips", () => {
+  it("cost exactly one EVALSHA per decision in steady state, and recover from NOSCRIPT with one EVAL", async () => {
+    expect((await call(open, "/warm")).headers.get("sluice-decision")).toBe("allow");
+    const before = await scriptCalls();
+    for (let i = 0; i < 20; i++) expect((await call(open, "/steady", { ip: `10.0.0.${i}` })).status).toBe(200);
+    const after = await scriptCalls();
+    expect(after.evalsha - before.evalsha).toBe(20);
+    expect(after.eval - before.eval).toBe(0);
+    expect(after.http - before.http).toBe(20); // one HTTP request to Upstash per decision
+
+    await redis.scriptFlush();
+    const r = await call(open, "/after-flush");
+    expect(r.headers.get("sluice-decision")).toBe("allow");
+    const recovered = await scriptCalls();
+    expect(recovered.eval - after.eval).toBe(1);
+    expect((await call(open, "/after-flush")).headers.get("sluice-decision")).toBe("allow");
+    expect((await scriptCalls()).eval - recovered.eval).toBe(0);
+  });
+});
+
+describe("Redis trouble", () => {
+  it("slow Redis: past timeout_ms, open forwards as degraded and closed answers 503", async () => {
+    stack.bridge.setLatency(400);
+    try {
+      const t0 = Date.now();
+      const r = await call(open, "/slow", { ip: "10.1.0.1" });
+      expect(r.status).toBe(200);
+      expect(r.headers.get("sluice-decision")).toBe("degraded");
+      expect(Date.now() - t0).toBeLessThan(2_000); // the decision gave up; it did not wait for Redis
+      const c = await call(closed, "/slow", { ip: "10.1.0.1" });
+      expect(c.status).toBe(503);
+      expect(c.headers.get("retry-after")).toBe("1");
+      expect(c.json()).toMatchObject({ status: 503, title: "Rate limiter unavailable" });
+    } finally {
+      stack.bridge.setLatency(0);
+    }
+  });
+
+  it("Redis killed: degraded or 503 per on_store_error, never an unhandled error; back to normal when it returns", async () => {
+    const port = stack.redis.port;
+    await stack.redis.stop();
+    const seenBefore = origin.seen.length;
+    const r = await call(open, "/down", { ip: "10.2.0.1" });
+    expect(r.status).toBe(200);
+    expect(r.headers.get("sluice-decision")).toBe("degraded");
+    expect(origin.seen.length).toBe(seenBefore + 1);
+    const c = await call(closed, "/down", { ip: "10.2.0.1" });
+    expect(c.status).toBe(503);
+    expect(c.headers.get("content-type")).toBe("application/problem+json");
+    expect(origin.seen.length).toBe(seenBefore + 1);
+
+    stack.redis = await startRedis({ port });
+    let decision: string | null = null;
+    for (let i = 0; i < 20 && decision !== "allow"; i++) {
+      decision = (await call(closed, "/down", { ip: "10.2.0.2" })).headers.get("sluice-decision");
+      if (decision !== "allow") await new Promise((res) => setTimeout(res, 100));
+    }
+    expect(decision).toBe("allow");
+    expect((await call(open, "/down", { ip: "10.2.0.2" })).headers.get("sluice-decision")).toBe("allow");
+  });
+
+  it("no Redis configured at all is a store error too, not a crash", async () => {
+    const none = startWorker({ sluice: { on_store_error: "closed", routes }, origin: origin.url });
+    try {
+      const r = await call(none, "/x");
+      expect(r.status).toBe(503);
+      expect(r.headers.get("sluice-decision")).toBe("reject");
+    } finally {
+      await none.dispose();
+    }
+  });
+});
