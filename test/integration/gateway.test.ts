@@ -141,6 +141,15 @@ describe("token bucket through the Worker", () => {
     expect((await call(mf, "/keyed", { ip: "198.51.100.9", headers: { "x-forwarded-for": "1.1.1.1" } })).status).toBe(429);
   });
 
+  it("an oversized or hostile identity is hashed and answered, never crashed on", async () => {
+    const huge = "k".repeat(12 * 1024) + ":*{}\u00e9";
+    const first = await call(mf, "/keyed", { ip: "198.51.100.10", headers: { "x-api-key": huge } });
+    expect(first.status).toBe(200);
+    const second = await call(mf, "/keyed", { ip: "198.51.100.11", headers: { "x-api-key": huge } });
+    expect(second.status).toBe(429);
+    expect(((await redis.keys("t:keyed:*")) as string[]).every((k) => k.length < 80)).toBe(true);
+  });
+
   it("shadow limits decide and report but never block", async () => {
     expect((await call(mf, "/canary")).headers.get("sluice-decision")).toBe("allow");
     const second = await call(mf, "/canary");
