@@ -57,7 +57,7 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
   const expectedAuth = digest(`Bearer ${opts.token}`);
   let latency = opts.latencyMs ?? 0;
   let requests = 0;
-  let writes = 0;
+  let syncToken = 0;
 
   async function answer(req: IncomingMessage): Promise<{ status: number; body: unknown }> {
     if (req.method !== "POST") throw new HttpError(405, "ERR only POST is supported");
@@ -67,7 +67,7 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
     if (path !== "" && path !== "/pipeline" && path !== "/multi-exec") throw new HttpError(404, `ERR unknown endpoint ${path}`);
     const body = parseJson(await readBody(req));
     const encode = String(req.headers["upstash-encoding"] ?? "").toLowerCase() === "base64" ? toBase64Json : toTextJson;
-    writes++;
+    syncToken++; // moves on every parsed request, writes included
     if (path === "") {
       const command = toCommand(body);
       const reply = await redis.send(scripts.translate(command));
@@ -104,7 +104,7 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
       res.writeHead(status, {
         "content-type": "application/json",
         // Read-your-writes is trivial with one Redis; the token only has to be present and move on writes.
-        "upstash-sync-token": `bridge-${writes}`,
+        "upstash-sync-token": `bridge-${syncToken}`,
       });
       res.end(JSON.stringify(body));
     };
@@ -234,20 +234,13 @@ class ScriptShas {
   private readonly strippedSha = new Map<string, string>();
 
   translate(command: RespArg[]): RespArg[] {
-    const [name, first, ...rest] = command;
+    const [name = "", first = "", ...rest] = command;
     const lower = String(name).toLowerCase();
-    if ((lower === "eval" || lower === "eval_ro") && first !== undefined) {
-      return [name ?? lower, this.strip(String(first)), ...rest];
-    }
-    if ((lower === "evalsha" || lower === "evalsha_ro") && first !== undefined) {
-      return [name ?? lower, this.strippedSha.get(String(first).toLowerCase()) ?? first, ...rest];
-    }
-    if (lower === "script" && String(first).toLowerCase() === "load" && rest[0] !== undefined) {
-      return [name ?? lower, first ?? "load", this.strip(String(rest[0])), ...rest.slice(1)];
-    }
-    if (lower === "script" && String(first).toLowerCase() === "exists") {
-      return [name ?? lower, first ?? "exists", ...rest.map((sha) => this.strippedSha.get(String(sha).toLowerCase()) ?? sha)];
-    }
+    const sub = String(first).toLowerCase();
+    if ((lower === "eval" || lower === "eval_ro") && command.length > 1) return [name, this.strip(String(first)), ...rest];
+    if ((lower === "evalsha" || lower === "evalsha_ro") && command.length > 1) return [name, this.redisSha(first), ...rest];
+    if (lower === "script" && sub === "load" && rest.length > 0) return [name, first, this.strip(String(rest[0])), ...rest.slice(1)];
+    if (lower === "script" && sub === "exists") return [name, first, ...rest.map((sha) => this.redisSha(sha))];
     return command;
   }
 
@@ -256,6 +249,11 @@ class ScriptShas {
     const [name, sub, source] = command;
     const isLoad = String(name).toLowerCase() === "script" && String(sub).toLowerCase() === "load";
     return isLoad && source !== undefined && Buffer.isBuffer(reply) ? Buffer.from(sha1(String(source))) : reply;
+  }
+
+  /** The SHA under which Redis holds the script the client calls `sha` (the same one unless it was stripped). */
+  private redisSha(sha: RespArg): RespArg {
+    return this.strippedSha.get(String(sha).toLowerCase()) ?? sha;
   }
 
   private strip(source: string): string {

@@ -52,15 +52,20 @@ describe("RespParser", () => {
 
 /** A fake Redis: `onCommand` sees every chunk the client writes and answers as it likes. */
 async function fakeRedis(onCommand: (socket: Socket, data: Buffer) => void): Promise<{ server: Server; port: number }> {
-  const server = createServer((socket) => socket.on("data", (data) => onCommand(socket, data)));
+  const server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on("data", (data) => onCommand(socket, data));
+  });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   return { server, port: (server.address() as AddressInfo).port };
 }
+const sockets = new Set<Socket>();
 
 describe("RespClient", () => {
   let server: Server | undefined;
   afterEach(async () => {
-    server?.closeAllConnections?.();
+    for (const socket of sockets) socket.destroy();
+    sockets.clear();
     await new Promise((resolve) => server?.close(resolve) ?? resolve(undefined));
   });
 

@@ -1,0 +1,280 @@
+/**
+ * `npm run bench`: sluice's benchmarks against a private local stack, in one run.
+ *
+ *   1. Redis requests per decision (bridge HTTP requests, INFO commandstats)
+ *   2. latency of an allowed request, limiting on vs off (sequential and 8 concurrent clients)
+ *   3. EVALSHA of lua/decide.lua vs INCR with redis-benchmark
+ *
+ * Prints a table and writes bench/results/bench-<ISO date>.json and bench/results/latest.json.
+ * `--quick` runs every part with small counts (a smoke test; its figures are noisy).
+ */
+import { execFileSync } from "node:child_process";
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { cpus, totalmem } from "node:os";
+import { join, relative, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { LIMITED, PATH_FOUR, PATH_ONE, PATH_UNLIMITED, UNLIMITED } from "./config.js";
+import { type DecisionCounts, type DecisionResult, measureDecisions } from "./decision.js";
+import { type LatencyOptions, type LatencyResult, measureLatency } from "./latency.js";
+import { measureScripts, type BenchmarkOptions, type ScriptResult } from "./scripts.js";
+import { buildWorker, Cleanup, startStack } from "./stack.js";
+import { IpSource, round } from "./stats.js";
+
+const RESULTS_DIR = resolve("bench/results");
+
+interface Sizes {
+  decisions: number;
+  latency: LatencyOptions;
+  redisBenchmark: BenchmarkOptions;
+}
+
+const FULL: Sizes = {
+  decisions: 500,
+  latency: { warmup: 200, requests: 2000, block: 250, clients: 8, concurrentRequests: 2000, rounds: 2 },
+  redisBenchmark: { requests: 100_000, clients: 50, keyspace: 100_000 },
+};
+
+const QUICK: Sizes = {
+  decisions: 50,
+  latency: { warmup: 20, requests: 200, block: 50, clients: 8, concurrentRequests: 200, rounds: 2 },
+  redisBenchmark: { requests: 10_000, clients: 50, keyspace: 100_000 },
+};
+
+async function main(): Promise<number> {
+  const { values } = parseArgs({ options: { quick: { type: "boolean", default: false } } });
+  const sizes = values.quick ? QUICK : FULL;
+  const cleanup = new Cleanup();
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) return;
+    stopping = true;
+    console.error(`\nbench: ${signal}, stopping everything`);
+    void cleanup.run().finally(() => process.exit(signal === "SIGINT" ? 130 : 143));
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+
+  const started = new Date();
+  const t0 = performance.now();
+  const step = (what: string) => console.error(`bench: [${((performance.now() - t0) / 1000).toFixed(1)} s] ${what}`);
+  try {
+    step("building the Worker with wrangler (.wrangler/bench-build) and starting redis-server, bridge, origin");
+    const [bundle, stackStart] = await Promise.allSettled([buildWorker(cleanup), Promise.resolve()]).then(
+      ([b]) => [b, undefined] as const,
+    );
+    void stackStart;
+    if (bundle.status === "rejected") throw bundle.reason;
+    const stack = await startStack(cleanup, bundle.value);
+    const ips = new IpSource();
+
+    step(`1/3 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
+    const decisions = await measureDecisions(stack, ips, sizes.decisions);
+
+    step(`2/3 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`);
+    const on = await stack.worker(LIMITED);
+    const off = await stack.worker(UNLIMITED);
+    const latency = await measureLatency(
+      [
+        { key: "off", label: "limiting off (routes: [])", mf: off, path: PATH_UNLIMITED, expect: "allow" },
+        { key: "on_1", label: "sluice, 1 limit", mf: on, path: PATH_ONE, expect: "allow" },
+        { key: "on_4", label: "sluice, 4 limits", mf: on, path: PATH_FOUR, expect: "allow" },
+      ],
+      ips,
+      sizes.latency,
+    );
+
+    step(`3/3 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`);
+    const scripts = await measureScripts(stack, cleanup, sizes.redisBenchmark);
+
+    const problems = findProblems(decisions, latency);
+    const redisVersion = await serverVersion(stack.resp.send(["INFO", "server"]));
+    const finished = new Date();
+    const result = {
+      name: values.quick ? "bench-quick" : "bench",
+      started_at: started.toISOString(),
+      finished_at: finished.toISOString(),
+      duration_s: round((finished.getTime() - started.getTime()) / 1000, 1),
+      quick: values.quick,
+      environment: environment(redisVersion),
+      sizes,
+      decisions,
+      latency,
+      scripts,
+      problems,
+    };
+    step("done; stopping the stack");
+    console.log(render(result.environment, decisions, latency, scripts, problems, sizes));
+    const file = writeResults(result.name, started, result);
+    console.log(`\nresults: ${relative(process.cwd(), file)} (and bench/results/latest.json), ${result.duration_s} s`);
+    return 0;
+  } finally {
+    await cleanup.run();
+  }
+}
+
+/** Anything that makes a figure untrustworthy or misses the design target. */
+function findProblems(d: DecisionResult, l: LatencyResult): string[] {
+  const problems: string[] = [];
+  for (const r of d.routes) {
+    if (r.script_calls_per_decision !== 1) problems.push(`${r.label}: ${r.script_calls_per_decision} top-level script calls per decision (target exactly 1)`);
+    if (r.http_requests_per_decision !== 1) problems.push(`${r.label}: ${r.http_requests_per_decision} HTTP requests to Redis per decision (target exactly 1)`);
+    if (Object.keys(r.other_commands).length > 0) problems.push(`${r.label}: other Redis commands while deciding: ${JSON.stringify(r.other_commands)}`);
+    if (Object.keys(r.failed_commands).length > 0) problems.push(`${r.label}: failed Redis calls: ${JSON.stringify(r.failed_commands)}`);
+    if (r.origin_requests !== r.decisions) problems.push(`${r.label}: origin received ${r.origin_requests} requests for ${r.decisions} allowed decisions`);
+    if (Object.keys(r.unexpected_outcomes).length > 0) problems.push(`${r.label}: not every request was allowed: ${JSON.stringify(r.unexpected_outcomes)}`);
+  }
+  for (const v of [...l.sequential.variants, ...l.concurrent.variants]) {
+    if (Object.keys(v.unexpected_outcomes).length > 0) problems.push(`latency ${v.label}: unexpected outcomes ${JSON.stringify(v.unexpected_outcomes)}`);
+  }
+  return problems;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+
+function render(
+  env: ReturnType<typeof environment>,
+  d: DecisionResult,
+  l: LatencyResult,
+  s: ScriptResult,
+  problems: string[],
+  sizes: Sizes,
+): string {
+  const out: string[] = [];
+  out.push(`sluice bench (${env.git}) on ${env.cpus}× ${env.cpu_model}, node ${env.node}, redis ${env.redis}, miniflare ${env.miniflare}`);
+
+  out.push("", `1. Redis requests per decision (${sizes.decisions} allowed requests per route, each from a distinct CF-Connecting-IP)`);
+  const calls = (r: DecisionCounts) => Object.entries(r.script_calls).map(([c, n]) => `${c} ${n}`).join(", ") || "none";
+  const inside = (r: DecisionCounts) => Object.entries(r.inside_script_per_decision).map(([c, n]) => `${c.toUpperCase()} ${n}`).join(" + ");
+  out.push(
+    table(
+      ["", "HTTP req / decision", "script calls / decision", "top-level calls", "commands inside the script / decision"],
+      [
+        ...d.routes.map((r) => [r.label, fmt(r.http_requests_per_decision), fmt(r.script_calls_per_decision), calls(r), `${fmt(r.inside_script_total_per_decision)} (${inside(r)})`]),
+        [
+          "cold start (1 request)",
+          String(d.cold.http_requests),
+          fmt(d.cold.script_calls_per_decision),
+          calls(d.cold) + (Object.keys(d.cold.failed_commands).length ? `; failed: ${Object.entries(d.cold.failed_commands).map(([c, n]) => `${c} ${n}`).join(", ")}` : ""),
+          `${fmt(d.cold.inside_script_total_per_decision)} (${inside(d.cold)})`,
+        ],
+      ],
+    ),
+  );
+  out.push(
+    "   HTTP req = requests the Upstash-REST bridge received; script calls = EVALSHA + EVAL reaching Redis (INFO commandstats).",
+    "   INFO commandstats also counts the commands a script runs (TIME, GET, SET), so those are shown separately:",
+    "   they are not extra round trips. Cold start: the first request of an isolate on a Redis without the script.",
+  );
+
+  const seq = l.sequential;
+  out.push("", `2. Latency of an allowed request: dispatchFetch wall time in ms (${seq.requests} sequential per variant after ${seq.warmup} warm-up, interleaved in blocks of ${seq.block})`);
+  const added = new Map(seq.added.map((a) => [a.variant, a]));
+  out.push(
+    table(
+      ["variant", "median", "p90", "p99", "added median", "added p99"],
+      seq.variants.map((v) => {
+        const a = added.get(v.key);
+        return [v.label, ms(v.latency.median_ms), ms(v.latency.p90_ms), ms(v.latency.p99_ms), a ? signed(a.added_median_ms) : "—", a ? signed(a.added_p99_ms) : "—"];
+      }),
+    ),
+  );
+  const con = l.concurrent;
+  out.push("", `   ${con.clients} concurrent clients, ${con.requests} requests per variant (${con.rounds} rounds, order alternated)`);
+  const cAdded = new Map(con.added.map((a) => [a.variant, a]));
+  out.push(
+    table(
+      ["variant", "median", "p90", "p99", "req/s", "vs off"],
+      con.variants.map((v) => {
+        const a = cAdded.get(v.key);
+        return [v.label, ms(v.latency.median_ms), ms(v.latency.p90_ms), ms(v.latency.p99_ms), v.throughput_rps.toFixed(0), a?.throughput_ratio !== undefined ? `${a.throughput_ratio.toFixed(2)}×` : "—"];
+      }),
+    ),
+  );
+  out.push("   Everything (Worker in workerd, bridge, origin, Redis, this driver) shares one machine: absolute figures are local, the difference is the point.");
+
+  const o = s.options;
+  out.push("", `3. EVALSHA of lua/decide.lua vs INCR (redis-benchmark -n ${o.requests} -c ${o.clients} -r ${o.keyspace}, straight to Redis)`);
+  out.push(
+    table(
+      ["command", "ops/s", "p50 ms", "ratio to INCR"],
+      s.runs.map((r) => [r.label, r.ops_per_sec.toFixed(0), r.p50_ms === null ? "—" : r.p50_ms.toFixed(3), `${r.ratio_to_incr.toFixed(2)}×`]),
+    ),
+  );
+  out.push(`   script ${s.sha}; ARGV per limit (refill unit burst cost shadow): ${s.limits.map((x) => `${x.limit} [${x.argv.join(" ")}]`).join("; ")}`);
+
+  out.push("");
+  if (problems.length === 0) out.push("checks: every decision took exactly 1 HTTP request and 1 script call; every request was allowed.");
+  else out.push("PROBLEMS:", ...problems.map((p) => `  - ${p}`));
+  return out.join("\n");
+}
+
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]) => `   ${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join("  │  ")}`;
+  const rule = `   ${widths.map((w) => "─".repeat(w)).join("──┼──")}`;
+  return [line(header), rule, ...rows.map(line)].join("\n");
+}
+
+const fmt = (n: number): string => (Number.isInteger(n) ? String(n) : n.toFixed(3));
+const ms = (n: number): string => n.toFixed(3);
+const signed = (n: number): string => `${n >= 0 ? "+" : ""}${n.toFixed(3)}`;
+
+// ---------------------------------------------------------------------------------------------
+// Results and environment
+
+function writeResults(name: string, started: Date, result: unknown): string {
+  mkdirSync(RESULTS_DIR, { recursive: true });
+  const stamp = started.toISOString().replace(/:/g, "-").replace(/\.\d+Z$/, "Z");
+  const text = `${JSON.stringify(result, null, 2)}\n`;
+  const file = join(RESULTS_DIR, `${name}-${stamp}.json`);
+  for (const target of [file, join(RESULTS_DIR, "latest.json")]) {
+    const tmp = target.replace(/\.json$/, ".tmp.json");
+    writeFileSync(tmp, text);
+    renameSync(tmp, target);
+  }
+  return file;
+}
+
+async function serverVersion(info: Promise<unknown>): Promise<string> {
+  const reply = await info;
+  return Buffer.isBuffer(reply) ? (/redis_version:(\S+)/.exec(reply.toString("utf8"))?.[1] ?? "unknown") : "unknown";
+}
+
+function environment(redis: string) {
+  const version = (pkg: string): string => {
+    try {
+      return (JSON.parse(readFileSync(resolve("node_modules", pkg, "package.json"), "utf8")) as { version?: string }).version ?? "unknown";
+    } catch {
+      return "unknown";
+    }
+  };
+  let git = "no git";
+  try {
+    const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
+    const dirty = execFileSync("git", ["status", "--porcelain"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim() !== "";
+    git = `${head}${dirty ? "+dirty" : ""}`;
+  } catch {
+    // not a git checkout
+  }
+  const cpu = cpus();
+  return {
+    git,
+    node: process.version,
+    platform: `${process.platform}-${process.arch}`,
+    cpus: cpu.length,
+    cpu_model: cpu[0]?.model.trim() ?? "unknown",
+    memory_gb: round(totalmem() / 2 ** 30, 1),
+    redis,
+    miniflare: version("miniflare"),
+    wrangler: version("wrangler"),
+  };
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    console.error(`bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+    process.exit(1);
+  },
+);
