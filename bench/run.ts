@@ -59,12 +59,12 @@ async function main(): Promise<number> {
   const step = (what: string) => console.error(`bench: [${((performance.now() - t0) / 1000).toFixed(1)} s] ${what}`);
   try {
     step("building the Worker with wrangler (.wrangler/bench-build) and starting redis-server, bridge, origin");
-    const [bundle, stackStart] = await Promise.allSettled([buildWorker(cleanup), Promise.resolve()]).then(
-      ([b]) => [b, undefined] as const,
-    );
-    void stackStart;
-    if (bundle.status === "rejected") throw bundle.reason;
-    const stack = await startStack(cleanup, bundle.value);
+    // Both at once; allSettled so nothing is still starting when cleanup runs after a failure.
+    const bundle = buildWorker(cleanup);
+    const [built, stackResult] = await Promise.allSettled([bundle, startStack(cleanup, bundle)]);
+    if (built.status === "rejected") throw built.reason;
+    if (stackResult.status === "rejected") throw stackResult.reason;
+    const stack = stackResult.value;
     const ips = new IpSource();
 
     step(`1/3 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
@@ -104,8 +104,8 @@ async function main(): Promise<number> {
     };
     step("done; stopping the stack");
     console.log(render(result.environment, decisions, latency, scripts, problems, sizes));
-    const file = writeResults(result.name, started, result);
-    console.log(`\nresults: ${relative(process.cwd(), file)} (and bench/results/latest.json), ${result.duration_s} s`);
+    const file = writeResults(result.name, started, result, !values.quick);
+    console.log(`\nresults: ${relative(process.cwd(), file)}${values.quick ? "" : " and bench/results/latest.json"} (${result.duration_s} s)`);
     return 0;
   } finally {
     await cleanup.run();
@@ -148,7 +148,7 @@ function render(
   const inside = (r: DecisionCounts) => Object.entries(r.inside_script_per_decision).map(([c, n]) => `${c.toUpperCase()} ${n}`).join(" + ");
   out.push(
     table(
-      ["", "HTTP req / decision", "script calls / decision", "top-level calls", "commands inside the script / decision"],
+      ["route", "HTTP req / decision", "script calls / decision", "top-level calls", "commands inside the script / decision"],
       [
         ...d.routes.map((r) => [r.label, fmt(r.http_requests_per_decision), fmt(r.script_calls_per_decision), calls(r), `${fmt(r.inside_script_total_per_decision)} (${inside(r)})`]),
         [
@@ -223,12 +223,13 @@ const signed = (n: number): string => `${n >= 0 ? "+" : ""}${n.toFixed(3)}`;
 // ---------------------------------------------------------------------------------------------
 // Results and environment
 
-function writeResults(name: string, started: Date, result: unknown): string {
+/** A quick run writes its own file only: latest.json always holds full-size figures. */
+function writeResults(name: string, started: Date, result: unknown, latest: boolean): string {
   mkdirSync(RESULTS_DIR, { recursive: true });
   const stamp = started.toISOString().replace(/:/g, "-").replace(/\.\d+Z$/, "Z");
   const text = `${JSON.stringify(result, null, 2)}\n`;
   const file = join(RESULTS_DIR, `${name}-${stamp}.json`);
-  for (const target of [file, join(RESULTS_DIR, "latest.json")]) {
+  for (const target of latest ? [file, join(RESULTS_DIR, "latest.json")] : [file]) {
     const tmp = target.replace(/\.json$/, ".tmp.json");
     writeFileSync(tmp, text);
     renameSync(tmp, target);

@@ -66,14 +66,14 @@ export interface BenchStack {
   redis: RedisProcess;
   bridge: Bridge;
   origin: DemoOrigin;
-  bundle: string;
   /** A sluice Worker (its own workerd) on this stack, with the given `SLUICE` configuration. */
   worker(sluice: SluiceInput): Promise<Miniflare>;
   /** A RESP connection straight to the bench Redis (not through the bridge). */
   resp: RespClient;
 }
 
-export async function startStack(cleanup: Cleanup, bundle: string): Promise<BenchStack> {
+/** `bundle` may still be building: Workers wait for it, Redis, bridge and origin do not. */
+export async function startStack(cleanup: Cleanup, bundle: Promise<string>): Promise<BenchStack> {
   const redis = await startRedis();
   cleanup.add(`redis-server (pid ${redis.pid})`, () => redis.stop());
   const bridge = await startBridge({ redisUrl: redis.url, token: TOKEN });
@@ -87,15 +87,15 @@ export async function startStack(cleanup: Cleanup, bundle: string): Promise<Benc
     redis,
     bridge,
     origin,
-    bundle,
     resp,
     async worker(sluice) {
+      const scriptPath = await bundle;
       // Fail here, with the field named, rather than with 500s in the middle of a measurement.
       const checked = loadConfig({ ORIGIN_URL: origin.url, SLUICE: sluice });
       if (!checked.ok) throw new Error(`bench configuration rejected by sluice: ${checked.error.message}`);
       const mf = new Miniflare({
         modules: true,
-        scriptPath: bundle,
+        scriptPath,
         modulesRules: [{ type: "Text", include: ["**/*.lua"] }],
         compatibilityDate: "2026-04-01",
         bindings: {

@@ -17,14 +17,16 @@ export interface RedisStack {
 export async function startRedisStack(): Promise<RedisStack> {
   const redis = await startRedis();
   const bridge = await startBridge({ redisUrl: redis.url, token: TOKEN });
-  return {
+  const stack: RedisStack = {
     redis,
     bridge,
+    // reads the fields at stop time: a test may have replaced `redis` with a restarted one
     async stop() {
-      await bridge.close();
-      await redis.stop();
+      await stack.bridge.close();
+      await stack.redis.stop();
     },
   };
+  return stack;
 }
 
 export { startOrigin, type DemoOrigin };
