@@ -38,14 +38,14 @@ export interface DecisionCounts {
 }
 
 export interface DecisionResult {
-  /** The first decision of a fresh isolate against a Redis that has never seen the script. */
+  /** The first decision of a fresh isolate against a Redis that has never seen the script (NOSCRIPT, then EVAL). */
   cold: DecisionCounts;
   routes: DecisionCounts[];
 }
 
 export async function measureDecisions(stack: BenchStack, ips: IpSource, n: number): Promise<DecisionResult> {
   const mf = await stack.worker(LIMITED);
-  const cold = await count(stack, mf, ips, { label: "cold: first request of an isolate, script not loaded", path: PATH_ONE, limits: limitsOf("one") }, 1);
+  const cold = await count(stack, mf, ips, { label: "cold: first decision, script not in Redis yet", path: PATH_ONE, limits: limitsOf("one") }, 1);
   const routes = [
     await count(stack, mf, ips, { label: "route with 1 limit", path: PATH_ONE, limits: limitsOf("one") }, n),
     await count(stack, mf, ips, { label: "route with 4 limits", path: PATH_FOUR, limits: limitsOf("four") }, n),

@@ -144,27 +144,24 @@ function render(
   out.push(`sluice bench (${env.git}) on ${env.cpus}× ${env.cpu_model}, node ${env.node}, redis ${env.redis}, miniflare ${env.miniflare}`);
 
   out.push("", `1. Redis requests per decision (${sizes.decisions} allowed requests per route, each from a distinct CF-Connecting-IP)`);
-  const calls = (r: DecisionCounts) => Object.entries(r.script_calls).map(([c, n]) => `${c} ${n}`).join(", ") || "none";
+  const calls = (r: DecisionCounts) => Object.entries(r.script_calls).map(([c, n]) => `${c} ${n}${r.failed_commands[c] ? `, ${r.failed_commands[c]} failed` : ""}`).join(" + ") || "none";
   const inside = (r: DecisionCounts) => Object.entries(r.inside_script_per_decision).map(([c, n]) => `${c.toUpperCase()} ${n}`).join(" + ");
   out.push(
     table(
-      ["route", "HTTP req / decision", "script calls / decision", "top-level calls", "commands inside the script / decision"],
-      [
-        ...d.routes.map((r) => [r.label, fmt(r.http_requests_per_decision), fmt(r.script_calls_per_decision), calls(r), `${fmt(r.inside_script_total_per_decision)} (${inside(r)})`]),
-        [
-          "cold start (1 request)",
-          String(d.cold.http_requests),
-          fmt(d.cold.script_calls_per_decision),
-          calls(d.cold) + (Object.keys(d.cold.failed_commands).length ? `; failed: ${Object.entries(d.cold.failed_commands).map(([c, n]) => `${c} ${n}`).join(", ")}` : ""),
-          `${fmt(d.cold.inside_script_total_per_decision)} (${inside(d.cold)})`,
-        ],
-      ],
+      ["route", "HTTP req / decision", "script calls / decision", "commands inside the script / decision"],
+      [...d.routes, d.cold].map((r) => [
+        r === d.cold ? "cold start (1 request)" : r.label,
+        fmt(r.http_requests_per_decision),
+        `${fmt(r.script_calls_per_decision)} (${calls(r)})`,
+        `${fmt(r.inside_script_total_per_decision)} (${inside(r)})`,
+      ]),
     ),
   );
   out.push(
     "   HTTP req = requests the Upstash-REST bridge received; script calls = EVALSHA + EVAL reaching Redis (INFO commandstats).",
     "   INFO commandstats also counts the commands a script runs (TIME, GET, SET), so those are shown separately:",
-    "   they are not extra round trips. Cold start: the first request of an isolate on a Redis without the script.",
+    "   they are not extra round trips. Cold start: the first decision on a Redis whose script cache lacks decide.lua",
+    "   (EVALSHA answers NOSCRIPT, the client retries with EVAL); later decisions, from any isolate, find it loaded.",
   );
 
   const seq = l.sequential;

@@ -1,0 +1,78 @@
+/** One region's part of a split limit: its own integer rate and burst. */
+export interface Share {
+  rate: number;
+  burst: number;
+}
+
+export interface ShareInput {
+  /** The global figures the shares must never exceed in sum. */
+  rate: number;
+  burst: number;
+  /** Every region of the deployment, in a stable order. */
+  regions: readonly string[];
+  /** Tokens demanded per region over the last window (attempts × cost, refused ones included). */
+  demand: Readonly<Record<string, number>>;
+  /** Regions that could not be reached: they keep these shares, and the rest is split among the others. */
+  frozen?: Readonly<Record<string, Share>>;
+  /** Share of the global rate every reachable region keeps even when idle (default 2%). */
+  floorFraction?: number;
+}
+
+/**
+ * Splits a global rate and burst among regions in proportion to their demand, with a floor so
+ * an idle region can still admit its first requests. Shares are whole tokens; the leftovers of
+ * rounding go to the regions with the largest remainders, so nothing of the global figure is
+ * wasted and nothing exceeds it: the sum of rates is at most `rate`, the sum of bursts at most
+ * `burst`, whatever the demand. A frozen (unreachable) region keeps its share and is never
+ * given more.
+ *
+ * @example
+ * splitShares({ rate: 400, burst: 40, regions: ["a", "b", "c", "d"], demand: { a: 240, b: 120, c: 30, d: 10 } })
+ * // { a: { rate: 234, burst: 23 }, b: { rate: 120, burst: 12 }, c: { rate: 33, burst: 3 }, d: { rate: 13, burst: 2 } } (roughly)
+ */
+export function splitShares(input: ShareInput): Record<string, Share> {
+  const frozen = input.frozen ?? {};
+  const live = input.regions.filter((r) => !(r in frozen));
+  const out: Record<string, Share> = {};
+  for (const r of input.regions) if (r in frozen) out[r] = { ...(frozen[r] as Share) };
+  if (live.length === 0) return out;
+
+  const frozenRate = sum(Object.values(frozen).map((s) => s.rate));
+  const frozenBurst = sum(Object.values(frozen).map((s) => s.burst));
+  const rates = apportion(Math.max(0, input.rate - frozenRate), live, input.demand, input.floorFraction ?? 0.02);
+  // Burst follows the rate shares, so a region's burst is what its rate share is worth.
+  const bursts = apportion(Math.max(0, input.burst - frozenBurst), live, rates, 0);
+  for (const r of live) out[r] = { rate: rates[r] ?? 0, burst: bursts[r] ?? 0 };
+  return out;
+}
+
+/** The equal split a region uses before the first rebalance reaches it. */
+export function equalShare(rate: number, burst: number, regionCount: number): Share {
+  return { rate: Math.floor(rate / regionCount), burst: Math.floor(burst / regionCount) };
+}
+
+/**
+ * Whole-number apportionment of `total` among `names`: a floor each, the rest by weight,
+ * remainders by the largest-remainder method. Sums to exactly `total`.
+ */
+function apportion(total: number, names: readonly string[], weights: Readonly<Record<string, number>>, floorFraction: number): Record<string, number> {
+  // at least one whole token each where there is enough to go round: a share of 0 admits nothing
+  const floor = Math.min(Math.max(Math.floor(total * floorFraction), 1), Math.floor(total / names.length));
+  const rest = total - floor * names.length;
+  const w = names.map((n) => Math.max(0, weights[n] ?? 0));
+  const wSum = sum(w);
+  const exact = names.map((_, i) => (wSum > 0 ? (rest * (w[i] as number)) / wSum : rest / names.length));
+  const whole = exact.map(Math.floor);
+  let left = rest - sum(whole);
+  const byRemainder = names.map((_, i) => i).sort((a, b) => (exact[b] as number) - (whole[b] as number) - ((exact[a] as number) - (whole[a] as number)) || a - b);
+  for (const i of byRemainder) {
+    if (left <= 0) break;
+    whole[i] = (whole[i] as number) + 1;
+    left--;
+  }
+  return Object.fromEntries(names.map((n, i) => [n, floor + (whole[i] as number)]));
+}
+
+function sum(xs: readonly number[]): number {
+  return xs.reduce((a, b) => a + b, 0);
+}

@@ -1,0 +1,117 @@
+import { equalShare, splitShares, type Share } from "../../src/region/shares.js";
+
+/**
+ * A deterministic simulation of a `split` limit across regions, on a simulated clock: each
+ * region's bucket follows decide.lua's arithmetic (integer units, rescaled and clamped when its
+ * share changes), each region records its attempts, and a rebalancer recomputes shares with the
+ * production `splitShares` every interval. Used by the tests and by `npm run bench`.
+ */
+export interface SplitScenario {
+  rate: number;
+  burst: number;
+  /** Offered requests per second, per region. */
+  demand: Record<string, number>;
+  seconds: number;
+  /** How often the rebalancer runs (ms); `0` means never (the static equal split). */
+  rebalanceMs: number;
+  /** From this second on, these regions cannot be reached by the rebalancer. */
+  cutOff?: { region: string; fromSecond: number; demand?: number };
+}
+
+export interface SplitResult {
+  /** Admitted requests per whole second, all regions together. */
+  perSecond: number[];
+  /** Admitted requests per region over the whole run. */
+  admittedByRegion: Record<string, number>;
+  /** The most admitted in any window of one second (sliding, 10 ms steps). */
+  worstSecond: number;
+  /** Shares of the cut-off region over time (to check it never grows). */
+  cutOffShares: Share[];
+}
+
+const US = 1_000_000;
+
+class Bucket {
+  private tokens = -1;
+  private unit = 1;
+  private last = 0;
+
+  constructor(public share: Share) {}
+
+  take(now: number): boolean {
+    const { rate, burst } = this.share;
+    if (rate <= 0 || burst <= 0) return false;
+    const g = gcd(US, rate);
+    const unit = US / g;
+    const refill = rate / g;
+    const cap = burst * unit;
+    if (this.tokens < 0) this.tokens = cap;
+    else {
+      if (this.unit !== unit) this.tokens = Math.floor(this.tokens / this.unit) * unit;
+      this.tokens = Math.min(cap, this.tokens + Math.max(0, now - this.last) * refill);
+    }
+    this.unit = unit;
+    this.last = now;
+    if (this.tokens < unit) return false;
+    this.tokens -= unit;
+    return true;
+  }
+}
+
+export function simulateSplit(s: SplitScenario): SplitResult {
+  const regions = Object.keys(s.demand);
+  const start = equalShare(s.rate, s.burst, regions.length);
+  const buckets = Object.fromEntries(regions.map((r) => [r, new Bucket({ ...start })]));
+  const attempts = Object.fromEntries(regions.map((r) => [r, 0]));
+  const admittedByRegion = Object.fromEntries(regions.map((r) => [r, 0]));
+  const admitTimes: number[] = [];
+  const cutOffShares: Share[] = [];
+
+  // Arrivals: each region's requests evenly spaced, offset so regions do not move in lockstep.
+  const events: Array<{ t: number; region: string }> = [];
+  regions.forEach((region, i) => {
+    for (let sec = 0; sec < s.seconds; sec++) {
+      const cut = s.cutOff && s.cutOff.region === region && sec >= s.cutOff.fromSecond;
+      const perSecond = cut && s.cutOff?.demand !== undefined ? s.cutOff.demand : (s.demand[region] as number);
+      for (let k = 0; k < perSecond; k++) events.push({ t: sec * US + Math.floor(((k + (i + 1) / (regions.length + 1)) * US) / perSecond), region });
+    }
+  });
+  events.sort((a, b) => a.t - b.t);
+
+  let nextRebalance = s.rebalanceMs > 0 ? s.rebalanceMs * 1000 : Infinity;
+  for (const e of events) {
+    while (e.t >= nextRebalance) {
+      rebalance(nextRebalance);
+      nextRebalance += s.rebalanceMs * 1000;
+    }
+    attempts[e.region] = (attempts[e.region] as number) + 1;
+    if ((buckets[e.region] as Bucket).take(e.t)) {
+      admittedByRegion[e.region] = (admittedByRegion[e.region] as number) + 1;
+      admitTimes.push(e.t);
+    }
+  }
+
+  function rebalance(now: number): void {
+    const cut = s.cutOff && now >= s.cutOff.fromSecond * US ? s.cutOff.region : undefined;
+    const frozen = cut ? { [cut]: (buckets[cut] as Bucket).share } : {};
+    const shares = splitShares({ rate: s.rate, burst: s.burst, regions, demand: { ...attempts }, frozen });
+    for (const r of regions) if (r !== cut) (buckets[r] as Bucket).share = shares[r] as Share;
+    if (s.cutOff) cutOffShares.push({ ...(buckets[s.cutOff.region] as Bucket).share });
+    for (const r of regions) attempts[r] = 0;
+  }
+
+  const perSecond = Array.from({ length: s.seconds }, () => 0);
+  for (const t of admitTimes) perSecond[Math.floor(t / US)]! += 1;
+  let worstSecond = 0;
+  for (let lo = 0, hi = 0, from = 0; from + US <= s.seconds * US; from += 10_000) {
+    while (hi < admitTimes.length && (admitTimes[hi] as number) < from + US) hi++;
+    while (lo < admitTimes.length && (admitTimes[lo] as number) < from) lo++;
+    worstSecond = Math.max(worstSecond, hi - lo);
+  }
+  return { perSecond, admittedByRegion, worstSecond, cutOffShares };
+}
+
+function gcd(a: number, b: number): number {
+  while (b) [a, b] = [b, a % b];
+  return a;
+}
