@@ -198,7 +198,7 @@ function render(
       s.runs.map((r) => [r.label, r.ops_per_sec.toFixed(0), r.p50_ms === null ? "—" : r.p50_ms.toFixed(3), `${r.ratio_to_incr.toFixed(2)}×`]),
     ),
   );
-  out.push(`   script ${s.sha}; ARGV per limit (refill unit burst cost shadow): ${s.limits.map((x) => `${x.limit} [${x.argv.join(" ")}]`).join("; ")}`);
+  out.push(`   script ${s.sha}; ARGV (mode, n, then rate period_us burst cost shadow share_idx demand_idx per limit): ${s.limits.map((x) => `${x.route} [${x.argv.join(" ")}]`).join("; ")}`);
 
   out.push("");
   if (problems.length === 0) out.push("checks: every decision took exactly 1 HTTP request and 1 script call; every request was allowed.");

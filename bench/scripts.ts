@@ -7,7 +7,8 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { RespError } from "../dev/resp.js";
-import { loadConfig } from "../src/config/index.js";
+import { loadConfig, type Limit } from "../src/config/index.js";
+import { scriptCall } from "../src/limiter/decide.js";
 import type { SluiceInput } from "../src/config/schema.js";
 import { type Cleanup, commandStats, statsDelta, type BenchStack } from "./stack.js";
 import { round } from "./stats.js";
@@ -37,8 +38,8 @@ export interface CommandRun {
 export interface ScriptResult {
   sha: string;
   options: BenchmarkOptions;
-  /** The ARGV a real limit gets, as sluice compiles it (refill unit burst cost shadow per limit). */
-  limits: Array<{ limit: string; argv: string[] }>;
+  /** The ARGV a real route gets, as the Worker builds it (`scriptCall`: mode, n, 7 per limit). */
+  limits: Array<{ route: string; argv: string[] }>;
   runs: CommandRun[];
 }
 
@@ -65,15 +66,15 @@ export async function measureScripts(stack: BenchStack, cleanup: Cleanup, opts: 
   const expected = createHash("sha1").update(source, "utf8").digest("hex");
   if (sha !== expected) throw new Error(`SCRIPT LOAD answered ${sha}, but the SHA-1 of ${DECIDE_LUA} is ${expected}`);
 
-  const one = argvOf(ONE);
-  const four = argvOf(FOUR);
-  await verify(stack, sha, one.map((l) => l.argv));
-  await verify(stack, sha, four.map((l) => l.argv));
+  const one = limitsOf(ONE);
+  const four = limitsOf(FOUR);
+  await verify(stack, sha, one);
+  await verify(stack, sha, four);
 
   const cases: Array<{ key: string; label: string; statName: string; args: string[] }> = [
     { key: "incr", label: "INCR bench:counter", statName: "incr", args: ["INCR", "bench:counter"] },
-    { key: "evalsha_1", label: "EVALSHA decide.lua, 1 limit", statName: "evalsha", args: evalsha(sha, one.map((l) => l.argv)) },
-    { key: "evalsha_4", label: "EVALSHA decide.lua, 4 limits", statName: "evalsha", args: evalsha(sha, four.map((l) => l.argv)) },
+    { key: "evalsha_1", label: "EVALSHA decide.lua, 1 limit", statName: "evalsha", args: evalsha(sha, one, "bench:bucket") },
+    { key: "evalsha_4", label: "EVALSHA decide.lua, 4 limits", statName: "evalsha", args: evalsha(sha, four, "bench:bucket") },
   ];
   const runs: Omit<CommandRun, "ratio_to_incr">[] = [];
   for (const c of cases) {
@@ -97,30 +98,32 @@ export async function measureScripts(stack: BenchStack, cleanup: Cleanup, opts: 
   return {
     sha,
     options: opts,
-    limits: [...one, ...four.map((l) => ({ ...l, limit: `four/${l.limit}` }))],
+    limits: [
+      { route: "one", argv: evalsha(sha, one, "k").slice(3 + one.length) },
+      { route: "four", argv: evalsha(sha, four, "k").slice(3 + four.length) },
+    ],
     runs: runs.map((r) => ({ ...r, ratio_to_incr: round(r.ops_per_sec / incr) })),
   };
 }
 
-/** ARGV per limit, from sluice's own configuration compiler (what the Worker sends). */
-function argvOf(routes: SluiceInput["routes"]): Array<{ limit: string; argv: string[] }> {
+/** The limits of a route, from sluice's own configuration compiler (what the Worker runs). */
+function limitsOf(routes: SluiceInput["routes"]): Limit[] {
   const r = loadConfig({ ORIGIN_URL: "http://127.0.0.1", SLUICE: { routes } });
   if (!r.ok) throw new Error(`bench limit rejected by sluice: ${r.error.message}`);
-  const limits = r.config.routes[0]?.limits ?? [];
-  return limits.map((l) => ({ limit: l.name, argv: [l.refillPerUs, l.unit, l.burst, l.cost, l.shadow ? 1 : 0].map(String) }));
+  return r.config.routes[0]?.limits ?? [];
 }
 
-function evalsha(sha: string, argvs: string[][]): string[] {
-  const keys = argvs.map((_, i) => `bench:bucket${i + 1}:__rand_int__`);
-  return ["EVALSHA", sha, String(argvs.length), ...keys, ...argvs.flat()];
+/** EVALSHA with exactly the KEYS/ARGV the Worker sends (`scriptCall`), keys randomised per call. */
+function evalsha(sha: string, limits: Limit[], prefix: string, suffix = ":__rand_int__"): string[] {
+  const { keys, args } = scriptCall(limits.map((limit, i) => ({ limit, key: `${prefix}${i + 1}${suffix}` })), "take");
+  return ["EVALSHA", sha, String(keys.length), ...keys, ...args];
 }
 
 /** One real call first: the script must answer "admitted" with these arguments, not an error. */
-async function verify(stack: BenchStack, sha: string, argvs: string[][]): Promise<void> {
-  const keys = argvs.map((_, i) => `bench:verify${i + 1}:${argvs.length}`);
-  const reply = await stack.resp.send(["EVALSHA", sha, String(argvs.length), ...keys, ...argvs.flat()]);
-  const ok = Array.isArray(reply) && reply.length === 1 + 4 * argvs.length && reply[0] === 1;
-  if (!ok) throw new Error(`EVALSHA decide.lua with ${argvs.length} limit(s) did not admit a fresh request: ${JSON.stringify(reply)}`);
+async function verify(stack: BenchStack, sha: string, limits: Limit[]): Promise<void> {
+  const reply = await stack.resp.send(evalsha(sha, limits, "bench:verify", `:${limits.length}`));
+  const ok = Array.isArray(reply) && reply.length === 1 + 4 * limits.length && reply[0] === 1;
+  if (!ok) throw new Error(`EVALSHA decide.lua with ${limits.length} limit(s) did not admit a fresh request: ${JSON.stringify(reply)}`);
 }
 
 async function redisBenchmark(port: number, opts: BenchmarkOptions, command: string[], cleanup: Cleanup): Promise<{ opsPerSec: number; p50: number | null }> {

@@ -3,11 +3,12 @@ import type { Env } from "./env.js";
 import { clientIp, type RequestFacts } from "./keys/identify.js";
 import { BlockedBuckets } from "./limiter/blocked.js";
 import { bucketsFor } from "./limiter/buckets.js";
-import { decide, DECIDE_SCRIPT } from "./limiter/decide.js";
+import { decide, type Defer } from "./limiter/decide.js";
 import { rateLimitHeaders, retryAfterSeconds } from "./limiter/headers.js";
 import type { Decision } from "./limiter/types.js";
 import { forward } from "./origin/forward.js";
 import { chooseRegion, regionStore } from "./region/index.js";
+import { nudgeRebalance } from "./region/rebalance.js";
 import { normalisePath } from "./routing/normalise.js";
 import { findRoute } from "./routing/route.js";
 import { problem, type DecisionHeader } from "./shed/problem.js";
@@ -21,7 +22,7 @@ let memo: { sluice: unknown; origin: unknown; result: ConfigResult } | undefined
  * The request path of sluice, in one direction: configuration → normalise path → match route →
  * derive buckets → one Redis call decides every limit → forward, or shed → headers.
  */
-export async function gate(request: Request, env: Env): Promise<Response> {
+export async function gate(request: Request, env: Env, defer: Defer): Promise<Response> {
   const loaded = configOf(env);
   if (!loaded.ok) {
     const { field, problem: what } = loaded.error;
@@ -39,16 +40,16 @@ export async function gate(request: Request, env: Env): Promise<Response> {
   if (!route || route.limits.length === 0) return stamp(await forward(request, target), "allow", region);
 
   const facts: RequestFacts = { ip, matchPath: normal.path.match, headers: request.headers, url };
-  const buckets = await bucketsFor(route, facts, config.key_prefix);
+  const stores = { region, regional: regionStore(env, config, region), home: regionStore(env, config, config.home_region) };
   let decision: Decision;
   try {
-    const store = regionStore(env, config, region);
-    if (!store) throw new StoreError("unreachable", `no Upstash URL/token for region "${region}" nor for the home region`);
-    decision = await decide(buckets, store, store.script(DECIDE_SCRIPT), blocked, Date.now());
+    const buckets = await bucketsFor(route, facts, config, stores);
+    decision = await decide(buckets, blocked, Date.now(), defer);
   } catch (e) {
     if (!(e instanceof StoreError)) throw e;
     return storeTrouble(e, config, request, target, region, route.name);
   }
+  if (route.limits.some((l) => l.scope === "split")) nudgeRebalance(config, env, Date.now(), defer);
 
   if (decision.verdict === "reject") return stamp(tooManyRequests(decision, route.name), "reject", region);
   const res = await forward(request, target);
@@ -81,7 +82,8 @@ async function storeTrouble(e: StoreError, config: Config, request: Request, tar
   );
 }
 
-function configOf(env: Env): ConfigResult {
+/** The configuration of this isolate's environment, validated once and kept. */
+export function configOf(env: Env): ConfigResult {
   if (!memo || memo.sluice !== env.SLUICE || memo.origin !== env.ORIGIN_URL) {
     memo = { sluice: env.SLUICE, origin: env.ORIGIN_URL, result: loadConfig(env) };
   }

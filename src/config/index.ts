@@ -2,13 +2,8 @@ import { z } from "zod";
 import { sluiceSchema, type LimitSettings, type RouteSettings, type SluiceSettings } from "./schema.js";
 import { compilePattern, type PathPattern } from "../routing/match.js";
 
-/** A limit with the integer arithmetic of its bucket worked out once, at load time. */
-export interface Limit extends LimitSettings {
-  /** Bucket units per token: tokens are kept as integers in these units so refill is exact. */
-  unit: number;
-  /** Units added per microsecond of elapsed Redis time. */
-  refillPerUs: number;
-}
+/** A limit as the request path uses it (durations in ms, key as a list of parts). */
+export type Limit = LimitSettings;
 
 export interface Route extends Omit<RouteSettings, "limits"> {
   pattern: PathPattern;
@@ -73,14 +68,16 @@ function compile(vars: { ORIGIN_URL?: unknown; SLUICE?: unknown }): Config {
 
 const MAX_EXACT = Number.MAX_SAFE_INTEGER;
 
+/**
+ * decide.lua counts tokens as integers in units of period_us / gcd(period_us, rate) so refill is
+ * exact; the capacity in those units must stay within a double's exact integers.
+ */
 function compileLimit(l: LimitSettings, field: string): Limit {
   const periodUs = l.period * 1000;
-  const g = gcd(periodUs, l.rate);
-  const unit = periodUs / g;
-  if (l.burst * unit > MAX_EXACT) {
+  if (l.burst * (periodUs / gcd(periodUs, l.rate)) > MAX_EXACT) {
     throw new ConfigError(`${field}.burst`, `burst ${l.burst} with period ${l.period} ms is too large to count exactly; use a shorter period or a rate that divides it`);
   }
-  return { ...l, unit, refillPerUs: l.rate / g };
+  return l;
 }
 
 function gcd(a: number, b: number): number {

@@ -44,7 +44,7 @@ const limit = z
     period: duration,
     burst: z.number().int().positive().max(1_000_000_000).optional(),
     cost: z.number().int().positive().default(1),
-    scope: z.literal("region", { message: 'must be "region" (global and split scopes are not built yet)' }).default("region"),
+    scope: z.enum(["region", "global", "split"]).default("region"),
     shadow: z.boolean().default(false),
   })
   .strict()
@@ -89,6 +89,7 @@ export const sluiceSchema = z
     key_prefix: z.string().regex(/^[A-Za-z0-9_.-]{1,32}$/, "must be 1-32 characters of letters, digits, '_', '.', '-'").default("sluice"),
     timeout_ms: z.number().int().min(1).max(10_000).default(50),
     on_store_error: z.enum(["open", "closed"]).default("open"),
+    rebalance_every: duration.default(5_000),
     home_region: name.default("home"),
     regions: z.record(name, region).default({}),
     routes: z.array(route).default([]),
@@ -96,9 +97,15 @@ export const sluiceSchema = z
   .strict()
   .superRefine((c, ctx) => {
     const seen = new Set<string>();
+    const regionCount = new Set([c.home_region, ...Object.keys(c.regions)]).size;
     c.routes.forEach((r, i) => {
       if (seen.has(r.name)) ctx.addIssue({ code: "custom", path: ["routes", i, "name"], message: `duplicate route name "${r.name}"` });
       seen.add(r.name);
+      r.limits.forEach((l, j) => {
+        if (l.scope === "split" && Math.min(l.rate, l.burst) < regionCount) {
+          ctx.addIssue({ code: "custom", path: ["routes", i, "limits", j, "scope"], message: `a split limit needs rate and burst of at least one per region (${regionCount} regions)` });
+        }
+      });
     });
   });
 

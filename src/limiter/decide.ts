@@ -1,31 +1,93 @@
 import decideLua from "../../lua/decide.lua";
 import type { Limit } from "../config/index.js";
-import type { Script, Store } from "../store/redis.js";
+import type { Share } from "../region/shares.js";
 import { StoreError } from "../store/deadline.js";
+import type { Store } from "../store/redis.js";
 import type { BlockedBuckets } from "./blocked.js";
 import type { Decision, LimitOutcome } from "./types.js";
 
+/** One bucket a request falls into, and the Redis that holds it. */
 export interface Bucket {
   limit: Limit;
   key: string;
+  store: Store;
+  /** `split` limits: where this region's share and demand are kept, and the share to use before the first rebalance. */
+  split?: { shareKey: string; demandKey: string; start: Share };
 }
 
+export type ScriptMode = "take" | "peek" | "refund";
+
+/** Work that may finish after the response (`ctx.waitUntil`). */
+export type Defer = (work: Promise<unknown>) => void;
+
 /**
- * Decides a request against every limit of its route in one Redis round trip (one EVALSHA of
- * `lua/decide.lua`), all or nothing. Buckets known to be closed are answered from `blocked`
- * without calling Redis at all. Throws `StoreError` when Redis fails; the caller applies
- * `on_store_error`.
+ * Decides a request against every limit of its route: one EVALSHA of `lua/decide.lua` per Redis
+ * involved (the region's, and the home region's for `global` limits), sent in parallel, each
+ * all-or-nothing. When one Redis admits and another refuses, what the first charged is refunded
+ * (deferred: the client does not wait for it), so a refused request keeps nothing anywhere.
+ * Buckets known to be closed are answered from `blocked` without calling Redis at all.
+ * Throws `StoreError` when a Redis fails; the caller applies `on_store_error`.
  *
  * @example
- * const d = await decide(buckets, store, store.script(DECIDE_SCRIPT), blocked, Date.now());
+ * const d = await decide(buckets, blocked, Date.now(), (p) => ctx.waitUntil(p));
  * if (d.verdict === "reject") return tooManyRequests(d.blocking);
  */
-export async function decide(buckets: Bucket[], store: Store, script: Script, blocked: BlockedBuckets, now: number): Promise<Decision> {
+export async function decide(buckets: Bucket[], blocked: BlockedBuckets, now: number, defer: Defer): Promise<Decision> {
   const cached = fromCache(buckets, blocked, now);
   if (cached) return cached;
 
-  const args = buckets.flatMap(({ limit: l }) => [l.refillPerUs, l.unit, l.burst, l.cost, l.shadow ? 1 : 0]);
-  const reply = await store.run(script, buckets.map((b) => b.key), args);
+  const groups = groupByStore(buckets);
+  const settled = await Promise.allSettled(groups.map((g) => runDecide(g, "take")));
+  const results = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === "rejected");
+  const admitted = !failed && results.every((r) => r.admitted);
+  if (!admitted) {
+    for (const r of results) if (r.admitted) defer(refund(r).catch(() => undefined));
+  }
+  if (failed) throw failed.reason instanceof StoreError ? failed.reason : new StoreError("error", String(failed.reason));
+
+  const byBucket = new Map(results.flatMap((r) => r.buckets.map((b, i) => [b, r.outcomes[i] as LimitOutcome] as const)));
+  const outcomes = buckets.map((b) => byBucket.get(b) as LimitOutcome);
+  const refusing = outcomes.filter((o) => !o.allowed && !o.limit.shadow);
+  if (!admitted) {
+    // split buckets always ask Redis: their demand counts must see every attempt
+    for (const o of refusing) if (o.retryAfterMs > 0 && o.limit.scope !== "split") blocked.block(o.key, now + o.retryAfterMs);
+    return { verdict: "reject", outcomes, blocking: longestWait(refusing.length > 0 ? refusing : outcomes), cached: false };
+  }
+  return { verdict: outcomes.some((o) => !o.allowed) ? "shadow" : "allow", outcomes };
+}
+
+/** The script source, for `store.script()`. */
+export const DECIDE_SCRIPT: string = decideLua;
+
+/** KEYS and ARGV of decide.lua for these buckets (all in one Redis); see the contract atop the script. */
+export function scriptCall(buckets: ReadonlyArray<Pick<Bucket, "limit" | "key" | "split">>, mode: ScriptMode): { keys: string[]; args: string[] } {
+  const keys = buckets.map((b) => b.key);
+  const args: Array<string | number> = [mode, buckets.length];
+  for (const { limit: l, split } of buckets) {
+    let share = 0;
+    let demand = 0;
+    if (split) {
+      share = keys.push(split.shareKey);
+      demand = keys.push(split.demandKey);
+    }
+    const { rate, burst } = split?.start ?? l;
+    args.push(rate, l.period * 1000, burst, l.cost, l.shadow ? 1 : 0, share, demand);
+  }
+  return { keys, args: args.map(String) };
+}
+
+interface GroupResult {
+  store: Store;
+  admitted: boolean;
+  buckets: Bucket[];
+  outcomes: LimitOutcome[];
+}
+
+async function runDecide(buckets: Bucket[], mode: ScriptMode): Promise<GroupResult> {
+  const store = (buckets[0] as Bucket).store;
+  const { keys, args } = scriptCall(buckets, mode);
+  const reply = await store.run(store.script(DECIDE_SCRIPT), keys, args);
   const numbers = asNumbers(reply, 1 + 4 * buckets.length);
   const outcomes = buckets.map(({ limit, key }, i): LimitOutcome => ({
     limit,
@@ -35,17 +97,24 @@ export async function decide(buckets: Bucket[], store: Store, script: Script, bl
     retryAfterMs: numbers[3 + 4 * i] as number,
     resetMs: numbers[4 + 4 * i] as number,
   }));
-
-  const refusing = outcomes.filter((o) => !o.allowed && !o.limit.shadow);
-  if (numbers[0] !== 1 || refusing.length > 0) {
-    for (const o of refusing) if (o.retryAfterMs > 0) blocked.block(o.key, now + o.retryAfterMs);
-    return { verdict: "reject", outcomes, blocking: longestWait(refusing.length > 0 ? refusing : outcomes), cached: false };
-  }
-  return { verdict: outcomes.some((o) => !o.allowed) ? "shadow" : "allow", outcomes };
+  return { store, admitted: numbers[0] === 1, buckets, outcomes };
 }
 
-/** The script source, for `store.script()`. */
-export const DECIDE_SCRIPT: string = decideLua;
+/** Gives back what an admitted group charged, when another Redis vetoed the request. */
+async function refund(group: GroupResult): Promise<void> {
+  const charged = group.buckets.filter((_, i) => group.outcomes[i]?.allowed);
+  if (charged.length > 0) await runDecide(charged, "refund");
+}
+
+function groupByStore(buckets: Bucket[]): Bucket[][] {
+  const groups = new Map<string, Bucket[]>();
+  for (const b of buckets) {
+    const g = groups.get(b.store.id);
+    if (g) g.push(b);
+    else groups.set(b.store.id, [b]);
+  }
+  return [...groups.values()];
+}
 
 function fromCache(buckets: Bucket[], blocked: BlockedBuckets, now: number): Decision | undefined {
   const outcomes: LimitOutcome[] = [];

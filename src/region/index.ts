@@ -1,6 +1,6 @@
 import type { Config } from "../config/index.js";
 import type { Env } from "../env.js";
-import { upstashStore, type Store, type Script } from "../store/redis.js";
+import { upstashStore, type Store } from "../store/redis.js";
 
 /** Where the request entered Cloudflare, as `request.cf` tells it. */
 export interface Place {
@@ -34,8 +34,13 @@ export function regionCredentials(env: Env, config: Pick<Config, "home_region">,
 }
 
 /** The store of a region, or `undefined` when no Redis is configured for it at all. */
-export function regionStore(env: Env, config: Config, region: string): (Store & { script(source: string): Script }) | undefined {
+export function regionStore(env: Env, config: Pick<Config, "home_region" | "timeout_ms">, region: string, timeoutMs = config.timeout_ms): Store | undefined {
   const { url, token } = regionCredentials(env, config, region);
   if (!url || !token) return undefined;
-  return upstashStore({ name: region, url, token, timeoutMs: config.timeout_ms });
+  return upstashStore({ name: region, url, token, timeoutMs });
+}
+
+/** Every region of the deployment: the configured ones and the home region, in a stable order. */
+export function allRegions(config: Pick<Config, "regions" | "home_region">): string[] {
+  return [...new Set([config.home_region, ...Object.keys(config.regions)])].sort();
 }

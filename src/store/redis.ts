@@ -4,8 +4,14 @@ import { StoreError, withDeadline } from "./deadline.js";
 /** One Redis database as sluice uses it: scripts only, each call bounded in time. */
 export interface Store {
   readonly name: string;
+  /** Same id, same database: limits of different scopes that meet in one database share one call. */
+  readonly id: string;
+  /** The client itself, for work off the request path (the rebalancer). */
+  readonly redis: Redis;
   /** Runs a Lua script (EVALSHA, then EVAL once on NOSCRIPT) and returns its raw reply. */
   run(script: Script, keys: string[], args: Array<string | number>): Promise<unknown>;
+  /** The script object for a source text, made once per isolate (its SHA-1 is computed once). */
+  script(source: string): Script;
 }
 
 /** A script as the client library keeps it (the SHA-1 is computed once). */
@@ -28,7 +34,7 @@ const clients = new Map<string, { redis: Redis; scripts: Map<string, Script> }>(
  * const store = upstashStore({ name: "us", url, token, timeoutMs: 50 });
  * const reply = await store.run(store.script(decideLua), keys, args);
  */
-export function upstashStore(opts: StoreOptions): Store & { script(source: string): Script } {
+export function upstashStore(opts: StoreOptions): Store {
   const id = `${opts.url}\u0000${opts.token}\u0000${opts.timeoutMs}`;
   let entry = clients.get(id);
   if (!entry) {
@@ -49,6 +55,8 @@ export function upstashStore(opts: StoreOptions): Store & { script(source: strin
   const { redis, scripts } = entry;
   return {
     name: opts.name,
+    id: `${opts.url}\u0000${opts.token}`,
+    redis,
     script(source) {
       let s = scripts.get(source);
       if (!s) scripts.set(source, (s = redis.createScript(source)));

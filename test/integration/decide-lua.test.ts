@@ -3,6 +3,7 @@ import { Redis } from "@upstash/redis";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
+import { scriptCall } from "../../src/limiter/decide.js";
 import { TokenBucketModel } from "../unit/token-bucket-model.js";
 import { startRedisStack, TOKEN, type RedisStack } from "./stack.js";
 
@@ -39,7 +40,10 @@ function compileLimits(defs: Array<{ rate: number; period: string; burst: number
   return r.config.routes[0]!.limits;
 }
 
-const argsOf = (limits: Limit[]) => limits.flatMap((l) => [l.refillPerUs, l.unit, l.burst, l.cost, l.shadow ? 1 : 0]).map(String);
+const callOf = (limits: Limit[], keys: string[], t: number) => {
+  const call = scriptCall(limits.map((limit, i) => ({ limit, key: keys[i] as string })), "take");
+  return { keys: call.keys, args: [...call.args, String(Math.floor(t / 1e6)), String(t % 1e6)] };
+};
 
 const limitArb = fc.record({
   rate: fc.integer({ min: 1, max: 60 }),
@@ -66,7 +70,8 @@ describe("decide.lua against the reference model", () => {
           let t = 1_700_000_000_000_000;
           for (const gap of gaps) {
             t += gap;
-            const reply = (await redis.eval(script, keys, [...argsOf(limits), String(Math.floor(t / 1e6)), String(t % 1e6)])) as number[];
+            const call = callOf(limits, keys, t);
+            const reply = (await redis.eval(script, call.keys, call.args)) as number[];
             const peeks = models.map((m) => m.peek(t));
             const admitted = peeks.every((p, i) => p.allowed || limits[i]!.shadow);
             if (admitted) peeks.forEach((p) => p.allowed && p.commit());

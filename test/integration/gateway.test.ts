@@ -43,7 +43,7 @@ afterAll(async () => {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const hits = (path: string) => origin.seen.filter((s) => s.path === path).length;
-const keyOf = async (route: string, limit: string, identity: string) => bucketKey("t", route, limit, await hashIdentifier(identity));
+const keyOf = async (route: string, limit: string, identity: string, region = "home") => bucketKey("t", route, limit, await hashIdentifier(`${identity}@${region}`));
 const tokensIn = async (key: string) => Number(String(await redis.get(key)).split(":")[0]);
 
 describe("token bucket through the Worker", () => {

@@ -16,11 +16,9 @@ describe("configuration", () => {
   it("fills defaults the contract names", () => {
     const r = loadConfig({ ORIGIN_URL, SLUICE: withLimit({}) });
     if (!r.ok) throw r.error;
-    expect(r.config).toMatchObject({ key_prefix: "sluice", timeout_ms: 50, on_store_error: "open" });
+    expect(r.config).toMatchObject({ key_prefix: "sluice", timeout_ms: 50, on_store_error: "open", rebalance_every: 5000 });
     const l = r.config.routes[0]!.limits[0]!;
     expect(l).toMatchObject({ burst: 100, cost: 1, algorithm: "token_bucket", scope: "region", shadow: false, key: ["ip"], period: 1000 });
-    // 100 per 1 000 000 us: gcd 100, so one token is 10 000 units and 1 unit refills per us.
-    expect(l.unit * l.rate).toBe(1_000_000 * l.refillPerUs);
   });
 
   it("accepts SLUICE as JSON text", () => {
@@ -36,6 +34,8 @@ describe("configuration", () => {
     [{ ORIGIN_URL, SLUICE: withLimit({ bogus: 1 }) }, "SLUICE.routes[0].limits[0]"],
     [{ ORIGIN_URL, SLUICE: withLimit({ name: "bad name" }) }, "SLUICE.routes[0].limits[0].name"],
     [{ ORIGIN_URL, SLUICE: { on_store_error: "maybe" } }, "SLUICE.on_store_error"],
+    [{ ORIGIN_URL, SLUICE: withLimit({ scope: "planet" }) }, "SLUICE.routes[0].limits[0].scope"],
+    [{ ORIGIN_URL, SLUICE: { ...withLimit({ scope: "split", rate: 2, burst: 2 }), regions: { eu: {}, ap: {} } } }, "SLUICE.routes[0].limits[0].scope"],
     [{ ORIGIN_URL, SLUICE: { routes: [{ name: "a", match: "/a" }, { name: "a", match: "/b" }] } }, "SLUICE.routes[1].name"],
     [{ ORIGIN_URL, SLUICE: { routes: [{ name: "a", match: "no-slash" }] } }, "SLUICE.routes[0].match"],
     [{ ORIGIN_URL, SLUICE: "{not json" }, "SLUICE"],

@@ -1,0 +1,96 @@
+import type { Config } from "../config/index.js";
+import type { Env } from "../env.js";
+import { splitKeys } from "../limiter/buckets.js";
+import type { Store } from "../store/redis.js";
+import { allRegions, regionStore } from "./index.js";
+import { splitShares, type Share } from "./shares.js";
+
+/** Rebalancing runs off the request path: it may take longer than a decision's budget. */
+const REBALANCE_TIMEOUT_MS = 2_000;
+/** Shares outlive a long partition: a cut-off region keeps its last share rather than growing back to an equal split. */
+const SHARE_TTL_S = 7 * 24 * 3600;
+
+export interface RebalanceReport {
+  ran: boolean;
+  /** Per `route/limit`: the shares written, and the regions that could not be reached (kept their share). */
+  limits: Record<string, { shares: Record<string, Share>; unreachable: string[] }>;
+}
+
+/**
+ * Recomputes the regional shares of every `split` limit from the demand each region recorded
+ * since the last run, and writes each region its share. Guarded by a lock in the home region's
+ * Redis so that only one isolate in the world runs it per interval; a region whose Redis cannot
+ * be reached keeps its last share (the others split what is left), and the home region keeps a
+ * record of every share so the next run knows what an unreachable region still holds.
+ *
+ * @example ctx.waitUntil(rebalance(config, env)) // from the cron trigger, or nudged by a request
+ */
+export async function rebalance(config: Config, env: Env): Promise<RebalanceReport> {
+  const report: RebalanceReport = { ran: false, limits: {} };
+  const split = config.routes.flatMap((route) => route.limits.filter((l) => l.scope === "split").map((limit) => ({ route, limit })));
+  if (split.length === 0) return report;
+  const home = regionStore(env, config, config.home_region, REBALANCE_TIMEOUT_MS);
+  if (!home) return report;
+  const lock = await home.redis.set(`${config.key_prefix}:rebalance:lock`, String(Date.now()), { nx: true, px: Math.max(1_000, config.rebalance_every - 100) });
+  if (lock === null) return report;
+  report.ran = true;
+
+  const regions = allRegions(config);
+  const stores = new Map(regions.map((r) => [r, regionStore(env, config, r, REBALANCE_TIMEOUT_MS) as Store]));
+  for (const { route, limit } of split) {
+    const recordKey = `${config.key_prefix}:${route.name}:${limit.name}:shares`;
+    const keysOf = (region: string) => splitKeys(config.key_prefix, route.name, limit.name, region);
+    const [record, ...demands] = await Promise.all([
+      home.redis.hgetall<Record<string, string>>(recordKey).catch(() => null),
+      ...regions.map((r) =>
+        (stores.get(r) as Store).redis.getdel<string | number>(keysOf(r).demandKey).then(
+          (v) => Number(v ?? 0),
+          () => undefined,
+        ),
+      ),
+    ]);
+    const demand: Record<string, number> = {};
+    const frozen: Record<string, Share> = {};
+    regions.forEach((r, i) => {
+      const d = demands[i];
+      if (d !== undefined) demand[r] = d;
+      else frozen[r] = parseShare(record?.[r]) ?? { rate: Math.floor(limit.rate / regions.length), burst: Math.floor(limit.burst / regions.length) };
+    });
+    const shares = splitShares({ rate: limit.rate, burst: limit.burst, regions, demand, frozen });
+    const failedWrites: string[] = [];
+    await Promise.all(
+      regions
+        .filter((r) => !(r in frozen))
+        .map((r) => (stores.get(r) as Store).redis.set(keysOf(r).shareKey, formatShare(shares[r] as Share), { ex: SHARE_TTL_S }).catch(() => failedWrites.push(r))),
+    );
+    // the record says what each region holds now: a region whose write failed still holds its old share
+    const held = Object.fromEntries(regions.filter((r) => !failedWrites.includes(r)).map((r) => [r, formatShare(shares[r] as Share)]));
+    await home.redis.hset(recordKey, held).then(() => home.redis.expire(recordKey, SHARE_TTL_S)).catch(() => undefined);
+    const unreachable = [...Object.keys(frozen), ...failedWrites];
+    report.limits[`${route.name}/${limit.name}`] = { shares, unreachable };
+  }
+  return report;
+}
+
+let lastNudge = 0;
+
+/**
+ * Starts a rebalance from a request, at most once per interval per isolate (the Redis lock makes
+ * it once per interval in the world); the cron trigger is the floor when traffic is quiet.
+ */
+export function nudgeRebalance(config: Config, env: Env, now: number, defer: (work: Promise<unknown>) => void): void {
+  // a fresh isolate waits one interval first: it has seen no demand yet, and the cron covers it
+  if (lastNudge === 0) lastNudge = now;
+  if (now - lastNudge < config.rebalance_every) return;
+  lastNudge = now;
+  defer(rebalance(config, env).catch((e: unknown) => console.error(JSON.stringify({ event: "rebalance_error", message: (e as Error).message }))));
+}
+
+function parseShare(text: string | undefined): Share | undefined {
+  const m = /^(\d+):(\d+)$/.exec(text ?? "");
+  return m ? { rate: Number(m[1]), burst: Number(m[2]) } : undefined;
+}
+
+function formatShare(s: Share): string {
+  return `${s.rate}:${s.burst}`;
+}
