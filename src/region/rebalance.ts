@@ -41,7 +41,7 @@ export async function rebalance(config: Config, env: Env): Promise<RebalanceRepo
     const recordKey = `${config.key_prefix}:${route.name}:${limit.name}:shares`;
     const keysOf = (region: string) => splitKeys(config.key_prefix, route.name, limit.name, region);
     const [record, ...demands] = await Promise.all([
-      home.redis.hgetall<Record<string, string>>(recordKey).catch(() => null),
+      home.redis.hgetall(recordKey).then(asRecord, () => ({})),
       ...regions.map((r) =>
         (stores.get(r) as Store).redis.getdel<string | number>(keysOf(r).demandKey).then(
           (v) => Number(v ?? 0),
@@ -54,7 +54,7 @@ export async function rebalance(config: Config, env: Env): Promise<RebalanceRepo
     regions.forEach((r, i) => {
       const d = demands[i];
       if (d !== undefined) demand[r] = d;
-      else frozen[r] = parseShare(record?.[r]) ?? { rate: Math.floor(limit.rate / regions.length), burst: Math.floor(limit.burst / regions.length) };
+      else frozen[r] = parseShare(record[r]) ?? { rate: Math.floor(limit.rate / regions.length), burst: Math.floor(limit.burst / regions.length) };
     });
     const shares = splitShares({ rate: limit.rate, burst: limit.burst, regions, demand, frozen });
     const failedWrites: string[] = [];
@@ -84,6 +84,14 @@ export function nudgeRebalance(config: Config, env: Env, now: number, defer: (wo
   if (now - lastNudge < config.rebalance_every) return;
   lastNudge = now;
   defer(rebalance(config, env).catch((e: unknown) => console.error(JSON.stringify({ event: "rebalance_error", message: (e as Error).message }))));
+}
+
+/** HGETALL as the client gives it without deserialisation: a flat [field, value, ...] list. */
+function asRecord(reply: unknown): Record<string, string> {
+  if (!Array.isArray(reply)) return (reply as Record<string, string> | null) ?? {};
+  const out: Record<string, string> = {};
+  for (let i = 0; i + 1 < reply.length; i += 2) out[String(reply[i])] = String(reply[i + 1]);
+  return out;
 }
 
 function parseShare(text: string | undefined): Share | undefined {

@@ -96,3 +96,27 @@ describe("identities and keys", () => {
     expect(bucketKey("sluice", "r", "l", h)).toBe(`sluice:r:l:${h}`);
   });
 });
+
+describe("regions", async () => {
+  const { chooseRegion, regionCredentials, allRegions } = await import("../../src/region/index.js");
+  const config = {
+    home_region: "us",
+    regions: { us: { continents: ["NA", "SA"], colos: [] }, eu: { continents: ["EU", "AF"], colos: ["DME"] }, ap: { continents: ["AS"], colos: ["SIN"] } },
+  };
+
+  it("are chosen by colo first, then continent, else home", () => {
+    expect(chooseRegion(config, { colo: "FRA", continent: "EU" })).toBe("eu");
+    expect(chooseRegion(config, { colo: "DME", continent: "AS" })).toBe("eu"); // explicit colo wins
+    expect(chooseRegion(config, { colo: "sin" })).toBe("ap");
+    expect(chooseRegion(config, { continent: "OC" })).toBe("us");
+    expect(chooseRegion(config, undefined)).toBe("us");
+    expect(allRegions(config)).toEqual(["ap", "eu", "us"]);
+  });
+
+  it("use their own secrets, or the home region's when they have none", () => {
+    const env = { UPSTASH_REDIS_REST_URL: "https://home", UPSTASH_REDIS_REST_TOKEN: "h", UPSTASH_REDIS_REST_URL_EU: "https://eu", UPSTASH_REDIS_REST_TOKEN_EU: "e" };
+    expect(regionCredentials(env, config, "eu")).toEqual({ url: "https://eu", token: "e" });
+    expect(regionCredentials(env, config, "ap")).toEqual({ url: "https://home", token: "h" });
+    expect(regionCredentials(env, config, "us")).toEqual({ url: "https://home", token: "h" });
+  });
+});
