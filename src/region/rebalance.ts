@@ -41,7 +41,7 @@ export async function rebalance(config: Config, env: Env): Promise<RebalanceRepo
     const recordKey = `${config.key_prefix}:${route.name}:${limit.name}:shares`;
     const keysOf = (region: string) => splitKeys(config.key_prefix, route.name, limit.name, region);
     const [record, ...demands] = await Promise.all([
-      home.redis.hgetall(recordKey).then(asRecord, () => ({})),
+      home.redis.hgetall(recordKey).then(asRecord, (): Record<string, string> => ({})),
       ...regions.map((r) =>
         (stores.get(r) as Store).redis.getdel<string | number>(keysOf(r).demandKey).then(
           (v) => Number(v ?? 0),

@@ -1,11 +1,12 @@
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RespClient } from "../../dev/resp.js";
+import type { SluiceInput } from "../../src/config/schema.js";
 import { bucketKey, hashIdentifier } from "../../src/keys/hash.js";
 import { call, startOrigin, startRedisStack, startWorker, TOKEN, type DemoOrigin, type RedisStack } from "./stack.js";
 
 const regions = { us: { continents: ["NA"] }, eu: { continents: ["EU"], colos: ["DME"] }, ap: { continents: ["AS"] } };
-const SLUICE = {
+const SLUICE: SluiceInput = {
   key_prefix: "g",
   home_region: "us",
   rebalance_every: "1s",
