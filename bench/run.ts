@@ -4,6 +4,8 @@
  *   1. Redis requests per decision (bridge HTTP requests, INFO commandstats)
  *   2. latency of an allowed request, limiting on vs off (sequential and 8 concurrent clients)
  *   3. EVALSHA of lua/decide.lua vs INCR with redis-benchmark
+ *   4. a `split` limit across four regions: static equal split vs sluice's split (simulated)
+ *   5. latency of a `global` limit vs a `region` one when the home Redis is far (two Redis stacks)
  *
  * Prints a table and writes bench/results/bench-<ISO date>.json and bench/results/latest.json.
  * `--quick` runs every part with small counts (a smoke test; its figures are noisy).
@@ -16,7 +18,9 @@ import { parseArgs } from "node:util";
 import { LIMITED, PATH_FOUR, PATH_ONE, PATH_UNLIMITED, UNLIMITED } from "./config.js";
 import { type DecisionCounts, type DecisionResult, measureDecisions } from "./decision.js";
 import { type LatencyOptions, type LatencyResult, measureLatency } from "./latency.js";
+import { measureRegions, type RegionsOptions, type RegionsResult } from "./regions.js";
 import { measureScripts, type BenchmarkOptions, type ScriptResult } from "./scripts.js";
+import { measureSplit, type SplitResult } from "./split.js";
 import { buildWorker, Cleanup, startStack } from "./stack.js";
 import { IpSource, round } from "./stats.js";
 
@@ -26,18 +30,21 @@ interface Sizes {
   decisions: number;
   latency: LatencyOptions;
   redisBenchmark: BenchmarkOptions;
+  regions: RegionsOptions;
 }
 
 const FULL: Sizes = {
   decisions: 500,
   latency: { warmup: 200, requests: 2000, block: 250, clients: 8, concurrentRequests: 2000, rounds: 2 },
   redisBenchmark: { requests: 100_000, clients: 50, keyspace: 100_000 },
+  regions: { latencies: [0, 50], warmup: 50, requests: 300, block: 50 },
 };
 
 const QUICK: Sizes = {
   decisions: 50,
   latency: { warmup: 20, requests: 200, block: 50, clients: 8, concurrentRequests: 200, rounds: 2 },
   redisBenchmark: { requests: 10_000, clients: 50, keyspace: 100_000 },
+  regions: { latencies: [0, 50], warmup: 10, requests: 60, block: 20 },
 };
 
 async function main(): Promise<number> {
@@ -67,10 +74,10 @@ async function main(): Promise<number> {
     const stack = stackResult.value;
     const ips = new IpSource();
 
-    step(`1/3 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
+    step(`1/5 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
     const decisions = await measureDecisions(stack, ips, sizes.decisions);
 
-    step(`2/3 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`);
+    step(`2/5 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`);
     const on = await stack.worker(LIMITED);
     const off = await stack.worker(UNLIMITED);
     const latency = await measureLatency(
@@ -83,10 +90,17 @@ async function main(): Promise<number> {
       sizes.latency,
     );
 
-    step(`3/3 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`);
+    step(`3/5 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`);
     const scripts = await measureScripts(stack, cleanup, sizes.redisBenchmark);
 
-    const problems = findProblems(decisions, latency);
+    step("4/5 split limit across four regions: static equal split vs sluice's split (simulated clock, 60 s)");
+    const split = measureSplit();
+
+    const r = sizes.regions;
+    step(`5/5 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`);
+    const regions = await measureRegions(stack, cleanup, ips, sizes.regions);
+
+    const problems = [...findProblems(decisions, latency), ...split.problems, ...regions.problems];
     const redisVersion = await serverVersion(stack.resp.send(["INFO", "server"]));
     const finished = new Date();
     const result = {
@@ -100,10 +114,12 @@ async function main(): Promise<number> {
       decisions,
       latency,
       scripts,
+      split,
+      regions,
       problems,
     };
     step("done; stopping the stack");
-    console.log(render(result.environment, decisions, latency, scripts, problems, sizes));
+    console.log(render(result.environment, decisions, latency, scripts, split, regions, problems, sizes));
     const file = writeResults(result.name, started, result, !values.quick);
     console.log(`\nresults: ${relative(process.cwd(), file)}${values.quick ? "" : " and bench/results/latest.json"} (${result.duration_s} s)`);
     return 0;
@@ -137,6 +153,8 @@ function render(
   d: DecisionResult,
   l: LatencyResult,
   s: ScriptResult,
+  sp: SplitResult,
+  rg: RegionsResult,
   problems: string[],
   sizes: Sizes,
 ): string {
@@ -200,10 +218,93 @@ function render(
   );
   out.push(`   script ${s.sha}; ARGV (mode, n, then rate period_us burst cost shadow share_idx demand_idx per limit): ${s.limits.map((x) => `${x.route} [${x.argv.join(" ")}]`).join("; ")}`);
 
+  renderSplit(out, sp);
+  renderRegions(out, rg);
+
   out.push("");
-  if (problems.length === 0) out.push("checks: every decision took exactly 1 HTTP request and 1 script call; every request was allowed.");
+  if (problems.length === 0) {
+    out.push(
+      "checks: every decision took exactly 1 HTTP request and 1 script call; every request was allowed (from EU: decided in eu, the global limit in the home Redis);",
+      `        no split variant admitted more than rate + burst in any one-second window; the cut-off region's share never grew.`,
+    );
+  }
   else out.push("PROBLEMS:", ...problems.map((p) => `  - ${p}`));
   return out.join("\n");
+}
+
+function renderSplit(out: string[], sp: SplitResult): void {
+  const sc = sp.scenario;
+  const regions = Object.keys(sc.demand);
+  out.push(
+    "",
+    `4. Split limit across four regions (simulated clock, ${sc.seconds} s): ${sc.rate}/s in all, burst ${sc.burst}; offered ${regions.map((r) => `${r} ${sc.demand[r]}`).join(", ")} /s`,
+  );
+  out.push(
+    table(
+      ["variant", "seconds", "admitted/s", `% of ${sc.rate}`, ...regions.map((r) => `${r}: admitted/offered`), "worst 1 s", `over ${sc.rate}`],
+      sp.variants.map((v) => [
+        v.label,
+        `${v.measured_seconds.from}–${v.measured_seconds.to - 1}`,
+        v.admitted_per_s.toFixed(1),
+        `${v.admitted_pct_of_rate.toFixed(1)}%`,
+        ...regions.map((r) => {
+          const f = v.regions.find((x) => x.region === r);
+          return f ? `${f.admitted_per_s.toFixed(1)}/${fmt(f.offered_per_s)}` : "—";
+        }),
+        String(v.worst_second),
+        `${v.overshoot >= 0 ? "+" : ""}${v.overshoot}`,
+      ]),
+    ),
+  );
+  for (const v of sp.variants) {
+    const c = v.cut_off;
+    if (!c) continue;
+    const share = (x: { rate: number; burst: number } | null) => (x ? `${x.rate}/s burst ${x.burst}` : "none");
+    out.push(
+      `   rebalance ${v.rebalance_ms / 1000} s, ${c.region} cut off at ${c.from_second} s (demand → ${c.demand_per_s}/s): share at the cut ${share(c.share_at_cut)}, largest after ${share(c.max_share_after_cut)};` +
+        ` ${c.region} admitted ${c.admitted_per_s_after_cut.toFixed(1)}/s after the cut; worst one-second window ${v.worst_second} (ceiling ${sc.rate + sc.burst}).`,
+    );
+  }
+  out.push(
+    "   seconds = the seconds the means cover: after the first rebalance has taken effect (static: after the first second), or after the cut.",
+    "   worst 1 s = most admitted in any one-second window of the whole run (sliding in 10 ms steps); over = worst − rate (negative: under).",
+    "   Buckets follow decide.lua's arithmetic and shares come from the production splitShares (test/support/split-simulation.ts): exact, not sampled.",
+  );
+}
+
+function renderRegions(out: string[], rg: RegionsResult): void {
+  const o = rg.options;
+  out.push(
+    "",
+    `5. global vs region limit, requests from ${rg.from.continent}/${rg.from.colo}, home Redis (us) made far by latency injected in its bridge: dispatchFetch wall time in ms`,
+    `   (${o.requests} sequential per route and latency after ${o.warmup} warm-up, routes interleaved in blocks of ${o.block}; eu's Redis untouched)`,
+  );
+  const base = rg.steps[0];
+  const baseMedian = (key: string) => base?.routes.find((r) => r.key === key)?.latency.median_ms;
+  out.push(
+    table(
+      ["injected", "route", "median", "p99", "vs +0 ms median", "HTTP req to home / eu", "added median (global − region)", "added p99"],
+      rg.steps.flatMap((st) =>
+        st.routes.map((r, i) => {
+          const b = baseMedian(r.key);
+          return [
+            i === 0 ? `+${st.injected_ms} ms` : "",
+            r.label,
+            ms(r.latency.median_ms),
+            ms(r.latency.p99_ms),
+            b === undefined || st === base ? "—" : signed(r.latency.median_ms - b),
+            `${fmt(r.home_requests_per_decision)} / ${fmt(r.eu_requests_per_decision)}`,
+            r.key === "global" ? signed(st.added_median_ms) : "",
+            r.key === "global" ? signed(st.added_p99_ms) : "",
+          ];
+        }),
+      ),
+    ),
+  );
+  out.push(
+    "   Every response checked: 200, Sluice-Decision allow, Sluice-Region eu. HTTP req = requests each bridge received per decision:",
+    "   the region limit is decided in eu's Redis, the global one in the home Redis, one round trip each. timeout_ms is 1000, so nothing is degraded.",
+  );
 }
 
 function table(header: string[], rows: string[][]): string {

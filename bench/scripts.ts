@@ -8,8 +8,9 @@ import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { RespError } from "../dev/resp.js";
 import { loadConfig, type Limit } from "../src/config/index.js";
-import { scriptCall } from "../src/limiter/decide.js";
+import type { scriptCall } from "../src/limiter/decide.js";
 import type { SluiceInput } from "../src/config/schema.js";
+import { importDecide } from "./lua-text.js";
 import { type Cleanup, commandStats, statsDelta, type BenchStack } from "./stack.js";
 import { round } from "./stats.js";
 
@@ -68,13 +69,15 @@ export async function measureScripts(stack: BenchStack, cleanup: Cleanup, opts: 
 
   const one = limitsOf(ONE);
   const four = limitsOf(FOUR);
-  await verify(stack, sha, one);
-  await verify(stack, sha, four);
+  // decide.ts imports decide.lua: loaded at run time, through the .lua hook (see lua-text.ts)
+  const call = (await importDecide()).scriptCall;
+  await verify(stack, call, sha, one);
+  await verify(stack, call, sha, four);
 
   const cases: Array<{ key: string; label: string; statName: string; args: string[] }> = [
     { key: "incr", label: "INCR bench:counter", statName: "incr", args: ["INCR", "bench:counter"] },
-    { key: "evalsha_1", label: "EVALSHA decide.lua, 1 limit", statName: "evalsha", args: evalsha(sha, one, "bench:bucket") },
-    { key: "evalsha_4", label: "EVALSHA decide.lua, 4 limits", statName: "evalsha", args: evalsha(sha, four, "bench:bucket") },
+    { key: "evalsha_1", label: "EVALSHA decide.lua, 1 limit", statName: "evalsha", args: evalsha(call, sha, one, "bench:bucket") },
+    { key: "evalsha_4", label: "EVALSHA decide.lua, 4 limits", statName: "evalsha", args: evalsha(call, sha, four, "bench:bucket") },
   ];
   const runs: Omit<CommandRun, "ratio_to_incr">[] = [];
   for (const c of cases) {
@@ -99,8 +102,8 @@ export async function measureScripts(stack: BenchStack, cleanup: Cleanup, opts: 
     sha,
     options: opts,
     limits: [
-      { route: "one", argv: evalsha(sha, one, "k").slice(3 + one.length) },
-      { route: "four", argv: evalsha(sha, four, "k").slice(3 + four.length) },
+      { route: "one", argv: evalsha(call, sha, one, "k").slice(3 + one.length) },
+      { route: "four", argv: evalsha(call, sha, four, "k").slice(3 + four.length) },
     ],
     runs: runs.map((r) => ({ ...r, ratio_to_incr: round(r.ops_per_sec / incr) })),
   };
@@ -114,14 +117,14 @@ function limitsOf(routes: SluiceInput["routes"]): Limit[] {
 }
 
 /** EVALSHA with exactly the KEYS/ARGV the Worker sends (`scriptCall`), keys randomised per call. */
-function evalsha(sha: string, limits: Limit[], prefix: string, suffix = ":__rand_int__"): string[] {
-  const { keys, args } = scriptCall(limits.map((limit, i) => ({ limit, key: `${prefix}${i + 1}${suffix}` })), "take");
+function evalsha(call: typeof scriptCall, sha: string, limits: Limit[], prefix: string, suffix = ":__rand_int__"): string[] {
+  const { keys, args } = call(limits.map((limit, i) => ({ limit, key: `${prefix}${i + 1}${suffix}` })), "take");
   return ["EVALSHA", sha, String(keys.length), ...keys, ...args];
 }
 
 /** One real call first: the script must answer "admitted" with these arguments, not an error. */
-async function verify(stack: BenchStack, sha: string, limits: Limit[]): Promise<void> {
-  const reply = await stack.resp.send(evalsha(sha, limits, "bench:verify", `:${limits.length}`));
+async function verify(stack: BenchStack, call: typeof scriptCall, sha: string, limits: Limit[]): Promise<void> {
+  const reply = await stack.resp.send(evalsha(call, sha, limits, "bench:verify", `:${limits.length}`));
   const ok = Array.isArray(reply) && reply.length === 1 + 4 * limits.length && reply[0] === 1;
   if (!ok) throw new Error(`EVALSHA decide.lua with ${limits.length} limit(s) did not admit a fresh request: ${JSON.stringify(reply)}`);
 }

@@ -66,29 +66,47 @@ export interface BenchStack {
   redis: RedisProcess;
   bridge: Bridge;
   origin: DemoOrigin;
-  /** A sluice Worker (its own workerd) on this stack, with the given `SLUICE` configuration. */
-  worker(sluice: SluiceInput): Promise<Miniflare>;
+  /**
+   * A sluice Worker (its own workerd) on this stack, with the given `SLUICE` configuration.
+   * `bindings` are added to (or replace) the default ones, e.g. another home Redis or the
+   * `UPSTASH_REDIS_REST_URL_<REGION>` secrets of other regions.
+   */
+  worker(sluice: SluiceInput, bindings?: Record<string, string>): Promise<Miniflare>;
   /** A RESP connection straight to the bench Redis (not through the bridge). */
   resp: RespClient;
 }
 
+/** One more private Redis behind its own Upstash-REST bridge (e.g. another region's database). */
+export interface RedisBridge {
+  redis: RedisProcess;
+  bridge: Bridge;
+  resp: RespClient;
+}
+
+/** A private redis-server and a bridge in front of it, both registered with `cleanup`. */
+export async function startRedisBridge(cleanup: Cleanup, label = ""): Promise<RedisBridge> {
+  const name = label ? ` ${label}` : "";
+  const redis = await startRedis();
+  cleanup.add(`redis-server${name} (pid ${redis.pid})`, () => redis.stop());
+  const bridge = await startBridge({ redisUrl: redis.url, token: TOKEN });
+  cleanup.add(`bridge${name}`, () => bridge.close());
+  const resp = RespClient.fromUrl(redis.url, { timeoutMs: 10_000 });
+  cleanup.add(`RESP client${name}`, () => resp.close());
+  return { redis, bridge, resp };
+}
+
 /** `bundle` may still be building: Workers wait for it, Redis, bridge and origin do not. */
 export async function startStack(cleanup: Cleanup, bundle: Promise<string>): Promise<BenchStack> {
-  const redis = await startRedis();
-  cleanup.add(`redis-server (pid ${redis.pid})`, () => redis.stop());
-  const bridge = await startBridge({ redisUrl: redis.url, token: TOKEN });
-  cleanup.add("bridge", () => bridge.close());
+  const { redis, bridge, resp } = await startRedisBridge(cleanup);
   const origin = await startOrigin();
   cleanup.add("demo origin", () => origin.close());
-  const resp = RespClient.fromUrl(redis.url, { timeoutMs: 10_000 });
-  cleanup.add("RESP client", () => resp.close());
 
   return {
     redis,
     bridge,
     origin,
     resp,
-    async worker(sluice) {
+    async worker(sluice, bindings = {}) {
       const scriptPath = await bundle;
       // Fail here, with the field named, rather than with 500s in the middle of a measurement.
       const checked = loadConfig({ ORIGIN_URL: origin.url, SLUICE: sluice });
@@ -103,6 +121,7 @@ export async function startStack(cleanup: Cleanup, bundle: Promise<string>): Pro
           SLUICE: sluice,
           UPSTASH_REDIS_REST_URL: bridge.url,
           UPSTASH_REDIS_REST_TOKEN: TOKEN,
+          ...bindings,
         },
       });
       cleanup.add("miniflare", () => mf.dispose());

@@ -1,3 +1,5 @@
+import type { JobMessage } from "./shed/queue.js";
+
 /** The Worker's bindings: vars from wrangler.toml, secrets from `.dev.vars` / `wrangler secret put`. */
 export interface Env {
   ORIGIN_URL?: string;
@@ -5,6 +7,10 @@ export interface Env {
   UPSTASH_REDIS_REST_URL?: string;
   UPSTASH_REDIS_REST_TOKEN?: string;
   SLUICE_ADMIN_TOKEN?: string;
+  /** Producer binding of the queue that `on_limit = "queue"` routes shed into (consumed by this Worker). */
+  SLUICE_QUEUE?: Queue<JobMessage>;
+  /** Optional producer binding of the dead-letter queue for jobs that kept failing at the origin. */
+  SLUICE_DLQ?: Queue<JobMessage>;
   /** `UPSTASH_REDIS_REST_URL_<REGION>` / `UPSTASH_REDIS_REST_TOKEN_<REGION>` for each other region. */
   [secret: `UPSTASH_REDIS_REST_${string}`]: string | undefined;
 }

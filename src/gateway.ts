@@ -1,4 +1,4 @@
-import { loadConfig, type Config, type ConfigResult } from "./config/index.js";
+import { loadConfig, type Config, type ConfigResult, type Route } from "./config/index.js";
 import type { Env } from "./env.js";
 import { clientIp, type RequestFacts } from "./keys/identify.js";
 import { BlockedBuckets } from "./limiter/blocked.js";
@@ -6,21 +6,39 @@ import { bucketsFor } from "./limiter/buckets.js";
 import { decide, type Defer } from "./limiter/decide.js";
 import { rateLimitHeaders, retryAfterSeconds } from "./limiter/headers.js";
 import type { Decision } from "./limiter/types.js";
-import { forward } from "./origin/forward.js";
+import { forward, type ForwardTarget } from "./origin/forward.js";
 import { chooseRegion, regionStore } from "./region/index.js";
 import { nudgeRebalance } from "./region/rebalance.js";
 import { normalisePath } from "./routing/normalise.js";
 import { findRoute } from "./routing/route.js";
+import { breakerFor, recordOutcome } from "./shed/breakers.js";
+import { findCopy, isKeepable, keepCopy, type CopyAddress } from "./shed/fallback.js";
+import { JOBS_PATH } from "./shed/queue.js";
+import { enqueue, jobStatusResponse } from "./shed/enqueue.js";
 import { problem, type DecisionHeader } from "./shed/problem.js";
 import { StoreError } from "./store/deadline.js";
 
 /** Isolate-wide state: survives between requests of one isolate, never shared between isolates. */
-const blocked = new BlockedBuckets(10_000);
-let memo: { sluice: unknown; origin: unknown; result: ConfigResult } | undefined;
+export const blocked = new BlockedBuckets(10_000);
+let memo: { sluice: unknown; origin: unknown; queue: boolean; result: ConfigResult } | undefined;
+
+/** Everything the steps of one request share. */
+export interface Exchange {
+  request: Request;
+  env: Env;
+  config: Config;
+  region: string;
+  route: Route;
+  facts: RequestFacts;
+  target: ForwardTarget;
+  copy: CopyAddress;
+  defer: Defer;
+}
 
 /**
  * The request path of sluice, in one direction: configuration → normalise path → match route →
- * derive buckets → one Redis call decides every limit → forward, or shed → headers.
+ * breaker → derive buckets → one Redis call decides every limit → forward, or shed (429, cached
+ * copy, queue) → headers.
  */
 export async function gate(request: Request, env: Env, defer: Defer): Promise<Response> {
   const loaded = configOf(env);
@@ -33,27 +51,85 @@ export async function gate(request: Request, env: Env, defer: Defer): Promise<Re
   const url = new URL(request.url);
   const normal = normalisePath(url.pathname);
   if (!normal.ok) return stamp(problem({ status: normal.status, title: "Bad request path", detail: normal.detail }), "reject", region);
+  if (normal.path.match.startsWith(JOBS_PATH) && request.method === "GET") {
+    return stamp(await jobStatusResponse(env, config, normal.path.match.slice(JOBS_PATH.length)), "allow", region);
+  }
 
   const ip = clientIp(request.headers);
-  const target = { origin: config.originUrl, path: normal.path.forward, clientIp: ip };
   const route = findRoute(config.routes, request.method, normal.path.match);
-  if (!route || route.limits.length === 0) return stamp(await forward(request, target), "allow", region);
+  const target: ForwardTarget = { origin: config.originUrl, path: normal.path.forward, clientIp: ip, timeoutMs: route?.origin_timeout };
+  if (!route) return stamp(await forward(request, target), "allow", region);
 
   const facts: RequestFacts = { ip, matchPath: normal.path.match, headers: request.headers, url };
-  const stores = { region, regional: regionStore(env, config, region), home: regionStore(env, config, config.home_region) };
-  let decision: Decision;
-  try {
-    const buckets = await bucketsFor(route, facts, config, stores);
-    decision = await decide(buckets, blocked, Date.now(), defer);
-  } catch (e) {
-    if (!(e instanceof StoreError)) throw e;
-    return storeTrouble(e, config, request, target, region, route.name);
-  }
-  if (route.limits.some((l) => l.scope === "split")) nudgeRebalance(config, env, Date.now(), defer);
+  const x: Exchange = { request, env, config, region, route, facts, target, copy: { route: route.name, path: normal.path.match, search: url.search }, defer };
+  const breaker = breakerFor(x);
+  const admission = breaker?.admit(Date.now());
+  if (admission && !admission.pass) return breakerOpen(x, admission.retryAfterMs);
 
-  if (decision.verdict === "reject") return stamp(tooManyRequests(decision, route.name), "reject", region);
-  const res = await forward(request, target);
-  return stamp(withHeaders(res, rateLimitHeaders(decision.outcomes)), decision.verdict, region);
+  let decision: Decision | undefined;
+  if (route.limits.length > 0) {
+    const stores = { region, regional: regionStore(env, config, region), home: regionStore(env, config, config.home_region) };
+    try {
+      decision = await decide(await bucketsFor(route, facts, config, stores), blocked, Date.now(), defer);
+    } catch (e) {
+      if (!(e instanceof StoreError)) throw e;
+      return storeTrouble(e, x);
+    }
+    if (route.limits.some((l) => l.scope === "split")) nudgeRebalance(config, env, Date.now(), defer);
+    if (decision.verdict === "reject") return shed(x, decision);
+  }
+  const res = await forwardWatched(x, admission?.pass ? admission.probe : false);
+  return stamp(withHeaders(res, decision ? rateLimitHeaders(decision.outcomes) : {}), decision?.verdict ?? "allow", region);
+}
+
+/** Forwards, tells the breaker how it went, and keeps a copy for fallback routes. */
+async function forwardWatched(x: Exchange, probe: boolean): Promise<Response> {
+  const started = Date.now();
+  const res = await forward(x.request, x.target);
+  recordOutcome(x, res.status < 500, Date.now() - started, probe);
+  if (x.route.on_limit === "fallback" && isKeepable(x.request.method, res)) {
+    x.defer(keepCopy(x.copy, x.request, res.clone(), x.route.fallback_ttl).catch(() => undefined));
+  }
+  return res;
+}
+
+/** A refused request, as the route's `on_limit` says: 429, the last good copy, or the queue. */
+async function shed(x: Exchange, d: Extract<Decision, { verdict: "reject" }>): Promise<Response> {
+  if (x.route.on_limit === "queue") return stamp(await enqueue(x, d.blocking.retryAfterMs), "queued", x.region);
+  if (x.route.on_limit === "fallback") {
+    const fallback = await fallbackFor(x);
+    if (fallback) return stamp(withHeaders(fallback, rateLimitHeaders([d.blocking])), "fallback", x.region);
+  }
+  return stamp(tooManyRequests(d, x.route.name), "reject", x.region);
+}
+
+/** The breaker is open: the origin gets nothing; the client gets a copy, the static page, or a 503. */
+async function breakerOpen(x: Exchange, retryAfterMs: number): Promise<Response> {
+  const fallback = await fallbackFor(x);
+  if (fallback) return stamp(fallback, "fallback", x.region);
+  return stamp(
+    problem({
+      status: 503,
+      title: "Origin unavailable",
+      detail: `the origin of route "${x.route.name}" is failing; sluice is giving it ${retryAfterMs} ms to recover`,
+      extensions: { retry_after_ms: retryAfterMs },
+      headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)) },
+    }),
+    "reject",
+    x.region,
+  );
+}
+
+/** The cached copy (GET/HEAD of fallback routes), else the route's static fallback, else nothing. */
+async function fallbackFor(x: Exchange): Promise<Response | undefined> {
+  const method = x.request.method;
+  if (x.route.on_limit === "fallback" && (method === "GET" || method === "HEAD")) {
+    const copy = await findCopy(x.copy, x.request).catch(() => undefined);
+    if (copy) return copy;
+  }
+  const s = x.route.fallback;
+  if (!s) return undefined;
+  return new Response(method === "HEAD" ? null : s.body, { status: s.status, headers: { "content-type": s.content_type, "cache-control": "no-store" } });
 }
 
 function tooManyRequests(d: Extract<Decision, { verdict: "reject" }>, route: string): Response {
@@ -67,9 +143,10 @@ function tooManyRequests(d: Extract<Decision, { verdict: "reject" }>, route: str
   });
 }
 
-async function storeTrouble(e: StoreError, config: Config, request: Request, target: Parameters<typeof forward>[1], region: string, route: string): Promise<Response> {
-  console.error(JSON.stringify({ event: "store_error", reason: e.reason, region, route, on_store_error: config.on_store_error, message: e.message }));
-  if (config.on_store_error === "open") return stamp(await forward(request, target), "degraded", region);
+async function storeTrouble(e: StoreError, x: Exchange): Promise<Response> {
+  const { config, region, route } = x;
+  console.error(JSON.stringify({ event: "store_error", reason: e.reason, region, route: route.name, on_store_error: config.on_store_error, message: e.message }));
+  if (config.on_store_error === "open") return stamp(await forwardWatched(x, false), "degraded", region);
   return stamp(
     problem({
       status: 503,
@@ -84,17 +161,18 @@ async function storeTrouble(e: StoreError, config: Config, request: Request, tar
 
 /** The configuration of this isolate's environment, validated once and kept. */
 export function configOf(env: Env): ConfigResult {
-  if (!memo || memo.sluice !== env.SLUICE || memo.origin !== env.ORIGIN_URL) {
-    memo = { sluice: env.SLUICE, origin: env.ORIGIN_URL, result: loadConfig(env) };
+  const queue = Boolean(env.SLUICE_QUEUE);
+  if (!memo || memo.sluice !== env.SLUICE || memo.origin !== env.ORIGIN_URL || memo.queue !== queue) {
+    memo = { sluice: env.SLUICE, origin: env.ORIGIN_URL, queue, result: loadConfig({ ORIGIN_URL: env.ORIGIN_URL, SLUICE: env.SLUICE, hasQueue: queue }) };
   }
   return memo.result;
 }
 
-function withHeaders(res: Response, headers: Record<string, string>): Response {
+export function withHeaders(res: Response, headers: Record<string, string>): Response {
   for (const [k, v] of Object.entries(headers)) res.headers.set(k, v);
   return res;
 }
 
-function stamp(res: Response, decision: DecisionHeader, region: string): Response {
+export function stamp(res: Response, decision: DecisionHeader, region: string): Response {
   return withHeaders(res, { "Sluice-Decision": decision, "Sluice-Region": region });
 }

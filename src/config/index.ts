@@ -37,7 +37,7 @@ export type ConfigResult = { ok: true; config: Config } | { ok: false; error: Co
  * const r = loadConfig({ ORIGIN_URL: "https://api.example.com", SLUICE: { routes: [] } });
  * if (!r.ok) console.error(r.error.message); // e.g. "SLUICE.routes[0].limits[0].rate: ..."
  */
-export function loadConfig(vars: { ORIGIN_URL?: unknown; SLUICE?: unknown }): ConfigResult {
+export function loadConfig(vars: ConfigVars): ConfigResult {
   try {
     return { ok: true, config: compile(vars) };
   } catch (e) {
@@ -46,7 +46,15 @@ export function loadConfig(vars: { ORIGIN_URL?: unknown; SLUICE?: unknown }): Co
   }
 }
 
-function compile(vars: { ORIGIN_URL?: unknown; SLUICE?: unknown }): Config {
+/** The variables the configuration comes from, and whether the Worker has a queue binding. */
+export interface ConfigVars {
+  ORIGIN_URL?: unknown;
+  SLUICE?: unknown;
+  /** False when the Worker has no SLUICE_QUEUE producer: `on_limit = "queue"` is then an error. */
+  hasQueue?: boolean;
+}
+
+function compile(vars: ConfigVars): Config {
   const originUrl = parseOrigin(vars.ORIGIN_URL);
   const raw = typeof vars.SLUICE === "string" ? parseJson(vars.SLUICE) : (vars.SLUICE ?? {});
   const parsed = sluiceSchema.safeParse(raw);
@@ -55,6 +63,10 @@ function compile(vars: { ORIGIN_URL?: unknown; SLUICE?: unknown }): Config {
     throw new ConfigError(fieldName(["SLUICE", ...issue.path]), issue.message);
   }
   const s = parsed.data;
+  const queued = s.routes.findIndex((r) => r.on_limit === "queue");
+  if (queued >= 0 && vars.hasQueue === false) {
+    throw new ConfigError(`SLUICE.routes[${queued}].on_limit`, 'is "queue" but the Worker has no SLUICE_QUEUE producer binding ([[queues.producers]] binding = "SLUICE_QUEUE" in wrangler.toml)');
+  }
   return {
     ...s,
     originUrl,

@@ -60,12 +60,55 @@ const method = z
   .regex(/^[A-Za-z]+$/, "must be an HTTP method")
   .transform((m) => m.toUpperCase());
 
+/** What a fallback route answers with when it is shed and no cached copy exists ("sold out"). */
+const staticFallback = z
+  .object({
+    status: z.number().int().min(200).max(599).default(200),
+    content_type: z.string().min(1).max(200).default("text/plain; charset=utf-8"),
+    body: z.string().max(64 * 1024),
+  })
+  .strict();
+
+const queueSettings = z
+  .object({
+    /** Larger request bodies are refused with 413 rather than queued. */
+    max_body: z.number().int().min(0).max(100 * 1024).default(64 * 1024),
+    /** Request headers kept with the job (those a limit keys on are always kept). */
+    headers: z.array(z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, "must be a header name").transform((h) => h.toLowerCase())).default(["content-type"]),
+    /** Deliveries that fail at the origin (5xx, network) before the job goes to the dead-letter queue. */
+    max_retries: z.number().int().min(0).max(100).default(3),
+    /** How long a job's status can be read. */
+    status_ttl: duration.default(86_400_000),
+  })
+  .strict();
+
+const breakerSettings = z
+  .object({
+    window: duration.default(10_000),
+    min_requests: z.number().int().min(1).default(20),
+    /** Opens when at least this share of the window's requests failed (5xx, timeout, network). */
+    error_ratio: z.number().gt(0).max(1).default(0.5),
+    /** Opens too when the window's median origin latency passes this (ms). */
+    latency_ms: z.number().int().positive().optional(),
+    cooldown: duration.default(10_000),
+    /** Requests let through when half-open; all must succeed to close. */
+    probes: z.number().int().min(1).max(100).default(3),
+    /** Share the open state through Redis so every isolate of the region agrees (within a second). */
+    shared: z.boolean().default(false),
+  })
+  .strict();
+
 const route = z
   .object({
     name,
     match: z.string().regex(/^\/[^\s?#]*$/, 'must be a path pattern starting with "/" (no query, no spaces)'),
     methods: z.array(method).min(1).optional(),
-    on_limit: z.literal("reject", { message: 'must be "reject" (fallback and queue are not built yet)' }).default("reject"),
+    on_limit: z.enum(["reject", "fallback", "queue"]).default("reject"),
+    fallback_ttl: duration.default(300_000),
+    fallback: staticFallback.optional(),
+    queue: queueSettings.default(() => queueSettings.parse({})),
+    origin_timeout: duration.default(30_000),
+    breaker: breakerSettings.optional(),
     limits: z.array(limit).default([]),
   })
   .strict()

@@ -9,13 +9,17 @@ export interface ForwardTarget {
   path: string;
   /** The trusted client address, from `CF-Connecting-IP`. */
   clientIp: string;
+  /** The route's `origin_timeout`: past it the request is abandoned with a 504 problem. */
+  timeoutMs?: number;
+  /** Headers sluice itself tells the origin (`Sluice-Job-Id`, ...), set after client ones are dropped. */
+  sluiceHeaders?: Record<string, string>;
 }
 
 /**
  * Sends an allowed request to the origin, body streamed, and returns the origin's response with
  * mutable headers. Headers a client could use to impersonate sluice (`Sluice-*`) are removed, and
  * `X-Forwarded-For` is set to the trusted client IP alone, not appended to what the client sent.
- * A network failure becomes a 502 problem, never an exception.
+ * A network failure becomes a 502 problem and a timeout a 504 problem, never an exception.
  *
  * @example const res = await forward(c.req.raw, { origin, path: "/api/x", clientIp: "203.0.113.9" });
  */
@@ -29,15 +33,20 @@ export async function forward(request: Request, target: ForwardTarget): Promise<
   const named = (request.headers.get("connection") ?? "").split(",").map((h) => h.trim().toLowerCase());
   for (const h of [...HOP_BY_HOP, ...named]) if (h) headers.delete(h);
   for (const h of [...headers.keys()]) if (h.startsWith("sluice-")) headers.delete(h);
+  for (const [h, v] of Object.entries(target.sluiceHeaders ?? {})) headers.set(h, v);
   headers.set("x-forwarded-for", target.clientIp);
   headers.set("x-forwarded-proto", incoming.protocol.replace(":", ""));
   headers.set("x-forwarded-host", incoming.host);
 
   const hasBody = request.method !== "GET" && request.method !== "HEAD" && request.body !== null;
+  const signal = target.timeoutMs ? AbortSignal.timeout(target.timeoutMs) : undefined;
   try {
-    const res = await fetch(url.href, { method: request.method, headers, body: hasBody ? request.body : null, redirect: "manual" });
+    const res = await fetch(url.href, { method: request.method, headers, body: hasBody ? request.body : null, redirect: "manual", signal });
     return new Response(res.body, res);
   } catch (e) {
+    if (signal?.aborted) {
+      return problem({ status: 504, title: "Gateway timeout", detail: `the origin did not answer within ${target.timeoutMs} ms` });
+    }
     return problem({
       status: 502,
       title: "Bad gateway",

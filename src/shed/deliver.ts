@@ -1,0 +1,88 @@
+import type { Config } from "../config/index.js";
+import type { Env } from "../env.js";
+import { blocked, configOf } from "../gateway.js";
+import type { RequestFacts } from "../keys/identify.js";
+import { bucketsFor } from "../limiter/buckets.js";
+import { decide, type Defer } from "../limiter/decide.js";
+import { forward } from "../origin/forward.js";
+import { regionStore } from "../region/index.js";
+import type { Store } from "../store/redis.js";
+import { jobKey, leaseJob, readJob, writeJob, type JobStatus } from "./jobs.js";
+import { requestOf, type JobMessage } from "./queue.js";
+
+const JOB_STORE_TIMEOUT_MS = 2_000;
+
+/**
+ * The queue consumer: delivers shed requests to the origin through the same limits as live
+ * traffic. A message the limits refuse is sent again with a delay taken from the bucket's
+ * retry-after (never delivered early); a 5xx or network failure is retried with backoff up to the
+ * route's `max_retries`, then the job is marked `failed` and goes to the dead-letter queue. A job
+ * already delivered is never delivered again (the queue itself delivers at least once).
+ */
+export async function onQueue(batch: MessageBatch<JobMessage>, env: Env, defer: Defer): Promise<void> {
+  const loaded = configOf(env);
+  if (!loaded.ok) return batch.retryAll({ delaySeconds: 30 });
+  const config = loaded.config;
+  const home = regionStore(env, config, config.home_region, JOB_STORE_TIMEOUT_MS);
+  for (const message of batch.messages) {
+    try {
+      await deliverOne(message, config, env, home, defer);
+    } catch (e) {
+      console.error(JSON.stringify({ event: "queue_error", job: message.body.id, message: (e as Error).message }));
+      message.retry({ delaySeconds: 5 });
+    }
+  }
+}
+
+async function deliverOne(message: Message<JobMessage>, config: Config, env: Env, home: Store | undefined, defer: Defer): Promise<void> {
+  const m = message.body;
+  const route = config.routes.find((r) => r.name === m.route);
+  if (!home) return message.retry({ delaySeconds: 30 });
+  const status = (s: Omit<JobStatus, "id" | "route" | "updated_at">) =>
+    writeJob(home, config.key_prefix, { id: m.id, route: m.route, updated_at: new Date().toISOString(), ...s }, route?.queue.status_ttl ?? 86_400_000);
+
+  if (m.deadLetter) {
+    await status({ status: "failed", failures: m.failures, dead_letter: true });
+    return message.ack();
+  }
+  const known = await readJob(home, config.key_prefix, m.id);
+  if (known?.status === "delivered" || known?.status === "failed") return message.ack();
+  if (!route) {
+    await status({ status: "failed", failures: m.failures });
+    return message.ack();
+  }
+
+  const request = requestOf(m);
+  const facts: RequestFacts = { ip: m.ip, matchPath: m.matchPath, headers: request.headers, url: new URL(request.url) };
+  const stores = { region: m.region, regional: regionStore(env, config, m.region), home: regionStore(env, config, config.home_region) };
+  const decision = await decide(await bucketsFor(route, facts, config, stores), blocked, Date.now(), defer);
+  if (decision.verdict === "reject") return later(message, env, m, decision.blocking.retryAfterMs);
+
+  if (!(await leaseJob(home, config.key_prefix, m.id, route.origin_timeout + 5_000))) return message.retry({ delaySeconds: 5 });
+  const res = await forward(request, { origin: config.originUrl, path: m.path, clientIp: m.ip, timeoutMs: route.origin_timeout, sluiceHeaders: { "sluice-job-id": m.id } });
+  await res.body?.cancel();
+  if (res.status < 500) {
+    await status({ status: "delivered", origin_status: res.status, failures: m.failures });
+    return message.ack();
+  }
+  const failures = m.failures + 1;
+  if (failures > route.queue.max_retries) {
+    await status({ status: "failed", origin_status: res.status, failures });
+    if (env.SLUICE_DLQ) await env.SLUICE_DLQ.send({ ...m, failures, deadLetter: true }, { contentType: "json" });
+    return message.ack();
+  }
+  await status({ status: "queued", origin_status: res.status, failures });
+  await releaseLease(home, config, m.id);
+  return later(message, env, { ...m, failures }, Math.min(60_000, 1_000 * 2 ** (failures - 1)));
+}
+
+/** Sends the job again after `ms` and acks this copy: deferrals are not failures. */
+async function later(message: Message<JobMessage>, env: Env, m: JobMessage, ms: number): Promise<void> {
+  if (!env.SLUICE_QUEUE) return message.retry({ delaySeconds: Math.ceil(ms / 1000) });
+  await env.SLUICE_QUEUE.send(m, { contentType: "json", delaySeconds: Math.max(1, Math.ceil(ms / 1000)) });
+  message.ack();
+}
+
+async function releaseLease(home: Store, config: Config, id: string): Promise<void> {
+  await home.redis.del(`${await jobKey(config.key_prefix, id)}:lease`).catch(() => undefined);
+}

@@ -1,0 +1,90 @@
+import type { Route } from "../config/index.js";
+import type { RequestFacts } from "../keys/identify.js";
+import { problem } from "./problem.js";
+
+/** A shed request as it travels through the queue. */
+export interface JobMessage {
+  id: string;
+  route: string;
+  region: string;
+  method: string;
+  /** The normalised path the origin gets, and the one limits match on. */
+  path: string;
+  matchPath: string;
+  search: string;
+  ip: string;
+  headers: Array<[string, string]>;
+  /** Base64 of the body, or null. */
+  body: string | null;
+  /** Origin failures (5xx, network) so far; rate-limit deferrals do not count. */
+  failures: number;
+  enqueuedAt: number;
+  /** Set on the copy sent to the dead-letter queue, so the consumer can tell it apart. */
+  deadLetter?: true;
+}
+
+export const JOBS_PATH = "/__sluice-jobs/";
+
+export type Enqueued = { ok: true; message: JobMessage } | { ok: false; response: Response };
+
+/**
+ * Turns a shed request into a job message: method, path, query, the route's chosen headers (and
+ * any header its limits key on, so the consumer finds the same buckets), and the body up to
+ * `max_body` (larger is a 413 problem: nothing is queued that cannot be delivered whole).
+ */
+export async function toJob(request: Request, route: Route, facts: RequestFacts, region: string, forwardPath: string): Promise<Enqueued> {
+  const keep = new Set([...route.queue.headers, ...route.limits.flatMap((l) => l.key).flatMap((k) => (k.startsWith("header:") ? [k.slice(7).toLowerCase()] : k.startsWith("cookie:") ? ["cookie"] : []))]);
+  const declared = Number(request.headers.get("content-length") ?? 0);
+  if (declared > route.queue.max_body) return { ok: false, response: tooLarge(route.queue.max_body) };
+  const bytes = request.body ? new Uint8Array(await request.arrayBuffer()) : null;
+  if (bytes && bytes.length > route.queue.max_body) return { ok: false, response: tooLarge(route.queue.max_body) };
+  return {
+    ok: true,
+    message: {
+      id: crypto.randomUUID(),
+      route: route.name,
+      region,
+      method: request.method,
+      path: forwardPath,
+      matchPath: facts.matchPath,
+      search: facts.url.search,
+      ip: facts.ip,
+      headers: [...request.headers].filter(([h]) => keep.has(h.toLowerCase())),
+      body: bytes && bytes.length > 0 ? toBase64(bytes) : null,
+      failures: 0,
+      enqueuedAt: Date.now(),
+    },
+  };
+}
+
+/** The 202 a client gets for a queued request: where to read the job's status. */
+export function accepted(id: string, retryAfterMs: number): Response {
+  const location = `${JOBS_PATH}${id}`;
+  return new Response(JSON.stringify({ job_id: id, status: "queued", location }), {
+    status: 202,
+    headers: { "content-type": "application/json", location, "retry-after": String(Math.max(1, Math.ceil(retryAfterMs / 1000))), "cache-control": "no-store" },
+  });
+}
+
+/** The job's request, rebuilt for forwarding. */
+export function requestOf(m: JobMessage): Request {
+  return new Request(`https://queued.sluice${m.path}${m.search}`, {
+    method: m.method,
+    headers: m.headers,
+    body: m.body === null ? null : fromBase64(m.body),
+  });
+}
+
+function tooLarge(max: number): Response {
+  return problem({ status: 413, title: "Request too large to queue", detail: `queued requests may carry at most ${max} bytes of body` });
+}
+
+function toBase64(bytes: Uint8Array): string {
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+
+function fromBase64(text: string): Uint8Array {
+  return Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+}
