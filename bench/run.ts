@@ -241,9 +241,9 @@ function renderSplit(out: string[], sp: SplitResult): void {
   );
   out.push(
     table(
-      ["variant", "seconds", "admitted/s", `% of ${sc.rate}`, ...regions.map((r) => `${r}: admitted/offered`), "worst 1 s", `over ${sc.rate}`],
+      ["variant", "seconds", "admitted/s", `% of ${sc.rate}`, ...regions.map((r) => `${r} admitted/offered`), "worst 1 s", `over ${sc.rate}`],
       sp.variants.map((v) => [
-        v.label,
+        v.short,
         `${v.measured_seconds.from}–${v.measured_seconds.to - 1}`,
         v.admitted_per_s.toFixed(1),
         `${v.admitted_pct_of_rate.toFixed(1)}%`,
@@ -261,8 +261,8 @@ function renderSplit(out: string[], sp: SplitResult): void {
     if (!c) continue;
     const share = (x: { rate: number; burst: number } | null) => (x ? `${x.rate}/s burst ${x.burst}` : "none");
     out.push(
-      `   rebalance ${v.rebalance_ms / 1000} s, ${c.region} cut off at ${c.from_second} s (demand → ${c.demand_per_s}/s): share at the cut ${share(c.share_at_cut)}, largest after ${share(c.max_share_after_cut)};` +
-        ` ${c.region} admitted ${c.admitted_per_s_after_cut.toFixed(1)}/s after the cut; worst one-second window ${v.worst_second} (ceiling ${sc.rate + sc.burst}).`,
+      `   ${v.short}: ${c.region} unreachable for the rebalancer from second ${c.from_second}, its demand surging to ${c.demand_per_s}/s; share at the cut ${share(c.share_at_cut)},` +
+        ` largest after ${share(c.max_share_after_cut)}; ${c.region} admitted ${c.admitted_per_s_after_cut.toFixed(1)}/s after the cut; worst one-second window ${v.worst_second} (ceiling rate + burst = ${sc.rate + sc.burst}).`,
     );
   }
   out.push(

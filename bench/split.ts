@@ -44,6 +44,8 @@ export interface RegionFigures {
 export interface SplitVariant {
   key: string;
   label: string;
+  /** The label in the table. */
+  short: string;
   /** 0 = never rebalanced (the static equal split). */
   rebalance_ms: number;
   /** The seconds the means are taken over: [from, to). */
@@ -82,20 +84,22 @@ export function measureSplit(opts: SplitOptions = SPLIT_SCENARIO): SplitResult {
   const base = { rate: opts.rate, burst: opts.burst, demand: opts.demand, seconds: opts.seconds };
 
   for (const rebalanceMs of [0, ...opts.rebalanceMs]) {
-    const label = rebalanceMs === 0 ? "static equal split" : `sluice split, rebalance ${rebalanceMs / 1000} s`;
+    const label = rebalanceMs === 0 ? "static equal split" : `sluice split, rebalance every ${rebalanceMs / 1000} s`;
+    const short = rebalanceMs === 0 ? "static equal split" : `sluice, rebalance ${rebalanceMs / 1000} s`;
     // After the first rebalance has taken effect: skip it and one more second (static: the first second, its burst).
     const from = Math.ceil(rebalanceMs / 1000) + 1;
-    variants.push(run({ ...base, rebalanceMs }, `${rebalanceMs === 0 ? "static" : `sluice_${rebalanceMs}ms`}`, label, from));
+    variants.push(run({ ...base, rebalanceMs }, `${rebalanceMs === 0 ? "static" : `sluice_${rebalanceMs}ms`}`, label, short, from));
   }
   for (const rebalanceMs of opts.rebalanceMs) {
     const cutOff = { region: smallest, fromSecond: opts.cutOff.fromSecond, demand: opts.cutOff.demand };
-    const label = `sluice split, rebalance ${rebalanceMs / 1000} s, ${smallest} cut off at ${cutOff.fromSecond} s → ${cutOff.demand}/s`;
-    variants.push(run({ ...base, rebalanceMs, cutOff }, `sluice_${rebalanceMs}ms_cut_off`, label, cutOff.fromSecond));
+    const label = `sluice split, rebalance every ${rebalanceMs / 1000} s, ${smallest} cut off from the rebalancer at ${cutOff.fromSecond} s with a surge to ${cutOff.demand}/s`;
+    const short = `sluice, rebalance ${rebalanceMs / 1000} s, ${smallest} cut off`;
+    variants.push(run({ ...base, rebalanceMs, cutOff }, `sluice_${rebalanceMs}ms_cut_off`, label, short, cutOff.fromSecond));
   }
   return { scenario: opts, variants, problems };
 
   /** One simulation, its means over [from, seconds) taken by subtracting a run that stops at `from`. */
-  function run(scenario: SplitScenario, key: string, label: string, from: number): SplitVariant {
+  function run(scenario: SplitScenario, key: string, label: string, short: string, from: number): SplitVariant {
     const full = simulateSplit(scenario);
     // Deterministic and causal: a run of `from` seconds is exactly the first `from` seconds of the full one.
     const prefix = simulateSplit({ ...scenario, seconds: from });
@@ -117,6 +121,7 @@ export function measureSplit(opts: SplitOptions = SPLIT_SCENARIO): SplitResult {
     const variant: SplitVariant = {
       key,
       label,
+      short,
       rebalance_ms: scenario.rebalanceMs,
       measured_seconds: { from, to: scenario.seconds },
       admitted_per_s: round(measured / span, 1),

@@ -6,6 +6,8 @@ export interface SeenRequest {
   path: string;
   headers: IncomingHttpHeaders;
   body: string;
+  /** When it arrived (ms since epoch). */
+  at: number;
 }
 
 export interface DemoOrigin {
@@ -18,7 +20,9 @@ export interface DemoOrigin {
 
 /**
  * The demo origin: answers every request with a small JSON echo, so you can see what sluice
- * forwarded. `?status=503` picks the status, `?delay=200` waits that many ms first.
+ * forwarded. `?status=503` picks the status, `?delay=200` waits that many ms first, and
+ * `?cache-control=no-store`, `?set-cookie=a=1`, `?vary=accept-language` add those response headers
+ * (the body then echoes the varying request header), for trying out what sluice keeps.
  *
  * @example const origin = await startOrigin({ port: 8788 }); // then ORIGIN_URL=origin.url
  */
@@ -30,12 +34,19 @@ export async function startOrigin(opts: { port?: number; host?: string } = {}): 
     req.on("end", () => {
       const url = new URL(req.url ?? "/", "http://origin");
       const body = Buffer.concat(chunks).toString("utf8");
-      seen.push({ method: req.method ?? "GET", path: url.pathname, headers: req.headers, body });
+      seen.push({ method: req.method ?? "GET", path: url.pathname, headers: req.headers, body, at: Date.now() });
       const status = Number(url.searchParams.get("status") ?? 200) || 200;
       const delay = Math.min(10_000, Number(url.searchParams.get("delay") ?? 0) || 0);
       setTimeout(() => {
-        res.writeHead(status, { "content-type": "application/json", "x-origin": "demo" });
-        res.end(JSON.stringify({ origin: "demo", method: req.method, path: url.pathname, query: url.search, hit: seen.length, body }));
+        const headers: Record<string, string> = { "content-type": "application/json", "x-origin": "demo" };
+        for (const h of ["cache-control", "set-cookie", "vary"]) {
+          const v = url.searchParams.get(h);
+          if (v) headers[h] = v;
+        }
+        const vary = url.searchParams.get("vary");
+        const varied = vary ? req.headers[vary.toLowerCase()] : undefined;
+        res.writeHead(status, headers);
+        res.end(JSON.stringify({ origin: "demo", method: req.method, path: url.pathname, query: url.search, hit: seen.length, body, varied }));
       }, delay);
     });
   });

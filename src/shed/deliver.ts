@@ -41,11 +41,11 @@ async function deliverOne(message: Message<JobMessage>, config: Config, env: Env
   const status = (s: Omit<JobStatus, "id" | "route" | "updated_at">) =>
     writeJob(home, config.key_prefix, { id: m.id, route: m.route, updated_at: new Date().toISOString(), ...s }, route?.queue.status_ttl ?? 86_400_000);
 
+  const known = await readJob(home, config.key_prefix, m.id);
   if (m.deadLetter) {
-    await status({ status: "failed", failures: m.failures, dead_letter: true });
+    await status({ status: "failed", failures: m.failures, origin_status: known?.origin_status, dead_letter: true });
     return message.ack();
   }
-  const known = await readJob(home, config.key_prefix, m.id);
   if (known?.status === "delivered" || known?.status === "failed") return message.ack();
   if (!route) {
     await status({ status: "failed", failures: m.failures });

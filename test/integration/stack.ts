@@ -36,6 +36,8 @@ export interface WorkerOptions {
   origin: string;
   redisRestUrl?: string;
   bindings?: Record<string, string>;
+  /** Bind SLUICE_QUEUE / SLUICE_DLQ and consume both, as wrangler.toml does. */
+  queues?: boolean;
 }
 
 /**
@@ -54,6 +56,15 @@ export function startWorker(opts: WorkerOptions): Miniflare {
     modulesRules: [{ type: "Text", include: ["**/*.lua"] }],
     compatibilityDate: "2026-04-01",
     bindings,
+    ...(opts.queues
+      ? {
+          queueProducers: { SLUICE_QUEUE: { queueName: "sluice-shed" }, SLUICE_DLQ: { queueName: "sluice-shed-dlq" } },
+          queueConsumers: {
+            "sluice-shed": { maxBatchSize: 10, maxBatchTimeout: 1, maxRetries: 10, deadLetterQueue: "sluice-shed-dlq" },
+            "sluice-shed-dlq": { maxBatchSize: 10, maxBatchTimeout: 1 },
+          },
+        }
+      : {}),
   });
 }
 
