@@ -11,6 +11,8 @@ import { jobKey, leaseJob, readJob, writeJob, type JobStatus } from "./jobs.js";
 import { requestOf, type JobMessage } from "./queue.js";
 
 const JOB_STORE_TIMEOUT_MS = 2_000;
+/** Refusals shorter than this are waited out in the consumer; longer ones go back to the queue. */
+const PACE_MAX_WAIT_MS = 2_000;
 
 /**
  * The queue consumer: delivers shed requests to the origin through the same limits as live
@@ -55,8 +57,16 @@ async function deliverOne(message: Message<JobMessage>, config: Config, env: Env
   const request = requestOf(m);
   const facts: RequestFacts = { ip: m.ip, matchPath: m.matchPath, headers: request.headers, url: new URL(request.url) };
   const stores = { region: m.region, regional: regionStore(env, config, m.region), home: regionStore(env, config, config.home_region) };
-  const decision = await decide(await bucketsFor(route, facts, config, stores), blocked, Date.now(), defer);
-  if (decision.verdict === "reject") return later(message, env, m, decision.blocking.retryAfterMs);
+  const buckets = await bucketsFor(route, facts, config, stores);
+  // Pace in place while the wait is short: the consumer then delivers at the limit's own rate,
+  // instead of at the queue's redelivery granularity (whole seconds).
+  for (;;) {
+    const decision = await decide(buckets, blocked, Date.now(), defer);
+    if (decision.verdict !== "reject") break;
+    const wait = decision.blocking.retryAfterMs;
+    if (wait < 0 || wait > PACE_MAX_WAIT_MS) return later(message, env, m, wait < 0 ? 60_000 : wait);
+    await new Promise((resolve) => setTimeout(resolve, wait));
+  }
 
   if (!(await leaseJob(home, config.key_prefix, m.id, route.origin_timeout + 5_000))) return message.retry({ delaySeconds: 5 });
   const res = await forward(request, { origin: config.originUrl, path: m.path, clientIp: m.ip, timeoutMs: route.origin_timeout, sluiceHeaders: { "sluice-job-id": m.id } });
