@@ -7,7 +7,7 @@ import { decide, type Defer } from "./limiter/decide.js";
 import { rateLimitHeaders, retryAfterSeconds } from "./limiter/headers.js";
 import type { Decision } from "./limiter/types.js";
 import { forward, type ForwardTarget } from "./origin/forward.js";
-import { chooseRegion, regionStore } from "./region/index.js";
+import { chooseRegion, homeStore, regionStore } from "./region/index.js";
 import { nudgeRebalance } from "./region/rebalance.js";
 import { normalisePath } from "./routing/normalise.js";
 import { findRoute } from "./routing/route.js";
@@ -68,7 +68,7 @@ export async function gate(request: Request, env: Env, defer: Defer): Promise<Re
 
   let decision: Decision | undefined;
   if (route.limits.length > 0) {
-    const stores = { region, regional: regionStore(env, config, region), home: regionStore(env, config, config.home_region) };
+    const stores = { region, regional: regionStore(env, config, region), home: homeStore(env, config, region) };
     try {
       decision = await decide(await bucketsFor(route, facts, config, stores), blocked, Date.now(), defer);
     } catch (e) {

@@ -131,6 +131,8 @@ export const sluiceSchema = z
   .object({
     key_prefix: z.string().regex(/^[A-Za-z0-9_.-]{1,32}$/, "must be 1-32 characters of letters, digits, '_', '.', '-'").default("sluice"),
     timeout_ms: z.number().int().min(1).max(10_000).default(50),
+    /** The budget for the home region's Redis when a request decides `global` limits from another region (an ocean away). */
+    global_timeout_ms: z.number().int().min(1).max(10_000).default(300),
     on_store_error: z.enum(["open", "closed"]).default("open"),
     rebalance_every: duration.default(5_000),
     home_region: name.default("home"),

@@ -40,6 +40,14 @@ export function regionStore(env: Env, config: Pick<Config, "home_region" | "time
   return upstashStore({ name: region, url, token, timeoutMs });
 }
 
+/**
+ * The home region's store as seen from `region`: with the decision budget at home, with
+ * `global_timeout_ms` from anywhere else, where the home Redis is a long way off.
+ */
+export function homeStore(env: Env, config: Pick<Config, "home_region" | "timeout_ms" | "global_timeout_ms">, region: string): Store | undefined {
+  return regionStore(env, config, config.home_region, region === config.home_region ? config.timeout_ms : config.global_timeout_ms);
+}
+
 /** Every region of the deployment: the configured ones and the home region, in a stable order. */
 export function allRegions(config: Pick<Config, "regions" | "home_region">): string[] {
   return [...new Set([config.home_region, ...Object.keys(config.regions)])].sort();

@@ -28,7 +28,7 @@ export interface ShareInput {
  *
  * @example
  * splitShares({ rate: 400, burst: 40, regions: ["a", "b", "c", "d"], demand: { a: 240, b: 120, c: 30, d: 10 } })
- * // { a: { rate: 234, burst: 23 }, b: { rate: 120, burst: 12 }, c: { rate: 33, burst: 3 }, d: { rate: 13, burst: 2 } } (roughly)
+ * // { a: { rate: 240, burst: 24 }, b: { rate: 120, burst: 12 }, c: { rate: 30, burst: 3 }, d: { rate: 10, burst: 1 } }
  */
 export function splitShares(input: ShareInput): Record<string, Share> {
   const frozen = input.frozen ?? {};
@@ -52,25 +52,42 @@ export function equalShare(rate: number, burst: number, regionCount: number): Sh
 }
 
 /**
- * Whole-number apportionment of `total` among `names`: a floor each, the rest by weight,
- * remainders by the largest-remainder method. Sums to exactly `total`.
+ * Whole-number apportionment of `total` among `names`, by weight, where nobody gets less than a
+ * floor: shares are proportional to weight; a name whose share would fall under the floor gets the
+ * floor and the rest is shared again among the others (so the floor costs the busy regions only
+ * what the idle ones actually lack). Remainders go by the largest-remainder method. Sums to
+ * exactly `total`.
  */
 function apportion(total: number, names: readonly string[], weights: Readonly<Record<string, number>>, floorFraction: number): Record<string, number> {
   // at least one whole token each where there is enough to go round: a share of 0 admits nothing
   const floor = Math.min(Math.max(Math.floor(total * floorFraction), 1), Math.floor(total / names.length));
-  const rest = total - floor * names.length;
-  const w = names.map((n) => Math.max(0, weights[n] ?? 0));
-  const wSum = sum(w);
-  const exact = names.map((_, i) => (wSum > 0 ? (rest * (w[i] as number)) / wSum : rest / names.length));
-  const whole = exact.map(Math.floor);
-  let left = rest - sum(whole);
-  const byRemainder = names.map((_, i) => i).sort((a, b) => (exact[b] as number) - (whole[b] as number) - ((exact[a] as number) - (whole[a] as number)) || a - b);
-  for (const i of byRemainder) {
-    if (left <= 0) break;
-    whole[i] = (whole[i] as number) + 1;
-    left--;
+  const exact = new Map<string, number>();
+  let open = [...names];
+  let left = total;
+  for (;;) {
+    const w = open.map((n) => Math.max(0, weights[n] ?? 0));
+    const wSum = sum(w);
+    const share = (i: number) => (wSum > 0 ? (left * (w[i] as number)) / wSum : left / open.length);
+    const under = open.filter((_, i) => share(i) < floor);
+    if (under.length === 0 || under.length === open.length) {
+      // (when everybody is under the floor there is not enough for floors: plain proportions)
+      open.forEach((n, i) => exact.set(n, share(i)));
+      break;
+    }
+    for (const n of under) exact.set(n, floor);
+    left -= floor * under.length;
+    open = open.filter((n) => !under.includes(n));
   }
-  return Object.fromEntries(names.map((n, i) => [n, floor + (whole[i] as number)]));
+  const values = names.map((n) => exact.get(n) as number);
+  const whole = values.map(Math.floor);
+  let rest = total - sum(whole);
+  const byRemainder = names.map((_, i) => i).sort((a, b) => (values[b] as number) - (whole[b] as number) - ((values[a] as number) - (whole[a] as number)) || a - b);
+  for (const i of byRemainder) {
+    if (rest <= 0) break;
+    whole[i] = (whole[i] as number) + 1;
+    rest--;
+  }
+  return Object.fromEntries(names.map((n, i) => [n, whole[i] as number]));
 }
 
 function sum(xs: readonly number[]): number {

@@ -5,7 +5,7 @@ import type { RequestFacts } from "../keys/identify.js";
 import { bucketsFor } from "../limiter/buckets.js";
 import { decide, type Defer } from "../limiter/decide.js";
 import { forward } from "../origin/forward.js";
-import { regionStore } from "../region/index.js";
+import { homeStore, regionStore } from "../region/index.js";
 import type { Store } from "../store/redis.js";
 import { jobKey, leaseJob, readJob, writeJob, type JobStatus } from "./jobs.js";
 import { requestOf, type JobMessage } from "./queue.js";
@@ -56,7 +56,7 @@ async function deliverOne(message: Message<JobMessage>, config: Config, env: Env
 
   const request = requestOf(m);
   const facts: RequestFacts = { ip: m.ip, matchPath: m.matchPath, headers: request.headers, url: new URL(request.url) };
-  const stores = { region: m.region, regional: regionStore(env, config, m.region), home: regionStore(env, config, config.home_region) };
+  const stores = { region: m.region, regional: regionStore(env, config, m.region), home: homeStore(env, config, m.region) };
   const buckets = await bucketsFor(route, facts, config, stores);
   // Pace in place while the wait is short: the consumer then delivers at the limit's own rate,
   // instead of at the queue's redelivery granularity (whole seconds).

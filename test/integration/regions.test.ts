@@ -201,4 +201,18 @@ describe("scope = split", () => {
       await nudged.dispose();
     }
   });
+
+  it("global limits get global_timeout_ms from a far region, not the local decision budget", async () => {
+    const far = startWorker({ sluice: { ...SLUICE, key_prefix: "far", timeout_ms: 50 }, origin: origin.url, redisRestUrl: home.bridge.url, bindings: bindingsFor(eu.bridge.url) });
+    home.bridge.setLatency(120);
+    try {
+      const r = await call(far, "/world", { ip: "203.0.113.60", cf: EU });
+      expect(r.headers.get("sluice-decision")).toBe("allow"); // 120 ms > timeout_ms, < global_timeout_ms (300)
+      const local = await call(far, "/world", { ip: "203.0.113.61", cf: US });
+      expect(local.headers.get("sluice-decision")).toBe("degraded"); // at home the local budget applies
+    } finally {
+      home.bridge.setLatency(0);
+      await far.dispose();
+    }
+  });
 });
