@@ -125,7 +125,7 @@ function evalsha(call: typeof scriptCall, sha: string, limits: Limit[], prefix: 
 /** One real call first: the script must answer "admitted" with these arguments, not an error. */
 async function verify(stack: BenchStack, call: typeof scriptCall, sha: string, limits: Limit[]): Promise<void> {
   const reply = await stack.resp.send(evalsha(call, sha, limits, "bench:verify", `:${limits.length}`));
-  const ok = Array.isArray(reply) && reply.length === 1 + 4 * limits.length && reply[0] === 1;
+  const ok = Array.isArray(reply) && reply.length === 1 + 5 * limits.length && reply[0] === 1;
   if (!ok) throw new Error(`EVALSHA decide.lua with ${limits.length} limit(s) did not admit a fresh request: ${JSON.stringify(reply)}`);
 }
 

@@ -1,41 +1,57 @@
 --[[
 decide.lua: the limits of one route that live in this Redis, decided in one call, all or nothing.
-
-Algorithm: token bucket with continuous refill. Tokens are integers in "units" (one token =
-`unit` units) so that refill is exact: `rate` tokens per `period` is `refill` units per
-microsecond, where unit = period_us / g and refill = rate / g (g = gcd(period_us, rate)).
 The clock is Redis's own (TIME, read once), never the caller's.
 
-KEYS     1..n: the bucket of limit i: {key_prefix}:{route}:{limit}:{hash}; value
-         "tokens:unit:last_us"; TTL = time until the bucket is full again, so an expired key and
-         a full bucket are the same thing.
+Algorithms (ARGV algo):
+  1 token_bucket    continuous refill of `rate` per `period` up to `burst`. Tokens are integers in
+                    units (one token = `unit` = period_us / g units, refill = rate / g units per µs,
+                    g = gcd(period_us, rate)), so refill is exact. With warm-up (p1 = warmup_us > 0),
+                    a bucket idle for the warm-up period restarts cold: one request's worth of
+                    tokens, refilled at rate/3 rising linearly to rate over the warm-up period
+                    (Guava's SmoothWarmingUp, cold factor 3).
+                    value "tokens:unit:last_us[:warm_start_us]"
+  2 leaky_bucket    a queue drained at `rate` per `period` (nginx limit_req, GCRA): up to `burst`
+                    requests may wait ahead of this one; the request is given the wait until its
+                    slot (delay_ms) and refused when that is beyond max_delay (p1, µs). With
+                    nodelay (p2 = 1) the queue is taken at once and the wait is 0.
+                    value "l:level:unit:last_us" (level in the same units as tokens)
+  3 fixed_window    at most `rate` per window of `period`, windows aligned on Redis time.
+                    value "f:count:window"
+  4 sliding_window  two counters (this window and the last) weighted by how much of the last one
+                    still overlaps the sliding period: prev × (P − elapsed) / P + curr ≤ rate.
+                    value "s:prev:curr:window"
+  Every key has a TTL: the time until it would be back to its initial state, so an expired key and
+  a fresh limit are the same thing.
+
+KEYS     1..n: the bucket of limit i: {key_prefix}:{route}:{limit}:{hash}
          n+1..: share and demand keys of `split` limits, referred to by index from ARGV:
-           share   {key_prefix}:{route}:{limit}:share:{region}  "rate:burst", this region's part
-                   of the global figures, written by the rebalancer (absent: ARGV's rate/burst)
-           demand  {key_prefix}:{route}:{limit}:demand:{region} tokens asked for (refused ones
-                   included) since the rebalancer last read it (GETDEL); TTL 1 h
+           share   {key_prefix}:{route}:{limit}:share:{region}  "rate:burst" (absent: ARGV's)
+           demand  {key_prefix}:{route}:{limit}:demand:{region} tokens asked for since the
+                   rebalancer last read it (GETDEL); TTL 1 h
 ARGV[1]  mode: "take" decide and charge; "peek" decide, charge nothing, record nothing;
          "refund" give back `cost` to every bucket (undoing a take another Redis vetoed)
 ARGV[2]  n, the number of limits
-ARGV     then seven per limit i, at 2 + 7*(i-1) + 1 ..:
-           rate, period_us, burst, cost   (integers; cost <= burst is checked at load)
+ARGV     then ten per limit i, at 2 + 10*(i-1) + 1 ..:
+           algo, rate, period_us, burst, cost   (integers; cost <= burst is checked at load)
            shadow      1: decide and report, but never block the request
            share_idx   index in KEYS of the share key, 0 for none
            demand_idx  index in KEYS of the demand key, 0 for none
-Returns  { admitted, then four per limit: allowed, remaining, retry_after_ms, reset_ms }
+           p1, p2      token_bucket: warmup_us, 0; leaky_bucket: max_delay_us, nodelay; else 0, 0
+Returns  { admitted, then five per limit: allowed, remaining, retry_after_ms, reset_ms, delay_ms }
            admitted        1 if no enforced (non-shadow) limit refused; then, and only then,
                            every limit that allowed is charged. A refused request takes nothing.
            allowed         this limit alone would admit the request
-           remaining       whole tokens left (after the charge when admitted)
-           retry_after_ms  when refused: ms until `cost` tokens are there (-1: never)
-           reset_ms        ms until the bucket is full again
-         (refund returns { 1, then per limit 1, remaining, 0, reset_ms })
+           remaining       whole tokens (requests, queue places) left, after the charge if admitted
+           retry_after_ms  when refused: ms until the request could pass (-1: never)
+           reset_ms        ms until the limit is back to its initial state
+           delay_ms        leaky_bucket: how long the request must wait for its slot
 Cost: 1 TIME + 1 GET per limit (+1 GET per share), + 1 SET per limit when charged
       (+1 INCRBY per demand key on take).
 ]]
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now / 1000)
 
 local mode = ARGV[1]
 local n = tonumber(ARGV[2])
@@ -45,74 +61,215 @@ local function gcd(a, b)
   return a
 end
 
--- pass 1: every bucket refilled to now, and whether each limit would admit
-local admitted = 1
-local state = {}
-for i = 1, n do
-  local a = 2 + 7 * (i - 1)
-  local rate, period, burst, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local share_idx, demand_idx = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
-  if share_idx > 0 then
-    local share = redis.call('GET', KEYS[share_idx])
-    local r, b = string.match(share or '', '^(%d+):(%d+)$')
-    if r then rate, burst = tonumber(r), tonumber(b) end
-  end
-  if mode == 'take' and demand_idx > 0 then
-    if redis.call('INCRBY', KEYS[demand_idx], cost) == cost then redis.call('PEXPIRE', KEYS[demand_idx], 3600000) end
-  end
+local function ceil_ms(us) return math.ceil(math.ceil(us) / 1000) end
 
-  local g = gcd(period, math.max(rate, 1))
-  local unit, refill = period / g, rate / g
-  local cap, need = burst * unit, cost * unit
+-- Each algorithm: check(l) fills l.allowed, l.retry (ms) and returns nothing; commit(l) applies
+-- the charge (take) or refund; report(l) gives remaining, reset_ms, ttl_ms and the value to store.
 
-  local tokens = cap
-  local raw = redis.call('GET', KEYS[i])
-  if raw then
-    local stored, stored_unit, last = string.match(raw, '^(%d+):(%d+):(%d+)$')
-    if stored then
-      tokens = tonumber(stored)
-      stored_unit = tonumber(stored_unit)
-      if stored_unit ~= unit then
-        -- the limit (or this region's share of it) changed: keep whole tokens, in the new units
-        tokens = math.floor(tokens / stored_unit) * unit
-      end
-      -- a clock that went backwards (failover) refills nothing rather than a negative amount
-      tokens = math.min(cap, tokens + math.max(0, now - tonumber(last)) * refill)
+-- token bucket ------------------------------------------------------------------------------
+local token = {}
+function token.load(l, raw)
+  local g = gcd(l.period, math.max(l.rate, 1))
+  l.unit, l.refill = l.period / g, l.rate / g
+  l.cap, l.need = l.burst * l.unit, l.cost * l.unit
+  l.warm = 0
+  local stored, stored_unit, last, warm = string.match(raw or '', '^(%d+):(%d+):(%d+):?(%d*)$')
+  local cold = l.warmup > 0 and (not stored or now - tonumber(last) >= l.warmup)
+  if cold then
+    l.tokens, l.warm = math.min(l.cap, l.need), now
+    return
+  end
+  if not stored then
+    l.tokens = l.cap
+    return
+  end
+  local tokens = tonumber(stored)
+  stored_unit = tonumber(stored_unit)
+  if stored_unit ~= l.unit then
+    -- the limit (or this region's share of it) changed: keep whole tokens, in the new units
+    tokens = math.floor(tokens / stored_unit) * l.unit
+  end
+  -- a clock that went backwards (failover) refills nothing rather than a negative amount
+  local t1 = tonumber(last)
+  local t2 = math.max(t1, now)
+  local added = (t2 - t1) * l.refill
+  if warm ~= '' and tonumber(warm) > 0 then
+    -- during warm-up the rate climbs from rate/3 to rate: integrate it over [t1, t2]
+    local s, w = tonumber(warm), l.warmup
+    local a, b = math.min(t1 - s, w), math.min(t2 - s, w)
+    added = l.refill * ((b - a) / 3 + (b * b - a * a) / (3 * w) + math.max(0, (t2 - s) - math.max(t1 - s, w)))
+    if t2 - s < w then l.warm = s end
+    added = math.floor(added)
+  end
+  l.tokens = math.min(l.cap, tokens + added)
+end
+function token.check(l)
+  l.allowed = (l.rate > 0 and l.need <= l.cap and l.tokens >= l.need) and 1 or 0
+  if l.allowed == 0 then
+    if l.rate == 0 or l.need > l.cap then l.retry = -1
+    else
+      local rate_now = l.refill
+      if l.warm > 0 then rate_now = l.refill * (1 / 3 + 2 / 3 * math.min(1, (now - l.warm) / l.warmup)) end
+      l.retry = ceil_ms((l.need - l.tokens) / rate_now)
     end
   end
-
-  local allowed = (rate > 0 and need <= cap and tokens >= need) and 1 or 0
-  if mode == 'refund' then
-    tokens, allowed = math.min(cap, tokens + need), 1
-  elseif allowed == 0 and ARGV[a + 5] ~= '1' then
-    admitted = 0
-  end
-  state[i] = { refill, unit, cap, need, tokens, allowed }
+end
+function token.commit(l, sign)
+  l.tokens = math.min(l.cap, l.tokens - sign * l.need)
+end
+function token.report(l)
+  local reset = l.refill > 0 and ceil_ms((l.cap - l.tokens) / l.refill) or 0
+  local value = string.format('%d:%d:%d', l.tokens, l.unit, now)
+  if l.warm > 0 then value = value .. string.format(':%d', l.warm) end
+  return math.floor(l.tokens / l.unit), reset, math.max(reset, l.warmup > 0 and ceil_ms(l.warmup) or 0), value, l.tokens >= l.cap and l.warmup == 0
 end
 
--- pass 2: charge (only if admitted) and report
-local out = { admitted }
-for i = 1, n do
-  local refill, unit, cap, need, tokens, allowed = unpack(state[i])
-  local retry_ms = 0
-  if allowed == 0 then
-    if refill == 0 or need > cap then retry_ms = -1 else retry_ms = math.ceil(math.ceil((need - tokens) / refill) / 1000) end
+-- leaky bucket ------------------------------------------------------------------------------
+local leaky = {}
+function leaky.load(l, raw)
+  local g = gcd(l.period, math.max(l.rate, 1))
+  l.unit, l.refill = l.period / g, l.rate / g
+  l.cap, l.need = l.burst * l.unit, l.cost * l.unit
+  l.level = 0
+  local level, stored_unit, last = string.match(raw or '', '^l:(%d+):(%d+):(%d+)$')
+  if level then
+    level, stored_unit = tonumber(level), tonumber(stored_unit)
+    -- reconfigured: whole queued requests, rounded up, in the new units
+    if stored_unit ~= l.unit then level = math.ceil(level / stored_unit) * l.unit end
+    l.level = math.max(0, level - math.max(0, now - tonumber(last)) * l.refill)
   end
-  local charge = mode == 'take' and admitted == 1 and allowed == 1
-  if charge then tokens = tokens - need end
-  local reset_ms = 0
-  if refill > 0 then reset_ms = math.ceil(math.ceil((cap - tokens) / refill) / 1000) end
-  if charge or mode == 'refund' then
-    if tokens >= cap then
-      redis.call('DEL', KEYS[i])
+end
+function leaky.check(l)
+  local wait = l.refill > 0 and math.ceil(l.level / l.refill) or 0
+  local target = l.cap
+  if l.nodelay == 0 then target = math.min(l.cap, l.max_delay * l.refill) end
+  l.allowed = (l.rate > 0 and l.level <= target) and 1 or 0
+  l.delay = (l.allowed == 1 and l.nodelay == 0) and ceil_ms(wait) or 0
+  if l.allowed == 0 then l.retry = l.rate > 0 and ceil_ms((l.level - target) / l.refill) or -1 end
+end
+function leaky.commit(l, sign)
+  l.level = math.max(0, l.level + sign * l.need)
+end
+function leaky.report(l)
+  local reset = l.refill > 0 and ceil_ms(l.level / l.refill) or 0
+  return math.max(0, math.floor((l.cap - l.level) / l.unit)), reset, reset, string.format('l:%d:%d:%d', l.level, l.unit, now), l.level == 0
+end
+
+-- windows -----------------------------------------------------------------------------------
+local function window_of(l)
+  l.p = l.period / 1000
+  l.w = math.floor(now_ms / l.p)
+  l.e = now_ms - l.w * l.p
+end
+
+local fixed = {}
+function fixed.load(l, raw)
+  window_of(l)
+  local count, w = string.match(raw or '', '^f:(%d+):(%d+)$')
+  l.count = (count and tonumber(w) == l.w) and tonumber(count) or 0
+end
+function fixed.check(l)
+  l.allowed = (l.count + l.cost <= l.rate) and 1 or 0
+  if l.allowed == 0 then l.retry = l.cost > l.rate and -1 or (l.p - l.e) end
+end
+function fixed.commit(l, sign)
+  l.count = math.max(0, l.count + sign * l.cost)
+end
+function fixed.report(l)
+  local reset = l.count > 0 and (l.p - l.e) or 0
+  return l.rate - l.count, reset, l.p - l.e, string.format('f:%d:%d', l.count, l.w), l.count == 0
+end
+
+local sliding = {}
+function sliding.load(l, raw)
+  window_of(l)
+  local prev, curr, w = string.match(raw or '', '^s:(%d+):(%d+):(%d+)$')
+  l.prev, l.curr = 0, 0
+  if prev then
+    w = tonumber(w)
+    if w == l.w then l.prev, l.curr = tonumber(prev), tonumber(curr)
+    elseif w == l.w - 1 then l.prev = tonumber(curr) end
+  end
+end
+function sliding.check(l)
+  -- everything times P, so the weights stay integers: prev*(P - e) + (curr + cost)*P <= rate*P
+  local p, e = l.p, l.e
+  l.allowed = (l.prev * (p - e) + (l.curr + l.cost) * p <= l.rate * p) and 1 or 0
+  if l.allowed == 0 then
+    if l.cost > l.rate then l.retry = -1
+    elseif l.curr + l.cost <= l.rate then
+      -- later in this window, when enough of the last one has slid out
+      l.retry = math.ceil((l.prev - (l.rate - l.curr - l.cost)) * p / l.prev) - e
     else
-      redis.call('SET', KEYS[i], string.format('%d:%d:%d', tokens, unit, now), 'PX', math.max(1, reset_ms))
+      -- in the next window, when enough of this one has slid out
+      local later = 0
+      if l.curr > l.rate - l.cost then later = math.ceil((l.curr - (l.rate - l.cost)) * p / l.curr) end
+      l.retry = (p - e) + later
     end
   end
-  local o = 1 + 4 * (i - 1)
-  out[o + 1] = allowed
-  out[o + 2] = math.floor(tokens / unit)
-  out[o + 3] = retry_ms
+end
+function sliding.commit(l, sign)
+  l.curr = math.max(0, l.curr + sign * l.cost)
+end
+function sliding.report(l)
+  local used = math.ceil((l.prev * (l.p - l.e) + l.curr * l.p) / l.p)
+  local reset = 0
+  if l.curr > 0 then reset = 2 * l.p - l.e elseif l.prev > 0 then reset = l.p - l.e end
+  return math.max(0, l.rate - used), reset, 2 * l.p - l.e, string.format('s:%d:%d:%d', l.prev, l.curr, l.w), l.prev == 0 and l.curr == 0
+end
+
+local algorithms = { token, leaky, fixed, sliding }
+
+-- pass 1: every limit loaded at now, and whether each would admit
+local admitted = 1
+local limits = {}
+for i = 1, n do
+  local a = 2 + 10 * (i - 1)
+  local l = {
+    algo = algorithms[tonumber(ARGV[a + 1])],
+    rate = tonumber(ARGV[a + 2]), period = tonumber(ARGV[a + 3]), burst = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]),
+    shadow = ARGV[a + 6] == '1', retry = 0, delay = 0,
+  }
+  local share_idx, demand_idx = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  l.warmup, l.max_delay, l.nodelay = tonumber(ARGV[a + 9]), tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10])
+  if share_idx > 0 then
+    local r, b = string.match(redis.call('GET', KEYS[share_idx]) or '', '^(%d+):(%d+)$')
+    if r then l.rate, l.burst = tonumber(r), tonumber(b) end
+  end
+  if mode == 'take' and demand_idx > 0 then
+    if redis.call('INCRBY', KEYS[demand_idx], l.cost) == l.cost then redis.call('PEXPIRE', KEYS[demand_idx], 3600000) end
+  end
+  l.algo.load(l, redis.call('GET', KEYS[i]))
+  if mode == 'refund' then
+    l.allowed = 1
+  else
+    l.algo.check(l)
+    if l.allowed == 0 and not l.shadow then admitted = 0 end
+  end
+  limits[i] = l
+end
+
+-- pass 2: charge (only if admitted), refund, and report
+local out = { admitted }
+for i = 1, n do
+  local l = limits[i]
+  local write = false
+  if mode == 'take' and admitted == 1 and l.allowed == 1 then
+    l.algo.commit(l, 1)
+    write = true
+  elseif mode == 'refund' then
+    l.algo.commit(l, -1)
+    write = true
+  end
+  local remaining, reset_ms, ttl_ms, value, empty = l.algo.report(l)
+  if write then
+    if empty then redis.call('DEL', KEYS[i]) else redis.call('SET', KEYS[i], value, 'PX', math.max(1, ttl_ms)) end
+  end
+  local o = 1 + 5 * (i - 1)
+  out[o + 1] = l.allowed
+  out[o + 2] = remaining
+  out[o + 3] = l.retry
   out[o + 4] = reset_ms
+  out[o + 5] = (admitted == 1 and not l.shadow) and l.delay or 0
 end
 return out

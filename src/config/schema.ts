@@ -22,12 +22,8 @@ const keyPart = z.string().superRefine((part, ctx) => {
   if (!m) {
     ctx.addIssue({
       code: "custom",
-      message: `"${part}" is not a key: use ip, global, path, header:<name>, query:<name> or cookie:<name>`,
+      message: `"${part}" is not a key: use ip, global, path, header:<name>, query:<name>, cookie:<name> or jwt:<claim>`,
     });
-    return;
-  }
-  if (m[1] === "jwt") {
-    ctx.addIssue({ code: "custom", message: `"${part}": jwt:<claim> keys are not supported yet (needs SLUICE_JWT_SECRET support)` });
     return;
   }
   if (m[1] === "header" && !/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(m[2] ?? "")) {
@@ -35,24 +31,72 @@ const keyPart = z.string().superRefine((part, ctx) => {
   }
 });
 
+/** A tier's rate, written "600/1m": that many per that duration (the tier's burst is its rate). */
+const tierRate = z.string().transform((text, ctx) => {
+  const m = /^(\d{1,9})\/(.+)$/.exec(text.trim());
+  const period = m ? parseDuration(m[2] as string) : undefined;
+  if (!m || period === undefined || Number(m[1]) < 1) {
+    ctx.addIssue({ code: "custom", message: `"${text}" is not a rate like "60/1m"` });
+    return z.NEVER;
+  }
+  return { rate: Number(m[1]), period };
+});
+
+const ALGORITHMS = ["token_bucket", "leaky_bucket", "fixed_window", "sliding_window"] as const;
+const MAX_EXACT = Number.MAX_SAFE_INTEGER;
+
 const limit = z
   .object({
     name,
     key: z.union([keyPart, z.array(keyPart).min(1).max(8)]).default("ip"),
-    algorithm: z.literal("token_bucket", { message: 'must be "token_bucket" (the only algorithm so far)' }).default("token_bucket"),
+    algorithm: z.enum(ALGORITHMS).default("token_bucket"),
     rate: z.number().int().positive().max(1_000_000_000),
     period: duration,
     burst: z.number().int().positive().max(1_000_000_000).optional(),
-    cost: z.number().int().positive().default(1),
+    /** Tokens one request takes: a number, or "header:<name>" read from the request (bounded by max_cost). */
+    cost: z.union([z.number().int().positive(), z.string().regex(/^header:[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a number or "header:<name>"')]).default(1),
+    max_cost: z.number().int().positive().optional(),
     scope: z.enum(["region", "global", "split"]).default("region"),
     shadow: z.boolean().default(false),
+    /** What to do when the request does not carry the identity: fall back to the IP, refuse (400), or skip the limit. */
+    missing: z.enum(["ip", "reject", "skip"]).default("ip"),
+    /** token_bucket: ramp from rate/3 to rate over this long after an idle period. */
+    warmup: duration.optional(),
+    /** leaky_bucket: the longest a request may wait for its slot before it is refused instead. */
+    max_delay: duration.optional(),
+    /** leaky_bucket: let the queued burst through at once (nginx nodelay); slots still refill at the rate. */
+    nodelay: z.boolean().optional(),
+    /** Take the rate from a table keyed by this identity's value, e.g. "jwt:plan". */
+    tier: keyPart.optional(),
+    rates: z.record(z.string().min(1).max(64), tierRate).optional(),
   })
   .strict()
-  .transform((l) => ({ ...l, key: Array.isArray(l.key) ? l.key : [l.key], burst: l.burst ?? l.rate }))
+  .transform((l) => {
+    const costHeader = typeof l.cost === "string" ? l.cost.slice(7).toLowerCase() : undefined;
+    return {
+      ...l,
+      key: Array.isArray(l.key) ? l.key : [l.key],
+      burst: l.burst ?? l.rate,
+      cost: typeof l.cost === "number" ? l.cost : 1,
+      costHeader,
+      max_delay: l.max_delay ?? 1_000,
+      nodelay: l.nodelay ?? false,
+    };
+  })
   .superRefine((l, ctx) => {
-    if (l.cost > l.burst) {
-      ctx.addIssue({ code: "custom", path: ["cost"], message: `cost ${l.cost} exceeds burst ${l.burst}: no request could ever pass` });
-    }
+    const issue = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
+    const windowed = l.algorithm === "fixed_window" || l.algorithm === "sliding_window";
+    const input = l as { burst?: number };
+    if (windowed && input.burst !== l.rate) issue("burst", `does not apply to ${l.algorithm}: the window holds \`rate\``);
+    if (l.warmup !== undefined && l.algorithm !== "token_bucket") issue("warmup", "applies to token_bucket only");
+    if ((l.nodelay || l.max_delay !== 1_000) && l.algorithm !== "leaky_bucket") issue(l.nodelay ? "nodelay" : "max_delay", "applies to leaky_bucket only");
+    const maxCost = l.costHeader ? l.max_cost : l.cost;
+    if (l.costHeader && l.max_cost === undefined) issue("max_cost", 'is required when cost comes from a header ("header:<name>")');
+    if (!l.costHeader && l.max_cost !== undefined) issue("max_cost", "applies only when cost comes from a header");
+    const capacities = [l.burst, ...Object.values(l.rates ?? {}).map((t) => t.rate)];
+    if (maxCost !== undefined && maxCost > Math.min(...capacities)) issue(l.costHeader ? "max_cost" : "cost", `cost ${maxCost} exceeds the capacity ${Math.min(...capacities)}: such a request could never pass`);
+    if ((l.tier === undefined) !== (l.rates === undefined)) issue(l.tier === undefined ? "tier" : "rates", "tier and rates go together");
+    if (windowed && l.rate * l.period > MAX_EXACT) issue("rate", "rate × period (ms) is too large to count exactly");
   });
 
 const method = z
@@ -109,6 +153,8 @@ const route = z
     queue: queueSettings.default(() => queueSettings.parse({})),
     origin_timeout: duration.default(30_000),
     breaker: breakerSettings.optional(),
+    /** Decide without spending: the request always goes through, with the RateLimit headers of the state as it stands. */
+    peek: z.boolean().default(false),
     limits: z.array(limit).default([]),
   })
   .strict()
@@ -127,6 +173,26 @@ const region = z
   })
   .strict();
 
+const jwtSettings = z
+  .object({
+    /** The variable (a secret) holding the HMAC key; ignored when jwks_url is set. */
+    secret_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, "must be an environment variable name").default("SLUICE_JWT_SECRET"),
+    alg: z.enum(["HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "EdDSA"]).default("HS256"),
+    jwks_url: z.url({ protocol: /^https?$/ }).optional(),
+    issuer: z.string().optional(),
+    audience: z.string().optional(),
+  })
+  .strict();
+
+const pathPolicy = z
+  .object({
+    /** insensitive: /API/x and /api/x are one path for routes and `path` keys. */
+    case: z.enum(["insensitive", "sensitive"]).default("insensitive"),
+    /** ignore: /api/x/ and /api/x are one path; strict: they are two. */
+    trailing_slash: z.enum(["ignore", "strict"]).default("ignore"),
+  })
+  .strict();
+
 export const sluiceSchema = z
   .object({
     key_prefix: z.string().regex(/^[A-Za-z0-9_.-]{1,32}$/, "must be 1-32 characters of letters, digits, '_', '.', '-'").default("sluice"),
@@ -138,6 +204,8 @@ export const sluiceSchema = z
     home_region: name.default("home"),
     regions: z.record(name, region).default({}),
     routes: z.array(route).default([]),
+    jwt: jwtSettings.optional(),
+    paths: pathPolicy.default(() => pathPolicy.parse({})),
   })
   .strict()
   .superRefine((c, ctx) => {

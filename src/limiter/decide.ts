@@ -6,11 +6,22 @@ import type { Store } from "../store/redis.js";
 import type { BlockedBuckets } from "./blocked.js";
 import type { Decision, LimitOutcome } from "./types.js";
 
+/** The figures one request is decided with: the limit's, or its tier's, and the request's cost. */
+export interface BucketParams {
+  rate: number;
+  /** ms */
+  period: number;
+  burst: number;
+  cost: number;
+}
+
 /** One bucket a request falls into, and the Redis that holds it. */
 export interface Bucket {
   limit: Limit;
   key: string;
   store: Store;
+  /** Defaults to the limit's own rate, period, burst and cost. */
+  params?: BucketParams;
   /** `split` limits: where this region's share and demand are kept, and the share to use before the first rebalance. */
   split?: { shareKey: string; demandKey: string; start: Share };
 }
@@ -50,8 +61,7 @@ export async function decide(buckets: Bucket[], blocked: BlockedBuckets, now: nu
   const outcomes = buckets.map((b) => byBucket.get(b) as LimitOutcome);
   const refusing = outcomes.filter((o) => !o.allowed && !o.limit.shadow);
   if (!admitted) {
-    // split buckets always ask Redis: their demand counts must see every attempt
-    for (const o of refusing) if (o.retryAfterMs > 0 && o.limit.scope !== "split") blocked.block(o.key, now + o.retryAfterMs);
+    for (const o of refusing) if (o.retryAfterMs > 0 && cacheable(o)) blocked.block(o.key, now + o.retryAfterMs);
     return { verdict: "reject", outcomes, blocking: longestWait(refusing.length > 0 ? refusing : outcomes), cached: false };
   }
   return { verdict: outcomes.some((o) => !o.allowed) ? "shadow" : "allow", outcomes };
@@ -61,20 +71,31 @@ export async function decide(buckets: Bucket[], blocked: BlockedBuckets, now: nu
 export const DECIDE_SCRIPT: string = decideLua;
 
 /** KEYS and ARGV of decide.lua for these buckets (all in one Redis); see the contract atop the script. */
-export function scriptCall(buckets: ReadonlyArray<Pick<Bucket, "limit" | "key" | "split">>, mode: ScriptMode): { keys: string[]; args: string[] } {
+export function scriptCall(buckets: ReadonlyArray<Pick<Bucket, "limit" | "key" | "split" | "params">>, mode: ScriptMode): { keys: string[]; args: string[] } {
   const keys = buckets.map((b) => b.key);
   const args: Array<string | number> = [mode, buckets.length];
-  for (const { limit: l, split } of buckets) {
+  for (const { limit: l, split, params } of buckets) {
     let share = 0;
     let demand = 0;
     if (split) {
       share = keys.push(split.shareKey);
       demand = keys.push(split.demandKey);
     }
-    const { rate, burst } = split?.start ?? l;
-    args.push(rate, l.period * 1000, burst, l.cost, l.shadow ? 1 : 0, share, demand);
+    const p = params ?? l;
+    const { rate, burst } = split?.start ?? p;
+    const [p1, p2] = l.algorithm === "token_bucket" ? [(l.warmup ?? 0) * 1000, 0] : l.algorithm === "leaky_bucket" ? [l.max_delay * 1000, l.nodelay ? 1 : 0] : [0, 0];
+    args.push(ALGORITHM_CODE[l.algorithm], rate, p.period * 1000, burst, p.cost, l.shadow ? 1 : 0, share, demand, p1, p2);
   }
   return { keys, args: args.map(String) };
+}
+
+const ALGORITHM_CODE: Record<Limit["algorithm"], number> = { token_bucket: 1, leaky_bucket: 2, fixed_window: 3, sliding_window: 4 };
+
+/** Outcomes that may be answered from the blocked-bucket cache: ones whose refusal holds until retry-after whatever comes. */
+function cacheable(b: Pick<Bucket, "limit">): boolean {
+  const l = b.limit;
+  // split demand must see every attempt; warm-up retry-afters are estimates; a header cost may be smaller next time
+  return !l.shadow && l.scope !== "split" && l.warmup === undefined && l.costHeader === undefined && l.tier === undefined;
 }
 
 interface GroupResult {
@@ -88,14 +109,16 @@ async function runDecide(buckets: Bucket[], mode: ScriptMode): Promise<GroupResu
   const store = (buckets[0] as Bucket).store;
   const { keys, args } = scriptCall(buckets, mode);
   const reply = await store.run(store.script(DECIDE_SCRIPT), keys, args);
-  const numbers = asNumbers(reply, 1 + 4 * buckets.length);
-  const outcomes = buckets.map(({ limit, key }, i): LimitOutcome => ({
+  const numbers = asNumbers(reply, 1 + 5 * buckets.length);
+  const outcomes = buckets.map(({ limit, key, params }, i): LimitOutcome => ({
     limit,
     key,
-    allowed: numbers[1 + 4 * i] === 1,
-    remaining: numbers[2 + 4 * i] as number,
-    retryAfterMs: numbers[3 + 4 * i] as number,
-    resetMs: numbers[4 + 4 * i] as number,
+    cost: params?.cost ?? limit.cost,
+    allowed: numbers[1 + 5 * i] === 1,
+    remaining: numbers[2 + 5 * i] as number,
+    retryAfterMs: numbers[3 + 5 * i] as number,
+    resetMs: numbers[4 + 5 * i] as number,
+    delayMs: numbers[5 + 5 * i] as number,
   }));
   return { store, admitted: numbers[0] === 1, buckets, outcomes };
 }
@@ -118,10 +141,10 @@ function groupByStore(buckets: Bucket[]): Bucket[][] {
 
 function fromCache(buckets: Bucket[], blocked: BlockedBuckets, now: number): Decision | undefined {
   const outcomes: LimitOutcome[] = [];
-  for (const { limit, key } of buckets) {
-    if (limit.shadow) continue;
-    const wait = blocked.remaining(key, now);
-    if (wait > 0) outcomes.push({ limit, key, allowed: false, remaining: 0, retryAfterMs: wait, resetMs: wait });
+  for (const b of buckets) {
+    if (!cacheable(b)) continue;
+    const wait = blocked.remaining(b.key, now);
+    if (wait > 0) outcomes.push({ limit: b.limit, key: b.key, cost: b.limit.cost, allowed: false, remaining: 0, retryAfterMs: wait, resetMs: wait, delayMs: 0 });
   }
   if (outcomes.length === 0) return undefined;
   return { verdict: "reject", outcomes, blocking: longestWait(outcomes), cached: true };

@@ -13,7 +13,7 @@ export function rateLimitHeaders(outcomes: readonly LimitOutcome[]): Record<stri
   const enforced = outcomes.filter((o) => !o.limit.shadow);
   if (enforced.length === 0) return {};
   const o = enforced.reduce((a, b) => {
-    const left = (x: LimitOutcome) => Math.floor(x.remaining / x.limit.cost);
+    const left = (x: LimitOutcome) => Math.floor(x.remaining / x.cost);
     return left(b) < left(a) || (left(b) === left(a) && b.resetMs > a.resetMs) ? b : a;
   });
   const { name, rate, period, burst } = o.limit;

@@ -5,6 +5,8 @@ export interface LimitOutcome {
   limit: Limit;
   /** The Redis key of the bucket. */
   key: string;
+  /** What this request cost (the limit's cost, or the request's own from a cost header). */
+  cost: number;
   allowed: boolean;
   /** Whole tokens left (after this request's charge when it was admitted). */
   remaining: number;
@@ -12,6 +14,8 @@ export interface LimitOutcome {
   retryAfterMs: number;
   /** Milliseconds until the bucket is full again. */
   resetMs: number;
+  /** leaky_bucket: how long the request must wait for its slot before it is forwarded. */
+  delayMs: number;
 }
 
 /**

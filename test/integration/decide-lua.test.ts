@@ -9,7 +9,7 @@ import { startRedisStack, TOKEN, type RedisStack } from "./stack.js";
 
 const SOURCE = readFileSync("lua/decide.lua", "utf8");
 const CLOCK = "redis.call('TIME')";
-const TTL = "'PX', math.max(1, reset_ms)";
+const TTL = "'PX', math.max(1, ttl_ms)";
 
 /**
  * decide.lua with a test clock: the one TIME call reads two extra trailing ARGV entries
@@ -78,7 +78,7 @@ describe("decide.lua against the reference model", () => {
             expect(reply[0]).toBe(admitted ? 1 : 0);
             peeks.forEach((p, i) => {
               const state = admitted && p.allowed ? p.after : p.before;
-              expect(reply.slice(1 + 4 * i, 5 + 4 * i)).toEqual([p.allowed ? 1 : 0, state.remaining, p.retryAfterMs, state.resetMs]);
+              expect(reply.slice(1 + 5 * i, 6 + 5 * i)).toEqual([p.allowed ? 1 : 0, state.remaining, p.retryAfterMs, state.resetMs, 0]);
             });
           }
         },

@@ -12,7 +12,7 @@ function limits(...defs: Array<Record<string, unknown>>): Limit[] {
   return r.config.routes[0]!.limits;
 }
 
-const outcome = (limit: Limit, over: Partial<LimitOutcome>): LimitOutcome => ({ limit, key: "k", allowed: true, remaining: 0, retryAfterMs: 0, resetMs: 0, ...over });
+const outcome = (limit: Limit, over: Partial<LimitOutcome>): LimitOutcome => ({ limit, key: "k", cost: limit.cost, allowed: true, remaining: 0, retryAfterMs: 0, resetMs: 0, delayMs: 0, ...over });
 
 describe("RateLimit headers", () => {
   const [perIp, site, shadow] = limits(
