@@ -2,7 +2,8 @@ import { loadConfig, type Config, type ConfigResult, type Route } from "./config
 import type { Env } from "./env.js";
 import { clientIp, type RequestFacts } from "./keys/identify.js";
 import { BlockedBuckets } from "./limiter/blocked.js";
-import { bucketsFor } from "./limiter/buckets.js";
+import { BadLimitInput, bucketsFor } from "./limiter/buckets.js";
+import { usesJwt, verifyBearer } from "./keys/jwt.js";
 import { decide, type Defer } from "./limiter/decide.js";
 import { rateLimitHeaders, retryAfterSeconds } from "./limiter/headers.js";
 import type { Decision } from "./limiter/types.js";
@@ -49,7 +50,7 @@ export async function gate(request: Request, env: Env, defer: Defer): Promise<Re
   const config = loaded.config;
   const region = chooseRegion(config, request.cf as { colo?: string; continent?: string } | undefined);
   const url = new URL(request.url);
-  const normal = normalisePath(url.pathname);
+  const normal = normalisePath(url.pathname, config.paths);
   if (!normal.ok) return stamp(problem({ status: normal.status, title: "Bad request path", detail: normal.detail }), "reject", region);
   if (normal.path.match.startsWith(JOBS_PATH) && request.method === "GET") {
     return stamp(await jobStatusResponse(env, config, normal.path.match.slice(JOBS_PATH.length)), "allow", region);
@@ -61,25 +62,43 @@ export async function gate(request: Request, env: Env, defer: Defer): Promise<Re
   if (!route) return stamp(await forward(request, target), "allow", region);
 
   const facts: RequestFacts = { ip, matchPath: normal.path.match, headers: request.headers, url };
+  // a peek route reads the buckets of the route it names (or its own) without spending
+  const limited = typeof route.peek === "string" ? (config.routes.find((r) => r.name === route.peek) as Route) : route;
+  const peek = route.peek !== false;
+  if (usesJwt(limited)) {
+    const verified = await verifyBearer(request, config.jwt, env);
+    if (!verified.ok) {
+      return stamp(problem({ status: 401, title: "Invalid token", detail: verified.detail, headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' } }), "reject", region);
+    }
+    facts.claims = verified.claims;
+  }
   const x: Exchange = { request, env, config, region, route, facts, target, copy: { route: route.name, path: normal.path.match, search: url.search }, defer };
   const breaker = breakerFor(x);
   const admission = breaker?.admit(Date.now());
   if (admission && !admission.pass) return breakerOpen(x, admission.retryAfterMs);
 
   let decision: Decision | undefined;
-  if (route.limits.length > 0) {
+  let delay = 0;
+  if (limited.limits.length > 0) {
     const stores = { region, regional: regionStore(env, config, region), home: homeStore(env, config, region) };
     try {
-      decision = await decide(await bucketsFor(route, facts, config, stores), blocked, Date.now(), defer);
+      decision = await decide(await bucketsFor(limited, facts, config, stores), blocked, Date.now(), defer, peek ? "peek" : "take");
     } catch (e) {
+      if (e instanceof BadLimitInput) return stamp(problem({ status: 400, title: "Bad request for limit", detail: e.message, extensions: { limit: e.limit } }), "reject", region);
       if (!(e instanceof StoreError)) throw e;
       return storeTrouble(e, x);
     }
-    if (route.limits.some((l) => l.scope === "split")) nudgeRebalance(config, env, Date.now(), defer);
-    if (decision.verdict === "reject") return shed(x, decision);
+    if (limited.limits.some((l) => l.scope === "split")) nudgeRebalance(config, env, Date.now(), defer);
+    if (decision.verdict === "reject" && !peek) return shed(x, decision);
+    // leaky buckets hand out slots: the request waits for its own before it goes
+    delay = peek ? 0 : Math.max(0, ...decision.outcomes.map((o) => o.delayMs));
+    if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
   }
   const res = await forwardWatched(x, admission?.pass ? admission.probe : false);
-  return stamp(withHeaders(res, decision ? rateLimitHeaders(decision.outcomes) : {}), decision?.verdict ?? "allow", region);
+  const verdict = !decision || peek ? "allow" : decision.verdict === "reject" ? "allow" : decision.verdict;
+  const extra: Record<string, string> = decision ? rateLimitHeaders(decision.outcomes) : {};
+  if (delay > 0) extra["Sluice-Delay-Ms"] = String(delay);
+  return stamp(withHeaders(res, extra), verdict, region);
 }
 
 /** Forwards, tells the breaker how it went, and keeps a copy for fallback routes. */
@@ -163,7 +182,13 @@ async function storeTrouble(e: StoreError, x: Exchange): Promise<Response> {
 export function configOf(env: Env): ConfigResult {
   const queue = Boolean(env.SLUICE_QUEUE);
   if (!memo || memo.sluice !== env.SLUICE || memo.origin !== env.ORIGIN_URL || memo.queue !== queue) {
-    memo = { sluice: env.SLUICE, origin: env.ORIGIN_URL, queue, result: loadConfig({ ORIGIN_URL: env.ORIGIN_URL, SLUICE: env.SLUICE, hasQueue: queue }) };
+    const secrets = env as unknown as Record<string, unknown>;
+    memo = {
+      sluice: env.SLUICE,
+      origin: env.ORIGIN_URL,
+      queue,
+      result: loadConfig({ ORIGIN_URL: env.ORIGIN_URL, SLUICE: env.SLUICE, hasQueue: queue, hasSecret: (name) => typeof secrets[name] === "string" && secrets[name] !== "" }),
+    };
   }
   return memo.result;
 }

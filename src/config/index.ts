@@ -52,6 +52,8 @@ export interface ConfigVars {
   SLUICE?: unknown;
   /** False when the Worker has no SLUICE_QUEUE producer: `on_limit = "queue"` is then an error. */
   hasQueue?: boolean;
+  /** Whether a secret is set; a route keyed on JWT claims needs the HMAC secret (or a JWKS URL). */
+  hasSecret?: (name: string) => boolean;
 }
 
 function compile(vars: ConfigVars): Config {
@@ -67,12 +69,17 @@ function compile(vars: ConfigVars): Config {
   if (queued >= 0 && vars.hasQueue === false) {
     throw new ConfigError(`SLUICE.routes[${queued}].on_limit`, 'is "queue" but the Worker has no SLUICE_QUEUE producer binding ([[queues.producers]] binding = "SLUICE_QUEUE" in wrangler.toml)');
   }
+  const jwtRoute = s.routes.findIndex((r) => r.limits.some((l) => [...l.key, l.tier ?? ""].some((p) => p.startsWith("jwt:"))));
+  const secretEnv = s.jwt?.secret_env ?? "SLUICE_JWT_SECRET";
+  if (jwtRoute >= 0 && !s.jwt?.jwks_url && vars.hasSecret && !vars.hasSecret(secretEnv)) {
+    throw new ConfigError(`SLUICE.routes[${jwtRoute}].limits`, `key on JWT claims but there is no ${secretEnv} secret (or SLUICE.jwt.jwks_url) to verify tokens with`);
+  }
   return {
     ...s,
     originUrl,
     routes: s.routes.map((r, ri) => ({
       ...r,
-      pattern: compilePattern(r.match),
+      pattern: compilePattern(r.match, s.paths),
       limits: r.limits.map((l, li) => compileLimit(l, `SLUICE.routes[${ri}].limits[${li}]`)),
     })),
   };

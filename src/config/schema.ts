@@ -153,8 +153,11 @@ const route = z
     queue: queueSettings.default(() => queueSettings.parse({})),
     origin_timeout: duration.default(30_000),
     breaker: breakerSettings.optional(),
-    /** Decide without spending: the request always goes through, with the RateLimit headers of the state as it stands. */
-    peek: z.boolean().default(false),
+    /**
+     * Decide without spending: the request always goes through, with the RateLimit headers of the
+     * buckets as they stand: this route's own (`true`), or another route's, named (a quota endpoint).
+     */
+    peek: z.union([z.boolean(), name]).default(false),
     limits: z.array(limit).default([]),
   })
   .strict()
@@ -212,6 +215,7 @@ export const sluiceSchema = z
     const seen = new Set<string>();
     const regionCount = new Set([c.home_region, ...Object.keys(c.regions)]).size;
     c.routes.forEach((r, i) => {
+      if (typeof r.peek === "string" && !c.routes.some((o) => o.name === r.peek)) ctx.addIssue({ code: "custom", path: ["routes", i, "peek"], message: `names no route ("${r.peek}")` });
       if (seen.has(r.name)) ctx.addIssue({ code: "custom", path: ["routes", i, "name"], message: `duplicate route name "${r.name}"` });
       seen.add(r.name);
       r.limits.forEach((l, j) => {

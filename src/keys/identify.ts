@@ -5,23 +5,34 @@ export interface RequestFacts {
   matchPath: string;
   headers: Headers;
   url: URL;
+  /** The claims of the request's verified JWT, when a route keys on one and it carried one. */
+  claims?: Record<string, unknown>;
 }
+
+/** The identifier of a bucket, or what to do when the request does not carry the identity. */
+export type Identity = { kind: "id"; id: string } | { kind: "skip" } | { kind: "missing"; part: string };
 
 /**
  * The identifier of one bucket, before hashing: the key parts and their values. A part the
- * request does not carry falls back to the client IP, tagged as such, so that leaving out a
- * header never escapes a limit and never shares a bucket with a header whose value is an IP.
+ * request does not carry is handled as the limit's `missing` says: `ip` falls back to the client
+ * IP, tagged, so that leaving out a header never escapes a limit and never shares a bucket with a
+ * header whose value is an IP; `skip` skips the limit; `reject` refuses the request.
  *
- * @example identify(["ip", "path"], facts) // '[["ip","203.0.113.9"],["path","/api/x"]]'
+ * @example identify(["ip", "path"], facts, "ip") // { kind: "id", id: '[["ip","203.0.113.9"],["path","/api/x"]]' }
  */
-export function identify(parts: readonly string[], facts: RequestFacts): string {
-  return JSON.stringify(parts.map((part) => {
+export function identify(parts: readonly string[], facts: RequestFacts, missing: "ip" | "reject" | "skip" = "ip"): Identity {
+  const values: string[][] = [];
+  for (const part of parts) {
     const value = readPart(part, facts);
-    return value === undefined ? [part, "missing->ip", facts.ip] : [part, value];
-  }));
+    if (value !== undefined) values.push([part, value]);
+    else if (missing === "ip") values.push([part, "missing->ip", facts.ip]);
+    else return missing === "skip" ? { kind: "skip" } : { kind: "missing", part };
+  }
+  return { kind: "id", id: JSON.stringify(values) };
 }
 
-function readPart(part: string, facts: RequestFacts): string | undefined {
+/** The value of one key part in this request, or `undefined` when the request does not carry it. */
+export function readPart(part: string, facts: RequestFacts): string | undefined {
   if (part === "ip") return facts.ip;
   if (part === "global") return "*";
   if (part === "path") return facts.matchPath;
@@ -31,7 +42,13 @@ function readPart(part: string, facts: RequestFacts): string | undefined {
   if (source === "header") return facts.headers.get(name) ?? undefined;
   if (source === "query") return facts.url.searchParams.get(name) ?? undefined;
   if (source === "cookie") return readCookie(facts.headers.get("cookie"), name);
+  if (source === "jwt") return claimText(facts.claims?.[name]);
   return undefined;
+}
+
+function claimText(v: unknown): string | undefined {
+  if (v === undefined || v === null) return undefined;
+  return typeof v === "string" ? v : JSON.stringify(v);
 }
 
 function readCookie(header: string | null, name: string): string | undefined {

@@ -1,11 +1,11 @@
-import type { Config, Route } from "../config/index.js";
+import type { Config, Limit, Route } from "../config/index.js";
 import { bucketKey, hashIdentifier } from "../keys/hash.js";
-import { identify, type RequestFacts } from "../keys/identify.js";
+import { identify, readPart, type RequestFacts } from "../keys/identify.js";
 import { allRegions } from "../region/index.js";
 import { equalShare } from "../region/shares.js";
 import { StoreError } from "../store/deadline.js";
 import type { Store } from "../store/redis.js";
-import type { Bucket } from "./decide.js";
+import type { Bucket, BucketParams } from "./decide.js";
 
 export interface RegionStores {
   region: string;
@@ -14,25 +14,63 @@ export interface RegionStores {
   home: Store | undefined;
 }
 
+/** A request sluice refuses before deciding: an identity it must carry, or a cost it cannot have. */
+export class BadLimitInput extends Error {
+  constructor(
+    readonly limit: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "BadLimitInput";
+  }
+}
+
 /**
- * The bucket of each limit of `route` that this request falls into, and where it lives:
- * `global` limits in the home region's Redis, one bucket for the world; `region` and `split`
- * limits in the region's Redis, with the region in the hashed identifier so that regions sharing
- * one database still keep separate buckets.
+ * The bucket of each limit of `route` that this request falls into, where it lives, and the
+ * figures it is decided with: `global` limits in the home region's Redis, one bucket for the
+ * world; `region` and `split` limits in the region's Redis, with the region in the hashed
+ * identifier so that regions sharing one database still keep separate buckets. A tier takes its
+ * rate from the limit's table; a header cost is read and bounded. Limits whose identity is
+ * missing under `missing = "skip"` are left out. Throws `BadLimitInput` for a missing identity
+ * under `missing = "reject"` or a bad cost, and `StoreError` when a needed Redis is not configured.
  */
 export async function bucketsFor(route: Route, facts: RequestFacts, config: Config, stores: RegionStores): Promise<Bucket[]> {
   const regionCount = allRegions(config).length;
-  return Promise.all(
-    route.limits.map(async (limit): Promise<Bucket> => {
+  const buckets = await Promise.all(
+    route.limits.map(async (limit): Promise<Bucket | undefined> => {
+      const identity = identify(limit.key, facts, limit.missing);
+      if (identity.kind === "skip") return undefined;
+      if (identity.kind === "missing") throw new BadLimitInput(limit.name, `limit "${limit.name}" needs ${identity.part}, which the request does not carry`);
       const global = limit.scope === "global";
       const store = global ? stores.home : stores.regional;
       if (!store) throw new StoreError("unreachable", `no Upstash URL/token for region "${global ? config.home_region : stores.region}" nor for the home region`);
-      const identity = identify(limit.key, facts) + (global ? "" : `@${stores.region}`);
-      const bucket: Bucket = { limit, store, key: bucketKey(config.key_prefix, route.name, limit.name, await hashIdentifier(identity)) };
-      if (limit.scope === "split") bucket.split = { ...splitKeys(config.key_prefix, route.name, limit.name, stores.region), start: equalShare(limit.rate, limit.burst, regionCount) };
+      const hash = await hashIdentifier(identity.id + (global ? "" : `@${stores.region}`));
+      const params = paramsFor(limit, facts);
+      const bucket: Bucket = { limit, store, key: bucketKey(config.key_prefix, route.name, limit.name, hash), params };
+      if (limit.scope === "split") bucket.split = { ...splitKeys(config.key_prefix, route.name, limit.name, stores.region), start: equalShare(params.rate, params.burst, regionCount) };
       return bucket;
     }),
   );
+  return buckets.filter((b): b is Bucket => b !== undefined);
+}
+
+/** The rate of the request's tier (or the limit's own) and the request's cost. */
+function paramsFor(limit: Limit, facts: RequestFacts): BucketParams {
+  const tierValue = limit.tier ? readPart(limit.tier, facts) : undefined;
+  const tier = tierValue !== undefined ? limit.rates?.[tierValue] : undefined;
+  const base = tier ? { rate: tier.rate, period: tier.period, burst: tier.rate } : { rate: limit.rate, period: limit.period, burst: limit.burst };
+  return { ...base, cost: costOf(limit, facts) };
+}
+
+function costOf(limit: Limit, facts: RequestFacts): number {
+  if (!limit.costHeader) return limit.cost;
+  const text = facts.headers.get(limit.costHeader);
+  if (text === null) return 1;
+  const max = limit.max_cost ?? 1;
+  if (!/^\d{1,9}$/.test(text.trim()) || Number(text) < 1 || Number(text) > max) {
+    throw new BadLimitInput(limit.name, `${limit.costHeader} must be a whole number from 1 to ${max}`);
+  }
+  return Number(text);
 }
 
 /** Where a region's share of a split limit, and the demand it saw, are kept (in that region's Redis). */

@@ -43,16 +43,16 @@ export type Defer = (work: Promise<unknown>) => void;
  * const d = await decide(buckets, blocked, Date.now(), (p) => ctx.waitUntil(p));
  * if (d.verdict === "reject") return tooManyRequests(d.blocking);
  */
-export async function decide(buckets: Bucket[], blocked: BlockedBuckets, now: number, defer: Defer): Promise<Decision> {
-  const cached = fromCache(buckets, blocked, now);
+export async function decide(buckets: Bucket[], blocked: BlockedBuckets, now: number, defer: Defer, mode: "take" | "peek" = "take"): Promise<Decision> {
+  const cached = mode === "take" ? fromCache(buckets, blocked, now) : undefined;
   if (cached) return cached;
 
   const groups = groupByStore(buckets);
-  const settled = await Promise.allSettled(groups.map((g) => runDecide(g, "take")));
+  const settled = await Promise.allSettled(groups.map((g) => runDecide(g, mode)));
   const results = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
   const failed = settled.find((s): s is PromiseRejectedResult => s.status === "rejected");
   const admitted = !failed && results.every((r) => r.admitted);
-  if (!admitted) {
+  if (!admitted && mode === "take") {
     for (const r of results) if (r.admitted) defer(refund(r).catch(() => undefined));
   }
   if (failed) throw failed.reason instanceof StoreError ? failed.reason : new StoreError("error", String(failed.reason));
@@ -61,7 +61,7 @@ export async function decide(buckets: Bucket[], blocked: BlockedBuckets, now: nu
   const outcomes = buckets.map((b) => byBucket.get(b) as LimitOutcome);
   const refusing = outcomes.filter((o) => !o.allowed && !o.limit.shadow);
   if (!admitted) {
-    for (const o of refusing) if (o.retryAfterMs > 0 && cacheable(o)) blocked.block(o.key, now + o.retryAfterMs);
+    if (mode === "take") for (const o of refusing) if (o.retryAfterMs > 0 && cacheable(o)) blocked.block(o.key, now + o.retryAfterMs);
     return { verdict: "reject", outcomes, blocking: longestWait(refusing.length > 0 ? refusing : outcomes), cached: false };
   }
   return { verdict: outcomes.some((o) => !o.allowed) ? "shadow" : "allow", outcomes };

@@ -1,10 +1,12 @@
-import { normalisePath } from "./normalise.js";
+import { normalisePath, type PathPolicy } from "./normalise.js";
 
 /** A compiled route pattern: literal segments, `*` for one segment, a trailing `*` for any rest. */
 export interface PathPattern {
   segments: string[];
   /** True when the pattern ends in `/*`: the path itself and everything below it match. */
   prefix: boolean;
+  /** Under `trailing_slash = "strict"`, whether the pattern ends in a slash (then so must the path). */
+  slash: boolean;
 }
 
 /**
@@ -13,17 +15,18 @@ export interface PathPattern {
  *
  * @example compilePattern("/api/products/*") // matches /api/products, /api/products/1, /api/products/1/reviews
  */
-export function compilePattern(pattern: string): PathPattern {
-  const normal = normalisePath(pattern);
-  const match = normal.ok ? normal.path.match : pattern.toLowerCase();
+export function compilePattern(pattern: string, policy?: PathPolicy): PathPattern {
+  const normal = normalisePath(pattern, policy);
+  const match = normal.ok ? normal.path.match : pattern;
   const segments = match.split("/").filter((s) => s !== "");
   const prefix = segments[segments.length - 1] === "*";
-  return { segments: prefix ? segments.slice(0, -1) : segments, prefix };
+  return { segments: prefix ? segments.slice(0, -1) : segments, prefix, slash: !prefix && match.length > 1 && match.endsWith("/") };
 }
 
 /** Tests a normalised match path (see `normalisePath`) against a compiled pattern. */
 export function matchesPattern(pattern: PathPattern, matchPath: string): boolean {
   const segments = matchPath.split("/").filter((s) => s !== "");
   if (pattern.prefix ? segments.length < pattern.segments.length : segments.length !== pattern.segments.length) return false;
+  if (!pattern.prefix && matchPath.length > 1 && matchPath.endsWith("/") !== pattern.slash) return false;
   return pattern.segments.every((p, i) => p === "*" || p === segments[i]);
 }

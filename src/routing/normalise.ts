@@ -10,17 +10,26 @@ export type NormaliseResult = { ok: true; path: NormalPath } | { ok: false; stat
 
 export const MAX_PATH_LENGTH = 4096;
 
+/** How paths are compared (the `paths` table): case and trailing slash. */
+export interface PathPolicy {
+  case: "insensitive" | "sensitive";
+  trailing_slash: "ignore" | "strict";
+}
+
+const DEFAULT_POLICY: PathPolicy = { case: "insensitive", trailing_slash: "ignore" };
+
 const UNRESERVED = /[A-Za-z0-9\-._~]/;
 
 /**
  * Brings every spelling of a path to one form, so that `//api/x`, `/API/x`, `/api/./x`,
  * `/api/%78`, `/api/x/` and `/a/../api/x` all meet the same limit: unreserved characters are
- * percent-decoded, other escapes upper-cased, empty and dot segments resolved. Paths that no
- * honest client sends (bad escapes, NUL) are refused rather than guessed at.
+ * percent-decoded, other escapes upper-cased, empty and dot segments resolved; the match view is
+ * case-folded and loses its trailing slash unless the policy says otherwise. Paths that no honest
+ * client sends (bad escapes, NUL) are refused rather than guessed at.
  *
  * @example normalisePath("//API/./x/") // { ok: true, path: { forward: "/API/x/", match: "/api/x" } }
  */
-export function normalisePath(raw: string): NormaliseResult {
+export function normalisePath(raw: string, policy: PathPolicy = DEFAULT_POLICY): NormaliseResult {
   if (raw.length > MAX_PATH_LENGTH) return { ok: false, status: 414, detail: `path longer than ${MAX_PATH_LENGTH} characters` };
   const decoded = decodeUnreserved(raw.replaceAll("\\", "/"));
   if (!decoded.ok) return decoded;
@@ -29,8 +38,10 @@ export function normalisePath(raw: string): NormaliseResult {
   const forward = "/" + forwardSegments.join("/") + (trailingSlash ? "/" : "");
   // Encoded slashes are kept for the origin (they may be part of an id) but count as separators
   // for matching, so that an origin that decodes them cannot be reached around a limit.
-  const matchSegments = resolveSegments(forwardSegments.join("/").replace(/%2F|%5C/g, "/").toLowerCase().split("/"));
-  return { ok: true, path: { forward, match: "/" + matchSegments.join("/") } };
+  const joined = forwardSegments.join("/").replace(/%2F|%5C/g, "/");
+  const matchSegments = resolveSegments((policy.case === "insensitive" ? joined.toLowerCase() : joined).split("/"));
+  const keepSlash = policy.trailing_slash === "strict" && trailingSlash && matchSegments.length > 0;
+  return { ok: true, path: { forward, match: "/" + matchSegments.join("/") + (keepSlash ? "/" : "") } };
 }
 
 function decodeUnreserved(path: string): { ok: true; text: string } | { ok: false; status: 400; detail: string } {

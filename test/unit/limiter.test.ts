@@ -75,16 +75,20 @@ describe("identities and keys", () => {
 
   it("read headers, query, cookies and compounds; a missing part falls back to the IP, tagged", () => {
     const f = facts({ "cf-connecting-ip": "1.2.3.4", "x-api-key": "k1", cookie: "a=1; sid=s9" });
-    expect(JSON.parse(identify(["header:x-api-key", "query:user", "cookie:sid", "path", "global"], f))).toEqual([
+    const id = (r: ReturnType<typeof identify>) => (r.kind === "id" ? r.id : `(${r.kind})`);
+    expect(JSON.parse(id(identify(["header:x-api-key", "query:user", "cookie:sid", "path", "global"], f)))).toEqual([
       ["header:x-api-key", "k1"],
       ["query:user", "7"],
       ["cookie:sid", "s9"],
       ["path", "/api"],
       ["global", "*"],
     ]);
-    const missing = identify(["header:x-api-key"], facts({ "cf-connecting-ip": "1.2.3.4" }));
-    expect(missing).not.toBe(identify(["header:x-api-key"], facts({ "cf-connecting-ip": "1.2.3.4", "x-api-key": "1.2.3.4" })));
+    const missing = id(identify(["header:x-api-key"], facts({ "cf-connecting-ip": "1.2.3.4" })));
+    expect(missing).not.toBe(id(identify(["header:x-api-key"], facts({ "cf-connecting-ip": "1.2.3.4", "x-api-key": "1.2.3.4" }))));
     expect(JSON.parse(missing)).toEqual([["header:x-api-key", "missing->ip", "1.2.3.4"]]);
+    expect(identify(["header:x-api-key"], facts({}), "skip")).toEqual({ kind: "skip" });
+    expect(identify(["ip", "header:x-api-key"], facts({}), "reject")).toEqual({ kind: "missing", part: "header:x-api-key" });
+    expect(id(identify(["jwt:sub"], { ...facts({}), claims: { sub: "u1" } }, "reject"))).toBe('[["jwt:sub","u1"]]');
   });
 
   it("hash whatever the client sends into a short, fixed alphabet", async () => {

@@ -1,0 +1,54 @@
+import { verify, verifyWithJwks } from "hono/jwt";
+import type { Config, Route } from "../config/index.js";
+import type { Env } from "../env.js";
+
+export type Verified = { ok: true; claims?: Record<string, unknown> } | { ok: false; detail: string };
+
+type JwtSettings = NonNullable<Config["jwt"]>;
+type Jwk = NonNullable<Parameters<typeof verifyWithJwks>[1]["keys"]>[number];
+
+const JWKS_TTL_MS = 10 * 60_000;
+let jwks: { url: string; keys: Jwk[]; until: number } | undefined;
+
+/** Whether any limit of the route keys (or takes its tier) on a JWT claim. */
+export function usesJwt(route: Route): boolean {
+  return route.limits.some((l) => [...l.key, l.tier ?? ""].some((p) => p.startsWith("jwt:")));
+}
+
+/**
+ * Verifies the request's bearer token with hono's JWT helpers, against the HMAC secret in
+ * `secret_env` or the keys at `jwks_url` (fetched at most every ten minutes per isolate). No
+ * token: no claims (the limits' `missing` policy applies). A token that does not verify is an
+ * error, never a silent fallback to another identity.
+ */
+export async function verifyBearer(request: Request, settings: JwtSettings | undefined, env: Env): Promise<Verified> {
+  const auth = request.headers.get("authorization");
+  if (!auth) return { ok: true };
+  const m = /^Bearer\s+([A-Za-z0-9._~+/=-]+)$/i.exec(auth.trim());
+  if (!m) return { ok: false, detail: "the Authorization header is not a bearer token" };
+  const token = m[1] as string;
+  const s = settings ?? { secret_env: "SLUICE_JWT_SECRET", alg: "HS256" as const };
+  const verification = { ...(s.issuer ? { iss: s.issuer } : {}), ...(s.audience ? { aud: s.audience } : {}) };
+  try {
+    if (s.jwks_url) {
+      const keys = await jwksKeys(s.jwks_url);
+      const claims = await verifyWithJwks(token, { keys, verification, allowedAlgorithms: [s.alg as "RS256"] });
+      return { ok: true, claims: claims as Record<string, unknown> };
+    }
+    const secret = (env as unknown as Record<string, unknown>)[s.secret_env];
+    if (typeof secret !== "string" || secret === "") return { ok: false, detail: `no ${s.secret_env} to verify tokens with` };
+    const claims = await verify(token, secret, { alg: s.alg, ...verification });
+    return { ok: true, claims: claims as Record<string, unknown> };
+  } catch (e) {
+    return { ok: false, detail: `the bearer token did not verify: ${(e as Error).message}` };
+  }
+}
+
+async function jwksKeys(url: string): Promise<Jwk[]> {
+  if (jwks && jwks.url === url && jwks.until > Date.now()) return jwks.keys;
+  const res = await fetch(url, { headers: { accept: "application/json" } });
+  if (!res.ok) throw new Error(`JWKS ${url} answered ${res.status}`);
+  const body = (await res.json()) as { keys?: Jwk[] };
+  jwks = { url, keys: body.keys ?? [], until: Date.now() + JWKS_TTL_MS };
+  return jwks.keys;
+}
