@@ -88,3 +88,25 @@ describe("route patterns", () => {
     },
   );
 });
+
+describe("path policy", () => {
+  const sensitive = { case: "sensitive", trailing_slash: "strict" } as const;
+
+  it("case = sensitive keeps case for matching; trailing_slash = strict keeps the slash", () => {
+    expect(normalisePath("/API/x/", sensitive)).toEqual({ ok: true, path: { forward: "/API/x/", match: "/API/x/" } });
+    const p = compilePattern("/api/x", sensitive);
+    expect(matchesPattern(p, "/api/x")).toBe(true);
+    expect(matchesPattern(p, "/API/x")).toBe(false);
+    expect(matchesPattern(p, "/api/x/")).toBe(false);
+    expect(matchesPattern(compilePattern("/api/x/", sensitive), "/api/x/")).toBe(true);
+    expect(matchesPattern(compilePattern("/api/*", sensitive), "/api/x/")).toBe(true);
+  });
+
+  it("still resolves the tricks that are never meaningful: //, dot segments, unreserved escapes", () => {
+    const m = (raw: string) => {
+      const r = normalisePath(raw, sensitive);
+      return r.ok ? r.path.match : r.detail;
+    };
+    expect([m("//api/x"), m("/api/./x"), m("/a/../api/x"), m("/api/%78")]).toEqual(["/api/x", "/api/x", "/api/x", "/api/x"]);
+  });
+});
