@@ -1,0 +1,275 @@
+/**
+ * Reference models of the four algorithms of `lua/decide.lua`, each a different formulation from
+ * the script's, so agreement between the two is evidence rather than tautology:
+ *
+ * - token_bucket   GCRA "virtual scheduling" (a theoretical arrival time), not a token count;
+ * - leaky_bucket   GCRA as nginx limit_req describes it: a request's wait is how far its slot lies
+ *                  ahead, not a drained level;
+ * - fixed_window   a log of admitted requests, summed per aligned window, not a stored counter;
+ * - sliding_window the same log, summed over this window and the last; retry-after found by
+ *                  searching the earliest passing millisecond, not by the script's closed form.
+ *
+ * Times are microseconds (`t`), exact: every fraction is avoided by scaling with BigInt (by `rate`
+ * for the buckets, by the window length for the sliding window). Rounding reproduces the script's
+ * ("ceil to µs, then to ms" for waits), which is part of the contract the replies are checked on.
+ */
+
+export type Algorithm = "token_bucket" | "leaky_bucket" | "fixed_window" | "sliding_window";
+
+export interface AlgoLimit {
+  algorithm: Algorithm;
+  rate: number;
+  periodUs: number;
+  /** Capacity: tokens (token_bucket), queue places (leaky_bucket); `rate` for the windows. */
+  burst: number;
+  /** leaky_bucket: the longest wait for a slot (µs). */
+  maxDelayUs?: number;
+  /** leaky_bucket: the queue is taken at once, the request waits 0. */
+  nodelay?: boolean;
+}
+
+export interface AlgoState {
+  remaining: number;
+  resetMs: number;
+}
+
+export interface AlgoOutcome {
+  allowed: boolean;
+  /** 0 when allowed; ms until this request could pass, nothing else arriving (-1: never). */
+  retryAfterMs: number;
+  /** leaky_bucket: ms this request waits for its slot, when allowed (0 otherwise, and for the others). */
+  delayMs: number;
+  /** The limit as it stands at `t`, nothing charged. */
+  before: AlgoState;
+  /** After this request's charge (equal to `before` when refused). */
+  after: AlgoState;
+  /** Charge the request (only if allowed). */
+  commit(): void;
+}
+
+export interface AlgoModel {
+  /** What this limit says about a request of `cost` at time `t` (µs). */
+  peek(t: number, cost: number): AlgoOutcome;
+}
+
+const ceilDiv = (a: bigint, b: bigint): bigint => (a <= 0n ? 0n : (a + b - 1n) / b);
+const max = (a: bigint, b: bigint): bigint => (a > b ? a : b);
+const min = (a: bigint, b: bigint): bigint => (a < b ? a : b);
+
+export function modelOf(l: AlgoLimit): AlgoModel {
+  switch (l.algorithm) {
+    case "token_bucket":
+      return new TokenBucket(l);
+    case "leaky_bucket":
+      return new LeakyBucket(l);
+    case "fixed_window":
+      return new FixedWindow(l);
+    case "sliding_window":
+      return new SlidingWindow(l);
+  }
+}
+
+/**
+ * GCRA with a per-request cost. `tat` (theoretical arrival time) × rate; a request of cost c at t
+ * passes iff max(tat, t) + c·T − t ≤ burst·T, T = period/rate. 0: the bucket has always been full.
+ */
+export class TokenBucket implements AlgoModel {
+  private tat = 0n;
+  constructor(private readonly l: AlgoLimit) {}
+
+  peek(t: number, cost: number): AlgoOutcome {
+    const rate = BigInt(this.l.rate);
+    const P = BigInt(this.l.periodUs);
+    const full = BigInt(this.l.burst) * P;
+    const now = BigInt(t) * rate;
+    const start = max(this.tat, now);
+    const next = start + BigInt(cost) * P;
+    const allowed = next - now <= full;
+    const toMs = (scaled: bigint) => Number(ceilDiv(ceilDiv(scaled, rate), 1000n));
+    const state = (tat: bigint): AlgoState => ({ remaining: Number((full - (tat - now)) / P), resetMs: toMs(tat - now) });
+    return {
+      allowed,
+      retryAfterMs: allowed ? 0 : toMs(next - now - full),
+      delayMs: 0,
+      before: state(start),
+      after: state(allowed ? next : start),
+      commit: () => {
+        if (allowed) this.tat = next;
+      },
+    };
+  }
+}
+
+/**
+ * nginx limit_req as GCRA virtual scheduling, everything × rate (so T = period/rate is `period`):
+ * a request at t starts at max(tat, t) and waits start − t; it passes iff that wait is at most
+ * burst·T (the burst waiting ahead of it) and, unless nodelay, at most max_delay. On passing,
+ * tat = start + cost·T; its delay is the wait (0 with nodelay).
+ *
+ * The script's own definitions are modelled for the figures: remaining = ⌊burst − wait_after/T⌋
+ * (at least 0), reset = the wait after, both ceil'd to ms; retry = how far the wait exceeds the
+ * largest allowed one.
+ */
+export class LeakyBucket implements AlgoModel {
+  private tat = 0n;
+  constructor(private readonly l: AlgoLimit) {}
+
+  peek(t: number, cost: number): AlgoOutcome {
+    const rate = BigInt(this.l.rate);
+    const T = BigInt(this.l.periodUs); // the emission interval × rate
+    const now = BigInt(t) * rate;
+    const start = max(this.tat, now);
+    const wait = start - now; // × rate
+    const queue = BigInt(this.l.burst) * T;
+    const longest = this.l.nodelay ? queue : min(queue, BigInt(this.l.maxDelayUs ?? 1_000_000) * rate);
+    const allowed = wait <= longest;
+    const next = start + BigInt(cost) * T;
+    const toMs = (scaled: bigint) => Number(ceilDiv(ceilDiv(scaled, rate), 1000n));
+    const state = (tat: bigint): AlgoState => {
+      const left = queue - (tat - now);
+      return { remaining: left <= 0n ? 0 : Number(left / T), resetMs: toMs(tat - now) };
+    };
+    return {
+      allowed,
+      retryAfterMs: allowed ? 0 : toMs(wait - longest),
+      delayMs: allowed && !this.l.nodelay ? toMs(wait) : 0,
+      before: state(start),
+      after: state(allowed ? next : start),
+      commit: () => {
+        if (allowed) this.tat = next;
+      },
+    };
+  }
+}
+
+interface Admission {
+  ms: number;
+  cost: number;
+}
+
+/** Admitted requests, by Redis-time millisecond; summed per window of `p` ms aligned on 0. */
+class Log {
+  private entries: Admission[] = [];
+  constructor(readonly p: number) {}
+
+  /** The costs admitted in window `w` (window of a millisecond m: ⌊m / p⌋). */
+  sum(w: number): number {
+    return this.entries.reduce((s, a) => (Math.floor(a.ms / this.p) === w ? s + a.cost : s), 0);
+  }
+
+  add(ms: number, cost: number): void {
+    this.entries.push({ ms, cost });
+    // windows before the last are never read again
+    const oldest = (Math.floor(ms / this.p) - 1) * this.p;
+    this.entries = this.entries.filter((a) => a.ms >= oldest);
+  }
+}
+
+const msOf = (t: number) => Math.floor(t / 1000);
+
+/** At most `rate` per window of `period`, windows aligned on Redis time (ms since the epoch). */
+export class FixedWindow implements AlgoModel {
+  private readonly log: Log;
+  constructor(private readonly l: AlgoLimit) {
+    this.log = new Log(l.periodUs / 1000);
+  }
+
+  peek(t: number, cost: number): AlgoOutcome {
+    const { p } = this.log;
+    const ms = msOf(t);
+    const w = Math.floor(ms / p);
+    const used = this.log.sum(w);
+    const allowed = used + cost <= this.l.rate;
+    const nextWindow = (w + 1) * p - ms; // the count starts again from 0 there
+    const state = (count: number): AlgoState => ({ remaining: this.l.rate - count, resetMs: count > 0 ? nextWindow : 0 });
+    return {
+      allowed,
+      retryAfterMs: allowed ? 0 : cost > this.l.rate ? -1 : nextWindow,
+      delayMs: 0,
+      before: state(used),
+      after: state(allowed ? used + cost : used),
+      commit: () => {
+        if (allowed) this.log.add(ms, cost);
+      },
+    };
+  }
+}
+
+/**
+ * Two windows weighted: the last one counts for the share of it the sliding period still covers.
+ * A request of cost c at elapsed e (ms) into window w passes iff
+ * prev·(P − e) + (curr + c)·P ≤ rate·P, prev and curr summed from the log.
+ * Retry-after: the first millisecond at which the same request would pass, found by binary search
+ * within this window and the next (the test is monotone within a window: the last window's weight
+ * only shrinks), else two windows on, where both counts are 0.
+ */
+export class SlidingWindow implements AlgoModel {
+  private readonly log: Log;
+  constructor(private readonly l: AlgoLimit) {
+    this.log = new Log(l.periodUs / 1000);
+  }
+
+  private at(ms: number): { prev: bigint; curr: bigint; e: bigint } {
+    const w = Math.floor(ms / this.log.p);
+    return { prev: BigInt(this.log.sum(w - 1)), curr: BigInt(this.log.sum(w)), e: BigInt(ms - w * this.log.p) };
+  }
+
+  private passes(ms: number, cost: number): boolean {
+    const P = BigInt(this.log.p);
+    const { prev, curr, e } = this.at(ms);
+    return prev * (P - e) + (curr + BigInt(cost)) * P <= BigInt(this.l.rate) * P;
+  }
+
+  /** The earliest offset in [lo, hi) at which the request passes, the test being monotone there. */
+  private earliest(ms: number, cost: number, lo: number, hi: number): number | undefined {
+    if (lo >= hi || !this.passes(ms + hi - 1, cost)) return undefined;
+    while (lo < hi - 1) {
+      const mid = Math.floor((lo + hi - 1) / 2);
+      if (this.passes(ms + mid, cost)) hi = mid + 1;
+      else lo = mid + 1;
+    }
+    return lo;
+  }
+
+  peek(t: number, cost: number): AlgoOutcome {
+    const p = this.log.p;
+    const P = BigInt(p);
+    const ms = msOf(t);
+    const { prev, curr, e } = this.at(ms);
+    const allowed = this.passes(ms, cost);
+    const toEnd = p - Number(e);
+    let retry = 0;
+    if (!allowed) {
+      retry = cost > this.l.rate ? -1 : (this.earliest(ms, cost, 0, toEnd) ?? this.earliest(ms, cost, toEnd, toEnd + p) ?? toEnd + p);
+    }
+    const state = (c: bigint): AlgoState => {
+      const used = ceilDiv(prev * (P - e) + c * P, P);
+      const left = BigInt(this.l.rate) - used;
+      return { remaining: left > 0n ? Number(left) : 0, resetMs: c > 0n ? 2 * p - Number(e) : prev > 0n ? toEnd : 0 };
+    };
+    return {
+      allowed,
+      retryAfterMs: retry,
+      delayMs: 0,
+      before: state(curr),
+      after: state(allowed ? curr + BigInt(cost) : curr),
+      commit: () => {
+        if (allowed) this.log.add(ms, cost);
+      },
+    };
+  }
+}
+
+/**
+ * Token bucket warm-up: the refill rate climbs from rate/3 to rate over W (µs since the cold
+ * start), rate(τ) = rate·(1/3 + 2/3·τ/W), then stays at rate. The tokens it refills over
+ * [a, b] (µs since the cold start): its integral, rate·(b − a)/period at full speed.
+ */
+export function warmupTokens(l: { rate: number; periodUs: number; warmupUs: number }, a: number, b: number): number {
+  const W = l.warmupUs;
+  const perUs = l.rate / l.periodUs;
+  const ramp = (x: number) => x / 3 + (x * x) / (3 * W); // ∫0^x (1/3 + 2/3·τ/W) dτ
+  const ca = Math.min(a, W);
+  const cb = Math.min(b, W);
+  return perUs * (ramp(cb) - ramp(ca) + Math.max(0, b - Math.max(a, W)));
+}
