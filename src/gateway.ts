@@ -4,7 +4,8 @@ import { clientIp, type RequestFacts } from "./keys/identify.js";
 import { BlockedBuckets } from "./limiter/blocked.js";
 import { BadLimitInput, bucketsFor } from "./limiter/buckets.js";
 import { usesJwt, verifyBearer } from "./keys/jwt.js";
-import { decide, type Defer } from "./limiter/decide.js";
+import { decide, giveBack, type Bucket, type Defer } from "./limiter/decide.js";
+import { guard } from "./idempotency/guard.js";
 import { rateLimitHeaders, retryAfterSeconds } from "./limiter/headers.js";
 import type { Decision } from "./limiter/types.js";
 import { forward, type ForwardTarget } from "./origin/forward.js";
@@ -78,11 +79,13 @@ export async function gate(request: Request, env: Env, defer: Defer): Promise<Re
   if (admission && !admission.pass) return breakerOpen(x, admission.retryAfterMs);
 
   let decision: Decision | undefined;
+  let buckets: Bucket[] = [];
   let delay = 0;
   if (limited.limits.length > 0) {
     const stores = { region, regional: regionStore(env, config, region), home: homeStore(env, config, region) };
     try {
-      decision = await decide(await bucketsFor(limited, facts, config, stores), blocked, Date.now(), defer, peek ? "peek" : "take");
+      buckets = await bucketsFor(limited, facts, config, stores);
+      decision = await decide(buckets, blocked, Date.now(), defer, peek ? "peek" : "take");
     } catch (e) {
       if (e instanceof BadLimitInput) return stamp(problem({ status: 400, title: "Bad request for limit", detail: e.message, extensions: { limit: e.limit } }), "reject", region);
       if (!(e instanceof StoreError)) throw e;
@@ -94,7 +97,26 @@ export async function gate(request: Request, env: Env, defer: Defer): Promise<Re
     delay = peek ? 0 : Math.max(0, ...decision.outcomes.map((o) => o.delayMs));
     if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
   }
-  const res = await forwardWatched(x, admission?.pass ? admission.probe : false);
+  let res: Response;
+  if (route.idempotency?.methods.includes(request.method)) {
+    // rate limits ran first; now one side effect per key
+    let g: Awaited<ReturnType<typeof guard>>;
+    try {
+      g = await guard(x);
+    } catch (e) {
+      if (!(e instanceof StoreError)) throw e;
+      // never forward a side effect unguarded, whatever on_store_error says for limits
+      return stamp(problem({ status: 503, title: "Idempotency store unavailable", detail: `idempotency records could not be reached (${e.reason})`, headers: { "Retry-After": "1" } }), "reject", region);
+    }
+    if (g.kind === "answer") {
+      if (g.decision === "replay" && decision) defer(giveBack(buckets, decision).catch(() => undefined));
+      return stamp(g.response, g.decision, region);
+    }
+    const guarded: Exchange = { ...x, request: g.request, target: { ...target, sluiceHeaders: g.sluiceHeaders } };
+    res = await g.settle(await forwardWatched(guarded, admission?.pass ? admission.probe : false));
+  } else {
+    res = await forwardWatched(x, admission?.pass ? admission.probe : false);
+  }
   const verdict = !decision || peek ? "allow" : decision.verdict === "reject" ? "allow" : decision.verdict;
   const extra: Record<string, string> = decision ? rateLimitHeaders(decision.outcomes) : {};
   if (delay > 0) extra["Sluice-Delay-Ms"] = String(delay);

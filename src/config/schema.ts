@@ -142,6 +142,35 @@ const breakerSettings = z
   })
   .strict();
 
+const idempotencySettings = z
+  .object({
+    /** Whose keys these are: an identity (the key syntax of limits). Two principals never collide. */
+    principal: z.union([keyPart, z.array(keyPart).min(1).max(4)]).default("ip"),
+    /** A request without Idempotency-Key is a 400 problem. */
+    required: z.boolean().default(false),
+    /** Without the header, derive the key from method, route, principal and the canonical JSON body. */
+    derive: z.boolean().default(false),
+    /** Top-level JSON body fields left out of the canonical body (timestamps, nonces). */
+    ignore: z.array(z.string().min(1).max(128)).default([]),
+    /** How long a claim is held before another request may take it over. */
+    lease: duration.default(30_000),
+    /** How long a completed answer is replayed. */
+    ttl: duration.default(86_400_000),
+    /** Larger answers are marked completed without a stored body; duplicates get a 409 saying so. */
+    max_body: z.number().int().min(0).max(10 * 1024 * 1024).default(1024 * 1024),
+    /** A duplicate of an in-flight request waits up to this long for its answer (0: 409 at once). */
+    wait: duration.optional(),
+    /** A 5xx or network error at the origin: release the claim (a retry runs again) or hold it as indeterminate. */
+    on_origin_error: z.enum(["release", "hold"]).default("release"),
+    /** Methods the table applies to (GET and HEAD are safe to repeat). */
+    methods: z.array(method).min(1).default(["POST", "PUT", "PATCH", "DELETE"]),
+  })
+  .strict()
+  .transform((i) => ({ ...i, principal: Array.isArray(i.principal) ? i.principal : [i.principal], wait: i.wait ?? 0 }))
+  .superRefine((i, ctx) => {
+    if (i.lease >= i.ttl) ctx.addIssue({ code: "custom", path: ["lease"], message: "must be shorter than ttl" });
+  });
+
 const route = z
   .object({
     name,
@@ -158,6 +187,8 @@ const route = z
      * buckets as they stand: this route's own (`true`), or another route's, named (a quota endpoint).
      */
     peek: z.union([z.boolean(), name]).default(false),
+    /** One side effect per Idempotency-Key (see README, Idempotency). */
+    idempotency: idempotencySettings.optional(),
     limits: z.array(limit).default([]),
   })
   .strict()

@@ -67,6 +67,16 @@ export async function decide(buckets: Bucket[], blocked: BlockedBuckets, now: nu
   return { verdict: outcomes.some((o) => !o.allowed) ? "shadow" : "allow", outcomes };
 }
 
+/**
+ * Gives back what an admitted decision charged, e.g. for a request answered by a replay: the
+ * request never reached the origin, so it should cost its client nothing.
+ */
+export async function giveBack(buckets: Bucket[], d: Decision): Promise<void> {
+  if (d.verdict === "reject") return;
+  const charged = buckets.filter((b) => d.outcomes.find((o) => o.key === b.key && o.limit === b.limit)?.allowed);
+  await Promise.all(groupByStore(charged).map((g) => runDecide(g, "refund")));
+}
+
 /** The script source, for `store.script()`. */
 export const DECIDE_SCRIPT: string = decideLua;
 

@@ -1,5 +1,6 @@
 import type { Route } from "../config/index.js";
 import type { RequestFacts } from "../keys/identify.js";
+import { fromBase64, toBase64 } from "../util/base64.js";
 import { problem } from "./problem.js";
 
 /** A shed request as it travels through the queue. */
@@ -77,14 +78,4 @@ export function requestOf(m: JobMessage): Request {
 
 function tooLarge(max: number): Response {
   return problem({ status: 413, title: "Request too large to queue", detail: `queued requests may carry at most ${max} bytes of body` });
-}
-
-function toBase64(bytes: Uint8Array): string {
-  let s = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  return btoa(s);
-}
-
-function fromBase64(text: string): Uint8Array {
-  return Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
 }

@@ -1,0 +1,104 @@
+--[[
+idempotency.lua: one side effect per idempotency key. Claims, completions, releases and
+resolutions of a key, each one atomic call that checks who owns the claim; every outcome is
+appended to the ledger. The clock is Redis's own (TIME, read once).
+
+KEYS[1]  record   {key_prefix}:idem:{route}:{sha256(principal, key)}  hash:
+                    state        inflight | completed | indeterminate
+                    owner        the id of the request that holds the claim
+                    fence        its fencing token
+                    fp           the request fingerprint (method, path, principal, body hash)
+                    lease_until  ms (Redis time) when an in-flight claim may be taken over
+                    status, headers, body, stored   the origin's answer (completed)
+                  TTL: `ttl` once completed; `ttl` too while in flight (the lease, shorter, is a field)
+KEYS[2]  fence    {key_prefix}:idem:{route}:fence:{sha256(principal)}  INCR counter: every grant
+                  in this scope gets a strictly higher token. TTL 30 days, renewed on every grant.
+KEYS[3]  ledger   {key_prefix}:ledger  stream, capped (MAXLEN ~)
+ARGV[1]  op: claim | complete | release | hold | resolve_release | resolve_replay | read
+ARGV[2]  owner (claim, complete, release, hold)
+ARGV[3]  route name, ARGV[4] key hash (for the ledger), ARGV[5] ledger max length
+ARGV[6..] per op:
+  claim           fp, lease_ms, ttl_ms
+  complete        status, headers (JSON), body (base64), stored (1|0), ttl_ms
+  release, hold   origin status ("" for a network error)
+  resolve_replay  status, headers, body, ttl_ms
+Returns  claim:     { "claimed", fence, takeover (0|1) } | { "mismatch" } | { "inflight", lease_left_ms, fence }
+                    | { "completed", status, headers, body, stored } | { "indeterminate", fence }
+         complete, release, hold: { "ok" } | { "not_owner" }
+         resolve_*: { "ok" } | { "absent" }
+         read:      { state or "absent", fence, status, lease_left_ms }
+]]
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local op, owner, route, keyhash, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local rec = KEYS[1]
+
+local function ledger(event, fence, status)
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*',
+    'event', event, 'route', route, 'key', keyhash, 'fence', tostring(fence or ''), 'status', tostring(status or ''), 'at', tostring(now))
+end
+
+local function grant(fp, lease, ttl, event)
+  local fence = redis.call('INCR', KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], 2592000000)
+  redis.call('DEL', rec)
+  redis.call('HSET', rec, 'state', 'inflight', 'owner', owner, 'fence', fence, 'fp', fp, 'lease_until', now + lease)
+  redis.call('PEXPIRE', rec, ttl)
+  ledger(event, fence, '')
+  return fence
+end
+
+local state, holder, fence = unpack(redis.call('HMGET', rec, 'state', 'owner', 'fence'))
+
+if op == 'claim' then
+  local fp, lease, ttl = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+  if not state then return { 'claimed', grant(fp, lease, ttl, 'claim'), 0 } end
+  if redis.call('HGET', rec, 'fp') ~= fp then return { 'mismatch' } end
+  if state == 'completed' then
+    local s, h, b, stored = unpack(redis.call('HMGET', rec, 'status', 'headers', 'body', 'stored'))
+    return { 'completed', s, h, b or '', stored }
+  end
+  if state == 'indeterminate' then return { 'indeterminate', fence } end
+  local left = tonumber(redis.call('HGET', rec, 'lease_until')) - now
+  if left > 0 then return { 'inflight', left, fence } end
+  -- the holder's lease ran out (it crashed, or the origin hung): the next request takes over
+  return { 'claimed', grant(fp, lease, ttl, 'takeover'), 1 }
+end
+
+if op == 'read' then
+  if not state then return { 'absent', '', '', 0 } end
+  local s, lease_until = unpack(redis.call('HMGET', rec, 'status', 'lease_until'))
+  return { state, fence, s or '', math.max(0, (tonumber(lease_until) or now) - now) }
+end
+
+if op == 'resolve_release' or op == 'resolve_replay' then
+  if not state then return { 'absent' } end
+  if op == 'resolve_release' then
+    redis.call('DEL', rec)
+  else
+    redis.call('HSET', rec, 'state', 'completed', 'status', ARGV[6], 'headers', ARGV[7], 'body', ARGV[8], 'stored', '1')
+    redis.call('PEXPIRE', rec, tonumber(ARGV[9]))
+  end
+  ledger(op, fence, ARGV[6])
+  return { 'ok' }
+end
+
+-- complete, release, hold: only the holder of the claim, and only while it is in flight
+if state ~= 'inflight' or holder ~= owner then
+  ledger('stale_' .. op, fence, ARGV[6])
+  return { 'not_owner' }
+end
+if op == 'complete' then
+  redis.call('HSET', rec, 'state', 'completed', 'status', ARGV[6], 'headers', ARGV[7], 'body', ARGV[8], 'stored', ARGV[9])
+  redis.call('PEXPIRE', rec, tonumber(ARGV[10]))
+  ledger('complete', fence, ARGV[6])
+elseif op == 'release' then
+  redis.call('DEL', rec)
+  ledger('release', fence, ARGV[6])
+elseif op == 'hold' then
+  redis.call('HSET', rec, 'state', 'indeterminate')
+  ledger('indeterminate', fence, ARGV[6])
+end
+return { 'ok' }

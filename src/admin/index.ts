@@ -1,0 +1,106 @@
+import { Hono } from "hono";
+import { z } from "zod";
+import type { Config } from "../config/index.js";
+import type { Env } from "../env.js";
+import { configOf, stamp } from "../gateway.js";
+import { LEDGER_MAXLEN, refFromHash, resolve } from "../idempotency/records.js";
+import { allRegions, regionStore } from "../region/index.js";
+import { problem } from "../shed/problem.js";
+import { tokenMatches } from "./auth.js";
+
+type AdminEnv = { Bindings: Env; Variables: { config: Config } };
+
+const ADMIN_TIMEOUT_MS = 2_000;
+
+const resolveBody = z
+  .object({
+    route: z.string().min(1).max(63),
+    key: z.string().regex(/^[0-9a-f]{32}$/, "must be a key hash as the ledger shows it"),
+    action: z.enum(["release", "replay"]),
+    status: z.number().int().min(100).max(599).optional(),
+    content_type: z.string().max(200).optional(),
+    body: z.string().max(1024 * 1024).optional(),
+  })
+  .strict();
+
+/**
+ * The admin API under `/__sluice/`: `health` is open; everything else needs
+ * `Authorization: Bearer <SLUICE_ADMIN_TOKEN>` (compared in constant time), and the whole API is
+ * off (404) when no token is configured. JSON in and out; errors are problems.
+ */
+export function adminApp(): Hono<AdminEnv> {
+  const admin = new Hono<AdminEnv>().basePath("/__sluice");
+
+  admin.use("*", async (c, next) => {
+    const loaded = configOf(c.env);
+    if (!loaded.ok) return stamp(problem({ status: 500, title: "Invalid sluice configuration", detail: loaded.error.message }), "reject", "unknown");
+    c.set("config", loaded.config);
+    if (c.req.path === "/__sluice/health") return next();
+    const token = c.env.SLUICE_ADMIN_TOKEN;
+    if (!token) return problem({ status: 404, title: "Not found", detail: "the admin API is off: no SLUICE_ADMIN_TOKEN is set" });
+    if (!(await tokenMatches(c.req.header("authorization") ?? null, token))) {
+      return problem({ status: 401, title: "Unauthorized", detail: "the admin API needs Authorization: Bearer <SLUICE_ADMIN_TOKEN>", headers: { "WWW-Authenticate": 'Bearer realm="sluice"' } });
+    }
+    return next();
+  });
+
+  admin.get("/health", async (c) => {
+    const config = c.get("config");
+    const regions = await Promise.all(
+      allRegions(config).map(async (name) => {
+        const store = regionStore(c.env, config, name, ADMIN_TIMEOUT_MS);
+        if (!store) return { region: name, reachable: false, error: "no Redis configured" };
+        const started = Date.now();
+        try {
+          await store.redis.ping();
+          return { region: name, reachable: true, rtt_ms: Date.now() - started };
+        } catch {
+          return { region: name, reachable: false, rtt_ms: Date.now() - started };
+        }
+      }),
+    );
+    const ok = regions.every((r) => r.reachable);
+    return c.json({ ok, regions }, ok ? 200 : 503);
+  });
+
+  admin.get("/ledger", async (c) => {
+    const config = c.get("config");
+    const store = regionStore(c.env, config, config.home_region, ADMIN_TIMEOUT_MS);
+    if (!store) return problem({ status: 503, title: "Ledger unavailable", detail: "no Redis configured for the home region" });
+    const count = Math.min(LEDGER_MAXLEN, Math.max(1, Number(c.req.query("count") ?? 100) || 100));
+    const entries = (await store.redis.xrevrange(`${config.key_prefix}:ledger`, "+", "-", count)) as unknown;
+    return c.json({ entries: ledgerEntries(entries) });
+  });
+
+  admin.post("/idempotency/resolve", async (c) => {
+    const config = c.get("config");
+    const parsed = resolveBody.safeParse(await c.req.json().catch(() => undefined));
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      return problem({ status: 400, title: "Invalid request", detail: `${issue?.path.join(".") || "body"}: ${issue?.message ?? "not JSON"}` });
+    }
+    const b = parsed.data;
+    const route = config.routes.find((r) => r.name === b.route && r.idempotency);
+    if (!route?.idempotency) return problem({ status: 404, title: "No such route", detail: `no route "${b.route}" with idempotency` });
+    const store = regionStore(c.env, config, config.home_region, ADMIN_TIMEOUT_MS);
+    if (!store) return problem({ status: 503, title: "Store unavailable", detail: "no Redis configured for the home region" });
+    const ref = refFromHash(store, config.key_prefix, route.name, b.key);
+    const answer = b.action === "replay" ? { status: b.status ?? 200, headers: [["content-type", b.content_type ?? "application/json"]] as Array<[string, string]>, body: btoa(b.body ?? ""), ttlMs: route.idempotency.ttl } : undefined;
+    if (!(await resolve(ref, b.action, answer))) return problem({ status: 404, title: "No such key", detail: "nothing is recorded under that key (expired, or never claimed)" });
+    return c.json({ ok: true, route: route.name, key: b.key, action: b.action });
+  });
+
+  admin.all("*", () => problem({ status: 404, title: "Not found", detail: "no such admin route" }));
+  return admin;
+}
+
+/** XREVRANGE as the client gives it without deserialisation: [[id, [field, value, ...]], ...]. */
+function ledgerEntries(reply: unknown): Array<Record<string, string>> {
+  if (!Array.isArray(reply)) return Object.entries((reply ?? {}) as Record<string, Record<string, string>>).map(([id, fields]) => ({ id, ...fields }));
+  return reply.map((entry) => {
+    const [id, fields] = entry as [string, string[]];
+    const out: Record<string, string> = { id: String(id) };
+    for (let i = 0; i + 1 < fields.length; i += 2) out[String(fields[i])] = String(fields[i + 1]);
+    return out;
+  });
+}

@@ -1,0 +1,85 @@
+import idempotencyLua from "../../lua/idempotency.lua";
+import { hashIdentifier } from "../keys/hash.js";
+import { StoreError } from "../store/deadline.js";
+import type { Store } from "../store/redis.js";
+
+export const LEDGER_MAXLEN = 10_000;
+
+/** Where one key's record, its scope's fencing counter and the ledger live (home region's Redis). */
+export interface RecordRef {
+  store: Store;
+  prefix: string;
+  route: string;
+  /** sha256(principal, key), the record's name and what the ledger shows. */
+  keyHash: string;
+  fenceKey: string;
+}
+
+export type Claim =
+  | { kind: "claimed"; fence: number; takeover: boolean }
+  | { kind: "mismatch" }
+  | { kind: "inflight"; leftMs: number; fence: number }
+  | { kind: "completed"; status: number; headers: Array<[string, string]>; body: string; stored: boolean }
+  | { kind: "indeterminate"; fence: number };
+
+export async function recordRef(store: Store, prefix: string, route: string, principal: string, key: string): Promise<RecordRef> {
+  return {
+    store,
+    prefix,
+    route,
+    keyHash: await hashIdentifier(JSON.stringify([principal, key])),
+    fenceKey: `${prefix}:idem:${route}:fence:${await hashIdentifier(principal)}`,
+  };
+}
+
+function keysOf(r: RecordRef): string[] {
+  return [`${r.prefix}:idem:${r.route}:${r.keyHash}`, r.fenceKey, `${r.prefix}:ledger`];
+}
+
+async function call(r: RecordRef, op: string, owner: string, rest: Array<string | number>): Promise<unknown[]> {
+  const reply = await r.store.run(r.store.script(idempotencyLua), keysOf(r), [op, owner, r.route, r.keyHash, LEDGER_MAXLEN, ...rest]);
+  if (!Array.isArray(reply)) throw new StoreError("error", `unexpected reply from idempotency.lua: ${JSON.stringify(reply).slice(0, 200)}`);
+  return reply;
+}
+
+/** Claims the key for `owner`, or says why not (see the script's contract). */
+export async function claim(r: RecordRef, owner: string, fp: string, leaseMs: number, ttlMs: number): Promise<Claim> {
+  const [kind, a, b, c, d] = await call(r, "claim", owner, [fp, leaseMs, ttlMs]);
+  switch (kind) {
+    case "claimed":
+      return { kind, fence: Number(a), takeover: Number(b) === 1 };
+    case "inflight":
+      return { kind, leftMs: Number(a), fence: Number(b) };
+    case "completed":
+      return { kind, status: Number(a), headers: JSON.parse(String(b)) as Array<[string, string]>, body: String(c ?? ""), stored: String(d) === "1" };
+    case "indeterminate":
+      return { kind, fence: Number(a) };
+    default:
+      return { kind: "mismatch" };
+  }
+}
+
+/** Stores the origin's answer, only if `owner` still holds the claim. */
+export async function complete(r: RecordRef, owner: string, status: number, headers: Array<[string, string]>, body: string, stored: boolean, ttlMs: number): Promise<boolean> {
+  const [result] = await call(r, "complete", owner, [status, JSON.stringify(headers), body, stored ? 1 : 0, ttlMs]);
+  return result === "ok";
+}
+
+/** Gives the key up (`release`) or marks it indeterminate (`hold`), only if `owner` holds it. */
+export async function settleFailure(r: RecordRef, owner: string, how: "release" | "hold", originStatus: number | undefined): Promise<boolean> {
+  const [result] = await call(r, how, owner, [originStatus ?? ""]);
+  return result === "ok";
+}
+
+/** The operator's way out of `indeterminate`: release the key, or replay a given answer. */
+export async function resolve(r: RecordRef, action: "release" | "replay", answer?: { status: number; headers: Array<[string, string]>; body: string; ttlMs: number }): Promise<boolean> {
+  const rest = action === "replay" && answer ? [answer.status, JSON.stringify(answer.headers), answer.body, answer.ttlMs] : [];
+  const [result] = await call(r, action === "release" ? "resolve_release" : "resolve_replay", "", rest);
+  return result === "ok";
+}
+
+/** A record named by its key hash (as the ledger shows it), for the operator's resolutions. */
+export function refFromHash(store: Store, prefix: string, route: string, keyHash: string): RecordRef {
+  // resolutions never touch the fencing counter; the slot is filled with a key that is never written
+  return { store, prefix, route, keyHash, fenceKey: `${prefix}:idem:${route}:fence:-` };
+}
