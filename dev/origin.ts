@@ -8,6 +8,8 @@ export interface SeenRequest {
   body: string;
   /** When it arrived (ms since epoch). */
   at: number;
+  /** The status the origin answered with. */
+  status?: number;
 }
 
 export interface DemoOrigin {
@@ -22,11 +24,12 @@ export interface DemoOrigin {
  * The demo origin: answers every request with a small JSON echo, so you can see what sluice
  * forwarded. `?status=503` picks the status, `?delay=200` waits that many ms first, and
  * `?cache-control=no-store`, `?set-cookie=a=1`, `?vary=accept-language` add those response headers
- * (the body then echoes the varying request header), for trying out what sluice keeps.
+ * (the body then echoes the varying request header), for trying out what sluice keeps. With the
+ * `chaos` option, paths under `/chaos/` get random latency and random 500s.
  *
  * @example const origin = await startOrigin({ port: 8788 }); // then ORIGIN_URL=origin.url
  */
-export async function startOrigin(opts: { port?: number; host?: string } = {}): Promise<DemoOrigin> {
+export async function startOrigin(opts: { port?: number; host?: string; chaos?: { failRate: number; maxDelayMs: number } } = {}): Promise<DemoOrigin> {
   const seen: SeenRequest[] = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -35,8 +38,11 @@ export async function startOrigin(opts: { port?: number; host?: string } = {}): 
       const url = new URL(req.url ?? "/", "http://origin");
       const body = Buffer.concat(chunks).toString("utf8");
       seen.push({ method: req.method ?? "GET", path: url.pathname, headers: req.headers, body, at: Date.now() });
-      const status = Number(url.searchParams.get("status") ?? 200) || 200;
-      const delay = Math.min(10_000, Number(url.searchParams.get("delay") ?? 0) || 0);
+      // under /chaos/, with the chaos option: random latency and random 500s, like a real bad day
+      const chaos = opts.chaos && url.pathname.startsWith("/chaos/") ? opts.chaos : undefined;
+      const status = chaos && Math.random() < chaos.failRate ? 500 : Number(url.searchParams.get("status") ?? 200) || 200;
+      const delay = chaos ? Math.floor(Math.random() * chaos.maxDelayMs) : Math.min(10_000, Number(url.searchParams.get("delay") ?? 0) || 0);
+      seen[seen.length - 1]!.status = status;
       setTimeout(() => {
         const headers: Record<string, string> = { "content-type": "application/json", "x-origin": "demo" };
         for (const h of ["cache-control", "set-cookie", "vary"]) {
