@@ -18,6 +18,8 @@ import { findCopy, isKeepable, keepCopy, type CopyAddress } from "./shed/fallbac
 import { JOBS_PATH } from "./shed/queue.js";
 import { enqueue, jobStatusResponse } from "./shed/enqueue.js";
 import { problem, type DecisionHeader } from "./shed/problem.js";
+import { listVerdict } from "./access/lists.js";
+import { count, maybeFlush } from "./metrics/index.js";
 import { StoreError } from "./store/deadline.js";
 
 /** Isolate-wide state: survives between requests of one isolate, never shared between isolates. */
@@ -35,12 +37,14 @@ export interface Exchange {
   target: ForwardTarget;
   copy: CopyAddress;
   defer: Defer;
+  /** Filled in as the request goes: what its decision is counted and logged under. */
+  meta: DecisionMeta;
 }
 
 /**
  * The request path of sluice, in one direction: configuration → normalise path → match route →
- * breaker → derive buckets → one Redis call decides every limit → forward, or shed (429, cached
- * copy, queue) → headers.
+ * deny/allow lists → breaker → derive buckets → one Redis call decides every limit → idempotency
+ * → forward, or shed (429, cached copy, queue) → headers, metrics.
  */
 export async function gate(request: Request, env: Env, defer: Defer): Promise<Response> {
   const loaded = configOf(env);
@@ -60,20 +64,28 @@ export async function gate(request: Request, env: Env, defer: Defer): Promise<Re
   const ip = clientIp(request.headers);
   const route = findRoute(config.routes, request.method, normal.path.match);
   const target: ForwardTarget = { origin: config.originUrl, path: normal.path.forward, clientIp: ip, timeoutMs: route?.origin_timeout };
+  const facts: RequestFacts = { ip, matchPath: normal.path.match, headers: request.headers, url };
+  const listed = await listVerdict(config, env, facts, route?.name, defer);
+  if (listed === "deny") return stamp(problem({ status: 403, title: "Forbidden", detail: "this client is on the deny list" }), "reject", region, { route: route?.name ?? "-", limit: "deny-list" });
   if (!route) return stamp(await forward(request, target), "allow", region);
 
-  const facts: RequestFacts = { ip, matchPath: normal.path.match, headers: request.headers, url };
+  const x: Exchange = { request, env, config, region, route, facts, target, copy: { route: route.name, path: normal.path.match, search: url.search }, defer, meta: { route: route.name, limit: "-" } };
+  const res = await serve(x, listed === "allow");
+  maybeFlush(config, env, defer);
+  return res;
+}
+
+/** A matched route: breaker, limits, idempotency, origin. */
+async function serve(x: Exchange, allowListed: boolean): Promise<Response> {
+  const { request, env, config, region, route, facts, defer } = x;
   // a peek route reads the buckets of the route it names (or its own) without spending
   const limited = typeof route.peek === "string" ? (config.routes.find((r) => r.name === route.peek) as Route) : route;
   const peek = route.peek !== false;
-  if (usesJwt(limited)) {
+  if (usesJwt(limited) && !allowListed) {
     const verified = await verifyBearer(request, config.jwt, env);
-    if (!verified.ok) {
-      return stamp(problem({ status: 401, title: "Invalid token", detail: verified.detail, headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' } }), "reject", region);
-    }
+    if (!verified.ok) return done(x, problem({ status: 401, title: "Invalid token", detail: verified.detail, headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' } }), "reject");
     facts.claims = verified.claims;
   }
-  const x: Exchange = { request, env, config, region, route, facts, target, copy: { route: route.name, path: normal.path.match, search: url.search }, defer };
   const breaker = breakerFor(x);
   const admission = breaker?.admit(Date.now());
   if (admission && !admission.pass) return breakerOpen(x, admission.retryAfterMs);
@@ -81,18 +93,21 @@ export async function gate(request: Request, env: Env, defer: Defer): Promise<Re
   let decision: Decision | undefined;
   let buckets: Bucket[] = [];
   let delay = 0;
-  if (limited.limits.length > 0) {
+  if (limited.limits.length > 0 && !allowListed) {
     const stores = { region, regional: regionStore(env, config, region), home: homeStore(env, config, region) };
     try {
       buckets = await bucketsFor(limited, facts, config, stores);
-      decision = await decide(buckets, blocked, Date.now(), defer, peek ? "peek" : "take");
+      const started = Date.now();
+      decision = await decide(buckets, blocked, started, defer, peek ? "peek" : "take");
+      if (!(decision.verdict === "reject" && decision.cached)) x.meta.rttMs = Date.now() - started;
     } catch (e) {
-      if (e instanceof BadLimitInput) return stamp(problem({ status: 400, title: "Bad request for limit", detail: e.message, extensions: { limit: e.limit } }), "reject", region);
+      if (e instanceof BadLimitInput) return done(x, problem({ status: 400, title: "Bad request for limit", detail: e.message, extensions: { limit: e.limit } }), "reject");
       if (!(e instanceof StoreError)) throw e;
       return storeTrouble(e, x);
     }
     if (limited.limits.some((l) => l.scope === "split")) nudgeRebalance(config, env, Date.now(), defer);
     if (decision.verdict === "reject" && !peek) return shed(x, decision);
+    if (decision.verdict === "shadow") x.meta.limit = decision.outcomes.find((o) => !o.allowed)?.limit.name ?? "-";
     // leaky buckets hand out slots: the request waits for its own before it goes
     delay = peek ? 0 : Math.max(0, ...decision.outcomes.map((o) => o.delayMs));
     if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
@@ -106,13 +121,13 @@ export async function gate(request: Request, env: Env, defer: Defer): Promise<Re
     } catch (e) {
       if (!(e instanceof StoreError)) throw e;
       // never forward a side effect unguarded, whatever on_store_error says for limits
-      return stamp(problem({ status: 503, title: "Idempotency store unavailable", detail: `idempotency records could not be reached (${e.reason})`, headers: { "Retry-After": "1" } }), "reject", region);
+      return done(x, problem({ status: 503, title: "Idempotency store unavailable", detail: `idempotency records could not be reached (${e.reason})`, headers: { "Retry-After": "1" } }), "reject");
     }
     if (g.kind === "answer") {
       if (g.decision === "replay" && decision) defer(giveBack(buckets, decision).catch(() => undefined));
-      return stamp(g.response, g.decision, region);
+      return done(x, g.response, g.decision);
     }
-    const guarded: Exchange = { ...x, request: g.request, target: { ...target, sluiceHeaders: g.sluiceHeaders } };
+    const guarded: Exchange = { ...x, request: g.request, target: { ...x.target, sluiceHeaders: g.sluiceHeaders } };
     res = await g.settle(await forwardWatched(guarded, admission?.pass ? admission.probe : false));
   } else {
     res = await forwardWatched(x, admission?.pass ? admission.probe : false);
@@ -120,7 +135,12 @@ export async function gate(request: Request, env: Env, defer: Defer): Promise<Re
   const verdict = !decision || peek ? "allow" : decision.verdict === "reject" ? "allow" : decision.verdict;
   const extra: Record<string, string> = decision ? rateLimitHeaders(decision.outcomes) : {};
   if (delay > 0) extra["Sluice-Delay-Ms"] = String(delay);
-  return stamp(withHeaders(res, extra), verdict, region);
+  return done(x, withHeaders(res, extra), verdict);
+}
+
+/** Stamps a route's response and counts it (and logs it when it was not a plain allow). */
+function done(x: Exchange, res: Response, decision: DecisionHeader): Response {
+  return stamp(res, decision, x.region, x.meta);
 }
 
 /** Forwards, tells the breaker how it went, and keeps a copy for fallback routes. */
@@ -136,19 +156,23 @@ async function forwardWatched(x: Exchange, probe: boolean): Promise<Response> {
 
 /** A refused request, as the route's `on_limit` says: 429, the last good copy, or the queue. */
 async function shed(x: Exchange, d: Extract<Decision, { verdict: "reject" }>): Promise<Response> {
-  if (x.route.on_limit === "queue") return stamp(await enqueue(x, d.blocking.retryAfterMs), "queued", x.region);
+  x.meta.limit = d.blocking.limit.name;
+  x.meta.blockedId = d.blocking.key.slice(d.blocking.key.lastIndexOf(":") + 1);
+  if (x.route.on_limit === "queue") return done(x, await enqueue(x, d.blocking.retryAfterMs), "queued");
   if (x.route.on_limit === "fallback") {
     const fallback = await fallbackFor(x);
-    if (fallback) return stamp(withHeaders(fallback, rateLimitHeaders([d.blocking])), "fallback", x.region);
+    if (fallback) return done(x, withHeaders(fallback, rateLimitHeaders([d.blocking])), "fallback");
   }
-  return stamp(tooManyRequests(d, x.route.name), "reject", x.region);
+  return done(x, tooManyRequests(d, x.route.name), "reject");
 }
 
 /** The breaker is open: the origin gets nothing; the client gets a copy, the static page, or a 503. */
 async function breakerOpen(x: Exchange, retryAfterMs: number): Promise<Response> {
+  x.meta.limit = "breaker";
   const fallback = await fallbackFor(x);
-  if (fallback) return stamp(fallback, "fallback", x.region);
-  return stamp(
+  if (fallback) return done(x, fallback, "fallback");
+  return done(
+    x,
     problem({
       status: 503,
       title: "Origin unavailable",
@@ -157,7 +181,6 @@ async function breakerOpen(x: Exchange, retryAfterMs: number): Promise<Response>
       headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)) },
     }),
     "reject",
-    x.region,
   );
 }
 
@@ -187,8 +210,9 @@ function tooManyRequests(d: Extract<Decision, { verdict: "reject" }>, route: str
 async function storeTrouble(e: StoreError, x: Exchange): Promise<Response> {
   const { config, region, route } = x;
   console.error(JSON.stringify({ event: "store_error", reason: e.reason, region, route: route.name, on_store_error: config.on_store_error, message: e.message }));
-  if (config.on_store_error === "open") return stamp(await forwardWatched(x, false), "degraded", region);
-  return stamp(
+  if (config.on_store_error === "open") return done(x, await forwardWatched(x, false), "degraded");
+  return done(
+    x,
     problem({
       status: 503,
       title: "Rate limiter unavailable",
@@ -196,7 +220,6 @@ async function storeTrouble(e: StoreError, x: Exchange): Promise<Response> {
       headers: { "Retry-After": "1" },
     }),
     "reject",
-    region,
   );
 }
 
@@ -220,6 +243,24 @@ export function withHeaders(res: Response, headers: Record<string, string>): Res
   return res;
 }
 
-export function stamp(res: Response, decision: DecisionHeader, region: string): Response {
+/** What a route's decision is counted and logged under. */
+export interface DecisionMeta {
+  route: string;
+  /** The limit that decided (refused, or would have in shadow mode), or "-". */
+  limit: string;
+  /** The hashed identifier of the refused bucket. */
+  blockedId?: string;
+  rttMs?: number;
+}
+
+/**
+ * Sets `Sluice-Decision` and `Sluice-Region`. With `meta` (a matched route), also counts the
+ * decision for the metrics and writes one structured log line for every decision but `allow`.
+ */
+export function stamp(res: Response, decision: DecisionHeader, region: string, meta?: DecisionMeta): Response {
+  if (meta) {
+    count(meta.route, meta.limit, decision, { rttMs: meta.rttMs, blockedId: meta.blockedId });
+    if (decision !== "allow") console.log(JSON.stringify({ event: "decision", decision, route: meta.route, limit: meta.limit, region, id: meta.blockedId ?? null }));
+  }
   return withHeaders(res, { "Sluice-Decision": decision, "Sluice-Region": region });
 }

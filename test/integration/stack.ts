@@ -56,6 +56,8 @@ export function startWorker(opts: WorkerOptions): Miniflare {
     modulesRules: [{ type: "Text", include: ["**/*.lua"] }],
     compatibilityDate: "2026-04-01",
     bindings,
+    // the Worker's own log lines (one per refused decision) would drown the test output
+    ...(process.env.SLUICE_TEST_LOGS ? {} : { handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => (out.resume(), err.resume()) }),
     ...(opts.queues
       ? {
           queueProducers: { SLUICE_QUEUE: { queueName: "sluice-shed" }, SLUICE_DLQ: { queueName: "sluice-shed-dlq" } },
