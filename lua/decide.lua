@@ -31,12 +31,16 @@ KEYS     1..n: the bucket of limit i: {key_prefix}:{route}:{limit}:{hash}
 ARGV[1]  mode: "take" decide and charge; "peek" decide, charge nothing, record nothing;
          "refund" give back `cost` to every bucket (undoing a take another Redis vetoed)
 ARGV[2]  n, the number of limits
-ARGV     then ten per limit i, at 2 + 10*(i-1) + 1 ..:
+ARGV     then eleven per limit i, at 2 + 11*(i-1) + 1 ..:
            algo, rate, period_us, burst, cost   (integers; cost <= burst is checked at load)
            shadow      1: decide and report, but never block the request
            share_idx   index in KEYS of the share key, 0 for none
            demand_idx  index in KEYS of the demand key, 0 for none
            p1, p2      token_bucket: warmup_us, 0; leaky_bucket: max_delay_us, nodelay; else 0, 0
+           override_idx  index in KEYS of the route's override hash, 0 for none:
+                   {key_prefix}:{route}:overrides, fields "{limit}:{bucket hash}" (one client) and
+                   "{limit}:*" (everybody), values "rate:burst:period_ms:until_ms"; the client's own
+                   wins over everybody's; an override past its time is ignored
 Returns  { admitted, then five per limit: allowed, remaining, retry_after_ms, reset_ms, delay_ms }
            admitted        1 if no enforced (non-shadow) limit refused; then, and only then,
                            every limit that allowed is charged. A refused request takes nothing.
@@ -45,7 +49,7 @@ Returns  { admitted, then five per limit: allowed, remaining, retry_after_ms, re
            retry_after_ms  when refused: ms until the request could pass (-1: never)
            reset_ms        ms until the limit is back to its initial state
            delay_ms        leaky_bucket: how long the request must wait for its slot
-Cost: 1 TIME + 1 GET per limit (+1 GET per share), + 1 SET per limit when charged
+Cost: 1 TIME + 1 GET per limit (+1 GET per share, +1 HMGET of overrides), + 1 SET per limit when charged
       (+1 INCRBY per demand key on take).
 ]]
 
@@ -220,11 +224,35 @@ end
 
 local algorithms = { token, leaky, fixed, sliding }
 
+-- runtime overrides set through the admin API: one HMGET for every limit that has them
+local override = {}
+do
+  local fields, owners, ov_key = {}, {}, nil
+  for i = 1, n do
+    local idx = tonumber(ARGV[2 + 11 * (i - 1) + 11])
+    if idx > 0 then
+      ov_key = KEYS[idx]
+      local name, hash = string.match(KEYS[i], ':([^:]+):([^:]+)$')
+      fields[#fields + 1], owners[#owners + 1] = name .. ':' .. hash, i
+      fields[#fields + 1], owners[#owners + 1] = name .. ':*', i
+    end
+  end
+  if ov_key then
+    local values = redis.call('HMGET', ov_key, unpack(fields))
+    for j = 1, #fields do
+      local r, b, p, u = string.match(values[j] or '', '^(%d+):(%d+):(%d+):(%d+)$')
+      if r and tonumber(u) > now_ms and not override[owners[j]] then
+        override[owners[j]] = { tonumber(r), tonumber(b), tonumber(p) * 1000 }
+      end
+    end
+  end
+end
+
 -- pass 1: every limit loaded at now, and whether each would admit
 local admitted = 1
 local limits = {}
 for i = 1, n do
-  local a = 2 + 10 * (i - 1)
+  local a = 2 + 11 * (i - 1)
   local l = {
     algo = algorithms[tonumber(ARGV[a + 1])],
     rate = tonumber(ARGV[a + 2]), period = tonumber(ARGV[a + 3]), burst = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]),
@@ -232,6 +260,7 @@ for i = 1, n do
   }
   local share_idx, demand_idx = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
   l.warmup, l.max_delay, l.nodelay = tonumber(ARGV[a + 9]), tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10])
+  if override[i] then l.rate, l.burst, l.period = unpack(override[i]) end
   if share_idx > 0 then
     local r, b = string.match(redis.call('GET', KEYS[share_idx]) or '', '^(%d+):(%d+)$')
     if r then l.rate, l.burst = tonumber(r), tonumber(b) end

@@ -7,8 +7,8 @@ import { LEDGER_MAXLEN, refFromHash, resolve } from "../idempotency/records.js";
 import { allRegions, regionStore } from "../region/index.js";
 import { problem } from "../shed/problem.js";
 import { tokenMatches } from "./auth.js";
+import { mountAdminRoutes, type AdminEnv } from "./routes.js";
 
-type AdminEnv = { Bindings: Env; Variables: { config: Config } };
 
 const ADMIN_TIMEOUT_MS = 2_000;
 
@@ -90,6 +90,7 @@ export function adminApp(): Hono<AdminEnv> {
     return c.json({ ok: true, route: route.name, key: b.key, action: b.action });
   });
 
+  mountAdminRoutes(admin);
   admin.all("*", () => problem({ status: 404, title: "Not found", detail: "no such admin route" }));
   return admin;
 }

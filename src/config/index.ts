@@ -80,7 +80,7 @@ function compile(vars: ConfigVars): Config {
     routes: s.routes.map((r, ri) => ({
       ...r,
       pattern: compilePattern(r.match, s.paths),
-      limits: r.limits.map((l, li) => compileLimit(l, `SLUICE.routes[${ri}].limits[${li}]`)),
+      limits: r.limits.map((l, li) => compileLimit({ ...l, shadow: l.shadow || r.shadow }, `SLUICE.routes[${ri}].limits[${li}]`)),
     })),
   };
 }

@@ -187,6 +187,8 @@ const route = z
      * buckets as they stand: this route's own (`true`), or another route's, named (a quota endpoint).
      */
     peek: z.union([z.boolean(), name]).default(false),
+    /** Every limit of the route in shadow mode: decide and count, never block (how a new route is rolled out). */
+    shadow: z.boolean().default(false),
     /** One side effect per Idempotency-Key (see README, Idempotency). */
     idempotency: idempotencySettings.optional(),
     limits: z.array(limit).default([]),

@@ -1,27 +1,34 @@
 /**
  * Buckets known to refuse until a given time, kept in isolate memory so that a client hammering
- * a closed bucket costs no Redis call. Bounded: past `capacity` entries the oldest is dropped
+ * a closed bucket costs at most one Redis call a second per isolate. Bounded: past `capacity` entries the oldest is dropped
  * (Map keeps insertion order), which only means one more Redis call for that bucket.
  */
 export class BlockedBuckets {
-  private readonly until = new Map<string, number>();
+  private readonly until = new Map<string, { until: number; recheck: number }>();
 
-  constructor(private readonly capacity = 10_000) {}
+  /**
+   * @param recheckMs how long a refusal is trusted before Redis is asked again, even when it lasts
+   * longer: an operator's override or reset then takes effect within that time everywhere.
+   */
+  constructor(
+    private readonly capacity = 10_000,
+    private readonly recheckMs = 1_000,
+  ) {}
 
-  /** Milliseconds the bucket stays closed, or 0 when it is not known to be closed. */
+  /** Milliseconds the bucket stays closed, or 0 when it is not known (or no longer trusted) to be. */
   remaining(key: string, now: number): number {
     const t = this.until.get(key);
     if (t === undefined) return 0;
-    if (t <= now) {
+    if (t.until <= now || t.recheck <= now) {
       this.until.delete(key);
       return 0;
     }
-    return t - now;
+    return t.until - now;
   }
 
-  block(key: string, until: number): void {
+  block(key: string, until: number, now = Date.now()): void {
     this.until.delete(key);
-    this.until.set(key, until);
+    this.until.set(key, { until, recheck: Math.min(until, now + this.recheckMs) });
     if (this.until.size > this.capacity) this.until.delete(this.until.keys().next().value as string);
   }
 

@@ -61,7 +61,7 @@ export async function decide(buckets: Bucket[], blocked: BlockedBuckets, now: nu
   const outcomes = buckets.map((b) => byBucket.get(b) as LimitOutcome);
   const refusing = outcomes.filter((o) => !o.allowed && !o.limit.shadow);
   if (!admitted) {
-    if (mode === "take") for (const o of refusing) if (o.retryAfterMs > 0 && cacheable(o)) blocked.block(o.key, now + o.retryAfterMs);
+    if (mode === "take") for (const o of refusing) if (o.retryAfterMs > 0 && cacheable(o)) blocked.block(o.key, now + o.retryAfterMs, now);
     return { verdict: "reject", outcomes, blocking: longestWait(refusing.length > 0 ? refusing : outcomes), cached: false };
   }
   return { verdict: outcomes.some((o) => !o.allowed) ? "shadow" : "allow", outcomes };
@@ -77,6 +77,11 @@ export async function giveBack(buckets: Bucket[], d: Decision): Promise<void> {
   await Promise.all(groupByStore(charged).map((g) => runDecide(g, "refund")));
 }
 
+/** One bucket's state as it stands, nothing spent (for the admin API). */
+export async function peekBucket(bucket: Bucket): Promise<LimitOutcome> {
+  return (await runDecide([bucket], "peek")).outcomes[0] as LimitOutcome;
+}
+
 /** The script source, for `store.script()`. */
 export const DECIDE_SCRIPT: string = decideLua;
 
@@ -84,7 +89,8 @@ export const DECIDE_SCRIPT: string = decideLua;
 export function scriptCall(buckets: ReadonlyArray<Pick<Bucket, "limit" | "key" | "split" | "params">>, mode: ScriptMode): { keys: string[]; args: string[] } {
   const keys = buckets.map((b) => b.key);
   const args: Array<string | number> = [mode, buckets.length];
-  for (const { limit: l, split, params } of buckets) {
+  for (const bucketOf of buckets) {
+    const { limit: l, split, params } = bucketOf;
     let share = 0;
     let demand = 0;
     if (split) {
@@ -94,9 +100,17 @@ export function scriptCall(buckets: ReadonlyArray<Pick<Bucket, "limit" | "key" |
     const p = params ?? l;
     const { rate, burst } = split?.start ?? p;
     const [p1, p2] = l.algorithm === "token_bucket" ? [(l.warmup ?? 0) * 1000, 0] : l.algorithm === "leaky_bucket" ? [l.max_delay * 1000, l.nodelay ? 1 : 0] : [0, 0];
-    args.push(ALGORITHM_CODE[l.algorithm], rate, p.period * 1000, burst, p.cost, l.shadow ? 1 : 0, share, demand, p1, p2);
+    args.push(ALGORITHM_CODE[l.algorithm], rate, p.period * 1000, burst, p.cost, l.shadow ? 1 : 0, share, demand, p1, p2, overrideIndex(keys, bucketOf));
   }
   return { keys, args: args.map(String) };
+}
+
+/** The KEYS index of the route's override hash (`{prefix}:{route}:overrides`), added once per call. */
+function overrideIndex(keys: string[], b: Pick<Bucket, "key">): number {
+  const cut = b.key.lastIndexOf(":", b.key.lastIndexOf(":") - 1);
+  const key = `${b.key.slice(0, cut)}:overrides`;
+  const at = keys.indexOf(key);
+  return at >= 0 ? at + 1 : keys.push(key);
 }
 
 const ALGORITHM_CODE: Record<Limit["algorithm"], number> = { token_bucket: 1, leaky_bucket: 2, fixed_window: 3, sliding_window: 4 };

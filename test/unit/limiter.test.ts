@@ -45,15 +45,22 @@ describe("RateLimit headers", () => {
 describe("BlockedBuckets", () => {
   it("answers until the deadline, then forgets", () => {
     const b = new BlockedBuckets(10);
-    b.block("a", 1_000);
+    b.block("a", 1_000, 0);
     expect(b.remaining("a", 400)).toBe(600);
     expect(b.remaining("a", 1_000)).toBe(0);
     expect(b.size).toBe(0);
   });
 
+  it("trusts a long refusal for a second at most, then asks Redis again", () => {
+    const b = new BlockedBuckets(10, 1_000);
+    b.block("a", 60_000, 0);
+    expect(b.remaining("a", 999)).toBe(59_001);
+    expect(b.remaining("a", 1_000)).toBe(0);
+  });
+
   it("stays within its capacity, dropping the oldest entry", () => {
     const b = new BlockedBuckets(3);
-    for (const k of ["a", "b", "c", "d"]) b.block(k, 100);
+    for (const k of ["a", "b", "c", "d"]) b.block(k, 100, 0);
     expect(b.size).toBe(3);
     expect(b.remaining("a", 0)).toBe(0);
     expect(b.remaining("d", 0)).toBe(100);
