@@ -8,6 +8,8 @@ import { allRegions, regionStore } from "../region/index.js";
 import { problem } from "../shed/problem.js";
 import { tokenMatches } from "./auth.js";
 import { mountAdminRoutes, type AdminEnv } from "./routes.js";
+import { dashboardData } from "./dashboard.js";
+import { DASHBOARD_PAGE, LOGIN_PAGE } from "./page.js";
 
 
 const ADMIN_TIMEOUT_MS = 2_000;
@@ -38,7 +40,15 @@ export function adminApp(): Hono<AdminEnv> {
     if (c.req.path === "/__sluice/health") return next();
     const token = c.env.SLUICE_ADMIN_TOKEN;
     if (!token) return problem({ status: 404, title: "Not found", detail: "the admin API is off: no SLUICE_ADMIN_TOKEN is set" });
-    if (!(await tokenMatches(c.req.header("authorization") ?? null, token))) {
+    if (c.req.path === "/__sluice/login" || (c.req.path === "/__sluice" || c.req.path === "/__sluice/")) return next();
+    // the dashboard's session: the token in a cookie scoped to the admin path (HttpOnly, SameSite=Strict);
+    // changes still need a JSON body, which no cross-site form can send
+    const presented = c.req.header("authorization") ?? (sessionToken(c.req.header("cookie")) ? `Bearer ${sessionToken(c.req.header("cookie"))}` : null);
+    const viaCookie = !c.req.header("authorization");
+    if (viaCookie && c.req.method !== "GET" && !(c.req.header("content-type") ?? "").startsWith("application/json")) {
+      return problem({ status: 415, title: "JSON required", detail: "changes take a JSON body" });
+    }
+    if (!(await tokenMatches(presented, token))) {
       return problem({ status: 401, title: "Unauthorized", detail: "the admin API needs Authorization: Bearer <SLUICE_ADMIN_TOKEN>", headers: { "WWW-Authenticate": 'Bearer realm="sluice"' } });
     }
     return next();
@@ -90,9 +100,35 @@ export function adminApp(): Hono<AdminEnv> {
     return c.json({ ok: true, route: route.name, key: b.key, action: b.action });
   });
 
+  admin.get("/", async (c) => {
+    const token = c.env.SLUICE_ADMIN_TOKEN as string;
+    const signedIn = await tokenMatches(sessionToken(c.req.header("cookie")) ? `Bearer ${sessionToken(c.req.header("cookie"))}` : null, token);
+    return c.html(signedIn ? DASHBOARD_PAGE : LOGIN_PAGE, 200, { "cache-control": "no-store" });
+  });
+
+  admin.post("/login", async (c) => {
+    const form = await c.req.parseBody().catch(() => ({}) as Record<string, unknown>);
+    const given = typeof form.token === "string" ? form.token : "";
+    if (!(await tokenMatches(`Bearer ${given}`, c.env.SLUICE_ADMIN_TOKEN as string))) return c.html(LOGIN_PAGE, 401);
+    const secure = new URL(c.req.url).protocol === "https:" ? "; Secure" : "";
+    return new Response(null, {
+      status: 303,
+      headers: { location: "/__sluice/", "set-cookie": `${SESSION}=${encodeURIComponent(given)}; Path=/__sluice; HttpOnly; SameSite=Strict; Max-Age=43200${secure}` },
+    });
+  });
+
+  admin.get("/api/dashboard", async (c) => c.json(await dashboardData(c.get("config"), c.env)));
+
   mountAdminRoutes(admin);
   admin.all("*", () => problem({ status: 404, title: "Not found", detail: "no such admin route" }));
   return admin;
+}
+
+const SESSION = "sluice_admin";
+
+function sessionToken(cookie: string | undefined): string | undefined {
+  const m = new RegExp(`(?:^|;\\s*)${SESSION}=([^;]*)`).exec(cookie ?? "");
+  return m ? decodeURIComponent(m[1] as string) : undefined;
 }
 
 /** XREVRANGE as the client gives it without deserialisation: [[id, [field, value, ...]], ...]. */

@@ -38,6 +38,8 @@ export interface WorkerOptions {
   bindings?: Record<string, string>;
   /** Bind SLUICE_QUEUE / SLUICE_DLQ and consume both, as wrangler.toml does. */
   queues?: boolean;
+  /** Listen on a loopback port (for a browser); `await mf.ready` gives the URL. */
+  listen?: boolean;
 }
 
 /**
@@ -56,6 +58,7 @@ export function startWorker(opts: WorkerOptions): Miniflare {
     modulesRules: [{ type: "Text", include: ["**/*.lua"] }],
     compatibilityDate: "2026-04-01",
     bindings,
+    ...(opts.listen ? { host: "127.0.0.1", port: 0 } : {}),
     // the Worker's own log lines (one per refused decision) would drown the test output
     ...(process.env.SLUICE_TEST_LOGS ? {} : { handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => (out.resume(), err.resume()) }),
     ...(opts.queues

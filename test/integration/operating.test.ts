@@ -1,0 +1,160 @@
+import type { Miniflare } from "miniflare";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { SluiceInput } from "../../src/config/schema.js";
+import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "./stack.js";
+
+const ADMIN = "operator-token-0123456789";
+const SLUICE: SluiceInput = {
+  key_prefix: "o",
+  timeout_ms: 1_000,
+  routes: [
+    { name: "api", match: "/api/*", limits: [{ name: "per-ip", rate: 2, period: "1h" }] },
+    { name: "trial", match: "/trial", shadow: true, limits: [{ name: "per-ip", rate: 1, period: "1h" }] },
+    { name: "open", match: "/open" },
+  ],
+};
+
+let stack: RedisStack;
+let origin: DemoOrigin;
+let mf: Miniflare;
+
+beforeAll(async () => {
+  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
+  mf = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } });
+  await mf.ready;
+});
+afterAll(async () => {
+  await mf?.dispose();
+  await Promise.all([stack?.stop(), origin?.close()]);
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const auth = { authorization: `Bearer ${ADMIN}` };
+const admin = (path: string, method = "GET", body?: unknown) =>
+  call(mf, `/__sluice${path}`, { method, headers: { ...auth, ...(body ? { "content-type": "application/json" } : {}) }, body: body ? JSON.stringify(body) : undefined });
+
+describe("the admin API's door", () => {
+  const routes = ["/config", "/ledger", "/metrics", "/overrides", "/lists", "/buckets/api/per-ip?ip=1.2.3.4", "/api/dashboard"];
+  it.each(routes)("%s needs the token: none or a wrong one of the same length is a 401 problem", async (path) => {
+    for (const headers of [{}, { authorization: `Bearer ${"y".repeat(ADMIN.length)}` }, { authorization: ADMIN }]) {
+      const r = await call(mf, `/__sluice${path}`, { headers });
+      expect(r.status).toBe(401);
+      expect(r.headers.get("content-type")).toBe("application/problem+json");
+    }
+    expect((await admin(path)).status).toBe(200);
+  });
+
+  it("health needs no token and shows no secrets", async () => {
+    const r = await call(mf, "/__sluice/health");
+    expect(r.status).toBe(200);
+    expect(r.json()).toMatchObject({ ok: true, regions: [{ region: "home", reachable: true }] });
+    expect(r.text).not.toContain(stack.bridge.url);
+  });
+
+  it("is off entirely without a token configured", async () => {
+    const noToken = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url });
+    try {
+      expect((await call(noToken, "/__sluice/config", { headers: auth })).status).toBe(404);
+    } finally {
+      await noToken.dispose();
+    }
+  });
+
+  it("shows the effective configuration with secrets redacted", async () => {
+    const r = await admin("/config");
+    expect(r.json()).toMatchObject({ key_prefix: "o", routes: [{ name: "api" }, { name: "trial" }, { name: "open" }] });
+    expect(r.text).not.toContain(ADMIN);
+    expect(r.text).not.toContain("test-token");
+  });
+});
+
+describe("buckets and overrides", () => {
+  it("reads a bucket without spending and resets it", async () => {
+    const ip = "203.0.113.70";
+    await call(mf, "/api/a", { ip });
+    const before = (await admin(`/buckets/api/per-ip?ip=${ip}`)).json();
+    expect(before).toMatchObject({ remaining: 1, would_allow: true });
+    expect((await admin(`/buckets/api/per-ip?ip=${ip}`)).json().remaining).toBe(1); // peeking spent nothing
+    await call(mf, "/api/a", { ip });
+    expect((await call(mf, "/api/a", { ip })).status).toBe(429);
+    expect((await admin(`/buckets/api/per-ip?ip=${ip}`, "DELETE")).status).toBe(200);
+    await sleep(1_050); // the refusing isolate trusts its cache for a second at most
+    expect((await call(mf, "/api/a", { ip })).status).toBe(200);
+  });
+
+  it("an override for one client takes effect within a second, and expiry restores the configured rate", async () => {
+    const ip = "203.0.113.71";
+    await call(mf, "/api/b", { ip });
+    await call(mf, "/api/b", { ip });
+    expect((await call(mf, "/api/b", { ip })).status).toBe(429);
+    // 10 a second instead of 2 an hour: the empty bucket refills within the second
+    const set = await admin("/overrides", "PUT", { route: "api", limit: "per-ip", rate: 10, burst: 10, period: "1s", identity: { ip }, ttl: "3s" });
+    expect(set.status).toBe(200);
+    await sleep(1_050);
+    expect((await call(mf, "/api/b", { ip })).status).toBe(200);
+    expect((await call(mf, "/api/b", { ip: "203.0.113.72" })).headers.get("ratelimit")).toMatch(/^"per-ip";r=1;/); // others unchanged
+    expect((await admin("/overrides")).json().overrides).toHaveLength(1);
+    await sleep(2_200);
+    // expired: back to a burst of 2, and the bucket holds more than that, so it clamps down
+    expect((await call(mf, "/api/b", { ip })).headers.get("ratelimit")).toMatch(/^"per-ip";r=[01];/);
+    expect((await admin("/overrides")).json().overrides).toHaveLength(0);
+  });
+
+  it("an override for everybody changes every bucket of the limit", async () => {
+    expect((await admin("/overrides", "PUT", { route: "api", limit: "per-ip", rate: 50, ttl: "1m" })).status).toBe(200);
+    await sleep(1_050);
+    expect((await call(mf, "/api/c", { ip: "203.0.113.73" })).headers.get("ratelimit")).toMatch(/^"per-ip";r=49;/);
+    expect((await admin("/overrides", "DELETE", { route: "api", limit: "per-ip" })).status).toBe(200);
+    await sleep(1_050);
+    expect((await call(mf, "/api/c", { ip: "203.0.113.74" })).headers.get("ratelimit")).toMatch(/^"per-ip";r=1;/);
+  });
+
+  it("refuses malformed admin input with a 400 problem", async () => {
+    expect((await admin("/overrides", "PUT", { route: "api", limit: "per-ip", rate: -1, ttl: "1m" })).status).toBe(400);
+    expect((await admin("/lists", "PUT", { kind: "deny", entry: "not an ip", ttl: "1m" })).status).toBe(400);
+    expect((await admin("/overrides", "PUT", { route: "nope", limit: "x", rate: 1, ttl: "1m" })).status).toBe(404);
+  });
+});
+
+describe("deny and allow lists", () => {
+  it("a CIDR on the deny list gets 403 within five seconds; an allow entry skips the limits of its routes", async () => {
+    expect((await admin("/lists", "PUT", { kind: "deny", entry: "198.51.100.0/24", ttl: "1m" })).status).toBe(200);
+    expect((await admin("/lists", "PUT", { kind: "allow", entry: "192.0.2.9", ttl: "1m", routes: ["api"] })).status).toBe(200);
+    let status = 0;
+    for (let i = 0; i < 70 && status !== 403; i++) {
+      status = (await call(mf, "/open", { ip: "198.51.100.23" })).status;
+      if (status !== 403) await sleep(100);
+    }
+    expect(status).toBe(403);
+    expect((await call(mf, "/open", { ip: "198.51.101.23" })).status).toBe(200);
+    for (let i = 0; i < 5; i++) expect((await call(mf, "/api/d", { ip: "192.0.2.9" })).status).toBe(200);
+    const r = await call(mf, "/api/d", { ip: "192.0.2.9" });
+    expect(r.headers.get("ratelimit")).toBeNull(); // no limit ran
+  });
+});
+
+describe("shadow mode and metrics", () => {
+  it("a shadow route forwards everything and counts what it would have refused", async () => {
+    const seen = origin.seen.length;
+    const decisions = [];
+    for (let i = 0; i < 4; i++) decisions.push((await call(mf, "/trial", { ip: "203.0.113.80" })).headers.get("sluice-decision"));
+    expect(decisions).toEqual(["allow", "shadow", "shadow", "shadow"]);
+    expect(origin.seen.length).toBe(seen + 4);
+  });
+
+  it("exposes counts in the Prometheus text format that match the requests sent", async () => {
+    const m = await admin("/metrics");
+    expect(m.headers.get("content-type")).toMatch(/^text\/plain; version=0.0.4/);
+    const samples = new Map<string, number>();
+    for (const line of m.text.split("\n")) {
+      if (line === "" || line.startsWith("# HELP ") || line.startsWith("# TYPE ")) continue;
+      const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? (-?[0-9.e+-]+)$/.exec(line);
+      expect(match, line).not.toBeNull();
+      samples.set(`${match![1]}${match![2] ?? ""}`, Number(match![3]));
+    }
+    expect(samples.get('sluice_decisions_total{route="trial",limit="per-ip",decision="shadow"}')).toBe(3);
+    expect(samples.get('sluice_decisions_total{route="trial",limit="-",decision="allow"}')).toBe(1);
+    expect(samples.get('sluice_decisions_total{route="open",limit="deny-list",decision="reject"}')).toBeGreaterThanOrEqual(1);
+    expect(samples.get("sluice_redis_round_trips")).toBeGreaterThan(0);
+  });
+});
