@@ -1,4 +1,4 @@
-import { mkdirSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import { resolve } from "node:path";
 import type { Miniflare } from "miniflare";
 import { chromium, type Browser } from "playwright-core";
@@ -25,8 +25,10 @@ beforeAll(async () => {
     listen: true,
   });
   base = (await mf.ready).origin;
+  const executablePath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+  if (!existsSync(executablePath)) throw new Error(`the dashboard test drives a real Chromium: install it (Debian: apt-get install chromium) or set CHROMIUM_PATH`);
   browser = await chromium.launch({
-    executablePath: "/usr/bin/chromium",
+    executablePath,
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
   });
   mkdirSync(SCREENSHOTS, { recursive: true });
