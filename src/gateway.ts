@@ -5,7 +5,8 @@ import { BlockedBuckets } from "./limiter/blocked.js";
 import { BadLimitInput, bucketsFor } from "./limiter/buckets.js";
 import { usesJwt, verifyBearer } from "./keys/jwt.js";
 import { decide, giveBack, type Bucket, type Defer } from "./limiter/decide.js";
-import { guard } from "./idempotency/guard.js";
+import { guard, type Guarded } from "./idempotency/guard.js";
+import { holdSession, type SessionHold } from "./session/guard.js";
 import { rateLimitHeaders, retryAfterSeconds } from "./limiter/headers.js";
 import type { Decision } from "./limiter/types.js";
 import { forward, type ForwardTarget } from "./origin/forward.js";
@@ -112,30 +113,51 @@ async function serve(x: Exchange, allowListed: boolean): Promise<Response> {
     delay = peek ? 0 : Math.max(0, ...decision.outcomes.map((o) => o.delayMs));
     if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
   }
+  // rate limits ran first; now one side effect per key, then one call per session at a time
+  let guarded: Guarded | undefined;
+  let session: SessionHold = { kind: "none" };
+  try {
+    if (route.idempotency?.methods.includes(request.method)) {
+      guarded = await guard(x);
+      if (guarded.kind === "answer") {
+        if (guarded.decision === "replay" && decision) defer(giveBack(buckets, decision).catch(() => undefined));
+        return done(x, guarded.response, guarded.decision);
+      }
+    }
+    if (route.session?.methods.includes(request.method)) session = await holdSession(x);
+  } catch (e) {
+    if (!(e instanceof StoreError)) throw e;
+    if (guarded?.kind === "forward") await guarded.abandon();
+    // never forward a side effect unguarded, whatever on_store_error says for limits
+    return done(x, problem({ status: 503, title: "Coordination store unavailable", detail: `idempotency records or session locks could not be reached (${e.reason})`, headers: { "Retry-After": "1" } }), "reject");
+  }
+  if (session.kind === "busy") {
+    if (guarded?.kind === "forward") await guarded.abandon();
+    return done(x, session.response, "reject");
+  }
+  const forwarded: Exchange = guarded?.kind === "forward" || session.kind === "held" ? { ...x, request: guarded?.kind === "forward" ? guarded.request : request, target: { ...x.target, sluiceHeaders: sluiceHeadersOf(guarded, session) } } : x;
   let res: Response;
-  if (route.idempotency?.methods.includes(request.method)) {
-    // rate limits ran first; now one side effect per key
-    let g: Awaited<ReturnType<typeof guard>>;
-    try {
-      g = await guard(x);
-    } catch (e) {
-      if (!(e instanceof StoreError)) throw e;
-      // never forward a side effect unguarded, whatever on_store_error says for limits
-      return done(x, problem({ status: 503, title: "Idempotency store unavailable", detail: `idempotency records could not be reached (${e.reason})`, headers: { "Retry-After": "1" } }), "reject");
-    }
-    if (g.kind === "answer") {
-      if (g.decision === "replay" && decision) defer(giveBack(buckets, decision).catch(() => undefined));
-      return done(x, g.response, g.decision);
-    }
-    const guarded: Exchange = { ...x, request: g.request, target: { ...x.target, sluiceHeaders: g.sluiceHeaders } };
-    res = await g.settle(await forwardWatched(guarded, admission?.pass ? admission.probe : false));
-  } else {
-    res = await forwardWatched(x, admission?.pass ? admission.probe : false);
+  try {
+    res = await forwardWatched(forwarded, admission?.pass ? admission.probe : false);
+    if (guarded?.kind === "forward") res = await guarded.settle(res);
+  } finally {
+    if (session.kind === "held") await session.release();
   }
   const verdict = !decision || peek ? "allow" : decision.verdict === "reject" ? "allow" : decision.verdict;
   const extra: Record<string, string> = decision ? rateLimitHeaders(decision.outcomes) : {};
   if (delay > 0) extra["Sluice-Delay-Ms"] = String(delay);
   return done(x, withHeaders(res, extra), verdict);
+}
+
+/**
+ * What sluice tells the origin: the fencing token of the grant that lets the call through (the
+ * session's when the route has one, else the idempotency claim's), the session, the key.
+ */
+function sluiceHeadersOf(g: Guarded | undefined, s: SessionHold): Record<string, string> {
+  const idem = g?.kind === "forward" ? g.sluiceHeaders : {};
+  if (s.kind !== "held") return idem;
+  const { "sluice-fencing-token": idemToken, ...rest } = idem;
+  return { ...rest, ...(idemToken ? { "sluice-idempotency-fencing-token": idemToken } : {}), ...s.headers };
 }
 
 /** Stamps a route's response and counts it (and logs it when it was not a plain allow). */

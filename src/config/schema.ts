@@ -171,6 +171,21 @@ const idempotencySettings = z
     if (i.lease >= i.ttl) ctx.addIssue({ code: "custom", path: ["lease"], message: "must be shorter than ttl" });
   });
 
+const sessionSettings = z
+  .object({
+    /** Whose session: an identity in the key syntax of limits, e.g. "header:x-session-id" or "jwt:sid". */
+    key: keyPart,
+    mode: z.literal("exclusive").default("exclusive"),
+    /** How long a grant holds before the next request may take it over. */
+    lease: duration.default(30_000),
+    /** How long a second call of a busy session waits for the lock (0: 409 at once). */
+    wait: duration.optional(),
+    /** Methods that take the lock (reads do not). */
+    methods: z.array(method).min(1).default(["POST", "PUT", "PATCH", "DELETE"]),
+  })
+  .strict()
+  .transform((s) => ({ ...s, wait: s.wait ?? 0 }));
+
 const route = z
   .object({
     name,
@@ -189,6 +204,8 @@ const route = z
     peek: z.union([z.boolean(), name]).default(false),
     /** Every limit of the route in shadow mode: decide and count, never block (how a new route is rolled out). */
     shadow: z.boolean().default(false),
+    /** One side-effecting call per session at a time (see README, Sessions). */
+    session: sessionSettings.optional(),
     /** One side effect per Idempotency-Key (see README, Idempotency). */
     idempotency: idempotencySettings.optional(),
     limits: z.array(limit).default([]),

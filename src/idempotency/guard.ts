@@ -16,7 +16,7 @@ const SETTLE_TIMEOUT_MS = 5_000;
 
 /** What the idempotency step decided: go to the origin with these, or answer without it. */
 export type Guarded =
-  | { kind: "forward"; request: Request; sluiceHeaders: Record<string, string>; settle: (res: Response) => Promise<Response> }
+  | { kind: "forward"; request: Request; sluiceHeaders: Record<string, string>; settle: (res: Response) => Promise<Response>; abandon: () => Promise<void> }
   | { kind: "answer"; response: Response; decision: "replay" | "reject" };
 
 /**
@@ -43,7 +43,7 @@ export async function guard(x: Exchange): Promise<Guarded> {
   if (key === undefined && settings.derive) key = await sha256Hex(new TextEncoder().encode(JSON.stringify([x.request.method, x.route.name, principal, await sha256Hex(canonical)])));
   if (key === undefined) {
     if (settings.required) return answer(400, "Idempotency-Key required", `${x.request.method} ${x.route.name} needs an Idempotency-Key header`);
-    return { kind: "forward", request: rebuilt(x.request, body), sluiceHeaders: {}, settle: async (res) => res };
+    return { kind: "forward", request: rebuilt(x.request, body), sluiceHeaders: {}, settle: async (res) => res, abandon: async () => undefined };
   }
 
   const store = homeStore(x.env, x.config, x.region);
@@ -67,6 +67,10 @@ export async function guard(x: Exchange): Promise<Guarded> {
     request: rebuilt(x.request, body),
     sluiceHeaders: { "sluice-fencing-token": String(c.fence), "idempotency-key": key },
     settle: (res) => settle(x, settledRef, owner, res),
+    // sluice itself decided not to forward (a busy session): the key is free for the retry
+    abandon: async () => {
+      await settleFailure(settledRef, owner, "release", undefined).catch(() => false);
+    },
   };
 }
 

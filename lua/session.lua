@@ -1,0 +1,57 @@
+--[[
+session.lua: one side-effecting call per agent session at a time, fenced. Acquire, release and
+read a session's lock, each one atomic call that checks who owns it; every grant, release,
+takeover and refusal is appended to the ledger. The clock is Redis's own (TIME, read once).
+
+KEYS[1]  lock    {key_prefix}:session:{sha256(session identity)}  hash: owner, fence, lease_until (ms)
+                 TTL: the lease plus a minute (an abandoned lock disappears on its own; until then
+                 the next request takes it over, and the ledger says so)
+KEYS[2]  fence   {key_prefix}:session:{sha256(session identity)}:fence  INCR counter: every grant
+                 of this session's lock gets a strictly higher token. TTL 30 days, renewed per grant.
+KEYS[3]  ledger  {key_prefix}:ledger  stream, capped (MAXLEN ~)
+ARGV[1]  op: acquire | release
+ARGV[2]  owner, ARGV[3] route, ARGV[4] session hash (for the ledger), ARGV[5] ledger max length
+ARGV[6]  acquire: lease_ms
+Returns  acquire: { "granted", fence, takeover (0|1) } | { "busy", lease_left_ms, fence }
+         release: { "ok" } | { "not_owner" }
+]]
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local op, owner, route, session, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local holder, fence, lease_until = unpack(redis.call('HMGET', KEYS[1], 'owner', 'fence', 'lease_until'))
+
+local function ledger(event, f)
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*',
+    'event', event, 'route', route, 'key', session, 'fence', tostring(f or ''), 'status', '', 'at', tostring(now))
+end
+
+if op == 'acquire' then
+  local lease = tonumber(ARGV[6])
+  local takeover = 0
+  if holder then
+    local left = tonumber(lease_until) - now
+    if left > 0 then
+      ledger('session_refused', fence)
+      return { 'busy', left, tonumber(fence) }
+    end
+    takeover = 1
+  end
+  local granted = redis.call('INCR', KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], 2592000000)
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'owner', owner, 'fence', granted, 'lease_until', now + lease)
+  redis.call('PEXPIRE', KEYS[1], lease + 60000)
+  ledger(takeover == 1 and 'session_takeover' or 'session_grant', granted)
+  return { 'granted', granted, takeover }
+end
+
+-- release: only the holder
+if holder ~= owner then
+  ledger('session_stale_release', fence)
+  return { 'not_owner' }
+end
+redis.call('DEL', KEYS[1])
+ledger('session_release', fence)
+return { 'ok' }

@@ -1,0 +1,52 @@
+import type { Exchange } from "../gateway.js";
+import { identify, readPart } from "../keys/identify.js";
+import { homeStore } from "../region/index.js";
+import { problem } from "../shed/problem.js";
+import { StoreError } from "../store/deadline.js";
+import { acquire, release, sessionRef, type Acquired } from "./lock.js";
+
+export type SessionHold =
+  | { kind: "none" }
+  | { kind: "busy"; response: Response }
+  | { kind: "held"; headers: Record<string, string>; release: () => Promise<void> };
+
+/**
+ * Takes the request's session lock (routes keyed on the same session share it), waiting up to
+ * `wait` for a busy one, polling with backoff. Held: the origin gets the grant's fencing token and
+ * the session, and `release` gives the lock back (only if this request still holds it). Busy: a
+ * 409 problem naming the session as busy. No session identity: no lock.
+ */
+export async function holdSession(x: Exchange): Promise<SessionHold> {
+  const settings = x.route.session;
+  if (!settings) return { kind: "none" };
+  const who = identify([settings.key], x.facts, "skip");
+  if (who.kind !== "id") return { kind: "none" };
+  const store = homeStore(x.env, x.config, x.region);
+  if (!store) throw new StoreError("unreachable", "no Upstash URL/token for the home region, where session locks live");
+  const ref = await sessionRef(store, x.config.key_prefix, x.route.name, who.id);
+  const owner = crypto.randomUUID();
+  let a: Acquired = await acquire(ref, owner, settings.lease);
+  for (let pause = 50, waited = 0; a.kind === "busy" && waited + pause <= settings.wait; waited += pause, pause = Math.min(pause * 2, 500)) {
+    await new Promise((r) => setTimeout(r, Math.min(pause, Math.max(1, a.kind === "busy" ? a.leftMs : pause))));
+    a = await acquire(ref, owner, settings.lease);
+  }
+  if (a.kind === "busy") {
+    return {
+      kind: "busy",
+      response: problem({
+        status: 409,
+        title: "Session busy",
+        detail: `another side-effecting call of this session is in flight (fencing token ${a.fence}); calls of one session run one at a time`,
+        headers: { "Retry-After": String(Math.max(1, Math.ceil(Math.min(a.leftMs, 5_000) / 1000))) },
+        extensions: { lease_left_ms: a.leftMs },
+      }),
+    };
+  }
+  return {
+    kind: "held",
+    headers: { "sluice-fencing-token": String(a.fence), "sluice-session": readPart(settings.key, x.facts) ?? "" },
+    release: async () => {
+      await release(ref, owner).catch(() => false);
+    },
+  };
+}

@@ -1,0 +1,39 @@
+import sessionLua from "../../lua/session.lua";
+import { hashIdentifier } from "../keys/hash.js";
+import { LEDGER_MAXLEN } from "../idempotency/records.js";
+import { StoreError } from "../store/deadline.js";
+import type { Store } from "../store/redis.js";
+
+/** A session's lock: where it lives (home region's Redis) and how the ledger names it. */
+export interface SessionRef {
+  store: Store;
+  prefix: string;
+  route: string;
+  hash: string;
+}
+
+export type Acquired = { kind: "granted"; fence: number; takeover: boolean } | { kind: "busy"; leftMs: number; fence: number };
+
+/** The lock of one session, shared by every route keyed on the same session identity. */
+export async function sessionRef(store: Store, prefix: string, route: string, identity: string): Promise<SessionRef> {
+  return { store, prefix, route, hash: await hashIdentifier(identity) };
+}
+
+async function call(r: SessionRef, op: "acquire" | "release", owner: string, rest: Array<string | number>): Promise<unknown[]> {
+  const lock = `${r.prefix}:session:${r.hash}`;
+  const reply = await r.store.run(r.store.script(sessionLua), [lock, `${lock}:fence`, `${r.prefix}:ledger`], [op, owner, r.route, r.hash, LEDGER_MAXLEN, ...rest]);
+  if (!Array.isArray(reply)) throw new StoreError("error", `unexpected reply from session.lua: ${JSON.stringify(reply).slice(0, 200)}`);
+  return reply;
+}
+
+/** One Lua call: the lock and the next fencing token, or how long the holder's lease has left. */
+export async function acquire(r: SessionRef, owner: string, leaseMs: number): Promise<Acquired> {
+  const [kind, a, b] = await call(r, "acquire", owner, [leaseMs]);
+  return kind === "granted" ? { kind, fence: Number(a), takeover: Number(b) === 1 } : { kind: "busy", leftMs: Number(a), fence: Number(b) };
+}
+
+/** Releases the lock, only if `owner` still holds it. */
+export async function release(r: SessionRef, owner: string): Promise<boolean> {
+  const [result] = await call(r, "release", owner, []);
+  return result === "ok";
+}

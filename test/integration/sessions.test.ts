@@ -1,0 +1,164 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Miniflare } from "miniflare";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { SluiceInput } from "../../src/config/schema.js";
+import { call, startRedisStack, startWorker, type RedisStack } from "./stack.js";
+
+const ADMIN = "session-admin-token-0123";
+const session = (extra: Record<string, unknown> = {}) => ({ key: "header:x-session-id", ...extra });
+const SLUICE: SluiceInput = {
+  key_prefix: "ss",
+  timeout_ms: 2_000,
+  routes: [
+    { name: "orders", match: "/orders", session: session() },
+    { name: "payments", match: "/payments", session: session() }, // same session key: same lock
+    { name: "patient", match: "/patient/*", session: session({ wait: "20s" }) },
+    { name: "short", match: "/short", session: session({ lease: "1s" }) },
+    { name: "both", match: "/both", session: session(), idempotency: { principal: "header:x-session-id" } },
+  ],
+};
+
+/**
+ * An origin that does what the README tells origins to do with fencing tokens: remember the
+ * highest token seen per session, and refuse a write that carries a lower one. It also records
+ * overlapping calls per session, which must never happen.
+ */
+interface FencedOrigin {
+  url: string;
+  calls: Array<{ session: string; token: number; path: string; start: number; end: number; accepted: boolean }>;
+  overlaps: number;
+  server: Server;
+}
+
+async function startFencedOrigin(): Promise<FencedOrigin> {
+  const highest = new Map<string, number>();
+  const inFlight = new Map<string, number>();
+  const o: FencedOrigin = { url: "", calls: [], overlaps: 0, server: createServer() };
+  o.server.on("request", (req, res) => {
+    const url = new URL(req.url ?? "/", "http://o");
+    const sessionId = String(req.headers["sluice-session"] ?? "");
+    const token = Number(req.headers["sluice-fencing-token"] ?? 0);
+    const start = Date.now();
+    if (sessionId) {
+      if ((inFlight.get(sessionId) ?? 0) > 0) o.overlaps++;
+      inFlight.set(sessionId, (inFlight.get(sessionId) ?? 0) + 1);
+    }
+    setTimeout(
+      () => {
+        // the documented check, at write time: a lower token than one already seen is stale
+        const accepted = token >= (highest.get(sessionId) ?? 0);
+        if (accepted) highest.set(sessionId, token);
+        if (sessionId) inFlight.set(sessionId, (inFlight.get(sessionId) ?? 1) - 1);
+        o.calls.push({ session: sessionId, token, path: url.pathname, start, end: Date.now(), accepted });
+        res.writeHead(accepted ? 200 : 409, { "content-type": "application/json" });
+        res.end(JSON.stringify({ accepted, token }));
+      },
+      Number(url.searchParams.get("delay") ?? 20),
+    );
+  });
+  await new Promise<void>((r) => o.server.listen(0, "127.0.0.1", r));
+  o.url = `http://127.0.0.1:${(o.server.address() as AddressInfo).port}`;
+  return o;
+}
+
+let stack: RedisStack;
+let origin: FencedOrigin;
+let workers: Miniflare[];
+let mf: Miniflare;
+
+beforeAll(async () => {
+  [stack, origin] = await Promise.all([startRedisStack(), startFencedOrigin()]);
+  workers = [0, 1, 2].map(() => startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } }));
+  mf = workers[0] as Miniflare;
+  await Promise.all(workers.map((w) => w.ready));
+});
+afterAll(async () => {
+  await Promise.all(workers.map((w) => w.dispose()));
+  await Promise.all([stack?.stop(), new Promise((r) => origin?.server.close(r))]);
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const post = (w: Miniflare, path: string, sessionId: string, headers: Record<string, string> = {}) =>
+  call(w, path, { method: "POST", body: "{}", headers: { "content-type": "application/json", "x-session-id": sessionId, ...headers } });
+const ledger = async () => (await call(mf, "/__sluice/ledger?count=2000", { headers: { authorization: `Bearer ${ADMIN}` } })).json().entries as Array<Record<string, string>>;
+
+describe("exclusive sessions", () => {
+  it("two different calls of one session through different Workers: one reaches the origin, the other is refused", async () => {
+    const [a, b] = await Promise.all([post(workers[0]!, "/orders?delay=300", "s-1"), sleep(50).then(() => post(workers[1]!, "/payments?delay=300", "s-1"))]);
+    expect(a.status).toBe(200);
+    expect(b.status).toBe(409);
+    expect(b.json()).toMatchObject({ title: "Session busy" });
+    expect(b.headers.get("retry-after")).not.toBeNull();
+    expect(origin.calls.filter((c) => c.session === "s-1")).toHaveLength(1);
+    // other sessions are never held up
+    expect((await post(workers[2]!, "/orders", "s-2")).status).toBe(200);
+    // and once the first is done, the session is free again
+    expect((await post(workers[1]!, "/payments", "s-1")).status).toBe(200);
+    expect(origin.overlaps).toBe(0);
+  });
+
+  it("20 sessions × 10 parallel calls with wait: no overlap within a session, full parallelism across them", async () => {
+    const sessions = Array.from({ length: 20 }, (_, i) => `p-${i}`);
+    const started = Date.now();
+    const results = await Promise.all(sessions.flatMap((s) => Array.from({ length: 10 }, (_, j) => post(workers[j % 3]!, `/patient/${j}?delay=50`, s))));
+    const wall = Date.now() - started;
+    expect(results.filter((r) => r.status !== 200).map((r) => `${r.status} ${r.text.slice(0, 120)}`)).toEqual([]);
+    const calls = origin.calls.filter((c) => c.session.startsWith("p-"));
+    expect(calls).toHaveLength(200);
+    expect(origin.overlaps).toBe(0);
+    for (const s of sessions) {
+      const mine = calls.filter((c) => c.session === s).sort((x, y) => x.start - y.start);
+      for (let i = 1; i < mine.length; i++) expect(mine[i]!.start).toBeGreaterThanOrEqual(mine[i - 1]!.end);
+      const tokens = mine.map((c) => c.token);
+      expect(tokens).toEqual([...tokens].sort((x, y) => x - y)); // grants in order, strictly increasing
+      expect(new Set(tokens).size).toBe(tokens.length);
+    }
+    const serial = calls.reduce((n, c) => n + (c.end - c.start), 0);
+    console.log(`session figures: 20 sessions × 10 calls, overlaps within a session ${origin.overlaps}, wall ${wall} ms vs ${serial} ms of origin time serially (${(serial / wall).toFixed(1)}× parallel)`);
+    expect(wall).toBeLessThan(serial / 3);
+  }, 60_000);
+
+  it("an expired lease is taken over with a higher token; the stale owner cannot release; the origin's check refuses the stale write", async () => {
+    const stale = post(mf, "/short?delay=1600", "t-1");
+    await sleep(1_150);
+    const takeover = await post(workers[1]!, "/short?delay=20", "t-1");
+    expect(takeover.status).toBe(200);
+    const late = await stale;
+    expect(late.status).toBe(409); // the origin refused the write of the stale token
+    expect(late.json()).toMatchObject({ accepted: false });
+    const calls = origin.calls.filter((c) => c.session === "t-1");
+    expect(calls.map((c) => c.accepted).sort()).toEqual([false, true]);
+    const [first, second] = [...calls].sort((a, b) => a.start - b.start);
+    expect(second!.token).toBeGreaterThan(first!.token);
+    const events = (await ledger()).filter((e) => e.route === "short").map((e) => e.event);
+    expect(events).toContain("session_takeover");
+    expect(events).toContain("session_stale_release");
+  });
+
+  it("with idempotency: a duplicate of the in-flight call is an idempotency 409, and a replay takes no lock", async () => {
+    const first = post(mf, "/both?delay=400", "b-1", { "idempotency-key": "k1" });
+    await sleep(100);
+    const dup = await post(workers[1]!, "/both?delay=400", "b-1", { "idempotency-key": "k1" });
+    expect(dup.status).toBe(409);
+    expect(dup.json()).toMatchObject({ title: "Request in flight" });
+    const other = await post(workers[2]!, "/both?delay=10", "b-1", { "idempotency-key": "k2" });
+    expect(other.json()).toMatchObject({ title: "Session busy" });
+    expect((await first).status).toBe(200);
+    // the busy call released its idempotency claim: its retry runs
+    expect((await post(workers[2]!, "/both?delay=10", "b-1", { "idempotency-key": "k2" })).status).toBe(200);
+    const before = (await ledger()).filter((e) => e.event === "session_grant").length;
+    let replay = await post(mf, "/both", "b-1", { "idempotency-key": "k1" });
+    for (let i = 0; i < 20 && replay.headers.get("idempotent-replayed") !== "true"; i++) {
+      await sleep(50);
+      replay = await post(mf, "/both", "b-1", { "idempotency-key": "k1" });
+    }
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    expect((await ledger()).filter((e) => e.event === "session_grant").length).toBe(before);
+  });
+
+  it("every grant, release, takeover and refusal is in the ledger", async () => {
+    const events = new Set((await ledger()).map((e) => e.event));
+    for (const e of ["session_grant", "session_release", "session_takeover", "session_refused", "session_stale_release"]) expect(events, e).toContain(e);
+  });
+});
