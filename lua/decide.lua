@@ -70,12 +70,17 @@ local function ceil_ms(us) return math.ceil(math.ceil(us) / 1000) end
 -- Each algorithm: check(l) fills l.allowed, l.retry (ms) and returns nothing; commit(l) applies
 -- the charge (take) or refund; report(l) gives remaining, reset_ms, ttl_ms and the value to store.
 
--- token bucket ------------------------------------------------------------------------------
-local token = {}
-function token.load(l, raw)
+-- both buckets count in exact integer units: one token is `unit` units, `refill` units a µs
+local function units(l)
   local g = gcd(l.period, math.max(l.rate, 1))
   l.unit, l.refill = l.period / g, l.rate / g
   l.cap, l.need = l.burst * l.unit, l.cost * l.unit
+end
+
+-- token bucket ------------------------------------------------------------------------------
+local token = {}
+function token.load(l, raw)
+  units(l)
   l.warm = 0
   local stored, stored_unit, last, warm = string.match(raw or '', '^(%d+):(%d+):(%d+):?(%d*)$')
   local cold = l.warmup > 0 and (not stored or now - tonumber(last) >= l.warmup)
@@ -131,9 +136,7 @@ end
 -- leaky bucket ------------------------------------------------------------------------------
 local leaky = {}
 function leaky.load(l, raw)
-  local g = gcd(l.period, math.max(l.rate, 1))
-  l.unit, l.refill = l.period / g, l.rate / g
-  l.cap, l.need = l.burst * l.unit, l.cost * l.unit
+  units(l)
   l.level = 0
   local level, stored_unit, last = string.match(raw or '', '^l:(%d+):(%d+):(%d+)$')
   if level then
