@@ -11,9 +11,10 @@ Algorithms (ARGV algo):
                     (Guava's SmoothWarmingUp, cold factor 3).
                     value "tokens:unit:last_us[:warm_start_us]"
   2 leaky_bucket    a queue drained at `rate` per `period` (nginx limit_req, GCRA): up to `burst`
-                    requests may wait ahead of this one; the request is given the wait until its
-                    slot (delay_ms) and refused when that is beyond max_delay (p1, µs). With
-                    nodelay (p2 = 1) the queue is taken at once and the wait is 0.
+                    requests may wait ahead of this one (a request of cost c takes c slots, all
+                    within the burst); the request is given the wait until its first slot
+                    (delay_ms) and refused when that is beyond max_delay (p1, µs). With nodelay
+                    (p2 = 1) the queue is taken at once and the wait is 0.
                     value "l:level:unit:last_us" (level in the same units as tokens)
   3 fixed_window    at most `rate` per window of `period`, windows aligned on Redis time.
                     value "f:count:window"
@@ -102,7 +103,7 @@ function token.load(l, raw)
   local t1 = tonumber(last)
   local t2 = math.max(t1, now)
   local added = (t2 - t1) * l.refill
-  if warm ~= '' and tonumber(warm) > 0 then
+  if warm ~= '' and tonumber(warm) > 0 and l.warmup > 0 then
     -- during warm-up the rate climbs from rate/3 to rate: integrate it over [t1, t2]
     local s, w = tonumber(warm), l.warmup
     local a, b = math.min(t1 - s, w), math.min(t2 - s, w)
@@ -148,11 +149,13 @@ function leaky.load(l, raw)
 end
 function leaky.check(l)
   local wait = l.refill > 0 and math.ceil(l.level / l.refill) or 0
-  local target = l.cap
-  if l.nodelay == 0 then target = math.min(l.cap, l.max_delay * l.refill) end
-  l.allowed = (l.rate > 0 and l.level <= target) and 1 or 0
+  -- > 0: the queue has no room for the whole request (all `cost` slots within `burst`)
+  local over_queue = l.level + l.need - l.unit - l.cap
+  -- > 0: its first slot is further away than max_delay
+  local over_delay = l.nodelay == 0 and (l.level - l.max_delay * l.refill) or 0
+  l.allowed = (l.rate > 0 and over_queue <= 0 and over_delay <= 0) and 1 or 0
   l.delay = (l.allowed == 1 and l.nodelay == 0) and ceil_ms(wait) or 0
-  if l.allowed == 0 then l.retry = l.rate > 0 and ceil_ms((l.level - target) / l.refill) or -1 end
+  if l.allowed == 0 then l.retry = (l.rate > 0 and l.need <= l.cap) and ceil_ms(math.max(over_queue, over_delay) / l.refill) or -1 end
 end
 function leaky.commit(l, sign)
   l.level = math.max(0, l.level + sign * l.need)

@@ -12,6 +12,7 @@ KEYS[3]  ledger  {key_prefix}:ledger  stream, capped (MAXLEN ~)
 ARGV[1]  op: acquire | release
 ARGV[2]  owner, ARGV[3] route, ARGV[4] session hash (for the ledger), ARGV[5] ledger max length
 ARGV[6]  acquire: lease_ms
+ARGV[7]  acquire: 1 to record a refusal in the ledger (the caller's last try), 0 while it still waits
 Returns  acquire: { "granted", fence, takeover (0|1) } | { "busy", lease_left_ms, fence }
          release: { "ok" } | { "not_owner" }
 ]]
@@ -33,7 +34,7 @@ if op == 'acquire' then
   if holder then
     local left = tonumber(lease_until) - now
     if left > 0 then
-      ledger('session_refused', fence)
+      if ARGV[7] == '1' then ledger('session_refused', fence) end
       return { 'busy', left, tonumber(fence) }
     end
     takeover = 1

@@ -25,10 +25,12 @@ export async function holdSession(x: Exchange): Promise<SessionHold> {
   if (!store) throw new StoreError("unreachable", "no Upstash URL/token for the home region, where session locks live");
   const ref = await sessionRef(store, x.config.key_prefix, x.route.name, who.id);
   const owner = crypto.randomUUID();
-  let a: Acquired = await acquire(ref, owner, settings.lease);
-  for (let pause = 50, waited = 0; a.kind === "busy" && waited + pause <= settings.wait; waited += pause, pause = Math.min(pause * 2, 500)) {
-    await new Promise((r) => setTimeout(r, Math.min(pause, Math.max(1, a.kind === "busy" ? a.leftMs : pause))));
-    a = await acquire(ref, owner, settings.lease);
+  // polls start at 20 ms and back off to 200 ms: a session's calls follow each other closely
+  let a: Acquired = await acquire(ref, owner, settings.lease, settings.wait < 20);
+  for (let pause = 20, waited = 0; a.kind === "busy" && waited + pause <= settings.wait; waited += pause, pause = Math.min(pause * 2, 200)) {
+    await new Promise((r) => setTimeout(r, pause));
+    const next = Math.min(pause * 2, 200);
+    a = await acquire(ref, owner, settings.lease, waited + pause + next > settings.wait);
   }
   if (a.kind === "busy") {
     return {

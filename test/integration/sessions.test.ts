@@ -115,8 +115,11 @@ describe("exclusive sessions", () => {
       expect(new Set(tokens).size).toBe(tokens.length);
     }
     const serial = calls.reduce((n, c) => n + (c.end - c.start), 0);
-    console.log(`session figures: 20 sessions × 10 calls, overlaps within a session ${origin.overlaps}, wall ${wall} ms vs ${serial} ms of origin time serially (${(serial / wall).toFixed(1)}× parallel)`);
-    expect(wall).toBeLessThan(serial / 3);
+    // the most sessions at the origin at one moment: calls of different sessions do run together
+    const concurrent = Math.max(...calls.map((c) => new Set(calls.filter((d) => d.start <= c.start && d.end > c.start).map((d) => d.session)).size));
+    console.log(`session figures: 20 sessions × 10 calls, overlaps within a session ${origin.overlaps}, up to ${concurrent} sessions at the origin at once, wall ${wall} ms vs ${serial} ms of origin time serially (${(serial / wall).toFixed(1)}× parallel)`);
+    expect(concurrent).toBeGreaterThanOrEqual(10);
+    expect(wall).toBeLessThan(serial / 2);
   }, 60_000);
 
   it("an expired lease is taken over with a higher token; the stale owner cannot release; the origin's check refuses the stale write", async () => {

@@ -102,8 +102,8 @@ export class TokenBucket implements AlgoModel {
 
 /**
  * nginx limit_req as GCRA virtual scheduling, everything × rate (so T = period/rate is `period`):
- * a request at t starts at max(tat, t) and waits start − t; it passes iff that wait is at most
- * burst·T (the burst waiting ahead of it) and, unless nodelay, at most max_delay. On passing,
+ * a request at t starts at max(tat, t) and waits start − t; it passes iff its last slot fits the
+ * queue (wait + (cost − 1)·T ≤ burst·T) and, unless nodelay, its wait is at most max_delay. On passing,
  * tat = start + cost·T; its delay is the wait (0 with nodelay).
  *
  * The script's own definitions are modelled for the figures: remaining = ⌊burst − wait_after/T⌋
@@ -121,8 +121,10 @@ export class LeakyBucket implements AlgoModel {
     const start = max(this.tat, now);
     const wait = start - now; // × rate
     const queue = BigInt(this.l.burst) * T;
-    const longest = this.l.nodelay ? queue : min(queue, BigInt(this.l.maxDelayUs ?? 1_000_000) * rate);
-    const allowed = wait <= longest;
+    // all `cost` slots must fit in the queue; the first must be within max_delay
+    const overQueue = wait + BigInt(cost - 1) * T - queue;
+    const overDelay = this.l.nodelay ? 0n : wait - BigInt(this.l.maxDelayUs ?? 1_000_000) * rate;
+    const allowed = overQueue <= 0n && overDelay <= 0n;
     const next = start + BigInt(cost) * T;
     const toMs = (scaled: bigint) => Number(ceilDiv(ceilDiv(scaled, rate), 1000n));
     const state = (tat: bigint): AlgoState => {
@@ -131,7 +133,7 @@ export class LeakyBucket implements AlgoModel {
     };
     return {
       allowed,
-      retryAfterMs: allowed ? 0 : toMs(wait - longest),
+      retryAfterMs: allowed ? 0 : toMs(max(overQueue, overDelay)),
       delayMs: allowed && !this.l.nodelay ? toMs(wait) : 0,
       before: state(start),
       after: state(allowed ? next : start),
