@@ -73,7 +73,7 @@ describe("the dashboard, in a real browser", () => {
 
     await page.fill('#deny-form input[name="entry"]', "198.51.100.0/24");
     await page.click("#deny-form button");
-    await page.waitForFunction(() => document.querySelector("#lists")?.textContent?.includes("198.51.100.0/24"), undefined, { timeout: 10_000 });
+    await page.waitForFunction("document.querySelector('#lists')?.textContent?.includes('198.51.100.0/24')", undefined, { timeout: 10_000 });
     const lists = await call(mf, "/__sluice/lists", { headers: { authorization: `Bearer ${ADMIN}` } });
     expect(lists.json().entries).toEqual([expect.objectContaining({ kind: "deny", entry: "198.51.100.0/24" })]);
     await page.close();

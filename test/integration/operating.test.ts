@@ -36,7 +36,8 @@ const admin = (path: string, method = "GET", body?: unknown) =>
 describe("the admin API's door", () => {
   const routes = ["/config", "/ledger", "/metrics", "/overrides", "/lists", "/buckets/api/per-ip?ip=1.2.3.4", "/api/dashboard"];
   it.each(routes)("%s needs the token: none or a wrong one of the same length is a 401 problem", async (path) => {
-    for (const headers of [{}, { authorization: `Bearer ${"y".repeat(ADMIN.length)}` }, { authorization: ADMIN }]) {
+    const attempts: Array<Record<string, string>> = [{}, { authorization: `Bearer ${"y".repeat(ADMIN.length)}` }, { authorization: ADMIN }];
+    for (const headers of attempts) {
       const r = await call(mf, `/__sluice${path}`, { headers });
       expect(r.status).toBe(401);
       expect(r.headers.get("content-type")).toBe("application/problem+json");
