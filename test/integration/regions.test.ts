@@ -9,7 +9,8 @@ const regions = { us: { continents: ["NA"] }, eu: { continents: ["EU"], colos: [
 const SLUICE: SluiceInput = {
   key_prefix: "g",
   home_region: "us",
-  rebalance_every: "1s",
+  // long enough that request nudges stay out of the way of the cron-driven tests below
+  rebalance_every: "3s",
   regions,
   routes: [
     { name: "regional", match: "/regional", limits: [{ name: "per-ip", rate: 1, period: "1h", burst: 2 }] },
@@ -142,7 +143,7 @@ describe("scope = split", () => {
     // before any rebalance each region holds an equal third: 30 of 90
     expect(origin.seen.filter((s) => s.path === "/provider")).toHaveLength(33);
 
-    await sleep(1_100);
+    await sleep(3_100);
     await (await mf.getWorker()).scheduled({ cron: "* * * * *" });
     const share = async (r: RespClient, region: string) => (await get(r, `g:provider:sms:share:${region}`))?.split(":").map(Number) as [number, number];
     const [euRate, euBurst] = await share(euResp, "eu");
@@ -169,7 +170,7 @@ describe("scope = split", () => {
     const cutOff = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: home.bridge.url, bindings: bindingsFor("http://127.0.0.1:9") });
     try {
       for (let i = 0; i < 20; i++) await call(cutOff, "/provider", { ip: `10.5.0.${i}`, cf: US });
-      await sleep(1_100);
+      await sleep(3_100);
       await (await cutOff.getWorker()).scheduled({ cron: "* * * * *" });
       const after = await record();
       expect(after.eu).toBe(before.eu);
@@ -188,7 +189,7 @@ describe("scope = split", () => {
       await call(nudged, "/provider", { ip: "10.6.0.1", cf: EU }); // a fresh isolate waits one interval
       await sleep(300);
       expect(await get(euResp, "n:provider:sms:share:eu")).toBeNull();
-      await sleep(900);
+      await sleep(2_900);
       await call(nudged, "/provider", { ip: "10.6.0.2", cf: EU });
       let share: string | null = null;
       for (let i = 0; i < 40 && share === null; i++) {
