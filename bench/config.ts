@@ -4,6 +4,9 @@
  */
 import type { SluiceInput } from "../src/config/schema.js";
 
+/** One limit as written in the configuration (before sluice compiles it). */
+export type LimitInput = NonNullable<NonNullable<SluiceInput["routes"]>[number]["limits"]>[number];
+
 const HUGE = { rate: 1_000_000, period: "1s" } as const;
 
 /**
@@ -15,9 +18,10 @@ const TIMEOUT_MS = 1_000;
 
 export const PATH_ONE = "/bench/one/item";
 export const PATH_FOUR = "/bench/four/item";
+export const PATH_ALGORITHMS = "/bench/algorithms/item";
 export const PATH_UNLIMITED = "/bench/one/item";
 
-/** Limiting on: a route with one token bucket and a route with four. */
+/** Limiting on: a route with one token bucket, a route with four, and a route with one limit of each algorithm. */
 export const LIMITED: SluiceInput = {
   key_prefix: "bench",
   timeout_ms: TIMEOUT_MS,
@@ -36,6 +40,17 @@ export const LIMITED: SluiceInput = {
         { name: "site", key: "global", ...HUGE },
         { name: "per-path", key: "path", ...HUGE },
         { name: "per-ip-path", key: ["ip", "path"], ...HUGE },
+      ],
+    },
+    {
+      // Four algorithms in one route: still one EVALSHA. Leaky with nodelay, so nothing waits.
+      name: "algorithms",
+      match: "/bench/algorithms/*",
+      limits: [
+        { name: "per-ip", key: "ip", algorithm: "token_bucket", ...HUGE },
+        { name: "site", key: "global", algorithm: "leaky_bucket", nodelay: true, ...HUGE },
+        { name: "per-path", key: "path", algorithm: "fixed_window", ...HUGE },
+        { name: "per-ip-path", key: ["ip", "path"], algorithm: "sliding_window", ...HUGE },
       ],
     },
   ],

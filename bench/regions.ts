@@ -4,12 +4,16 @@
  * Worker with both sets of secrets, requests entering in Frankfurt (EU). The route `/r` has a
  * `region` limit (decided in eu's Redis), `/g` a `global` one (decided in the home Redis). The
  * home bridge delays each answer by 0 ms, then 50 ms (`setLatency`), playing an ocean between.
+ * The Worker reaches each bridge through a tap (`tap.ts`), so the HTTP requests that carry the
+ * decision are told apart from the Worker's background ones (metrics flush and lists refresh,
+ * both in the home region).
  */
 import type { Miniflare } from "miniflare";
 import type { SluiceInput } from "../src/config/schema.js";
 import { hit, Outcomes, type Place } from "./request.js";
-import { type BenchStack, type Cleanup, type RedisBridge, startRedisBridge, TOKEN } from "./stack.js";
+import { type BenchStack, type Cleanup, startRedisBridge, TOKEN } from "./stack.js";
 import { type IpSource, round, type Summary, summarise } from "./stats.js";
+import { startTap, type Tap, type TapCounts, tapDelta } from "./tap.js";
 
 export const PATH_REGION = "/r";
 export const PATH_GLOBAL = "/g";
@@ -42,9 +46,13 @@ export interface RouteLatency {
   label: string;
   path: string;
   latency: Summary;
-  /** Bridge HTTP requests per decision, per Redis: where the limit was decided, and in how many round trips. */
+  /** HTTP requests carrying the script call per decision, per Redis: where the limit was decided, and in how many round trips. */
   home_requests_per_decision: number;
   eu_requests_per_decision: number;
+  /** The Worker's other HTTP requests while this route was measured (metrics flush, lists refresh), per Redis, with their commands. */
+  home_other_requests: number;
+  eu_other_requests: number;
+  other_commands: Record<string, number>;
   unexpected_outcomes: Record<string, number>;
 }
 
@@ -65,10 +73,11 @@ export interface RegionsResult {
 
 export async function measureRegions(stack: BenchStack, cleanup: Cleanup, ips: IpSource, opts: RegionsOptions): Promise<RegionsResult> {
   const [home, eu] = await Promise.all([startRedisBridge(cleanup, "home (us)"), startRedisBridge(cleanup, "eu")]);
+  const [homeTap, euTap] = await Promise.all([startTap(home.bridge.url, cleanup, "home (us)"), startTap(eu.bridge.url, cleanup, "eu")]);
   const mf = await stack.worker(REGIONS, {
-    UPSTASH_REDIS_REST_URL: home.bridge.url,
+    UPSTASH_REDIS_REST_URL: homeTap.url,
     UPSTASH_REDIS_REST_TOKEN: TOKEN,
-    UPSTASH_REDIS_REST_URL_EU: eu.bridge.url,
+    UPSTASH_REDIS_REST_URL_EU: euTap.url,
     UPSTASH_REDIS_REST_TOKEN_EU: TOKEN,
   });
   const problems: string[] = [];
@@ -76,7 +85,7 @@ export async function measureRegions(stack: BenchStack, cleanup: Cleanup, ips: I
   try {
     for (const injected of opts.latencies) {
       home.bridge.setLatency(injected);
-      steps.push(await step(mf, home, eu, ips, opts, injected));
+      steps.push(await step(mf, homeTap, euTap, ips, opts, injected));
     }
   } finally {
     home.bridge.setLatency(0);
@@ -88,14 +97,14 @@ export async function measureRegions(stack: BenchStack, cleanup: Cleanup, ips: I
       if (Object.keys(r.unexpected_outcomes).length > 0) problems.push(`${label}: unexpected outcomes (want 200 allow from region ${EXPECTED_REGION}) ${JSON.stringify(r.unexpected_outcomes)}`);
       const [wantHome, wantEu] = r.key === "global" ? [1, 0] : [0, 1];
       if (r.home_requests_per_decision !== wantHome || r.eu_requests_per_decision !== wantEu) {
-        problems.push(`${label}: ${r.home_requests_per_decision} HTTP requests to the home Redis and ${r.eu_requests_per_decision} to eu's per decision (want ${wantHome} and ${wantEu})`);
+        problems.push(`${label}: ${r.home_requests_per_decision} HTTP requests carrying the script to the home Redis and ${r.eu_requests_per_decision} to eu's per decision (want ${wantHome} and ${wantEu})`);
       }
     }
   }
   return { options: opts, from: FROM_EU, steps, problems };
 }
 
-async function step(mf: Miniflare, home: RedisBridge, eu: RedisBridge, ips: IpSource, opts: RegionsOptions, injected: number): Promise<LatencyStep> {
+async function step(mf: Miniflare, home: Tap, eu: Tap, ips: IpSource, opts: RegionsOptions, injected: number): Promise<LatencyStep> {
   const routes = [
     { key: "region" as const, label: "/r scope region", path: PATH_REGION },
     { key: "global" as const, label: "/g scope global", path: PATH_GLOBAL },
@@ -103,31 +112,47 @@ async function step(mf: Miniflare, home: RedisBridge, eu: RedisBridge, ips: IpSo
   for (const r of routes) for (let i = 0; i < opts.warmup; i++) await hit(mf, r.path, ips.take(), FROM_EU);
   const samples = routes.map(() => [] as number[]);
   const outcomes = routes.map(() => new Outcomes("allow", EXPECTED_REGION));
-  const homeRequests = routes.map(() => 0);
-  const euRequests = routes.map(() => 0);
+  const empty = (): TapCounts => ({ decision: 0, other: 0, otherCommands: {}, unreadable: 0 });
+  const homeCounts = routes.map(empty);
+  const euCounts = routes.map(empty);
+  const add = (sum: TapCounts, d: TapCounts) => {
+    sum.decision += d.decision;
+    sum.other += d.other;
+    sum.unreadable += d.unreadable;
+    for (const [c, n] of Object.entries(d.otherCommands)) sum.otherCommands[c] = (sum.otherCommands[c] ?? 0) + n;
+  };
   for (let done = 0; done < opts.requests; done += opts.block) {
     const size = Math.min(opts.block, opts.requests - done);
     for (const [ri, r] of routes.entries()) {
-      const homeBefore = home.bridge.requests;
-      const euBefore = eu.bridge.requests;
+      const homeBefore = home.counts();
+      const euBefore = eu.counts();
       for (let i = 0; i < size; i++) {
         const h = await hit(mf, r.path, ips.take(), FROM_EU);
         samples[ri]?.push(h.ms);
         outcomes[ri]?.record(h);
       }
-      homeRequests[ri] = (homeRequests[ri] ?? 0) + home.bridge.requests - homeBefore;
-      euRequests[ri] = (euRequests[ri] ?? 0) + eu.bridge.requests - euBefore;
+      add(homeCounts[ri] as TapCounts, tapDelta(homeBefore, home.counts()));
+      add(euCounts[ri] as TapCounts, tapDelta(euBefore, eu.counts()));
     }
   }
-  const results: RouteLatency[] = routes.map((r, ri) => ({
-    key: r.key,
-    label: r.label,
-    path: r.path,
-    latency: summarise(samples[ri] ?? []),
-    home_requests_per_decision: round((homeRequests[ri] ?? 0) / opts.requests),
-    eu_requests_per_decision: round((euRequests[ri] ?? 0) / opts.requests),
-    unexpected_outcomes: outcomes[ri]?.unexpected ?? {},
-  }));
+  const results: RouteLatency[] = routes.map((r, ri) => {
+    const h = homeCounts[ri] as TapCounts;
+    const e = euCounts[ri] as TapCounts;
+    const other: Record<string, number> = { ...h.otherCommands };
+    for (const [c, n] of Object.entries(e.otherCommands)) other[c] = (other[c] ?? 0) + n;
+    return {
+      key: r.key,
+      label: r.label,
+      path: r.path,
+      latency: summarise(samples[ri] ?? []),
+      home_requests_per_decision: round(h.decision / opts.requests),
+      eu_requests_per_decision: round(e.decision / opts.requests),
+      home_other_requests: h.other,
+      eu_other_requests: e.other,
+      other_commands: other,
+      unexpected_outcomes: outcomes[ri]?.unexpected ?? {},
+    };
+  });
   const [region, global] = results as [RouteLatency, RouteLatency];
   return {
     injected_ms: injected,

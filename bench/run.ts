@@ -6,6 +6,8 @@
  *   3. EVALSHA of lua/decide.lua vs INCR with redis-benchmark
  *   4. a `split` limit across four regions: static equal split vs sluice's split (simulated)
  *   5. latency of a `global` limit vs a `region` one when the home Redis is far (two Redis stacks)
+ *   6. Redis memory per bucket, per algorithm (MEMORY USAGE)
+ *   7. the boundary effect, measured: decide.lua on a simulated clock, most admitted in any second
  *
  * Prints a table and writes bench/results/bench-<ISO date>.json and bench/results/latest.json.
  * `--quick` runs every part with small counts (a smoke test; its figures are noisy).
@@ -15,13 +17,17 @@ import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
+import { replyToJs } from "../dev/resp.js";
+import { type BoundaryResult, measureBoundary } from "./boundary.js";
 import { LIMITED, PATH_FOUR, PATH_ONE, PATH_UNLIMITED, UNLIMITED } from "./config.js";
 import { type DecisionCounts, type DecisionResult, measureDecisions } from "./decision.js";
 import { type LatencyOptions, type LatencyResult, measureLatency } from "./latency.js";
 import { measureRegions, type RegionsOptions, type RegionsResult } from "./regions.js";
-import { measureScripts, type BenchmarkOptions, type ScriptResult } from "./scripts.js";
+import { importDecide } from "./lua-text.js";
+import { measureMemory, type MemoryResult } from "./memory.js";
+import { DECIDE_LUA, measureScripts, type BenchmarkOptions, type ScriptResult } from "./scripts.js";
 import { measureSplit, type SplitResult } from "./split.js";
-import { buildWorker, Cleanup, startStack } from "./stack.js";
+import { type BenchStack, buildWorker, Cleanup, startStack } from "./stack.js";
 import { IpSource, round } from "./stats.js";
 
 const RESULTS_DIR = resolve("bench/results");
@@ -31,6 +37,8 @@ interface Sizes {
   latency: LatencyOptions;
   redisBenchmark: BenchmarkOptions;
   regions: RegionsOptions;
+  /** Section 6: buckets created per algorithm. */
+  memoryBuckets: number;
 }
 
 const FULL: Sizes = {
@@ -38,6 +46,7 @@ const FULL: Sizes = {
   latency: { warmup: 200, requests: 2000, block: 250, clients: 8, concurrentRequests: 2000, rounds: 2 },
   redisBenchmark: { requests: 100_000, clients: 50, keyspace: 100_000 },
   regions: { latencies: [0, 50], warmup: 50, requests: 300, block: 50 },
+  memoryBuckets: 1000,
 };
 
 const QUICK: Sizes = {
@@ -45,6 +54,7 @@ const QUICK: Sizes = {
   latency: { warmup: 20, requests: 200, block: 50, clients: 8, concurrentRequests: 200, rounds: 2 },
   redisBenchmark: { requests: 10_000, clients: 50, keyspace: 100_000 },
   regions: { latencies: [0, 50], warmup: 10, requests: 60, block: 20 },
+  memoryBuckets: 100,
 };
 
 async function main(): Promise<number> {
@@ -66,18 +76,24 @@ async function main(): Promise<number> {
   const step = (what: string) => console.error(`bench: [${((performance.now() - t0) / 1000).toFixed(1)} s] ${what}`);
   try {
     step("building the Worker with wrangler (.wrangler/bench-build) and starting redis-server, bridge, origin");
-    // Both at once; allSettled so nothing is still starting when cleanup runs after a failure.
+    // All at once; allSettled so nothing is still starting when cleanup runs after a failure.
     const bundle = buildWorker(cleanup);
-    const [built, stackResult] = await Promise.allSettled([bundle, startStack(cleanup, bundle)]);
+    const starting = startStack(cleanup, bundle);
+    // Sections 6 and 7 need only Redis: they run while wrangler builds, on a Redis nothing else has
+    // touched yet (so used_memory moves only with their own keys), and before section 1 counts.
+    const early = starting.then((stack) => measureEarly(stack, cleanup, sizes, step));
+    const [built, stackResult, earlyResult] = await Promise.allSettled([bundle, starting, early]);
     if (built.status === "rejected") throw built.reason;
     if (stackResult.status === "rejected") throw stackResult.reason;
+    if (earlyResult.status === "rejected") throw earlyResult.reason;
     const stack = stackResult.value;
+    const { memory, boundary } = earlyResult.value;
     const ips = new IpSource();
 
-    step(`1/5 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
-    const decisions = await measureDecisions(stack, ips, sizes.decisions);
+    step(`1/7 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
+    const decisions = await measureDecisions(stack, cleanup, ips, sizes.decisions);
 
-    step(`2/5 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`);
+    step(`2/7 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`);
     const on = await stack.worker(LIMITED);
     const off = await stack.worker(UNLIMITED);
     const latency = await measureLatency(
@@ -90,17 +106,17 @@ async function main(): Promise<number> {
       sizes.latency,
     );
 
-    step(`3/5 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`);
+    step(`3/7 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`);
     const scripts = await measureScripts(stack, cleanup, sizes.redisBenchmark);
 
-    step("4/5 split limit across four regions: static equal split vs sluice's split (simulated clock, 60 s)");
+    step("4/7 split limit across four regions: static equal split vs sluice's split (simulated clock, 60 s)");
     const split = measureSplit();
 
     const r = sizes.regions;
-    step(`5/5 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`);
+    step(`5/7 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`);
     const regions = await measureRegions(stack, cleanup, ips, sizes.regions);
 
-    const problems = [...findProblems(decisions, latency), ...split.problems, ...regions.problems];
+    const problems = [...findProblems(decisions, latency), ...split.problems, ...regions.problems, ...boundary.problems];
     const redisVersion = await serverVersion(stack.resp.send(["INFO", "server"]));
     const finished = new Date();
     const result = {
@@ -116,10 +132,12 @@ async function main(): Promise<number> {
       scripts,
       split,
       regions,
+      memory,
+      boundary,
       problems,
     };
     step("done; stopping the stack");
-    console.log(render(result.environment, decisions, latency, scripts, split, regions, problems, sizes));
+    console.log(render(result.environment, decisions, latency, scripts, split, regions, memory, boundary, problems, sizes));
     const file = writeResults(result.name, started, result, !values.quick);
     console.log(`\nresults: ${relative(process.cwd(), file)}${values.quick ? "" : " and bench/results/latest.json"} (${result.duration_s} s)`);
     return 0;
@@ -128,13 +146,33 @@ async function main(): Promise<number> {
   }
 }
 
+/**
+ * Sections 6 and 7, on the bench Redis before anything else uses it. Afterwards the script cache
+ * is flushed: section 1's cold start needs a Redis that has never seen decide.lua.
+ */
+async function measureEarly(stack: BenchStack, cleanup: Cleanup, sizes: Sizes, step: (what: string) => void): Promise<{ memory: MemoryResult; boundary: BoundaryResult }> {
+  const source = readFileSync(DECIDE_LUA, "utf8");
+  const call = (await importDecide()).scriptCall;
+  step(`6/7 Redis memory per bucket (${sizes.memoryBuckets} buckets per algorithm, MEMORY USAGE), while wrangler builds`);
+  const memory = await measureMemory(stack.redis.url, cleanup, call, source, sizes.memoryBuckets);
+  step("7/7 boundary effect: decide.lua with a test clock (EVAL), 100 per second, greedy clients");
+  const boundary = await measureBoundary(stack.resp, call, source);
+  const flushed = await stack.resp.send(["SCRIPT", "FLUSH", "SYNC"]);
+  if (!Buffer.isBuffer(flushed) || flushed.toString("utf8") !== "OK") throw new Error(`SCRIPT FLUSH answered ${JSON.stringify(replyToJs(flushed))}`);
+  step("6/7 and 7/7 done");
+  return { memory, boundary };
+}
+
 /** Anything that makes a figure untrustworthy or misses the design target. */
 function findProblems(d: DecisionResult, l: LatencyResult): string[] {
   const problems: string[] = [];
   for (const r of d.routes) {
     if (r.script_calls_per_decision !== 1) problems.push(`${r.label}: ${r.script_calls_per_decision} top-level script calls per decision (target exactly 1)`);
-    if (r.http_requests_per_decision !== 1) problems.push(`${r.label}: ${r.http_requests_per_decision} HTTP requests to Redis per decision (target exactly 1)`);
-    if (Object.keys(r.other_commands).length > 0) problems.push(`${r.label}: other Redis commands while deciding: ${JSON.stringify(r.other_commands)}`);
+    if (r.http_requests_per_decision !== 1) problems.push(`${r.label}: ${r.http_requests_per_decision} HTTP requests carrying the script per decision (target exactly 1)`);
+    if (r.decision_http_requests + r.other_http_requests !== r.http_requests) problems.push(`${r.label}: the bridge received ${r.http_requests} HTTP requests, the tap forwarded ${r.decision_http_requests + r.other_http_requests}`);
+    if (r.other_http_requests > r.other_http_allowed) problems.push(`${r.label}: ${r.other_http_requests} background HTTP requests in ${r.elapsed_s} s (metrics flush and lists refresh: at most ${r.other_http_allowed}); ${JSON.stringify(r.other_http_commands)}`);
+    if (r.unreadable_http_requests > 0) problems.push(`${r.label}: ${r.unreadable_http_requests} HTTP requests the tap could not read as Upstash REST`);
+    if (Object.keys(r.other_commands).length > 0) problems.push(`${r.label}: Redis commands from neither the script nor a background request: ${JSON.stringify(r.other_commands)}`);
     if (Object.keys(r.failed_commands).length > 0) problems.push(`${r.label}: failed Redis calls: ${JSON.stringify(r.failed_commands)}`);
     if (r.origin_requests !== r.decisions) problems.push(`${r.label}: origin received ${r.origin_requests} requests for ${r.decisions} allowed decisions`);
     if (Object.keys(r.unexpected_outcomes).length > 0) problems.push(`${r.label}: not every request was allowed: ${JSON.stringify(r.unexpected_outcomes)}`);
@@ -155,6 +193,8 @@ function render(
   s: ScriptResult,
   sp: SplitResult,
   rg: RegionsResult,
+  mem: MemoryResult,
+  bd: BoundaryResult,
   problems: string[],
   sizes: Sizes,
 ): string {
@@ -164,22 +204,26 @@ function render(
   out.push("", `1. Redis requests per decision (${sizes.decisions} allowed requests per route, each from a distinct CF-Connecting-IP)`);
   const calls = (r: DecisionCounts) => Object.entries(r.script_calls).map(([c, n]) => `${c} ${n}${r.failed_commands[c] ? `, ${r.failed_commands[c]} failed` : ""}`).join(" + ") || "none";
   const inside = (r: DecisionCounts) => Object.entries(r.inside_script_per_decision).map(([c, n]) => `${c.toUpperCase()} ${n}`).join(" + ");
+  const other = (r: DecisionCounts) => `${r.other_http_requests}${r.other_http_requests > 0 ? ` (${Object.entries(r.other_http_commands).map(([c, n]) => `${c.toUpperCase()} ${n}`).join(", ")})` : ""}`;
   out.push(
     table(
-      ["route", "HTTP req / decision", "script calls / decision", "commands inside the script / decision"],
+      ["route", "HTTP req / decision", "script calls / decision", "commands inside the script / decision", "background HTTP req in all"],
       [...d.routes, d.cold].map((r) => [
         r === d.cold ? "cold start (1 request)" : r.label,
         fmt(r.http_requests_per_decision),
         `${fmt(r.script_calls_per_decision)} (${calls(r)})`,
         `${fmt(r.inside_script_total_per_decision)} (${inside(r)})`,
+        r === d.cold ? other(r) : `${other(r)} in ${r.elapsed_s.toFixed(1)} s`,
       ]),
     ),
   );
   out.push(
-    "   HTTP req = requests the Upstash-REST bridge received; script calls = EVALSHA + EVAL reaching Redis (INFO commandstats).",
-    "   INFO commandstats also counts the commands a script runs (TIME, GET, SET), so those are shown separately:",
-    "   they are not extra round trips. Cold start: the first decision on a Redis whose script cache lacks decide.lua",
-    "   (EVALSHA answers NOSCRIPT, the client retries with EVAL); later decisions, from any isolate, find it loaded.",
+    "   HTTP req = requests carrying the script call, counted by a tap between the Worker and the Upstash-REST bridge; script calls =",
+    "   EVALSHA + EVAL reaching Redis (INFO commandstats). commandstats also counts the commands a script runs (TIME, GET, SET, HMGET of",
+    "   the overrides), so those are shown separately: they are not extra round trips. Background = the Worker's other HTTP requests,",
+    "   off the request path (waitUntil): metrics flush and deny/allow lists refresh, each at most every 5 s per isolate (checked).",
+    "   Cold start: the first decision on a Redis whose script cache lacks decide.lua (EVALSHA answers NOSCRIPT, the client retries",
+    "   with EVAL), in a fresh isolate, whose first request also waits for the first load of the lists (HGETALL).",
   );
 
   const seq = l.sequential;
@@ -216,16 +260,25 @@ function render(
       s.runs.map((r) => [r.label, r.ops_per_sec.toFixed(0), r.p50_ms === null ? "—" : r.p50_ms.toFixed(3), `${r.ratio_to_incr.toFixed(2)}×`]),
     ),
   );
-  out.push(`   script ${s.sha}; ARGV (mode, n, then rate period_us burst cost shadow share_idx demand_idx per limit): ${s.limits.map((x) => `${x.route} [${x.argv.join(" ")}]`).join("; ")}`);
+  out.push(
+    `   ${o.keyspace} random keys per limit (each case its own); script ${s.sha}. KEYS: one bucket per limit, then the route's`,
+    "   override hash (absent here, so each call also HMGETs an empty key); ARGV: mode n, then per limit",
+    "   algo rate period_us burst cost shadow share_idx demand_idx p1 p2 override_idx (algo 1 token, 2 leaky, 3 fixed, 4 sliding window):",
+    ...s.limits.map((x, _, all) => `     ${`${x.label}:`.padEnd(Math.max(...all.map((y) => y.label.length)) + 1)}  ${x.argv.slice(0, 2).join(" ")} │ ${chunks(x.argv.slice(2), (x.argv.length - 2) / x.limits).map((c) => c.join(" ")).join(" │ ")}`),
+  );
 
   renderSplit(out, sp);
   renderRegions(out, rg);
+  renderMemory(out, mem);
+  renderBoundary(out, bd);
 
   out.push("");
   if (problems.length === 0) {
     out.push(
-      "checks: every decision took exactly 1 HTTP request and 1 script call; every request was allowed (from EU: decided in eu, the global limit in the home Redis);",
-      `        no split variant admitted more than rate + burst in any one-second window; the cut-off region's share never grew.`,
+      "checks: every decision took exactly 1 HTTP request and 1 script call (background requests: at most one per task and 5 s); every request was allowed",
+      "        (from EU: decided in eu, the global limit in the home Redis);",
+      `        no split variant admitted more than rate + burst in any one-second window; the cut-off region's share never grew;`,
+      "        on the simulated clock no algorithm admitted more in one second than its ceiling.",
     );
   }
   else out.push("PROBLEMS:", ...problems.map((p) => `  - ${p}`));
@@ -283,7 +336,7 @@ function renderRegions(out: string[], rg: RegionsResult): void {
   const baseMedian = (key: string) => base?.routes.find((r) => r.key === key)?.latency.median_ms;
   out.push(
     table(
-      ["injected", "route", "median", "p99", "vs +0 ms median", "HTTP req to home / eu", "added median (global − region)", "added p99"],
+      ["injected", "route", "median", "p99", "vs +0 ms median", "HTTP req / decision to home / eu", "background HTTP home / eu", "added median (global − region)", "added p99"],
       rg.steps.flatMap((st) =>
         st.routes.map((r, i) => {
           const b = baseMedian(r.key);
@@ -294,6 +347,7 @@ function renderRegions(out: string[], rg: RegionsResult): void {
             ms(r.latency.p99_ms),
             b === undefined || st === base ? "—" : signed(r.latency.median_ms - b),
             `${fmt(r.home_requests_per_decision)} / ${fmt(r.eu_requests_per_decision)}`,
+            `${r.home_other_requests} / ${r.eu_other_requests}`,
             r.key === "global" ? signed(st.added_median_ms) : "",
             r.key === "global" ? signed(st.added_p99_ms) : "",
           ];
@@ -302,9 +356,76 @@ function renderRegions(out: string[], rg: RegionsResult): void {
     ),
   );
   out.push(
-    "   Every response checked: 200, Sluice-Decision allow, Sluice-Region eu. HTTP req = requests each bridge received per decision:",
-    "   the region limit is decided in eu's Redis, the global one in the home Redis, one round trip each. timeout_ms is 1000, so nothing is degraded.",
+    "   Every response checked: 200, Sluice-Decision allow, Sluice-Region eu. HTTP req = requests carrying the script each Redis received per",
+    "   decision (counted by a tap in front of each bridge): the region limit is decided in eu's Redis, the global one in the home Redis, one",
+    "   round trip each. Background = the Worker's other requests in all (metrics flush, lists refresh: home region, off the request path).",
+    "   timeout_ms is 1000, so nothing is degraded.",
   );
+}
+
+function renderMemory(out: string[], m: MemoryResult): void {
+  out.push("", `6. Redis memory per bucket (${m.buckets} buckets per algorithm, one admitted request each: EVALSHA of decide.lua, keys named as the Worker names them; ${m.limit.replace(/, one.*$/, "")})`);
+  out.push(
+    table(
+      ["algorithm", "MEMORY USAGE median (min–max)", "same by plain SET", "used_memory / bucket", "TTL after 1 request", "value (GET)", "value bytes"],
+      m.runs.map((r) => [
+        r.label,
+        `${r.memory_usage.median} B (${r.memory_usage.min}–${r.memory_usage.max})`,
+        `${r.plain_set_memory_usage} B`,
+        r.used_memory_per_bucket !== null ? `${r.used_memory_per_bucket.toFixed(1)} B` : r.keys_found !== r.buckets ? `— (${r.keys_found}/${r.buckets} keys left)` : "— (did not settle)",
+        duration(r.sample.pttl_ms),
+        r.sample.value,
+        String(r.sample.value_bytes),
+      ]),
+    ),
+  );
+  const key = m.runs[0]?.sample;
+  out.push(
+    `   key: ${key ? `${key.key} (${key.key_bytes} bytes: {key_prefix}:{route}:{limit}:{128-bit hash})` : "—"}. MEMORY USAGE counts the key, the value object and its`,
+    "   hash-table entry; used_memory / bucket is the growth of INFO used_memory over the buckets ÷ buckets, which adds the expires-table",
+    "   entry (every key has a TTL) and the tables' slots. Values grow by a few digits with the figures (per-second limits: longer timestamps).",
+    "   same by plain SET = MEMORY USAGE of the same key and value written by a client's SET: where it is smaller, the script's SET kept the value",
+    "   in a larger string object that Redis reused from an earlier command of the same script (its Lua argument cache).",
+  );
+}
+
+function renderBoundary(out: string[], b: BoundaryResult): void {
+  out.push(
+    "",
+    `7. Boundary effect, measured: limit ${b.limit.rate} per ${b.limit.period}, production decide.lua with a test clock (EVAL on the bench Redis; windows start at 0 s, 1 s, 2 s)`,
+    ...b.scenarios.map((sc, i) => `   ${String.fromCharCode(65 + i)}: ${sc.label} (${sc.requests} requests)`),
+  );
+  const letter = new Map(b.scenarios.map((sc, i) => [sc.key, String.fromCharCode(65 + i)]));
+  out.push(
+    table(
+      ["", "algorithm", "admitted", "most in any 1 s (from)", "most in any 100 ms (from)", "in [2 s, 3 s)", "ceiling in 1 s"],
+      b.runs.map((r, i) => [
+        i === 0 || b.runs[i - 1]?.scenario !== r.scenario ? (letter.get(r.scenario) ?? "") : "",
+        r.label,
+        `${r.admitted}/${r.requests}`,
+        `${r.max_1s.admitted} (${r.max_1s.from_s.toFixed(3)} s)`,
+        `${r.max_100ms.admitted} (${r.max_100ms.from_s.toFixed(3)} s)`,
+        String(r.last_second),
+        `${r.ceiling_1s} = ${r.ceiling_why}`,
+      ]),
+    ),
+  );
+  out.push(
+    "   most in any 1 s / 100 ms = most admitted requests in any interval [t, t + 1 s) / [t, t + 100 ms) of the run, exact (every admitted time is kept).",
+    "   The clock: decide.lua's one redis.call('TIME') reads two trailing ARGV (s, µs) instead, and TTLs get a day added, as in the tests.",
+  );
+}
+
+function duration(ms: number): string {
+  if (ms < 0) return ms === -1 ? "none" : "—";
+  if (ms >= 60_000) return `${(ms / 60_000).toFixed(1)} min`;
+  return `${(ms / 1000).toFixed(1)} s`;
+}
+
+function chunks<T>(items: T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
 }
 
 function table(header: string[], rows: string[][]): string {

@@ -6,10 +6,10 @@ import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { RespError } from "../dev/resp.js";
+import { RespError, replyToJs } from "../dev/resp.js";
 import { loadConfig, type Limit } from "../src/config/index.js";
 import type { scriptCall } from "../src/limiter/decide.js";
-import type { SluiceInput } from "../src/config/schema.js";
+import { type LimitInput } from "./config.js";
 import { importDecide } from "./lua-text.js";
 import { type Cleanup, commandStats, statsDelta, type BenchStack } from "./stack.js";
 import { round } from "./stats.js";
@@ -39,22 +39,41 @@ export interface CommandRun {
 export interface ScriptResult {
   sha: string;
   options: BenchmarkOptions;
-  /** The ARGV a real route gets, as the Worker builds it (`scriptCall`: mode, n, 7 per limit). */
-  limits: Array<{ route: string; argv: string[] }>;
+  /** The KEYS and ARGV a real route gets, as the Worker builds them (`scriptCall`), per case. */
+  limits: Array<{ route: string; label: string; limits: number; keys: string[]; argv: string[] }>;
   runs: CommandRun[];
 }
 
-/** One limit of 100/s (as in the issue), and a route of four different ones. */
-const ONE: SluiceInput["routes"] = [{ name: "one", match: "/one", limits: [{ name: "per-ip", key: "ip", rate: 100, period: "1s" }] }];
-const FOUR: SluiceInput["routes"] = [
+
+/**
+ * The scripts measured: one limit of 100/s per algorithm (as in the issue), a route of four token
+ * buckets, and a route with one limit of each algorithm. Each gets its own key prefix, so no run
+ * reads another algorithm's buckets.
+ */
+const CASES: Array<{ key: string; label: string; limits: LimitInput[] }> = [
+  { key: "evalsha_1", label: "1 limit: token_bucket", limits: [{ name: "per-ip", key: "ip", rate: 100, period: "1s" }] },
+  { key: "evalsha_1_warmup", label: "1 limit: token_bucket, warmup 10s", limits: [{ name: "per-ip", key: "ip", rate: 100, period: "1s", warmup: "10s" }] },
+  { key: "evalsha_1_leaky", label: "1 limit: leaky_bucket, nodelay", limits: [{ name: "per-ip", key: "ip", algorithm: "leaky_bucket", rate: 100, period: "1s", nodelay: true }] },
+  { key: "evalsha_1_fixed", label: "1 limit: fixed_window", limits: [{ name: "per-ip", key: "ip", algorithm: "fixed_window", rate: 100, period: "1s" }] },
+  { key: "evalsha_1_sliding", label: "1 limit: sliding_window", limits: [{ name: "per-ip", key: "ip", algorithm: "sliding_window", rate: 100, period: "1s" }] },
   {
-    name: "four",
-    match: "/four",
+    key: "evalsha_4",
+    label: "4 limits: 4 token buckets",
     limits: [
       { name: "per-ip", key: "ip", rate: 100, period: "1s" },
       { name: "per-ip-minute", key: "ip", rate: 1000, period: "1m" },
       { name: "per-path", key: "path", rate: 10, period: "1s", burst: 20 },
       { name: "site-hour", key: "global", rate: 5000, period: "1h" },
+    ],
+  },
+  {
+    key: "evalsha_4_algorithms",
+    label: "4 limits: one of each algorithm",
+    limits: [
+      { name: "per-ip", key: "ip", algorithm: "token_bucket", rate: 100, period: "1s" },
+      { name: "per-path", key: "path", algorithm: "leaky_bucket", rate: 10, period: "1s", burst: 20, nodelay: true },
+      { name: "per-ip-minute", key: "ip", algorithm: "fixed_window", rate: 1000, period: "1m" },
+      { name: "site-hour", key: "global", algorithm: "sliding_window", rate: 5000, period: "1h" },
     ],
   },
 ];
@@ -67,17 +86,14 @@ export async function measureScripts(stack: BenchStack, cleanup: Cleanup, opts: 
   const expected = createHash("sha1").update(source, "utf8").digest("hex");
   if (sha !== expected) throw new Error(`SCRIPT LOAD answered ${sha}, but the SHA-1 of ${DECIDE_LUA} is ${expected}`);
 
-  const one = limitsOf(ONE);
-  const four = limitsOf(FOUR);
   // decide.ts imports decide.lua: loaded at run time, through the .lua hook (see lua-text.ts)
   const call = (await importDecide()).scriptCall;
-  await verify(stack, call, sha, one);
-  await verify(stack, call, sha, four);
+  const scripts = CASES.map((c, i) => ({ ...c, compiled: limitsOf(c.key, c.limits), prefix: `bench:s${i}:bucket` }));
+  for (const c of scripts) await verify(stack, call, sha, c.compiled, c.label);
 
   const cases: Array<{ key: string; label: string; statName: string; args: string[] }> = [
     { key: "incr", label: "INCR bench:counter", statName: "incr", args: ["INCR", "bench:counter"] },
-    { key: "evalsha_1", label: "EVALSHA decide.lua, 1 limit", statName: "evalsha", args: evalsha(call, sha, one, "bench:bucket") },
-    { key: "evalsha_4", label: "EVALSHA decide.lua, 4 limits", statName: "evalsha", args: evalsha(call, sha, four, "bench:bucket") },
+    ...scripts.map((c) => ({ key: c.key, label: `EVALSHA, ${c.label}`, statName: "evalsha", args: evalsha(call, sha, c.compiled, c.prefix) })),
   ];
   const runs: Omit<CommandRun, "ratio_to_incr">[] = [];
   for (const c of cases) {
@@ -101,17 +117,17 @@ export async function measureScripts(stack: BenchStack, cleanup: Cleanup, opts: 
   return {
     sha,
     options: opts,
-    limits: [
-      { route: "one", argv: evalsha(call, sha, one, "k").slice(3 + one.length) },
-      { route: "four", argv: evalsha(call, sha, four, "k").slice(3 + four.length) },
-    ],
+    limits: scripts.map((c) => {
+      const { keys, args } = call(c.compiled.map((limit, i) => ({ limit, key: `${c.prefix}${i + 1}:__rand_int__` })), "take");
+      return { route: c.key, label: c.label, limits: c.compiled.length, keys, argv: args };
+    }),
     runs: runs.map((r) => ({ ...r, ratio_to_incr: round(r.ops_per_sec / incr) })),
   };
 }
 
 /** The limits of a route, from sluice's own configuration compiler (what the Worker runs). */
-function limitsOf(routes: SluiceInput["routes"]): Limit[] {
-  const r = loadConfig({ ORIGIN_URL: "http://127.0.0.1", SLUICE: { routes } });
+function limitsOf(name: string, limits: LimitInput[]): Limit[] {
+  const r = loadConfig({ ORIGIN_URL: "http://127.0.0.1", SLUICE: { routes: [{ name: name.replace(/_/g, "-"), match: "/", limits }] } });
   if (!r.ok) throw new Error(`bench limit rejected by sluice: ${r.error.message}`);
   return r.config.routes[0]?.limits ?? [];
 }
@@ -123,10 +139,10 @@ function evalsha(call: typeof scriptCall, sha: string, limits: Limit[], prefix: 
 }
 
 /** One real call first: the script must answer "admitted" with these arguments, not an error. */
-async function verify(stack: BenchStack, call: typeof scriptCall, sha: string, limits: Limit[]): Promise<void> {
-  const reply = await stack.resp.send(evalsha(call, sha, limits, "bench:verify", `:${limits.length}`));
+async function verify(stack: BenchStack, call: typeof scriptCall, sha: string, limits: Limit[], label: string): Promise<void> {
+  const reply = await stack.resp.send(evalsha(call, sha, limits, `bench:verify:${label.replace(/\W+/g, "-")}:`, ""));
   const ok = Array.isArray(reply) && reply.length === 1 + 5 * limits.length && reply[0] === 1;
-  if (!ok) throw new Error(`EVALSHA decide.lua with ${limits.length} limit(s) did not admit a fresh request: ${JSON.stringify(reply)}`);
+  if (!ok) throw new Error(`EVALSHA decide.lua, ${label}, did not admit a fresh request: ${JSON.stringify(replyToJs(reply))}`);
 }
 
 async function redisBenchmark(port: number, opts: BenchmarkOptions, command: string[], cleanup: Cleanup): Promise<{ opsPerSec: number; p50: number | null }> {

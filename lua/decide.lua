@@ -166,16 +166,18 @@ function leaky.report(l)
 end
 
 -- windows -----------------------------------------------------------------------------------
-local function window_of(l)
+local function window_of(l, stored_w)
   l.p = l.period / 1000
   l.w = math.floor(now_ms / l.p)
   l.e = now_ms - l.w * l.p
+  -- a clock that went backwards (failover) stays in the window already counted, not a fresh one
+  if stored_w and stored_w > l.w then l.w, l.e = stored_w, 0 end
 end
 
 local fixed = {}
 function fixed.load(l, raw)
-  window_of(l)
   local count, w = string.match(raw or '', '^f:(%d+):(%d+)$')
+  window_of(l, tonumber(w))
   l.count = (count and tonumber(w) == l.w) and tonumber(count) or 0
 end
 function fixed.check(l)
@@ -187,13 +189,13 @@ function fixed.commit(l, sign)
 end
 function fixed.report(l)
   local reset = l.count > 0 and (l.p - l.e) or 0
-  return l.rate - l.count, reset, l.p - l.e, string.format('f:%d:%d', l.count, l.w), l.count == 0
+  return math.max(0, l.rate - l.count), reset, l.p - l.e, string.format('f:%d:%d', l.count, l.w), l.count == 0
 end
 
 local sliding = {}
 function sliding.load(l, raw)
-  window_of(l)
   local prev, curr, w = string.match(raw or '', '^s:(%d+):(%d+):(%d+)$')
+  window_of(l, tonumber(w))
   l.prev, l.curr = 0, 0
   if prev then
     w = tonumber(w)
@@ -239,15 +241,17 @@ do
     if idx > 0 then
       ov_key = KEYS[idx]
       local name, hash = string.match(KEYS[i], ':([^:]+):([^:]+)$')
-      fields[#fields + 1], owners[#owners + 1] = name .. ':' .. hash, i
+      -- everybody's first, the client's own second (it wins below); the short field first also
+      -- keeps Redis's argument cache from handing the later SET a needlessly large allocation
       fields[#fields + 1], owners[#owners + 1] = name .. ':*', i
+      fields[#fields + 1], owners[#owners + 1] = name .. ':' .. hash, i
     end
   end
   if ov_key then
     local values = redis.call('HMGET', ov_key, unpack(fields))
     for j = 1, #fields do
       local r, b, p, u = string.match(values[j] or '', '^(%d+):(%d+):(%d+):(%d+)$')
-      if r and tonumber(u) > now_ms and not override[owners[j]] then
+      if r and tonumber(u) > now_ms then
         override[owners[j]] = { tonumber(r), tonumber(b), tonumber(p) * 1000 }
       end
     end

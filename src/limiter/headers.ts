@@ -22,7 +22,7 @@ export function rateLimitHeaders(outcomes: readonly LimitOutcome[]): Record<stri
   const burstParam = burst !== rate ? `;burst=${burst}` : "";
   return {
     "RateLimit-Policy": `"${name}";q=${q};w=${w}${burstParam}`,
-    RateLimit: `"${name}";r=${o.remaining};t=${Math.ceil(Math.max(0, o.resetMs) / 1000)}`,
+    RateLimit: `"${name}";r=${Math.max(0, o.remaining)};t=${Math.ceil(Math.max(0, o.resetMs) / 1000)}`,
   };
 }
 

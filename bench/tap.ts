@@ -1,0 +1,114 @@
+/**
+ * A counting pass-through in front of an Upstash-REST bridge: the Worker is given the tap's URL
+ * instead of the bridge's, and every HTTP request is forwarded unchanged while the tap reads which
+ * Redis commands it carries. A request carrying a script call (EVALSHA/EVAL of decide.lua) is a
+ * *decision* request; anything else (the metrics flush, the deny/allow lists refresh) is counted
+ * as *other*, by command. So "one Redis request per decision" is checked per request, not inferred.
+ */
+import { Agent, createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Cleanup } from "./stack.js";
+
+const SCRIPT_CALLS = new Set(["evalsha", "eval", "evalsha_ro", "eval_ro"]);
+
+export interface TapCounts {
+  /** HTTP requests that carried at least one script call. */
+  decision: number;
+  /** HTTP requests without one. */
+  other: number;
+  /** Commands of the `other` requests, lower case → count. */
+  otherCommands: Record<string, number>;
+  /** Requests whose body the tap could not read as Upstash REST (forwarded all the same). */
+  unreadable: number;
+}
+
+export interface Tap {
+  url: string;
+  /** A copy of the counts so far. */
+  counts(): TapCounts;
+  close(): Promise<void>;
+}
+
+/** Difference of two snapshots. */
+export function tapDelta(before: TapCounts, after: TapCounts): TapCounts {
+  const otherCommands: Record<string, number> = {};
+  for (const [c, n] of Object.entries(after.otherCommands)) {
+    const d = n - (before.otherCommands[c] ?? 0);
+    if (d !== 0) otherCommands[c] = d;
+  }
+  return { decision: after.decision - before.decision, other: after.other - before.other, otherCommands, unreadable: after.unreadable - before.unreadable };
+}
+
+export async function startTap(target: string, cleanup: Cleanup, label: string): Promise<Tap> {
+  const upstream = new URL(target);
+  const agent = new Agent({ keepAlive: true });
+  const counts: TapCounts = { decision: 0, other: 0, otherCommands: {}, unreadable: 0 };
+
+  const record = (path: string, body: Buffer) => {
+    const commands = commandsOf(path, body);
+    if (commands === undefined) {
+      counts.unreadable++;
+      counts.other++;
+      return;
+    }
+    if (commands.some((c) => SCRIPT_CALLS.has(c))) {
+      counts.decision++;
+      return;
+    }
+    counts.other++;
+    for (const c of commands) counts.otherCommands[c] = (counts.otherCommands[c] ?? 0) + 1;
+  };
+
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("error", () => res.destroy());
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      record((req.url ?? "/").split("?")[0] ?? "/", body);
+      const headers = { ...req.headers, host: upstream.host, "content-length": String(body.length) };
+      delete headers.connection;
+      const out = httpRequest({ host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers, agent }, (up) => {
+        res.writeHead(up.statusCode ?? 502, up.headers);
+        up.pipe(res);
+      });
+      out.on("error", (e) => {
+        if (!res.headersSent) res.writeHead(502, { "content-type": "application/json" });
+        res.end(JSON.stringify({ error: `ERR bench tap: ${e.message}` }));
+      });
+      out.end(body);
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => resolve());
+  });
+  const close = () =>
+    new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+      agent.destroy();
+    });
+  cleanup.add(`tap ${label}`, close);
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    counts: () => ({ ...counts, otherCommands: { ...counts.otherCommands } }),
+    close,
+  };
+}
+
+/** Command names (lower case) of one Upstash REST body: `/` one command, `/pipeline` and `/multi-exec` a list. */
+function commandsOf(path: string, body: Buffer): string[] | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString("utf8"));
+  } catch {
+    return undefined;
+  }
+  if (!Array.isArray(parsed)) return undefined;
+  const name = (command: unknown) => (Array.isArray(command) && command.length > 0 ? String(command[0]).toLowerCase() : undefined);
+  const trimmed = path.replace(/\/+$/, "");
+  const names = trimmed === "/pipeline" || trimmed === "/multi-exec" ? parsed.map(name) : [name(parsed)];
+  return names.every((n): n is string => n !== undefined) ? names : undefined;
+}
