@@ -68,6 +68,8 @@ async function main(): Promise<void> {
     await stopAll(1);
   }
 
+  // an admin token for the dashboard and the admin API (yours from SLUICE_ADMIN_TOKEN, else a fresh one)
+  vars.SLUICE_ADMIN_TOKEN = process.env.SLUICE_ADMIN_TOKEN ?? randomBytes(12).toString("hex");
   const args = ["wrangler", "dev", "--config", configPath, "--port", String(port), "--ip", "127.0.0.1", "--show-interactive-dev-session=false"];
   for (const [k, v] of Object.entries(vars)) args.push("--var", `${k}:${v}`);
   const wrangler: ChildProcess = spawn("npx", args, { stdio: ["ignore", "inherit", "inherit"], detached: true, env: { ...process.env, WRANGLER_SEND_METRICS: "false" } });
@@ -82,6 +84,7 @@ async function main(): Promise<void> {
   );
   wrangler.once("exit", (code) => void stopAll(code ?? 0));
   console.log(`sluice  http://127.0.0.1:${port} (wrangler dev, config ${configPath}); try: curl -i http://127.0.0.1:${port}/api/products/1`);
+  console.log(`admin   http://127.0.0.1:${port}/__sluice/ (dashboard; token ${vars.SLUICE_ADMIN_TOKEN})`);
 }
 
 main().catch(async (e: unknown) => {
