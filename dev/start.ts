@@ -2,7 +2,7 @@
 //   redis-server (free port; or REDIS_URL; or a real Upstash via UPSTASH_REDIS_REST_URL/TOKEN)
 //   -> the Upstash-REST bridge -> the demo origin (unless ORIGIN_URL) -> wrangler dev on PORT.
 // Ctrl-C or SIGTERM stops every child.
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { startBridge } from "./bridge.js";
 import { startOrigin } from "./origin.js";
@@ -22,6 +22,34 @@ async function stopAll(code: number): Promise<never> {
 }
 process.on("SIGINT", () => void stopAll(0));
 process.on("SIGTERM", () => void stopAll(0));
+
+// `npm run dev` does not always pass SIGTERM on to its script (it may exit first): watch the
+// processes above us (tsx, npm) and stop everything when one of them is gone.
+const ancestors = ancestorsOf(process.pid, 2);
+setInterval(() => {
+  if (ancestors.some((pid) => !alive(pid))) void stopAll(0);
+}, 1_000).unref();
+
+function ancestorsOf(pid: number, depth: number): number[] {
+  const out: number[] = [];
+  for (let p = pid; out.length < depth; ) {
+    const r = spawnSync("ps", ["-o", "ppid=", "-p", String(p)], { encoding: "utf8" });
+    const parent = Number(r.stdout.trim());
+    if (!parent || parent <= 1) break;
+    out.push(parent);
+    p = parent;
+  }
+  return out;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 async function main(): Promise<void> {
   const configPath = configPathFromArgs(process.argv.slice(2));
