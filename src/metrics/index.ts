@@ -3,6 +3,7 @@ import type { Env } from "../env.js";
 import type { Defer } from "../limiter/decide.js";
 import { regionStore } from "../region/index.js";
 import type { DecisionHeader } from "../shed/problem.js";
+export { asHash } from "../store/replies.js";
 
 const FLUSH_EVERY_MS = 5_000;
 const MINUTE_TTL_S = 2 * 3600;
@@ -86,12 +87,4 @@ export function prometheus(total: Record<string, string | number>, lastMinute: R
 
 function esc(v: string | undefined): string {
   return (v ?? "").replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
-}
-
-/** HGETALL as an object, whichever shape the client gave it in. */
-export function asHash(reply: unknown): Record<string, string> {
-  if (!Array.isArray(reply)) return (reply as Record<string, string> | null) ?? {};
-  const out: Record<string, string> = {};
-  for (let i = 0; i + 1 < reply.length; i += 2) out[String(reply[i])] = String(reply[i + 1]);
-  return out;
 }

@@ -4,6 +4,7 @@ import { splitKeys } from "../limiter/buckets.js";
 import type { Store } from "../store/redis.js";
 import { allRegions, regionStore } from "./index.js";
 import { splitShares, type Share } from "./shares.js";
+import { asHash } from "../store/replies.js";
 
 /** Rebalancing runs off the request path: it may take longer than a decision's budget. */
 const REBALANCE_TIMEOUT_MS = 2_000;
@@ -41,7 +42,7 @@ export async function rebalance(config: Config, env: Env): Promise<RebalanceRepo
     const recordKey = `${config.key_prefix}:${route.name}:${limit.name}:shares`;
     const keysOf = (region: string) => splitKeys(config.key_prefix, route.name, limit.name, region);
     const [record, ...demands] = await Promise.all([
-      home.redis.hgetall(recordKey).then(asRecord, (): Record<string, string> => ({})),
+      home.redis.hgetall(recordKey).then(asHash, (): Record<string, string> => ({})),
       ...regions.map((r) =>
         (stores.get(r) as Store).redis.getdel<string | number>(keysOf(r).demandKey).then(
           (v) => Number(v ?? 0),
@@ -84,14 +85,6 @@ export function nudgeRebalance(config: Config, env: Env, now: number, defer: (wo
   if (now - lastNudge < config.rebalance_every) return;
   lastNudge = now;
   defer(rebalance(config, env).catch((e: unknown) => console.error(JSON.stringify({ event: "rebalance_error", message: (e as Error).message }))));
-}
-
-/** HGETALL as the client gives it without deserialisation: a flat [field, value, ...] list. */
-function asRecord(reply: unknown): Record<string, string> {
-  if (!Array.isArray(reply)) return (reply as Record<string, string> | null) ?? {};
-  const out: Record<string, string> = {};
-  for (let i = 0; i + 1 < reply.length; i += 2) out[String(reply[i])] = String(reply[i + 1]);
-  return out;
 }
 
 function parseShare(text: string | undefined): Share | undefined {

@@ -2,7 +2,7 @@ import { Redis } from "@upstash/redis";
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bucketKey, hashIdentifier } from "../../src/keys/hash.js";
-import { call, commandCalls, startOrigin, startRedisStack, startWorker, TOKEN, type DemoOrigin, type RedisStack } from "./stack.js";
+import { call, commandCalls, startOrigin, startRedisStack, startWorker, TOKEN, type DemoOrigin, type RedisStack, sleep } from "./stack.js";
 
 const SLUICE = {
   key_prefix: "t",
@@ -41,7 +41,6 @@ afterAll(async () => {
   await Promise.all([stack?.stop(), origin?.close()]);
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const hits = (path: string) => origin.seen.filter((s) => s.path === path).length;
 const keyOf = async (route: string, limit: string, identity: string, region = "home") => bucketKey("t", route, limit, await hashIdentifier(`${identity}@${region}`));
 const tokensIn = async (key: string) => Number(String(await redis.get(key)).split(":")[0]);

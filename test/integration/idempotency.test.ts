@@ -1,7 +1,7 @@
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "./stack.js";
+import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack, sleep } from "./stack.js";
 
 const ADMIN = "admin-token-0123456789abcdef";
 const SLUICE: SluiceInput = {
@@ -36,7 +36,6 @@ afterAll(async () => {
   await Promise.all([stack?.stop(), origin?.close()]);
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const post = (w: Miniflare, path: string, key: string | undefined, body: string, headers: Record<string, string> = {}) =>
   call(w, path, { method: "POST", body, headers: { "content-type": "application/json", ...(key === undefined ? {} : { "idempotency-key": key }), ...headers } });
 const seenWith = (key: string) => origin.seen.filter((s) => s.headers["idempotency-key"] === key);

@@ -1,7 +1,7 @@
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "./stack.js";
+import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack, sleep } from "./stack.js";
 
 const ADMIN = "operator-token-0123456789";
 const SLUICE: SluiceInput = {
@@ -28,7 +28,6 @@ afterAll(async () => {
   await Promise.all([stack?.stop(), origin?.close()]);
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const auth = { authorization: `Bearer ${ADMIN}` };
 const admin = (path: string, method = "GET", body?: unknown) =>
   call(mf, `/__sluice${path}`, { method, headers: { ...auth, ...(body ? { "content-type": "application/json" } : {}) }, body: body ? JSON.stringify(body) : undefined });

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RespClient } from "../../dev/resp.js";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { bucketKey, hashIdentifier } from "../../src/keys/hash.js";
-import { call, startOrigin, startRedisStack, startWorker, TOKEN, type DemoOrigin, type RedisStack } from "./stack.js";
+import { call, startOrigin, startRedisStack, startWorker, TOKEN, type DemoOrigin, type RedisStack, sleep } from "./stack.js";
 
 const regions = { us: { continents: ["NA"] }, eu: { continents: ["EU"], colos: ["DME"] }, ap: { continents: ["AS"] } };
 const SLUICE: SluiceInput = {
@@ -70,7 +70,6 @@ const tokensOf = (value: string | null) => {
   const [tokens, unit] = (value ?? "").split(":").map(Number);
   return Math.floor((tokens as number) / (unit as number));
 };
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe("scope = region", () => {
   it("each region decides in its own Redis, independently; a region without secrets uses the home Redis but keeps its own buckets", async () => {

@@ -3,7 +3,7 @@ import type { AddressInfo } from "node:net";
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, startRedisStack, startWorker, type RedisStack } from "./stack.js";
+import { call, startRedisStack, startWorker, type RedisStack, sleep } from "./stack.js";
 
 const ADMIN = "session-admin-token-0123";
 const session = (extra: Record<string, unknown> = {}) => ({ key: "header:x-session-id", ...extra });
@@ -79,7 +79,6 @@ afterAll(async () => {
   await Promise.all([stack?.stop(), new Promise((r) => origin?.server.close(r))]);
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const post = (w: Miniflare, path: string, sessionId: string, headers: Record<string, string> = {}) =>
   call(w, path, { method: "POST", body: "{}", headers: { "content-type": "application/json", "x-session-id": sessionId, ...headers } });
 const ledger = async () => (await call(mf, "/__sluice/ledger?count=2000", { headers: { authorization: `Bearer ${ADMIN}` } })).json().entries as Array<Record<string, string>>;

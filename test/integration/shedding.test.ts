@@ -1,7 +1,7 @@
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "./stack.js";
+import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack, sleep } from "./stack.js";
 
 const once = [{ name: "once", key: "path", rate: 1, period: "1h" }];
 const SLUICE: SluiceInput = {
@@ -41,7 +41,6 @@ afterAll(async () => {
   await Promise.all([stack?.stop(), origin?.close()]);
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const hits = (path: string) => origin.seen.filter((s) => s.path === path).length;
 
 /** The copy is written after the response (waitUntil): ask until it is served, or give up. */

@@ -7,6 +7,8 @@ import type { SluiceInput } from "../../src/config/schema.js";
 
 export const TOKEN = "test-token";
 
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 /** A real redis-server (spawned on a free port) behind the project's Upstash-REST bridge. */
 export interface RedisStack {
   redis: RedisProcess;
