@@ -94,6 +94,7 @@ async function serve(x: Exchange, allowListed: boolean): Promise<Response> {
   let decision: Decision | undefined;
   let buckets: Bucket[] = [];
   let delay = 0;
+  let degraded = false;
   if (limited.limits.length > 0 && !allowListed) {
     const stores = { region, regional: regionStore(env, config, region), home: homeStore(env, config, region) };
     try {
@@ -104,8 +105,13 @@ async function serve(x: Exchange, allowListed: boolean): Promise<Response> {
     } catch (e) {
       if (e instanceof BadLimitInput) return done(x, problem({ status: 400, title: "Bad request for limit", detail: e.message, extensions: { limit: e.limit } }), "reject");
       if (!(e instanceof StoreError)) throw e;
-      return storeTrouble(e, x);
+      const closed = storeTrouble(e, x);
+      if (closed) return closed;
+      // fail open: the request goes on without its limits (idempotency and sessions still apply)
+      degraded = true;
     }
+  }
+  if (decision) {
     if (limited.limits.some((l) => l.scope === "split")) nudgeRebalance(config, env, Date.now(), defer);
     if (decision.verdict === "reject" && !peek) return shed(x, decision);
     if (decision.verdict === "shadow") x.meta.limit = decision.outcomes.find((o) => !o.allowed)?.limit.name ?? "-";
@@ -143,7 +149,7 @@ async function serve(x: Exchange, allowListed: boolean): Promise<Response> {
   } finally {
     if (session.kind === "held") await session.release();
   }
-  const verdict = !decision || peek ? "allow" : decision.verdict === "reject" ? "allow" : decision.verdict;
+  const verdict = degraded ? "degraded" : !decision || peek ? "allow" : decision.verdict === "reject" ? "allow" : decision.verdict;
   const extra: Record<string, string> = decision ? rateLimitHeaders(decision.outcomes) : {};
   if (delay > 0) extra["Sluice-Delay-Ms"] = String(delay);
   return done(x, withHeaders(res, extra), verdict);
@@ -229,10 +235,11 @@ function tooManyRequests(d: Extract<Decision, { verdict: "reject" }>, route: str
   });
 }
 
-async function storeTrouble(e: StoreError, x: Exchange): Promise<Response> {
+/** Logs a store failure; under `on_store_error = "closed"` it is the 503 the client gets, under "open" nothing. */
+function storeTrouble(e: StoreError, x: Exchange): Response | undefined {
   const { config, region, route } = x;
   console.error(JSON.stringify({ event: "store_error", reason: e.reason, region, route: route.name, on_store_error: config.on_store_error, message: e.message }));
-  if (config.on_store_error === "open") return done(x, await forwardWatched(x, false), "degraded");
+  if (config.on_store_error === "open") return undefined;
   return done(
     x,
     problem({

@@ -182,6 +182,31 @@ describe("around the key", () => {
   });
 });
 
+describe("with the limits' Redis down", () => {
+  it("fails open for the limits but still guards the side effect", async () => {
+    const w = startWorker({
+      sluice: { key_prefix: "i2", timeout_ms: 300, regions: { eu: { continents: ["EU"] } }, routes: [{ name: "pay", match: "/pay", idempotency: {}, limits: [{ name: "per-ip", rate: 5, period: "1m" }] }] },
+      origin: origin.url,
+      redisRestUrl: stack.bridge.url,
+      bindings: { UPSTASH_REDIS_REST_URL_EU: "http://127.0.0.1:9", UPSTASH_REDIS_REST_TOKEN_EU: "x" },
+    });
+    try {
+      const fromEu = () => call(w, "/pay", { method: "POST", body: "{}", cf: { continent: "EU" }, headers: { "content-type": "application/json", "idempotency-key": "d-1" } });
+      const first = await fromEu();
+      expect(first.headers.get("sluice-decision")).toBe("degraded");
+      let dup = await fromEu();
+      for (let i = 0; i < 40 && dup.headers.get("idempotent-replayed") !== "true"; i++) {
+        await sleep(50);
+        dup = await fromEu();
+      }
+      expect(dup.headers.get("sluice-decision")).toBe("replay");
+      expect(seenWith("d-1")).toHaveLength(1);
+    } finally {
+      await w.dispose();
+    }
+  });
+});
+
 describe("a duplicate storm", () => {
   it("100 keys × 30 concurrent duplicates over three Worker instances: one side effect per successful key", async () => {
     const keys = Array.from({ length: 100 }, (_, i) => `storm-${i}`);
