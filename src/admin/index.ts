@@ -6,7 +6,7 @@ import { configOf, stamp } from "../gateway.js";
 import { LEDGER_MAXLEN, refFromHash, resolve } from "../idempotency/records.js";
 import { allRegions, regionStore } from "../region/index.js";
 import { problem } from "../shed/problem.js";
-import { tokenMatches } from "./auth.js";
+import { issueSession, sessionValid, tokenMatches } from "./auth.js";
 import { mountAdminRoutes, type AdminEnv } from "./routes.js";
 import { dashboardData } from "./dashboard.js";
 import { DASHBOARD_PAGE, LOGIN_PAGE } from "./page.js";
@@ -41,14 +41,14 @@ export function adminApp(): Hono<AdminEnv> {
     const token = c.env.SLUICE_ADMIN_TOKEN;
     if (!token) return problem({ status: 404, title: "Not found", detail: "the admin API is off: no SLUICE_ADMIN_TOKEN is set" });
     if (c.req.path === "/__sluice/login" || (c.req.path === "/__sluice" || c.req.path === "/__sluice/")) return next();
-    // the dashboard's session: the token in a cookie scoped to the admin path (HttpOnly, SameSite=Strict);
-    // changes still need a JSON body, which no cross-site form can send
-    const presented = c.req.header("authorization") ?? (sessionToken(c.req.header("cookie")) ? `Bearer ${sessionToken(c.req.header("cookie"))}` : null);
-    const viaCookie = !c.req.header("authorization");
-    if (viaCookie && c.req.method !== "GET" && !(c.req.header("content-type") ?? "").startsWith("application/json")) {
+    // the dashboard's session: a signed cookie scoped to the admin path (HttpOnly, SameSite=Strict);
+    // changes made with it still need a JSON body, which no cross-site form can send
+    const bearer = c.req.header("authorization");
+    if (!bearer && c.req.method !== "GET" && !(c.req.header("content-type") ?? "").startsWith("application/json")) {
       return problem({ status: 415, title: "JSON required", detail: "changes take a JSON body" });
     }
-    if (!(await tokenMatches(presented, token))) {
+    const authorised = bearer ? await tokenMatches(bearer, token) : await sessionValid(sessionCookie(c.req.header("cookie")), token);
+    if (!authorised) {
       return problem({ status: 401, title: "Unauthorized", detail: "the admin API needs Authorization: Bearer <SLUICE_ADMIN_TOKEN>", headers: { "WWW-Authenticate": 'Bearer realm="sluice"' } });
     }
     return next();
@@ -102,7 +102,7 @@ export function adminApp(): Hono<AdminEnv> {
 
   admin.get("/", async (c) => {
     const token = c.env.SLUICE_ADMIN_TOKEN as string;
-    const signedIn = await tokenMatches(sessionToken(c.req.header("cookie")) ? `Bearer ${sessionToken(c.req.header("cookie"))}` : null, token);
+    const signedIn = await sessionValid(sessionCookie(c.req.header("cookie")), token);
     return c.html(signedIn ? DASHBOARD_PAGE : LOGIN_PAGE, 200, { "cache-control": "no-store" });
   });
 
@@ -111,9 +111,10 @@ export function adminApp(): Hono<AdminEnv> {
     const given = typeof form.token === "string" ? form.token : "";
     if (!(await tokenMatches(`Bearer ${given}`, c.env.SLUICE_ADMIN_TOKEN as string))) return c.html(LOGIN_PAGE, 401);
     const secure = new URL(c.req.url).protocol === "https:" ? "; Secure" : "";
+    const session = await issueSession(c.env.SLUICE_ADMIN_TOKEN as string);
     return new Response(null, {
       status: 303,
-      headers: { location: "/__sluice/", "set-cookie": `${SESSION}=${encodeURIComponent(given)}; Path=/__sluice; HttpOnly; SameSite=Strict; Max-Age=43200${secure}` },
+      headers: { location: "/__sluice/", "set-cookie": `${SESSION}=${session.value}; Path=/__sluice; HttpOnly; SameSite=Strict; Max-Age=${session.maxAgeS}${secure}` },
     });
   });
 
@@ -126,9 +127,8 @@ export function adminApp(): Hono<AdminEnv> {
 
 const SESSION = "sluice_admin";
 
-function sessionToken(cookie: string | undefined): string | undefined {
-  const m = new RegExp(`(?:^|;\\s*)${SESSION}=([^;]*)`).exec(cookie ?? "");
-  return m ? decodeURIComponent(m[1] as string) : undefined;
+function sessionCookie(cookie: string | undefined): string | undefined {
+  return new RegExp(`(?:^|;\\s*)${SESSION}=([^;]*)`).exec(cookie ?? "")?.[1];
 }
 
 /** XREVRANGE as the client gives it without deserialisation: [[id, [field, value, ...]], ...]. */

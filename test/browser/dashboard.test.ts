@@ -57,6 +57,8 @@ describe("the dashboard, in a real browser", () => {
 
     const cookie = (await page.context().cookies()).find((c) => c.name === "sluice_admin");
     expect(cookie).toMatchObject({ path: "/__sluice", httpOnly: true, sameSite: "Strict" });
+    expect(cookie?.value).toMatch(/^\d{13}\.[0-9a-f]{64}$/); // a signed expiry, never the token itself
+    expect(cookie?.value).not.toContain(ADMIN);
 
     expect(await page.textContent("#fig-allowed")).toBe("8");
     expect(await page.textContent("#fig-shed")).toBe("6");
