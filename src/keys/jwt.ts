@@ -1,4 +1,4 @@
-import { verify, verifyWithJwks } from "hono/jwt";
+import { decode, verify, verifyWithJwks } from "hono/jwt";
 import type { Config, Route } from "../config/index.js";
 import type { Env } from "../env.js";
 
@@ -8,7 +8,7 @@ type JwtSettings = NonNullable<Config["jwt"]>;
 type Jwk = NonNullable<Parameters<typeof verifyWithJwks>[1]["keys"]>[number];
 
 const JWKS_TTL_MS = 10 * 60_000;
-let jwks: { url: string; keys: Jwk[]; until: number } | undefined;
+let jwks: { url: string; keys: Jwk[]; until: number; fetched: number } | undefined;
 
 /** Whether any limit of the route keys (or takes its tier) on a JWT claim. */
 export function usesJwt(route: Route): boolean {
@@ -31,7 +31,7 @@ export async function verifyBearer(request: Request, settings: JwtSettings | und
   const verification = { ...(s.issuer ? { iss: s.issuer } : {}), ...(s.audience ? { aud: s.audience } : {}) };
   try {
     if (s.jwks_url) {
-      const keys = await jwksKeys(s.jwks_url);
+      const keys = await jwksKeys(s.jwks_url, kidOf(token));
       const claims = await verifyWithJwks(token, { keys, verification, allowedAlgorithms: [s.alg as "RS256"] });
       return { ok: true, claims: claims as Record<string, unknown> };
     }
@@ -44,11 +44,29 @@ export async function verifyBearer(request: Request, settings: JwtSettings | und
   }
 }
 
-async function jwksKeys(url: string): Promise<Jwk[]> {
-  if (jwks && jwks.url === url && jwks.until > Date.now()) return jwks.keys;
+/** The token's key id, if it names one (its signature is checked later, against the key set). */
+function kidOf(token: string): string | undefined {
+  try {
+    const kid = decode(token).header.kid;
+    return typeof kid === "string" ? kid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The key set, kept ten minutes; fetched again sooner when a token names a key it does not have
+ * (the issuer rotated its keys), but no more than once every 30 seconds, so forged key ids cannot
+ * make sluice hammer the issuer.
+ */
+async function jwksKeys(url: string, kid?: string): Promise<Jwk[]> {
+  const now = Date.now();
+  const cached = jwks && jwks.url === url && jwks.until > now ? jwks : undefined;
+  const unknownKid = kid !== undefined && cached !== undefined && !cached.keys.some((k) => (k as { kid?: string }).kid === kid);
+  if (cached && !(unknownKid && now - cached.fetched > 30_000)) return cached.keys;
   const res = await fetch(url, { headers: { accept: "application/json" } });
   if (!res.ok) throw new Error(`JWKS ${url} answered ${res.status}`);
   const body = (await res.json()) as { keys?: Jwk[] };
-  jwks = { url, keys: body.keys ?? [], until: Date.now() + JWKS_TTL_MS };
+  jwks = { url, keys: body.keys ?? [], until: Date.now() + JWKS_TTL_MS, fetched: Date.now() };
   return jwks.keys;
 }
