@@ -1,7 +1,7 @@
 import type { Config } from "../config/index.js";
 import type { Env } from "../env.js";
 import { asHash, metricKeys, minuteOf } from "../metrics/index.js";
-import { regionStore } from "../region/index.js";
+import { offPathStore } from "../region/index.js";
 
 const ALLOWED = new Set(["allow", "shadow", "degraded", "replay"]);
 
@@ -19,7 +19,7 @@ export async function dashboardData(config: Config, env: Env): Promise<Dashboard
   const now = minuteOf(Date.now());
   const minutes = Array.from({ length: 60 }, (_, i) => now - 59 + i);
   const routes = config.routes.map((r) => ({ route: r.name, allowed: minutes.map(() => 0), shed: minutes.map(() => 0) }));
-  const store = regionStore(env, config, config.home_region, 2_000);
+  const store = offPathStore(env, config);
   if (!store) return { minutes, routes, top_blocked: [] };
   const p = store.redis.pipeline();
   for (const m of minutes) p.hgetall(metricKeys(config.key_prefix, m).minute);

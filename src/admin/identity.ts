@@ -1,8 +1,9 @@
 import type { Config, Limit, Route } from "../config/index.js";
 import type { Env } from "../env.js";
-import { bucketKey, hashIdentifier } from "../keys/hash.js";
+import { bucketKey } from "../keys/hash.js";
+import { bucketHash } from "../limiter/buckets.js";
 import { identify, type RequestFacts } from "../keys/identify.js";
-import { regionStore } from "../region/index.js";
+import { offPathStore } from "../region/index.js";
 import type { Store } from "../store/redis.js";
 
 /**
@@ -41,10 +42,10 @@ export async function bucketAddress(config: Config, env: Env, routeName: string,
   if (!route || !limit) return `no limit "${limitName}" in a route "${routeName}"`;
   const region = params.get("region") ?? config.home_region;
   const target = limit.scope === "global" ? config.home_region : region;
-  const store = regionStore(env, config, target, 2_000);
+  const store = offPathStore(env, config, target);
   if (!store) return `no Redis for region "${target}"`;
   const identity = identify(limit.key, factsFromParams(params), "ip");
   if (identity.kind !== "id") return "the identity is incomplete";
-  const hash = await hashIdentifier(identity.id + (limit.scope === "global" ? "" : `@${region}`));
+  const hash = await bucketHash(limit, identity.id, region);
   return { route, limit, region, store, hash, key: bucketKey(config.key_prefix, route.name, limit.name, hash) };
 }

@@ -4,7 +4,7 @@ import type { Config } from "../config/index.js";
 import type { Env } from "../env.js";
 import { configOf, stamp } from "../gateway.js";
 import { LEDGER_MAXLEN, refFromHash, resolve } from "../idempotency/records.js";
-import { allRegions, regionStore } from "../region/index.js";
+import { allRegions, offPathStore } from "../region/index.js";
 import { problem } from "../shed/problem.js";
 import { issueSession, sessionValid, tokenMatches } from "./auth.js";
 import { mountAdminRoutes, type AdminEnv } from "./routes.js";
@@ -12,7 +12,6 @@ import { dashboardData } from "./dashboard.js";
 import { DASHBOARD_PAGE, LOGIN_PAGE } from "./page.js";
 
 
-const ADMIN_TIMEOUT_MS = 2_000;
 
 const resolveBody = z
   .object({
@@ -58,7 +57,7 @@ export function adminApp(): Hono<AdminEnv> {
     const config = c.get("config");
     const regions = await Promise.all(
       allRegions(config).map(async (name) => {
-        const store = regionStore(c.env, config, name, ADMIN_TIMEOUT_MS);
+        const store = offPathStore(c.env, config, name);
         if (!store) return { region: name, reachable: false, error: "no Redis configured" };
         const started = Date.now();
         try {
@@ -75,7 +74,7 @@ export function adminApp(): Hono<AdminEnv> {
 
   admin.get("/ledger", async (c) => {
     const config = c.get("config");
-    const store = regionStore(c.env, config, config.home_region, ADMIN_TIMEOUT_MS);
+    const store = offPathStore(c.env, config);
     if (!store) return problem({ status: 503, title: "Ledger unavailable", detail: "no Redis configured for the home region" });
     const count = Math.min(LEDGER_MAXLEN, Math.max(1, Number(c.req.query("count") ?? 100) || 100));
     const entries = (await store.redis.xrevrange(`${config.key_prefix}:ledger`, "+", "-", count)) as unknown;
@@ -92,7 +91,7 @@ export function adminApp(): Hono<AdminEnv> {
     const b = parsed.data;
     const route = config.routes.find((r) => r.name === b.route && r.idempotency);
     if (!route?.idempotency) return problem({ status: 404, title: "No such route", detail: `no route "${b.route}" with idempotency` });
-    const store = regionStore(c.env, config, config.home_region, ADMIN_TIMEOUT_MS);
+    const store = offPathStore(c.env, config);
     if (!store) return problem({ status: 503, title: "Store unavailable", detail: "no Redis configured for the home region" });
     const ref = refFromHash(store, config.key_prefix, route.name, b.key);
     const answer = b.action === "replay" ? { status: b.status ?? 200, headers: [["content-type", b.content_type ?? "application/json"]] as Array<[string, string]>, body: btoa(b.body ?? ""), ttlMs: route.idempotency.ttl } : undefined;

@@ -6,12 +6,12 @@ import { parseDuration } from "../config/duration.js";
 import type { Env } from "../env.js";
 import { peekBucket } from "../limiter/decide.js";
 import { asHash, maybeFlush, metricKeys, minuteOf, prometheus } from "../metrics/index.js";
-import { allRegions, regionStore } from "../region/index.js";
+import { allRegions, offPathStore } from "../region/index.js";
 import { problem } from "../shed/problem.js";
 import type { Store } from "../store/redis.js";
 import { bucketAddress, factsFromParams } from "./identity.js";
 import { identify } from "../keys/identify.js";
-import { hashIdentifier } from "../keys/hash.js";
+import { bucketHash } from "../limiter/buckets.js";
 
 export type AdminEnv = { Bindings: Env; Variables: { config: Config } };
 
@@ -48,7 +48,7 @@ function bad(error: z.ZodError | undefined): Response {
 function distinctStores(config: Config, env: Env): Store[] {
   const seen = new Map<string, Store>();
   for (const r of allRegions(config)) {
-    const s = regionStore(env, config, r, 2_000);
+    const s = offPathStore(env, config, r);
     if (s && !seen.has(s.id)) seen.set(s.id, s);
   }
   return [...seen.values()];
@@ -104,7 +104,7 @@ export function mountAdminRoutes(admin: Hono<AdminEnv>): void {
 
   admin.get("/overrides", async (c) => {
     const config = c.get("config");
-    const home = regionStore(c.env, config, config.home_region, 2_000);
+    const home = offPathStore(c.env, config);
     const out: Array<Record<string, unknown>> = [];
     for (const r of config.routes) {
       const h = home ? asHash(await home.redis.hgetall(`${config.key_prefix}:${r.name}:overrides`)) : {};
@@ -132,7 +132,7 @@ export function mountAdminRoutes(admin: Hono<AdminEnv>): void {
     const parsed = listBody.safeParse(await c.req.json().catch(() => undefined));
     if (!parsed.success) return bad(parsed.error);
     const b = parsed.data;
-    const home = regionStore(c.env, config, config.home_region, 2_000);
+    const home = offPathStore(c.env, config);
     if (!home) return problem({ status: 503, title: "Store unavailable", detail: "no Redis for the home region" });
     const entry: ListEntry = { kind: b.kind, entry: b.entry, until: Date.now() + (parseDuration(b.ttl) as number), ...(b.routes ? { routes: b.routes } : {}), ...(b.note ? { note: b.note } : {}) };
     await home.redis.hset(listsKey(config.key_prefix), { [`${b.kind}:${b.entry}`]: JSON.stringify(entry) });
@@ -142,7 +142,7 @@ export function mountAdminRoutes(admin: Hono<AdminEnv>): void {
 
   admin.get("/lists", async (c) => {
     const config = c.get("config");
-    const home = regionStore(c.env, config, config.home_region, 2_000);
+    const home = offPathStore(c.env, config);
     const entries = home ? parseEntries(await home.redis.hgetall(listsKey(config.key_prefix))) : [];
     return c.json({ entries: entries.filter((e) => e.until > Date.now()).map(({ kind, entry, until, routes, note }) => ({ kind, entry, expires_at: new Date(until).toISOString(), routes, note })) });
   });
@@ -151,7 +151,7 @@ export function mountAdminRoutes(admin: Hono<AdminEnv>): void {
     const config = c.get("config");
     const body = z.object({ kind: z.enum(["deny", "allow"]), entry: z.string() }).strict().safeParse(await c.req.json().catch(() => undefined));
     if (!body.success) return bad(body.error);
-    const home = regionStore(c.env, config, config.home_region, 2_000);
+    const home = offPathStore(c.env, config);
     await home?.redis.hdel(listsKey(config.key_prefix), `${body.data.kind}:${body.data.entry}`);
     return c.json({ ok: true });
   });
@@ -159,7 +159,7 @@ export function mountAdminRoutes(admin: Hono<AdminEnv>): void {
   admin.get("/metrics", async (c) => {
     const config = c.get("config");
     await maybeFlush(config, c.env, (p) => c.executionCtx.waitUntil(p), true);
-    const home = regionStore(c.env, config, config.home_region, 2_000);
+    const home = offPathStore(c.env, config);
     if (!home) return problem({ status: 503, title: "Metrics unavailable", detail: "no Redis for the home region" });
     const k = metricKeys(config.key_prefix, minuteOf(Date.now()));
     const [total, minute] = await Promise.all([home.redis.hgetall(k.total), home.redis.hgetall(k.minute)]);
@@ -173,5 +173,5 @@ async function overrideField(config: Config, limit: Config["routes"][number]["li
   const id = identify(limit.key, factsFromParams(new URLSearchParams(identity)), "ip");
   if (id.kind !== "id") return "!the identity is incomplete";
   const r = region ?? config.home_region;
-  return `${name}:${await hashIdentifier(id.id + (limit.scope === "global" ? "" : `@${r}`))}`;
+  return `${name}:${await bucketHash(limit, id.id, r)}`;
 }

@@ -2,6 +2,7 @@ import type { Exchange } from "../gateway.js";
 import { identify } from "../keys/identify.js";
 import { homeStore } from "../region/index.js";
 import { fromBase64, toBase64 } from "../util/base64.js";
+import { pollWhile } from "../util/poll.js";
 import { problem } from "../shed/problem.js";
 import { StoreError } from "../store/deadline.js";
 import type { Store } from "../store/redis.js";
@@ -52,12 +53,9 @@ export async function guard(x: Exchange): Promise<Guarded> {
   const fp = await fingerprint(x.request.method, x.facts.matchPath, principal, canonical);
   const owner = crypto.randomUUID();
 
-  let c = await claim(ref, owner, fp, settings.lease, settings.ttl);
   // a duplicate of an in-flight request may wait (polling with backoff) for its answer
-  for (let pause = 50, waited = 0; c.kind === "inflight" && waited + pause <= settings.wait; waited += pause, pause = Math.min(pause * 2, 500)) {
-    await new Promise((r) => setTimeout(r, pause));
-    c = await claim(ref, owner, fp, settings.lease, settings.ttl);
-  }
+  const once = () => claim(ref, owner, fp, settings.lease, settings.ttl);
+  const c = await pollWhile(await once(), (r) => r.kind === "inflight", once, { startMs: 50, maxMs: 500, budgetMs: settings.wait });
   if (c.kind !== "claimed") return refused(c);
 
   const settleStore = homeStore(x.env, { ...x.config, timeout_ms: SETTLE_TIMEOUT_MS, global_timeout_ms: SETTLE_TIMEOUT_MS }, x.region) as Store;

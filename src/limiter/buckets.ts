@@ -44,7 +44,7 @@ export async function bucketsFor(route: Route, facts: RequestFacts, config: Conf
       const global = limit.scope === "global";
       const store = global ? stores.home : stores.regional;
       if (!store) throw new StoreError("unreachable", `no Upstash URL/token for region "${global ? config.home_region : stores.region}" nor for the home region`);
-      const hash = await hashIdentifier(identity.id + (global ? "" : `@${stores.region}`));
+      const hash = await bucketHash(limit, identity.id, stores.region);
       const params = paramsFor(limit, facts);
       const bucket: Bucket = { limit, store, key: bucketKey(config.key_prefix, route.name, limit.name, hash), params };
       if (limit.scope === "split") bucket.split = { ...splitKeys(config.key_prefix, route.name, limit.name, stores.region), start: equalShare(params.rate, params.burst, regionCount) };
@@ -52,6 +52,14 @@ export async function bucketsFor(route: Route, facts: RequestFacts, config: Conf
     }),
   );
   return buckets.filter((b): b is Bucket => b !== undefined);
+}
+
+/**
+ * The hash of a bucket's identifier: `global` limits have one bucket for the world; the others
+ * carry the region, so regions sharing one database still keep separate buckets.
+ */
+export function bucketHash(limit: Pick<Limit, "scope">, identity: string, region: string): Promise<string> {
+  return hashIdentifier(identity + (limit.scope === "global" ? "" : `@${region}`));
 }
 
 /** The rate of the request's tier (or the limit's own) and the request's cost. */

@@ -1,7 +1,7 @@
 import type { Config } from "../config/index.js";
 import type { Env } from "../env.js";
 import type { Defer } from "../limiter/decide.js";
-import { regionStore } from "../region/index.js";
+import { offPathStore } from "../region/index.js";
 import type { DecisionHeader } from "../shed/problem.js";
 export { asHash } from "../store/replies.js";
 
@@ -44,7 +44,7 @@ export function maybeFlush(config: Config, env: Env, defer: Defer, force = false
   lastFlush = now;
   const batch = pending;
   pending = { counts: new Map(), blocked: new Map(), rttSum: 0, rttCount: 0 };
-  const store = regionStore(env, config, config.home_region, 2_000);
+  const store = offPathStore(env, config);
   if (!store) return undefined;
   const k = metricKeys(config.key_prefix, minuteOf(now));
   const p = store.redis.pipeline();

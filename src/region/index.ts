@@ -48,6 +48,14 @@ export function homeStore(env: Env, config: Pick<Config, "home_region" | "timeou
   return regionStore(env, config, config.home_region, region === config.home_region ? config.timeout_ms : config.global_timeout_ms);
 }
 
+/** Work off the request path (admin, metrics, jobs) can wait longer than a decision. */
+export const OFF_PATH_TIMEOUT_MS = 2_000;
+
+/** A region's store (the home region's by default) with the off-path budget. */
+export function offPathStore(env: Env, config: Pick<Config, "home_region" | "timeout_ms">, region = config.home_region): Store | undefined {
+  return regionStore(env, config, region, OFF_PATH_TIMEOUT_MS);
+}
+
 /** Every region of the deployment: the configured ones and the home region, in a stable order. */
 export function allRegions(config: Pick<Config, "regions" | "home_region">): string[] {
   return [...new Set([config.home_region, ...Object.keys(config.regions)])].sort();

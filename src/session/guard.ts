@@ -3,6 +3,7 @@ import { identify, readPart } from "../keys/identify.js";
 import { homeStore } from "../region/index.js";
 import { problem } from "../shed/problem.js";
 import { StoreError } from "../store/deadline.js";
+import { pollWhile } from "../util/poll.js";
 import { acquire, release, sessionRef, type Acquired } from "./lock.js";
 
 export type SessionHold =
@@ -26,12 +27,12 @@ export async function holdSession(x: Exchange): Promise<SessionHold> {
   const ref = await sessionRef(store, x.config.key_prefix, x.route.name, who.id);
   const owner = crypto.randomUUID();
   // polls start at 20 ms and back off to 200 ms: a session's calls follow each other closely
-  let a: Acquired = await acquire(ref, owner, settings.lease, settings.wait < 20);
-  for (let pause = 20, waited = 0; a.kind === "busy" && waited + pause <= settings.wait; waited += pause, pause = Math.min(pause * 2, 200)) {
-    await new Promise((r) => setTimeout(r, pause));
-    const next = Math.min(pause * 2, 200);
-    a = await acquire(ref, owner, settings.lease, waited + pause + next > settings.wait);
-  }
+  const a: Acquired = await pollWhile(
+    await acquire(ref, owner, settings.lease, settings.wait < 20),
+    (r) => r.kind === "busy",
+    (last) => acquire(ref, owner, settings.lease, last),
+    { startMs: 20, maxMs: 200, budgetMs: settings.wait },
+  );
   if (a.kind === "busy") {
     return {
       kind: "busy",

@@ -8,6 +8,8 @@ const breakers = new WeakMap<object, CircuitBreaker>();
 const lastSync = new WeakMap<object, number>();
 
 const SYNC_EVERY_MS = 1_000;
+/** Sharing the breaker is background work: a second is plenty, and it never holds a request up. */
+const SHARE_TIMEOUT_MS = 1_000;
 
 /**
  * The route's breaker, or `undefined` when it has none. With `shared = true` the open state also
@@ -32,7 +34,7 @@ export function recordOutcome(x: Exchange, ok: boolean, latencyMs: number, probe
   const before = b.until;
   b.record(ok, latencyMs, Date.now(), probe);
   if (b.until > before && x.route.breaker?.shared) {
-    const store = regionStore(x.env, x.config, x.region, 1_000);
+    const store = regionStore(x.env, x.config, x.region, SHARE_TIMEOUT_MS);
     if (store) x.defer(store.redis.set(sharedKey(x), String(b.until), { px: Math.max(1, b.until - Date.now()) }).catch(() => undefined));
   }
 }
@@ -41,7 +43,7 @@ function syncShared(x: Exchange, b: CircuitBreaker): void {
   const now = Date.now();
   if (now - (lastSync.get(x.route) ?? 0) < SYNC_EVERY_MS) return;
   lastSync.set(x.route, now);
-  const store = regionStore(x.env, x.config, x.region, 1_000);
+  const store = regionStore(x.env, x.config, x.region, SHARE_TIMEOUT_MS);
   if (!store) return;
   x.defer(
     store.redis

@@ -5,12 +5,11 @@ import type { RequestFacts } from "../keys/identify.js";
 import { bucketsFor } from "../limiter/buckets.js";
 import { decide, type Defer } from "../limiter/decide.js";
 import { forward } from "../origin/forward.js";
-import { homeStore, regionStore } from "../region/index.js";
+import { homeStore, offPathStore, regionStore } from "../region/index.js";
 import type { Store } from "../store/redis.js";
 import { jobKey, leaseJob, readJob, writeJob, type JobStatus } from "./jobs.js";
 import { requestOf, type JobMessage } from "./queue.js";
 
-const JOB_STORE_TIMEOUT_MS = 2_000;
 /** Refusals shorter than this are waited out in the consumer; longer ones go back to the queue. */
 const PACE_MAX_WAIT_MS = 2_000;
 
@@ -25,7 +24,7 @@ export async function onQueue(batch: MessageBatch<JobMessage>, env: Env, defer: 
   const loaded = configOf(env);
   if (!loaded.ok) return batch.retryAll({ delaySeconds: 30 });
   const config = loaded.config;
-  const home = regionStore(env, config, config.home_region, JOB_STORE_TIMEOUT_MS);
+  const home = offPathStore(env, config);
   for (const message of batch.messages) {
     try {
       await deliverOne(message, config, env, home, defer);

@@ -1,7 +1,7 @@
 import type { Config } from "../config/index.js";
 import type { Env } from "../env.js";
 import type { Exchange } from "../gateway.js";
-import { regionStore } from "../region/index.js";
+import { offPathStore } from "../region/index.js";
 import { JOB_ID, readJob, writeJob } from "./jobs.js";
 import { problem } from "./problem.js";
 import { accepted, toJob } from "./queue.js";
@@ -17,7 +17,7 @@ export async function enqueue(x: Exchange, retryAfterMs: number): Promise<Respon
   const job = await toJob(x.request, x.route, x.facts, x.region, x.target.path);
   if (!job.ok) return job.response;
   await queue.send(job.message, { contentType: "json", delaySeconds: Math.min(60, Math.max(0, Math.ceil(retryAfterMs / 1000))) });
-  const home = regionStore(x.env, x.config, x.config.home_region, 2_000);
+  const home = offPathStore(x.env, x.config);
   if (home) {
     const status = { id: job.message.id, status: "queued" as const, route: x.route.name, failures: 0, updated_at: new Date().toISOString() };
     x.defer(writeJob(home, x.config.key_prefix, status, x.route.queue.status_ttl, true).catch(() => undefined));
@@ -28,7 +28,7 @@ export async function enqueue(x: Exchange, retryAfterMs: number): Promise<Respon
 /** `GET /__sluice-jobs/{id}`: the status of a queued request. The id is its own capability. */
 export async function jobStatusResponse(env: Env, config: Config, id: string): Promise<Response> {
   if (!JOB_ID.test(id)) return problem({ status: 404, title: "No such job", detail: "not a job id sluice issued" });
-  const home = regionStore(env, config, config.home_region, 2_000);
+  const home = offPathStore(env, config);
   const job = home ? await readJob(home, config.key_prefix, id).catch(() => null) : null;
   if (job === null) return problem({ status: 503, title: "Job status unavailable", detail: "the job store could not be reached", headers: { "Retry-After": "1" } });
   if (!job) return problem({ status: 404, title: "No such job", detail: "unknown or expired job id" });
