@@ -22,8 +22,8 @@ export interface DemoOrigin {
 
 /**
  * The demo origin: answers every request with a small JSON echo, so you can see what sluice
- * forwarded. `?status=503` picks the status, `?delay=200` waits that many ms first, and
- * `?cache-control=no-store`, `?set-cookie=a=1`, `?vary=accept-language` add those response headers
+ * forwarded. `?status=503` picks the status, `?delay=200` waits that many ms first (or the
+ * headers `x-demo-status` / `x-demo-delay`, which leave the URL alone), and `?cache-control=no-store`, `?set-cookie=a=1`, `?vary=accept-language` add those response headers
  * (the body then echoes the varying request header), for trying out what sluice keeps. With the
  * `chaos` option, paths under `/chaos/` get random latency and random 500s.
  *
@@ -40,8 +40,11 @@ export async function startOrigin(opts: { port?: number; host?: string; chaos?: 
       seen.push({ method: req.method ?? "GET", path: url.pathname, headers: req.headers, body, at: Date.now() });
       // under /chaos/, with the chaos option: random latency and random 500s, like a real bad day
       const chaos = opts.chaos && url.pathname.startsWith("/chaos/") ? opts.chaos : undefined;
-      const status = chaos && Math.random() < chaos.failRate ? 500 : Number(url.searchParams.get("status") ?? 200) || 200;
-      const delay = chaos ? Math.floor(Math.random() * chaos.maxDelayMs) : Math.min(10_000, Number(url.searchParams.get("delay") ?? 0) || 0);
+      // the knobs also come as headers (`x-demo-status`, `x-demo-delay`): a retry can then change
+      // them without changing the request's identity (an idempotency fingerprint covers the query)
+      const knob = (name: string) => url.searchParams.get(name) ?? (req.headers[`x-demo-${name}`] as string | undefined);
+      const status = chaos && Math.random() < chaos.failRate ? 500 : Number(knob("status") ?? 200) || 200;
+      const delay = chaos ? Math.floor(Math.random() * chaos.maxDelayMs) : Math.min(10_000, Number(knob("delay") ?? 0) || 0);
       seen[seen.length - 1]!.status = status;
       setTimeout(() => {
         const headers: Record<string, string> = { "content-type": "application/json", "x-origin": "demo" };

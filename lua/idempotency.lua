@@ -7,7 +7,7 @@ KEYS[1]  record   {key_prefix}:idem:{route}:{sha256(principal, key)}  hash:
                     state        inflight | completed | indeterminate
                     owner        the id of the request that holds the claim
                     fence        its fencing token
-                    fp           the request fingerprint (method, path, principal, body hash)
+                    fp           the request fingerprint (method, path, query, principal, body hash)
                     lease_until  ms (Redis time) when an in-flight claim may be taken over
                     status, headers, body, stored   the origin's answer (completed)
                   TTL: `ttl` once completed; `ttl` too while in flight (the lease, shorter, is a field)

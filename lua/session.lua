@@ -3,14 +3,15 @@ session.lua: one side-effecting call per agent session at a time, fenced. Acquir
 read a session's lock, each one atomic call that checks who owns it; every grant, release,
 takeover and refusal is appended to the ledger. The clock is Redis's own (TIME, read once).
 
-KEYS[1]  lock    {key_prefix}:session:{sha256(session identity)}  hash: owner, fence, lease_until (ms)
-                 TTL: the lease plus a minute (an abandoned lock disappears on its own; until then
-                 the next request takes it over, and the ledger says so)
-KEYS[2]  fence   {key_prefix}:session:{sha256(session identity)}:fence  INCR counter: every grant
-                 of this session's lock gets a strictly higher token. TTL 30 days, renewed per grant.
+KEYS[1]  lock    {key_prefix}:session:{sha256([principal, session identity])}  hash: owner, fence,
+                 lease_until (ms). TTL: the lease plus a minute (an abandoned lock disappears on its
+                 own; until then the next request takes it over, and the ledger says so)
+KEYS[2]  fence   {key_prefix}:session:{sha256(session identity)}:fence  INCR counter, one per session
+                 identity whatever the principal: every grant under that session gets a strictly
+                 higher token. TTL 30 days, renewed per grant.
 KEYS[3]  ledger  {key_prefix}:ledger  stream, capped (MAXLEN ~)
 ARGV[1]  op: acquire | release
-ARGV[2]  owner, ARGV[3] route, ARGV[4] session hash (for the ledger), ARGV[5] ledger max length
+ARGV[2]  owner, ARGV[3] route, ARGV[4] lock hash (for the ledger), ARGV[5] ledger max length
 ARGV[6]  acquire: lease_ms
 ARGV[7]  acquire: 1 to record a refusal in the ledger (the caller's last try), 0 while it still waits
 Returns  acquire: { "granted", fence, takeover (0|1) } | { "busy", lease_left_ms, fence }

@@ -5,11 +5,10 @@ import { BlockedBuckets } from "./limiter/blocked.js";
 import { BadLimitInput, bucketsFor } from "./limiter/buckets.js";
 import { usesJwt, verifyBearer } from "./keys/jwt.js";
 import { decide, giveBack, type Bucket, type Defer } from "./limiter/decide.js";
-import { guard, type Guarded } from "./idempotency/guard.js";
-import { holdSession, type SessionHold } from "./session/guard.js";
 import { rateLimitHeaders, retryAfterSeconds } from "./limiter/headers.js";
 import type { Decision } from "./limiter/types.js";
-import { forward, type ForwardTarget } from "./origin/forward.js";
+import { forward, originFailed, originRequest, sendToOrigin, type ForwardTarget, type OriginReply } from "./origin/forward.js";
+import { claimSideEffect } from "./side-effect.js";
 import { chooseRegion, homeStore, regionStore } from "./region/index.js";
 import { nudgeRebalance } from "./region/rebalance.js";
 import { normalisePath } from "./routing/normalise.js";
@@ -70,7 +69,7 @@ export async function gate(request: Request, env: Env, defer: Defer): Promise<Re
   if (listed === "deny") return stamp(problem({ status: 403, title: "Forbidden", detail: "this client is on the deny list" }), "reject", region, { route: route?.name ?? "-", limit: "deny-list" });
   if (!route) return stamp(await forward(request, target), "allow", region);
 
-  const x: Exchange = { request, env, config, region, route, facts, target, copy: { route: route.name, path: normal.path.match, search: url.search }, defer, meta: { route: route.name, limit: "-" } };
+  const x: Exchange = { request, env, config, region, route, facts, target, copy: { host: url.host, route: route.name, path: normal.path.forward, search: url.search }, defer, meta: { route: route.name, limit: "-" } };
   const res = await serve(x, listed === "allow");
   maybeFlush(config, env, defer);
   return res;
@@ -120,50 +119,22 @@ async function serve(x: Exchange, allowListed: boolean): Promise<Response> {
     if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
   }
   // rate limits ran first; now one side effect per key, then one call per session at a time
-  let guarded: Guarded | undefined;
-  let session: SessionHold = { kind: "none" };
-  try {
-    if (route.idempotency?.methods.includes(request.method)) {
-      guarded = await guard(x);
-      if (guarded.kind === "answer") {
-        if (guarded.decision === "replay" && decision) defer(giveBack(buckets, decision).catch(() => undefined));
-        return done(x, guarded.response, guarded.decision);
-      }
-    }
-    if (route.session?.methods.includes(request.method)) session = await holdSession(x);
-  } catch (e) {
-    if (!(e instanceof StoreError)) throw e;
-    if (guarded?.kind === "forward") await guarded.abandon();
-    // never forward a side effect unguarded, whatever on_store_error says for limits
-    return done(x, problem({ status: 503, title: "Coordination store unavailable", detail: `idempotency records or session locks could not be reached (${e.reason})`, headers: { "Retry-After": "1" } }), "reject");
+  const effect = await claimSideEffect(x);
+  if (effect.kind === "answer") {
+    if (effect.decision === "replay" && decision) defer(giveBack(buckets, decision).catch(() => undefined));
+    return done(x, effect.response, effect.decision);
   }
-  if (session.kind === "busy") {
-    if (guarded?.kind === "forward") await guarded.abandon();
-    return done(x, session.response, "reject");
-  }
-  const forwarded: Exchange = guarded?.kind === "forward" || session.kind === "held" ? { ...x, request: guarded?.kind === "forward" ? guarded.request : request, target: { ...x.target, sluiceHeaders: sluiceHeadersOf(guarded, session) } } : x;
+  const forwarded: Exchange = { ...x, request: effect.request, target: { ...x.target, sluiceHeaders: effect.sluiceHeaders } };
   let res: Response;
   try {
-    res = await forwardWatched(forwarded, admission?.pass ? admission.probe : false);
-    if (guarded?.kind === "forward") res = await guarded.settle(res);
+    res = await effect.settle(await forwardWatched(forwarded, admission?.pass ? admission.probe : false));
   } finally {
-    if (session.kind === "held") await session.release();
+    await effect.release();
   }
   const verdict = degraded ? "degraded" : !decision || peek ? "allow" : decision.verdict === "reject" ? "allow" : decision.verdict;
   const extra: Record<string, string> = decision ? rateLimitHeaders(decision.outcomes) : {};
   if (delay > 0) extra["Sluice-Delay-Ms"] = String(delay);
   return done(x, withHeaders(res, extra), verdict);
-}
-
-/**
- * What sluice tells the origin: the fencing token of the grant that lets the call through (the
- * session's when the route has one, else the idempotency claim's), the session, the key.
- */
-function sluiceHeadersOf(g: Guarded | undefined, s: SessionHold): Record<string, string> {
-  const idem = g?.kind === "forward" ? g.sluiceHeaders : {};
-  if (s.kind !== "held") return idem;
-  const { "sluice-fencing-token": idemToken, ...rest } = idem;
-  return { ...rest, ...(idemToken ? { "sluice-idempotency-fencing-token": idemToken } : {}), ...s.headers };
 }
 
 /** Stamps a route's response and counts it (and logs it when it was not a plain allow). */
@@ -172,21 +143,25 @@ function done(x: Exchange, res: Response, decision: DecisionHeader): Response {
 }
 
 /** Forwards, tells the breaker how it went, and keeps a copy for fallback routes. */
-async function forwardWatched(x: Exchange, probe: boolean): Promise<Response> {
+async function forwardWatched(x: Exchange, probe: boolean): Promise<OriginReply> {
   const started = Date.now();
-  const res = await forward(x.request, x.target);
-  recordOutcome(x, res.status < 500, Date.now() - started, probe);
-  if (x.route.on_limit === "fallback" && isKeepable(x.request.method, res)) {
-    x.defer(keepCopy(x.copy, x.request, res.clone(), x.route.fallback_ttl).catch(() => undefined));
+  const reply = await sendToOrigin(x.request, x.target);
+  recordOutcome(x, !originFailed(reply), Date.now() - started, probe);
+  const res = reply.response;
+  if (x.route.on_limit === "fallback" && reply.outcome === "answered" && isKeepable(x.request, res, x.route.fallback_cookies)) {
+    x.defer(keepCopy(x.copy, originRequest(x.request, x.target).headers, res.clone(), x.route.fallback_ttl).catch(() => undefined));
   }
-  return res;
+  return reply;
 }
 
 /** A refused request, as the route's `on_limit` says: 429, the last good copy, or the queue. */
 async function shed(x: Exchange, d: Extract<Decision, { verdict: "reject" }>): Promise<Response> {
   x.meta.limit = d.blocking.limit.name;
   x.meta.blockedId = d.blocking.key.slice(d.blocking.key.lastIndexOf(":") + 1);
-  if (x.route.on_limit === "queue") return done(x, await enqueue(x, d.blocking.retryAfterMs), "queued");
+  if (x.route.on_limit === "queue") {
+    const queued = await enqueue(x, d.blocking.retryAfterMs);
+    return done(x, queued.response, queued.decision);
+  }
   if (x.route.on_limit === "fallback") {
     const fallback = await fallbackFor(x);
     if (fallback) return done(x, withHeaders(fallback, rateLimitHeaders([d.blocking])), "fallback");
@@ -216,7 +191,7 @@ async function breakerOpen(x: Exchange, retryAfterMs: number): Promise<Response>
 async function fallbackFor(x: Exchange): Promise<Response | undefined> {
   const method = x.request.method;
   if (x.route.on_limit === "fallback" && (method === "GET" || method === "HEAD")) {
-    const copy = await findCopy(x.copy, x.request).catch(() => undefined);
+    const copy = await findCopy(x.copy, originRequest(x.request, x.target).headers, method).catch(() => undefined);
     if (copy) return copy;
   }
   const s = x.route.fallback;

@@ -1,6 +1,6 @@
 import type { Config } from "../config/index.js";
 import type { Env } from "../env.js";
-import { readPart, type RequestFacts } from "../keys/identify.js";
+import { readPart, trimHttpWhitespace, type RequestFacts } from "../keys/identify.js";
 import { regionStore } from "../region/index.js";
 import type { Defer } from "../limiter/decide.js";
 import { inCidr, parseCidr, parseIp, type Cidr } from "./cidr.js";
@@ -84,7 +84,8 @@ export function parseEntries(reply: unknown): Compiled[] {
       const cidr = parseCidr(e.entry);
       if (cidr) return [{ ...e, cidr }];
       const eq = e.entry.indexOf("=");
-      return [{ ...e, part: e.entry.slice(0, eq), value: e.entry.slice(eq + 1) }];
+      // values are compared as readPart gives them: without surrounding whitespace
+      return [{ ...e, part: e.entry.slice(0, eq), value: trimHttpWhitespace(e.entry.slice(eq + 1)) }];
     } catch {
       return [];
     }

@@ -1,4 +1,4 @@
-import { Hono } from "hono";
+import { Hono, type Context } from "hono";
 import { z } from "zod";
 import type { Config } from "../config/index.js";
 import type { Env } from "../env.js";
@@ -6,7 +6,9 @@ import { configOf, stamp } from "../gateway.js";
 import { LEDGER_MAXLEN, refFromHash, resolve } from "../idempotency/records.js";
 import { allRegions, offPathStore } from "../region/index.js";
 import { problem } from "../shed/problem.js";
+import { clientIp } from "../keys/identify.js";
 import { issueSession, sessionValid, tokenMatches } from "./auth.js";
+import { beginAuthAttempt, throttledResponse } from "./throttle.js";
 import { mountAdminRoutes, type AdminEnv } from "./routes.js";
 import { dashboardData } from "./dashboard.js";
 import { DASHBOARD_PAGE, LOGIN_PAGE } from "./page.js";
@@ -25,9 +27,10 @@ const resolveBody = z
   .strict();
 
 /**
- * The admin API under `/__sluice/`: `health` is open; everything else needs
- * `Authorization: Bearer <SLUICE_ADMIN_TOKEN>` (compared in constant time), and the whole API is
- * off (404) when no token is configured. JSON in and out; errors are problems.
+ * The admin API under `/__sluice/`: `health` answers anybody that sluice is up, and the operator
+ * each region's Redis; everything else needs `Authorization: Bearer <SLUICE_ADMIN_TOKEN>`
+ * (compared in constant time, failures throttled per client) or the dashboard's session, and the
+ * whole API is off (404) when no token is configured. JSON in and out; errors are problems.
  */
 export function adminApp(): Hono<AdminEnv> {
   const admin = new Hono<AdminEnv>().basePath("/__sluice");
@@ -36,8 +39,11 @@ export function adminApp(): Hono<AdminEnv> {
     const loaded = configOf(c.env);
     if (!loaded.ok) return stamp(problem({ status: 500, title: "Invalid sluice configuration", detail: loaded.error.message }), "reject", "unknown");
     c.set("config", loaded.config);
-    if (c.req.path === "/__sluice/health") return next();
+    c.set("authorised", false);
     const token = c.env.SLUICE_ADMIN_TOKEN;
+    // health answers anybody that sluice is up (no Redis call); only the operator gets the regions
+    const health = c.req.path === "/__sluice/health";
+    if (health && (!token || !presentsCredential(c.req.raw.headers))) return next();
     if (!token) return problem({ status: 404, title: "Not found", detail: "the admin API is off: no SLUICE_ADMIN_TOKEN is set" });
     if (c.req.path === "/__sluice/login" || (c.req.path === "/__sluice" || c.req.path === "/__sluice/")) return next();
     // the dashboard's session: a signed cookie scoped to the admin path (HttpOnly, SameSite=Strict);
@@ -46,14 +52,17 @@ export function adminApp(): Hono<AdminEnv> {
     if (!bearer && c.req.method !== "GET" && !(c.req.header("content-type") ?? "").startsWith("application/json")) {
       return problem({ status: 415, title: "JSON required", detail: "changes take a JSON body" });
     }
-    const authorised = bearer ? await tokenMatches(bearer, token) : await sessionValid(sessionCookie(c.req.header("cookie")), token);
-    if (!authorised) {
+    const authorised = bearer ? await throttledCompare(c, () => tokenMatches(bearer, token)) : await sessionValid(sessionCookie(c.req.header("cookie")), token);
+    if (authorised instanceof Response) return authorised;
+    c.set("authorised", authorised);
+    if (!authorised && !health) {
       return problem({ status: 401, title: "Unauthorized", detail: "the admin API needs Authorization: Bearer <SLUICE_ADMIN_TOKEN>", headers: { "WWW-Authenticate": 'Bearer realm="sluice"' } });
     }
     return next();
   });
 
   admin.get("/health", async (c) => {
+    if (!c.get("authorised")) return c.json({ status: "up" });
     const config = c.get("config");
     const regions = await Promise.all(
       allRegions(config).map(async (name) => {
@@ -108,7 +117,9 @@ export function adminApp(): Hono<AdminEnv> {
   admin.post("/login", async (c) => {
     const form = await c.req.parseBody().catch(() => ({}) as Record<string, unknown>);
     const given = typeof form.token === "string" ? form.token : "";
-    if (!(await tokenMatches(`Bearer ${given}`, c.env.SLUICE_ADMIN_TOKEN as string))) return c.html(LOGIN_PAGE, 401);
+    const matches = await throttledCompare(c, () => tokenMatches(`Bearer ${given}`, c.env.SLUICE_ADMIN_TOKEN as string));
+    if (matches instanceof Response) return matches;
+    if (!matches) return c.html(LOGIN_PAGE, 401);
     const secure = new URL(c.req.url).protocol === "https:" ? "; Secure" : "";
     const session = await issueSession(c.env.SLUICE_ADMIN_TOKEN as string);
     return new Response(null, {
@@ -125,6 +136,26 @@ export function adminApp(): Hono<AdminEnv> {
 }
 
 const SESSION = "sluice_admin";
+
+/**
+ * Compares a presented token under the failure throttle: a client over the limit gets the 429
+ * before anything is compared; a success never counts. Dashboard session cookies are not
+ * throttled: they are HMAC-signed (nothing to guess), and an expired one must not lock its
+ * operator out.
+ */
+async function throttledCompare(c: Context<AdminEnv>, compare: () => Promise<boolean>): Promise<boolean | Response> {
+  const config = c.get("config");
+  const attempt = await beginAuthAttempt(offPathStore(c.env, config), config.key_prefix, clientIp(c.req.raw.headers));
+  if (attempt.retryAfterMs > 0) return throttledResponse(attempt.retryAfterMs);
+  const matches = await compare();
+  await attempt.settle(matches);
+  return matches;
+}
+
+/** A bearer token or a session cookie, right or wrong: what health checks before saying more. */
+function presentsCredential(headers: Headers): boolean {
+  return Boolean(headers.get("authorization")) || sessionCookie(headers.get("cookie") ?? undefined) !== undefined;
+}
 
 function sessionCookie(cookie: string | undefined): string | undefined {
   return new RegExp(`(?:^|;\\s*)${SESSION}=([^;]*)`).exec(cookie ?? "")?.[1];

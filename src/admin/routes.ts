@@ -3,6 +3,7 @@ import { z } from "zod";
 import { listsKey, validEntry, type ListEntry, parseEntries } from "../access/lists.js";
 import type { Config } from "../config/index.js";
 import { parseDuration } from "../config/duration.js";
+import { exactnessProblem } from "../config/exactness.js";
 import type { Env } from "../env.js";
 import { peekBucket } from "../limiter/decide.js";
 import { asHash, maybeFlush, metricKeys, minuteOf, prometheus } from "../metrics/index.js";
@@ -13,7 +14,8 @@ import { bucketAddress, factsFromParams } from "./identity.js";
 import { identify } from "../keys/identify.js";
 import { bucketHash } from "../limiter/buckets.js";
 
-export type AdminEnv = { Bindings: Env; Variables: { config: Config } };
+/** `authorised`: the request carried the admin token or a valid session (health says more then). */
+export type AdminEnv = { Bindings: Env; Variables: { config: Config; authorised: boolean } };
 
 const ttl = z.string().refine((t) => parseDuration(t) !== undefined, 'must be a duration like "10m"');
 const overrideBody = z
@@ -86,11 +88,15 @@ export function mountAdminRoutes(admin: Hono<AdminEnv>): void {
     const o = parsed.data;
     const limit = config.routes.find((r) => r.name === o.route)?.limits.find((l) => l.name === o.limit);
     if (!limit) return problem({ status: 404, title: "No such limit", detail: `no limit "${o.limit}" in a route "${o.route}"` });
+    const periodMs = o.period ? (parseDuration(o.period) as number) : limit.period;
+    const inexact = exactnessProblem({ algorithm: limit.algorithm, rate: o.rate, burst: o.burst ?? o.rate, periodMs });
+    // the burst defaults to the rate: name the field the body actually has
+    if (inexact) return problem({ status: 400, title: "Invalid request", detail: `${inexact.field === "burst" && o.burst === undefined ? "rate" : inexact.field}: ${inexact.message}` });
     const field = await overrideField(config, limit, o.limit, o.identity, o.region);
     if (typeof field === "string" && field.startsWith("!")) return problem({ status: 400, title: "Invalid request", detail: field.slice(1) });
     const ms = parseDuration(o.ttl) as number;
     const until = Date.now() + ms;
-    const value = `${o.rate}:${o.burst ?? o.rate}:${o.period ? parseDuration(o.period) : limit.period}:${until}`;
+    const value = `${o.rate}:${o.burst ?? o.rate}:${periodMs}:${until}`;
     const key = `${config.key_prefix}:${o.route}:overrides`;
     await Promise.all(
       distinctStores(config, c.env).map(async (s) => {

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { sluiceSchema, type LimitSettings, type RouteSettings, type SluiceSettings } from "./schema.js";
+import { exactnessProblem } from "./exactness.js";
 import { compilePattern, type PathPattern } from "../routing/match.js";
 
 /** A limit as the request path uses it (durations in ms, key as a list of parts). */
@@ -85,23 +86,18 @@ function compile(vars: ConfigVars): Config {
   };
 }
 
-const MAX_EXACT = Number.MAX_SAFE_INTEGER;
-
 /**
- * decide.lua counts tokens as integers in units of period_us / gcd(period_us, rate) so refill is
- * exact; the capacity in those units must stay within a double's exact integers.
+ * decide.lua counts in integers that must stay within a double's exact range: the limit's own
+ * figures and every tier's (a tier's burst is its rate) are checked alike.
  */
 function compileLimit(l: LimitSettings, field: string): Limit {
-  const periodUs = l.period * 1000;
-  if (l.burst * (periodUs / gcd(periodUs, l.rate)) > MAX_EXACT) {
-    throw new ConfigError(`${field}.burst`, `burst ${l.burst} with period ${l.period} ms is too large to count exactly; use a shorter period or a rate that divides it`);
+  const own = exactnessProblem({ algorithm: l.algorithm, rate: l.rate, burst: l.burst, periodMs: l.period });
+  if (own) throw new ConfigError(`${field}.${own.field}`, own.message);
+  for (const [tier, t] of Object.entries(l.rates ?? {})) {
+    const problem = exactnessProblem({ algorithm: l.algorithm, rate: t.rate, burst: t.rate, periodMs: t.period });
+    if (problem) throw new ConfigError(`${field}.rates.${tier}`, `tier "${tier}": ${problem.message}`);
   }
   return l;
-}
-
-function gcd(a: number, b: number): number {
-  while (b) [a, b] = [b, a % b];
-  return a;
 }
 
 function parseOrigin(value: unknown): URL {

@@ -43,7 +43,6 @@ const tierRate = z.string().transform((text, ctx) => {
 });
 
 const ALGORITHMS = ["token_bucket", "leaky_bucket", "fixed_window", "sliding_window"] as const;
-const MAX_EXACT = Number.MAX_SAFE_INTEGER;
 
 const limit = z
   .object({
@@ -96,7 +95,6 @@ const limit = z
     const capacities = [l.burst, ...Object.values(l.rates ?? {}).map((t) => t.rate)];
     if (maxCost !== undefined && maxCost > Math.min(...capacities)) issue(l.costHeader ? "max_cost" : "cost", `cost ${maxCost} exceeds the capacity ${Math.min(...capacities)}: such a request could never pass`);
     if ((l.tier === undefined) !== (l.rates === undefined)) issue(l.tier === undefined ? "tier" : "rates", "tier and rates go together");
-    if (windowed && l.rate * l.period > MAX_EXACT) issue("rate", "rate × period (ms) is too large to count exactly");
   });
 
 const method = z
@@ -139,6 +137,12 @@ const breakerSettings = z
     probes: z.number().int().min(1).max(100).default(3),
     /** Share the open state through Redis so every isolate of the region agrees (within a second). */
     shared: z.boolean().default(false),
+    /**
+     * The most of the window one client (IP) may account for, as a share of min_requests: its
+     * events beyond max(1, ceil(min_requests × client_share)), oldest first, do not count, so one
+     * client cannot open the route's breaker for everybody. 1: no cap.
+     */
+    client_share: z.number().gt(0).max(1).default(0.25),
   })
   .strict();
 
@@ -175,6 +179,11 @@ const sessionSettings = z
   .object({
     /** Whose session: an identity in the key syntax of limits, e.g. "header:x-session-id" or "jwt:sid". */
     key: keyPart,
+    /**
+     * Whose sessions these are (the key syntax of limits; missing parts fall back to the IP): locks
+     * are per principal and session, so knowing another client's session id does not reach its lock.
+     */
+    principal: z.union([keyPart, z.array(keyPart).min(1).max(4)]).default("ip"),
     mode: z.literal("exclusive").default("exclusive"),
     /** How long a grant holds before the next request may take it over. */
     lease: duration.default(30_000),
@@ -184,7 +193,7 @@ const sessionSettings = z
     methods: z.array(method).min(1).default(["POST", "PUT", "PATCH", "DELETE"]),
   })
   .strict()
-  .transform((s) => ({ ...s, wait: s.wait ?? 0 }));
+  .transform((s) => ({ ...s, principal: Array.isArray(s.principal) ? s.principal : [s.principal], wait: s.wait ?? 0 }));
 
 const route = z
   .object({
@@ -194,6 +203,12 @@ const route = z
     on_limit: z.enum(["reject", "fallback", "queue"]).default("reject"),
     fallback_ttl: duration.default(300_000),
     fallback: staticFallback.optional(),
+    /**
+     * "private": a response to a request with a cookie is not kept as a fallback copy unless the
+     * origin marks it shareable (as with Authorization). "shared": the route's pages do not depend
+     * on cookies, so they are kept.
+     */
+    fallback_cookies: z.enum(["private", "shared"]).default("private"),
     queue: queueSettings.default(() => queueSettings.parse({})),
     origin_timeout: duration.default(30_000),
     breaker: breakerSettings.optional(),
@@ -243,6 +258,11 @@ const pathPolicy = z
     case: z.enum(["insensitive", "sensitive"]).default("insensitive"),
     /** ignore: /api/x/ and /api/x are one path; strict: they are two. */
     trailing_slash: z.enum(["ignore", "strict"]).default("ignore"),
+    /**
+     * strip: `;params` are cut from each segment before matching (Tomcat and Spring origins do so:
+     * `/public/..;/admin` is their `/admin`); reject: a path with `;` (or `%3B`) is a 400.
+     */
+    parameters: z.enum(["strip", "reject"]).default("strip"),
   })
   .strict();
 

@@ -51,7 +51,10 @@ export async function sha256Hex(bytes: Uint8Array): Promise<string> {
   return [...d].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-/** What makes two requests "the same request": method, normalised path, principal, canonical body. */
-export async function fingerprint(method: string, path: string, principal: string, body: Uint8Array): Promise<string> {
-  return hashIdentifier(JSON.stringify([method, path, principal, await sha256Hex(body)]));
+/**
+ * What makes two requests "the same request": method, the path and query the origin is asked for
+ * (`?amount=1` and `?amount=1000` are two requests), principal, canonical body.
+ */
+export async function fingerprint(method: string, path: string, query: string, principal: string, body: Uint8Array): Promise<string> {
+  return hashIdentifier(JSON.stringify([method, path, query, principal, await sha256Hex(body)]));
 }

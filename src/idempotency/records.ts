@@ -83,3 +83,15 @@ export function refFromHash(store: Store, prefix: string, route: string, keyHash
   // resolutions never touch the fencing counter; the slot is filled with a key that is never written
   return { store, prefix, route, keyHash, fenceKey: `${prefix}:idem:${route}:fence:-` };
 }
+
+/** What a claim travelling with a queued job needs to be settled by the consumer: the record's names (hashes only) and the owner. */
+export interface ClaimTicket {
+  keyHash: string;
+  fenceKey: string;
+  owner: string;
+}
+
+/** The record a job's claim names, in `store`. */
+export function refFromTicket(store: Store, prefix: string, route: string, t: ClaimTicket): RecordRef {
+  return { store, prefix, route, keyHash: t.keyHash, fenceKey: t.fenceKey };
+}

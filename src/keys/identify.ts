@@ -39,11 +39,25 @@ export function readPart(part: string, facts: RequestFacts): string | undefined 
   const colon = part.indexOf(":");
   const source = part.slice(0, colon);
   const name = part.slice(colon + 1);
-  if (source === "header") return facts.headers.get(name) ?? undefined;
+  if (source === "header") return headerValue(facts.headers, name);
   if (source === "query") return facts.url.searchParams.get(name) ?? undefined;
   if (source === "cookie") return readCookie(facts.headers.get("cookie"), name);
   if (source === "jwt") return claimText(facts.claims?.[name]);
   return undefined;
+}
+
+/**
+ * A header's value without its surrounding HTTP whitespace (RFC 9110 §5.5: spaces and tabs are not
+ * part of a field value), so `k1` and `k1\t` are one client; blank is the same as absent. Not every
+ * HTTP stack strips it before the Worker sees the request.
+ */
+export function headerValue(headers: Headers, name: string): string | undefined {
+  const v = headers.get(name);
+  return v === null ? undefined : trimHttpWhitespace(v) || undefined;
+}
+
+export function trimHttpWhitespace(text: string): string {
+  return text.replace(/^[ \t]+|[ \t]+$/g, "");
 }
 
 function claimText(v: unknown): string | undefined {
@@ -62,5 +76,5 @@ function readCookie(header: string | null, name: string): string | undefined {
 
 /** `CF-Connecting-IP` or, where Cloudflare did not set it (a bare local fetch), one shared identity. */
 export function clientIp(headers: Headers): string {
-  return headers.get("cf-connecting-ip")?.trim() || "unknown";
+  return headerValue(headers, "cf-connecting-ip") ?? "unknown";
 }

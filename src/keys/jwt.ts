@@ -10,9 +10,10 @@ type Jwk = NonNullable<Parameters<typeof verifyWithJwks>[1]["keys"]>[number];
 const JWKS_TTL_MS = 10 * 60_000;
 let jwks: { url: string; keys: Jwk[]; until: number; fetched: number } | undefined;
 
-/** Whether any limit of the route keys (or takes its tier) on a JWT claim. */
+/** Whether any limit of the route keys (or takes its tier) on a JWT claim, or its session lock does. */
 export function usesJwt(route: Route): boolean {
-  return route.limits.some((l) => [...l.key, l.tier ?? ""].some((p) => p.startsWith("jwt:")));
+  const session = route.session ? [route.session.key, ...route.session.principal] : [];
+  return [...route.limits.flatMap((l) => [...l.key, l.tier ?? ""]), ...session].some((p) => p.startsWith("jwt:"));
 }
 
 /**

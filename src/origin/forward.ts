@@ -1,7 +1,11 @@
 import { problem } from "../shed/problem.js";
 
-/** Hop-by-hop headers (RFC 9110 §7.6.1) are for one connection only and never forwarded. */
-const HOP_BY_HOP = ["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host"];
+/**
+ * Headers never forwarded. Hop-by-hop ones (RFC 9110 §7.6.1) are for one connection only.
+ * `expect` is answered by the client's own connection: forwarded, it makes the origin send an
+ * interim `100 Continue`, which is not a final answer and cannot be relayed as one.
+ */
+const NOT_FORWARDED = ["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host", "expect"];
 
 export interface ForwardTarget {
   origin: URL;
@@ -16,14 +20,33 @@ export interface ForwardTarget {
 }
 
 /**
- * Sends an allowed request to the origin, body streamed, and returns the origin's response with
- * mutable headers. Headers a client could use to impersonate sluice (`Sluice-*`) are removed, and
- * `X-Forwarded-For` is set to the trusted client IP alone, not appended to what the client sent.
- * A network failure becomes a 502 problem and a timeout a 504 problem, never an exception.
- *
- * @example const res = await forward(c.req.raw, { origin, path: "/api/x", clientIp: "203.0.113.9" });
+ * How a trip to the origin ended, which is what idempotency and the breaker must tell apart:
+ * - `answered`: a final response (any status 200-599), relayed.
+ * - `unreachable`: no answer at all (connection refused, DNS): the origin never ran the request.
+ * - `timeout`: no answer within `origin_timeout`: the origin may or may not have run it.
+ * - `unrelayable`: the origin answered, but with something that is not a final response (an
+ *   interim 1xx): it may well have run the request, so this is never "nothing happened".
  */
-export async function forward(request: Request, target: ForwardTarget): Promise<Response> {
+export type OriginOutcome = "answered" | "unreachable" | "timeout" | "unrelayable";
+
+export interface OriginReply {
+  response: Response;
+  outcome: OriginOutcome;
+}
+
+/** Whether the origin's part in a reply counts as a failure (for breakers and retries): no answer, or a 5xx. */
+export function originFailed(reply: OriginReply): boolean {
+  return reply.outcome === "unreachable" || reply.outcome === "timeout" || (reply.outcome === "answered" && reply.response.status >= 500);
+}
+
+/**
+ * The URL and headers the origin gets for `request`. Headers a client could use to impersonate
+ * sluice (`Sluice-*`) are removed, and the client-address headers are set from the trusted client
+ * IP alone: `X-Forwarded-For`, `X-Real-IP`, `True-Client-IP` and `Forwarded` are overwritten,
+ * never appended to or passed on as the client sent them. Also what a response's `Vary` is
+ * evaluated against: the origin varies on the headers it received, not on the client's.
+ */
+export function originRequest(request: Request, target: ForwardTarget): { url: string; headers: Headers } {
   const incoming = new URL(request.url);
   const url = new URL(target.origin.href);
   url.pathname = joinPaths(target.origin.pathname, target.path);
@@ -31,28 +54,53 @@ export async function forward(request: Request, target: ForwardTarget): Promise<
 
   const headers = new Headers(request.headers);
   const named = (request.headers.get("connection") ?? "").split(",").map((h) => h.trim().toLowerCase());
-  for (const h of [...HOP_BY_HOP, ...named]) if (h) headers.delete(h);
+  for (const h of [...NOT_FORWARDED, ...named]) if (h) headers.delete(h);
   for (const h of [...headers.keys()]) if (h.startsWith("sluice-")) headers.delete(h);
   for (const [h, v] of Object.entries(target.sluiceHeaders ?? {})) headers.set(h, v);
+  const proto = incoming.protocol.replace(":", "");
   headers.set("x-forwarded-for", target.clientIp);
-  headers.set("x-forwarded-proto", incoming.protocol.replace(":", ""));
+  headers.set("x-real-ip", target.clientIp);
+  headers.set("true-client-ip", target.clientIp);
+  headers.set("x-forwarded-proto", proto);
   headers.set("x-forwarded-host", incoming.host);
+  headers.set("forwarded", `for=${forwardedNode(target.clientIp)};host="${incoming.host}";proto=${proto}`);
+  return { url: url.href, headers };
+}
 
+/**
+ * Sends an allowed request to the origin, body streamed, and says how it went. The response has
+ * mutable headers; a failure to reach the origin is a 502 problem and a timeout a 504 problem,
+ * never an exception.
+ *
+ * @example const { response, outcome } = await sendToOrigin(c.req.raw, { origin, path: "/api/x", clientIp: "203.0.113.9" });
+ */
+export async function sendToOrigin(request: Request, target: ForwardTarget): Promise<OriginReply> {
+  const { url, headers } = originRequest(request, target);
   const hasBody = request.method !== "GET" && request.method !== "HEAD" && request.body !== null;
   const signal = target.timeoutMs ? AbortSignal.timeout(target.timeoutMs) : undefined;
+  let res: Response;
   try {
-    const res = await fetch(url.href, { method: request.method, headers, body: hasBody ? request.body : null, redirect: "manual", signal });
-    return new Response(res.body, res);
+    res = await fetch(url, { method: request.method, headers, body: hasBody ? request.body : null, redirect: "manual", signal });
   } catch (e) {
-    if (signal?.aborted) {
-      return problem({ status: 504, title: "Gateway timeout", detail: `the origin did not answer within ${target.timeoutMs} ms` });
-    }
-    return problem({
-      status: 502,
-      title: "Bad gateway",
-      detail: `the origin could not be reached: ${e instanceof Error ? e.message : String(e)}`,
-    });
+    if (signal?.aborted) return { outcome: "timeout", response: problem({ status: 504, title: "Gateway timeout", detail: `the origin did not answer within ${target.timeoutMs} ms` }) };
+    return { outcome: "unreachable", response: problem({ status: 502, title: "Bad gateway", detail: `the origin could not be reached: ${e instanceof Error ? e.message : String(e)}` }) };
   }
+  // From here on the origin has answered: whatever goes wrong, it may have acted on the request.
+  if (res.status < 200) {
+    await res.body?.cancel().catch(() => undefined);
+    return { outcome: "unrelayable", response: problem({ status: 502, title: "Bad gateway", detail: `the origin answered with an interim ${res.status} and no final response` }) };
+  }
+  return { outcome: "answered", response: new Response(res.body, res) };
+}
+
+/** `sendToOrigin` for callers that only need the response. */
+export async function forward(request: Request, target: ForwardTarget): Promise<Response> {
+  return (await sendToOrigin(request, target)).response;
+}
+
+/** A node of the `Forwarded` header (RFC 7239): IPv6 addresses are bracketed and quoted. */
+function forwardedNode(ip: string): string {
+  return ip.includes(":") ? `"[${ip}]"` : /^[\d.]+$/.test(ip) ? ip : `"${ip.replace(/["\\]/g, "")}"`;
 }
 
 function joinPaths(base: string, path: string): string {

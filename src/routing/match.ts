@@ -1,4 +1,4 @@
-import { normalisePath, type PathPolicy } from "./normalise.js";
+import { DEFAULT_PATH_POLICY, normalisePath, type PathPolicy } from "./normalise.js";
 
 /** A compiled route pattern: literal segments, `*` for one segment, a trailing `*` for any rest. */
 export interface PathPattern {
@@ -11,12 +11,14 @@ export interface PathPattern {
 
 /**
  * Compiles a route pattern. Patterns go through the same normalisation as request paths, so a
- * pattern and a path that mean the same thing always meet.
+ * pattern and a path that mean the same thing always meet. A pattern's `;parameters` are stripped
+ * whatever `paths.parameters` says: paths are matched without them (or refused), so a pattern
+ * that kept them could never match.
  *
  * @example compilePattern("/api/products/*") // matches /api/products, /api/products/1, /api/products/1/reviews
  */
-export function compilePattern(pattern: string, policy?: PathPolicy): PathPattern {
-  const normal = normalisePath(pattern, policy);
+export function compilePattern(pattern: string, policy: PathPolicy = DEFAULT_PATH_POLICY): PathPattern {
+  const normal = normalisePath(pattern, { ...policy, parameters: "strip" });
   const match = normal.ok ? normal.path.match : pattern;
   const segments = match.split("/").filter((s) => s !== "");
   const prefix = segments[segments.length - 1] === "*";

@@ -9,13 +9,24 @@ import { acquire, release, sessionRef, type Acquired } from "./lock.js";
 export type SessionHold =
   | { kind: "none" }
   | { kind: "busy"; response: Response }
-  | { kind: "held"; headers: Record<string, string>; release: () => Promise<void> };
+  | { kind: "held"; headers: Record<string, string>; release: () => Promise<void>; ticket: SessionTicket };
+
+/** What a held lock travelling with a queued job needs to be released by the consumer. */
+export interface SessionTicket {
+  hash: string;
+  fenceHash: string;
+  owner: string;
+}
 
 /**
  * Takes the request's session lock (routes keyed on the same session share it), waiting up to
  * `wait` for a busy one, polling with backoff. Held: the origin gets the grant's fencing token and
  * the session, and `release` gives the lock back (only if this request still holds it). Busy: a
  * 409 problem naming the session as busy. No session identity: no lock.
+ *
+ * The lock is the principal's (`principal`, the IP by default): a session id is no secret (it
+ * travels in headers, logs, URLs), and whoever knew another client's could otherwise hold that
+ * client's session at 409 by keeping calls in flight under it.
  */
 export async function holdSession(x: Exchange): Promise<SessionHold> {
   const settings = x.route.session;
@@ -24,7 +35,7 @@ export async function holdSession(x: Exchange): Promise<SessionHold> {
   if (who.kind !== "id") return { kind: "none" };
   const store = homeStore(x.env, x.config, x.region);
   if (!store) throw new StoreError("unreachable", "no Upstash URL/token for the home region, where session locks live");
-  const ref = await sessionRef(store, x.config.key_prefix, x.route.name, who.id);
+  const ref = await sessionRef(store, x.config.key_prefix, x.route.name, sessionPrincipal(x, settings.principal), who.id);
   const owner = crypto.randomUUID();
   // polls start at 20 ms and back off to 200 ms: a session's calls follow each other closely
   const a: Acquired = await pollWhile(
@@ -51,5 +62,12 @@ export async function holdSession(x: Exchange): Promise<SessionHold> {
     release: async () => {
       await release(ref, owner).catch(() => false);
     },
+    ticket: { hash: ref.hash, fenceHash: ref.fenceHash, owner },
   };
+}
+
+/** Whose sessions these are: the configured identity, or the client IP when the request lacks it (as for idempotency keys). */
+function sessionPrincipal(x: Exchange, parts: readonly string[]): string {
+  const who = identify(parts, x.facts, "ip");
+  return who.kind === "id" ? who.id : x.facts.ip;
 }

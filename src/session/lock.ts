@@ -9,19 +9,33 @@ export interface SessionRef {
   store: Store;
   prefix: string;
   route: string;
+  /** The lock's: over [principal, session identity]. The ledger names the lock by it. */
   hash: string;
+  /** The fencing counter's: over the session identity alone (see `sessionRef`). */
+  fenceHash: string;
 }
 
 export type Acquired = { kind: "granted"; fence: number; takeover: boolean } | { kind: "busy"; leftMs: number; fence: number };
 
-/** The lock of one session, shared by every route keyed on the same session identity. */
-export async function sessionRef(store: Store, prefix: string, route: string, identity: string): Promise<SessionRef> {
-  return { store, prefix, route, hash: await hashIdentifier(identity) };
+/**
+ * The lock of one principal's session, shared by every route keyed on the same session identity
+ * (and principal). The principal is part of the lock's hash, so the same session id sent by
+ * someone else is another lock: it can neither hold nor be held by this one.
+ *
+ * The fencing counter stays one per session identity, as before locks had a principal: origins
+ * remember the highest token per `Sluice-Session` value, so tokens must rise across every grant
+ * under that value (a per-principal counter would restart at 1, and whoever sent the session id
+ * could push the counter an origin sees past the owner's, making all the owner's writes stale).
+ */
+export async function sessionRef(store: Store, prefix: string, route: string, principal: string, identity: string): Promise<SessionRef> {
+  const [hash, fenceHash] = await Promise.all([hashIdentifier(JSON.stringify([principal, identity])), hashIdentifier(identity)]);
+  return { store, prefix, route, hash, fenceHash };
 }
 
 async function call(r: SessionRef, op: "acquire" | "release", owner: string, rest: Array<string | number>): Promise<unknown[]> {
   const lock = `${r.prefix}:session:${r.hash}`;
-  const reply = await r.store.run(r.store.script(sessionLua), [lock, `${lock}:fence`, `${r.prefix}:ledger`], [op, owner, r.route, r.hash, LEDGER_MAXLEN, ...rest]);
+  const fence = `${r.prefix}:session:${r.fenceHash}:fence`;
+  const reply = await r.store.run(r.store.script(sessionLua), [lock, fence, `${r.prefix}:ledger`], [op, owner, r.route, r.hash, LEDGER_MAXLEN, ...rest]);
   if (!Array.isArray(reply)) throw new StoreError("error", `unexpected reply from session.lua: ${JSON.stringify(reply).slice(0, 200)}`);
   return reply;
 }

@@ -27,12 +27,16 @@ export function breakerFor(x: Exchange): CircuitBreaker | undefined {
   return b;
 }
 
-/** Tells the route's breaker how the origin did; shares a fresh opening when configured to. */
+/**
+ * Tells the route's breaker how the origin did for this request's client (`CF-Connecting-IP`,
+ * which the breaker caps per client so one client cannot open it for everybody); shares a fresh
+ * opening when configured to.
+ */
 export function recordOutcome(x: Exchange, ok: boolean, latencyMs: number, probe: boolean): void {
   const b = x.route.breaker ? breakers.get(x.route) : undefined;
   if (!b) return;
   const before = b.until;
-  b.record(ok, latencyMs, Date.now(), probe);
+  b.record(x.facts.ip, ok, latencyMs, Date.now(), probe);
   if (b.until > before && x.route.breaker?.shared) {
     const store = regionStore(x.env, x.config, x.region, SHARE_TIMEOUT_MS);
     if (store) x.defer(store.redis.set(sharedKey(x), String(b.until), { px: Math.max(1, b.until - Date.now()) }).catch(() => undefined));

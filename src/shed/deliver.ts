@@ -1,10 +1,13 @@
-import type { Config } from "../config/index.js";
+import type { Config, Route } from "../config/index.js";
 import type { Env } from "../env.js";
 import { blocked, configOf } from "../gateway.js";
 import type { RequestFacts } from "../keys/identify.js";
 import { bucketsFor } from "../limiter/buckets.js";
 import { decide, type Defer } from "../limiter/decide.js";
-import { forward } from "../origin/forward.js";
+import { originFailed, sendToOrigin, type OriginReply } from "../origin/forward.js";
+import { settleClaim, settleStore } from "../idempotency/guard.js";
+import { refFromTicket, settleFailure } from "../idempotency/records.js";
+import { release } from "../session/lock.js";
 import { homeStore, offPathStore, regionStore } from "../region/index.js";
 import type { Store } from "../store/redis.js";
 import { jobKey, leaseJob, readJob, writeJob, type JobStatus } from "./jobs.js";
@@ -50,6 +53,8 @@ async function deliverOne(message: Message<JobMessage>, config: Config, env: Env
   if (known?.status === "delivered" || known?.status === "failed") return message.ack();
   if (!route) {
     await status({ status: "failed", failures: m.failures });
+    // the job never ran: its guards are given back
+    await releaseGuards(m, config, env);
     return message.ack();
   }
 
@@ -68,21 +73,56 @@ async function deliverOne(message: Message<JobMessage>, config: Config, env: Env
   }
 
   if (!(await leaseJob(home, config.key_prefix, m.id, route.origin_timeout + 5_000))) return message.retry({ delaySeconds: 5 });
-  const res = await forward(request, { origin: config.originUrl, path: m.path, clientIp: m.ip, timeoutMs: route.origin_timeout, sluiceHeaders: { "sluice-job-id": m.id } });
-  await res.body?.cancel();
-  if (res.status < 500) {
-    await status({ status: "delivered", origin_status: res.status, failures: m.failures });
+  const reply = await sendToOrigin(request, { origin: config.originUrl, path: m.path, clientIp: m.ip, timeoutMs: route.origin_timeout, sluiceHeaders: { ...m.sluiceHeaders, "sluice-job-id": m.id } });
+  const originStatus = reply.response.status;
+  if (reply.outcome === "unrelayable") {
+    // the origin may have acted on it: never sent again; its key is held as indeterminate
+    await settleGuards(m, route, config, env, reply);
+    await status({ status: "failed", origin_status: originStatus, failures: m.failures, indeterminate: true });
+    return message.ack();
+  }
+  if (!originFailed(reply)) {
+    await settleGuards(m, route, config, env, reply);
+    await status({ status: "delivered", origin_status: originStatus, failures: m.failures });
     return message.ack();
   }
   const failures = m.failures + 1;
   if (failures > route.queue.max_retries) {
-    await status({ status: "failed", origin_status: res.status, failures });
+    await settleGuards(m, route, config, env, reply);
+    await status({ status: "failed", origin_status: originStatus, failures });
     if (env.SLUICE_DLQ) await env.SLUICE_DLQ.send({ ...m, failures, deadLetter: true }, { contentType: "json" });
     return message.ack();
   }
-  await status({ status: "queued", origin_status: res.status, failures });
+  // retried later with the same claim: the key stays in flight, so duplicates still get 409
+  await reply.response.body?.cancel();
+  await status({ status: "queued", origin_status: originStatus, failures });
   await releaseLease(home, config, m.id);
   return later(message, env, { ...m, failures }, Math.min(60_000, 1_000 * 2 ** (failures - 1)));
+}
+
+/**
+ * The job is done with (delivered, or failed for good): its idempotency claim is settled with
+ * what the origin did, exactly as on the live path (the answer stored for replays, or the key
+ * released or held), and its session lock is given back.
+ */
+async function settleGuards(m: JobMessage, route: Route, config: Config, env: Env, reply: OriginReply): Promise<void> {
+  const pending: Array<Promise<void>> = [];
+  if (m.claim && route.idempotency) {
+    const ref = refFromTicket(settleStore({ env, config, region: m.region }), config.key_prefix, route.name, m.claim);
+    const res = await settleClaim(ref, m.claim.owner, route.idempotency, reply, (work) => pending.push(work));
+    pending.push(res.arrayBuffer().then(() => undefined));
+  } else {
+    pending.push(reply.response.body?.cancel() ?? Promise.resolve());
+  }
+  await Promise.all(pending);
+  await releaseGuards(m, config, env, Boolean(m.claim && route.idempotency));
+}
+
+/** Gives back what the job holds: its session lock, and its claim unless that was settled already. */
+async function releaseGuards(m: JobMessage, config: Config, env: Env, claimSettled = false): Promise<void> {
+  const store = settleStore({ env, config, region: m.region });
+  if (m.claim && !claimSettled) await settleFailure(refFromTicket(store, config.key_prefix, m.route, m.claim), m.claim.owner, "release", undefined).catch(() => false);
+  if (m.session) await release({ store, prefix: config.key_prefix, route: m.route, hash: m.session.hash, fenceHash: m.session.fenceHash }, m.session.owner).catch(() => false);
 }
 
 /** Sends the job again after `ms` and acks this copy: deferrals are not failures. */

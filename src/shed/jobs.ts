@@ -9,6 +9,8 @@ export interface JobStatus {
   origin_status?: number;
   failures: number;
   dead_letter?: boolean;
+  /** The origin answered with something that could not be relayed: it may have acted, so the job is not sent again. */
+  indeterminate?: boolean;
   updated_at: string;
 }
 

@@ -1,6 +1,9 @@
 import type { Route } from "../config/index.js";
 import type { RequestFacts } from "../keys/identify.js";
+import type { ClaimTicket } from "../idempotency/records.js";
+import type { SessionTicket } from "../session/guard.js";
 import { fromBase64, toBase64 } from "../util/base64.js";
+import { declaresMoreThan, readCapped } from "../util/body.js";
 import { problem } from "./problem.js";
 
 /** A shed request as it travels through the queue. */
@@ -22,6 +25,12 @@ export interface JobMessage {
   enqueuedAt: number;
   /** Set on the copy sent to the dead-letter queue, so the consumer can tell it apart. */
   deadLetter?: true;
+  /** The idempotency claim the job holds (hashes and owner only), settled by the consumer. */
+  claim?: ClaimTicket;
+  /** The session lock the job holds, released by the consumer once the job is done. */
+  session?: SessionTicket;
+  /** What the origin is told, as on the live path: fencing token, Idempotency-Key, session. */
+  sluiceHeaders?: Record<string, string>;
 }
 
 export const JOBS_PATH = "/__sluice-jobs/";
@@ -31,14 +40,14 @@ export type Enqueued = { ok: true; message: JobMessage } | { ok: false; response
 /**
  * Turns a shed request into a job message: method, path, query, the route's chosen headers (and
  * any header its limits key on, so the consumer finds the same buckets), and the body up to
- * `max_body` (larger is a 413 problem: nothing is queued that cannot be delivered whole).
+ * `max_body`, counted as it is read (larger is a 413 problem: nothing is queued that cannot be
+ * delivered whole).
  */
 export async function toJob(request: Request, route: Route, facts: RequestFacts, region: string, forwardPath: string): Promise<Enqueued> {
   const keep = new Set([...route.queue.headers, ...route.limits.flatMap((l) => l.key).flatMap((k) => (k.startsWith("header:") ? [k.slice(7).toLowerCase()] : k.startsWith("cookie:") ? ["cookie"] : []))]);
-  const declared = Number(request.headers.get("content-length") ?? 0);
-  if (declared > route.queue.max_body) return { ok: false, response: tooLarge(route.queue.max_body) };
-  const bytes = request.body ? new Uint8Array(await request.arrayBuffer()) : null;
-  if (bytes && bytes.length > route.queue.max_body) return { ok: false, response: tooLarge(route.queue.max_body) };
+  const read = declaresMoreThan(request, route.queue.max_body) ? { whole: false as const } : await readCapped(request.body, route.queue.max_body);
+  if (!read.whole) return { ok: false, response: tooLarge(route.queue.max_body) };
+  const bytes = read.bytes;
   return {
     ok: true,
     message: {
@@ -51,7 +60,7 @@ export async function toJob(request: Request, route: Route, facts: RequestFacts,
       search: facts.url.search,
       ip: facts.ip,
       headers: [...request.headers].filter(([h]) => keep.has(h.toLowerCase())),
-      body: bytes && bytes.length > 0 ? toBase64(bytes) : null,
+      body: bytes.length > 0 ? toBase64(bytes) : null,
       failures: 0,
       enqueuedAt: Date.now(),
     },

@@ -1,9 +1,10 @@
-import { existsSync, mkdirSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
 import type { Miniflare } from "miniflare";
 import { chromium, type Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "../integration/stack.js";
+import { chromiumExecutable } from "../support/chromium.js";
 import { countColour, decodePng } from "../support/png.js";
 
 const ADMIN = "dashboard-token-0123456789";
@@ -25,11 +26,10 @@ beforeAll(async () => {
     listen: true,
   });
   base = (await mf.ready).origin;
-  const executablePath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
-  if (!existsSync(executablePath)) throw new Error(`the dashboard test drives a real Chromium: install it (Debian: apt-get install chromium) or set CHROMIUM_PATH`);
   browser = await chromium.launch({
-    executablePath,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    executablePath: await chromiumExecutable(),
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
   });
   mkdirSync(SCREENSHOTS, { recursive: true });
 });
@@ -50,6 +50,7 @@ describe("the dashboard, in a real browser", () => {
     await page.goto(`${base}/__sluice/`);
     await page.fill('input[name="token"]', "wrong-token");
     await page.click('button[type="submit"]');
+    await page.waitForURL(/\/__sluice\/login$/); // the click does not wait for the form's POST to load
     expect(await page.locator('input[name="token"]').count()).toBe(1); // still the login form
     await page.fill('input[name="token"]', ADMIN);
     await page.click('button[type="submit"]');

@@ -103,7 +103,7 @@ describe("one side effect per key", () => {
   });
 
   it("a lease that ran out is taken over with a higher fencing token; the stale owner can neither complete nor release", async () => {
-    const stale = post(mf, "/short?delay=1800&status=500", "s-1", "{}");
+    const stale = post(mf, "/short", "s-1", "{}", { "x-demo-delay": "1800", "x-demo-status": "500" });
     await sleep(1_200);
     const takeover = await post(workers[1] as Miniflare, "/short", "s-1", "{}");
     expect(takeover.status).toBe(200);
@@ -138,7 +138,7 @@ describe("origin failures", () => {
   });
 
   it("with hold, the key becomes indeterminate until an operator resolves it", async () => {
-    expect((await post(mf, "/held?status=500", "h-1", "{}")).status).toBe(500);
+    expect((await post(mf, "/held", "h-1", "{}", { "x-demo-status": "500" })).status).toBe(500);
     const blocked = await post(mf, "/held", "h-1", "{}");
     expect(blocked.status).toBe(409);
     expect(blocked.json()).toMatchObject({ title: "Outcome indeterminate" });

@@ -36,16 +36,21 @@ describe("the admin API's door", () => {
   const routes = ["/config", "/ledger", "/metrics", "/overrides", "/lists", "/buckets/api/per-ip?ip=1.2.3.4", "/api/dashboard"];
   it.each(routes)("%s needs the token: none or a wrong one of the same length is a 401 problem", async (path) => {
     const attempts: Array<Record<string, string>> = [{}, { authorization: `Bearer ${"y".repeat(ADMIN.length)}` }, { authorization: ADMIN }];
+    // a client of its own per route: all these failures from one IP would be throttled (429) after 10
+    const ip = `198.18.0.${routes.indexOf(path) + 1}`;
     for (const headers of attempts) {
-      const r = await call(mf, `/__sluice${path}`, { headers });
+      const r = await call(mf, `/__sluice${path}`, { headers, ip });
       expect(r.status).toBe(401);
       expect(r.headers.get("content-type")).toBe("application/problem+json");
     }
     expect((await admin(path)).status).toBe(200);
   });
 
-  it("health needs no token and shows no secrets", async () => {
-    const r = await call(mf, "/__sluice/health");
+  it("health needs no token to say sluice is up; with the token it reports each region, and no secrets", async () => {
+    const open = await call(mf, "/__sluice/health");
+    expect(open.status).toBe(200);
+    expect(open.json()).toEqual({ status: "up" });
+    const r = await admin("/health");
     expect(r.status).toBe(200);
     expect(r.json()).toMatchObject({ ok: true, regions: [{ region: "home", reachable: true }] });
     expect(r.text).not.toContain(stack.bridge.url);

@@ -154,10 +154,11 @@ describe("exclusive sessions", () => {
     // the busy call released its idempotency claim: its retry runs
     expect((await post(workers[2]!, "/both?delay=10", "b-1", { "idempotency-key": "k2" })).status).toBe(200);
     const before = (await ledger()).filter((e) => e.event === "session_grant").length;
-    let replay = await post(mf, "/both", "b-1", { "idempotency-key": "k1" });
+    // the same request as the first (the query is part of it); the replay never reaches the origin
+    let replay = await post(mf, "/both?delay=400", "b-1", { "idempotency-key": "k1" });
     for (let i = 0; i < 20 && replay.headers.get("idempotent-replayed") !== "true"; i++) {
       await sleep(50);
-      replay = await post(mf, "/both", "b-1", { "idempotency-key": "k1" });
+      replay = await post(mf, "/both?delay=400", "b-1", { "idempotency-key": "k1" });
     }
     expect(replay.headers.get("idempotent-replayed")).toBe("true");
     expect((await ledger()).filter((e) => e.event === "session_grant").length).toBe(before);

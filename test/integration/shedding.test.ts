@@ -171,8 +171,11 @@ describe("on_limit = queue", () => {
 });
 
 describe("circuit breaker", () => {
+  // one client's outcomes count at most max(1, ceil(min_requests × 0.25)) times: spread them over IPs
+  const ip = (i: number) => `198.51.100.${i + 1}`;
+
   it("opens on a failing origin, sheds without touching it, and closes after successful probes", async () => {
-    for (let i = 0; i < 4; i++) expect((await call(mf, "/fragile?status=500")).status).toBe(500);
+    for (let i = 0; i < 4; i++) expect((await call(mf, "/fragile?status=500", { ip: ip(i) })).status).toBe(500);
     expect(hits("/fragile")).toBe(4);
     for (let i = 0; i < 3; i++) {
       const r = await call(mf, "/fragile");
@@ -189,7 +192,7 @@ describe("circuit breaker", () => {
   });
 
   it("a failed probe opens it again", async () => {
-    for (let i = 0; i < 4; i++) await call(mf, "/fragile?status=503");
+    for (let i = 0; i < 4; i++) await call(mf, "/fragile?status=503", { ip: ip(i) });
     expect((await call(mf, "/fragile")).status).toBe(503);
     await sleep(1_100);
     const before = hits("/fragile");
@@ -199,8 +202,8 @@ describe("circuit breaker", () => {
   });
 
   it("serves the route's fallback while open", async () => {
-    await call(mf, "/shielded?status=502");
-    await call(mf, "/shielded?status=502");
+    await call(mf, "/shielded?status=502", { ip: ip(0) });
+    await call(mf, "/shielded?status=502", { ip: ip(1) });
     const r = await call(mf, "/shielded");
     expect(r.text).toBe("back soon");
     expect(r.headers.get("sluice-decision")).toBe("fallback");
@@ -209,8 +212,8 @@ describe("circuit breaker", () => {
   it("with shared = true, another isolate of the region opens within a second", async () => {
     const other = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url, queues: true });
     try {
-      await call(mf, "/shared?status=500");
-      await call(mf, "/shared?status=500");
+      await call(mf, "/shared?status=500", { ip: ip(0) });
+      await call(mf, "/shared?status=500", { ip: ip(1) });
       expect((await call(mf, "/shared")).status).toBe(503);
       const before = hits("/shared");
       await call(other, "/shared"); // its first request reads the shared state in the background

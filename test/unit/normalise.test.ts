@@ -90,7 +90,7 @@ describe("route patterns", () => {
 });
 
 describe("path policy", () => {
-  const sensitive = { case: "sensitive", trailing_slash: "strict" } as const;
+  const sensitive = { case: "sensitive", trailing_slash: "strict", parameters: "strip" } as const;
 
   it("case = sensitive keeps case for matching; trailing_slash = strict keeps the slash", () => {
     expect(normalisePath("/API/x/", sensitive)).toEqual({ ok: true, path: { forward: "/API/x/", match: "/API/x/" } });
@@ -108,5 +108,65 @@ describe("path policy", () => {
       return r.ok ? r.path.match : r.detail;
     };
     expect([m("//api/x"), m("/api/./x"), m("/a/../api/x"), m("/api/%78")]).toEqual(["/api/x", "/api/x", "/api/x", "/api/x"]);
+  });
+});
+
+describe("path parameters (Tomcat and Spring drop each segment's ;params before resolving dot segments)", () => {
+  it.each([
+    ["/public/..;/admin", "/public/..;/admin", "/admin"],
+    ["/public/..;jsessionid=1/admin", "/public/..;jsessionid=1/admin", "/admin"],
+    ["/public/%2e%2e;/admin", "/public/..;/admin", "/admin"],
+    ["/public/x/..;/..;/admin", "/public/x/..;/..;/admin", "/admin"],
+    ["/admin;x", "/admin;x", "/admin"],
+    ["/ADMIN;X/users", "/ADMIN;X/users", "/admin/users"],
+    ["/api/x;v=1;w=2/y", "/api/x;v=1;w=2/y", "/api/x/y"],
+    ["/;x/admin", "/;x/admin", "/admin"],
+    ["/admin/.;x", "/admin/.;x", "/admin"],
+    ["/admin%3Bx", "/admin%3Bx", "/admin"],
+    ["/admin%3bx", "/admin%3Bx", "/admin"],
+    ["/admin;x%2Fy", "/admin;x%2Fy", "/admin"], // stripped before %2F splits: as Tomcat reads the raw path
+    ["/a/b;x/..;/admin", "/a/b;x/..;/admin", "/a/admin"],
+  ])("%s forwards as %s and matches as %s", (raw, forward, matchPath) => {
+    expect(match(raw)).toEqual({ forward, match: matchPath });
+  });
+
+  it("keeps the trailing slash a stripped segment leaves, under trailing_slash = strict", () => {
+    const strict = { case: "insensitive", trailing_slash: "strict", parameters: "strip" } as const;
+    const m = (raw: string) => {
+      const r = normalisePath(raw, strict);
+      return r.ok ? r.path.match : r.detail;
+    };
+    expect([m("/admin/;x"), m("/admin/.;x"), m("/admin;x")]).toEqual(["/admin/", "/admin/", "/admin"]);
+  });
+
+  it('parameters = "reject" refuses any path with ";" (or %3B) with 400, and leaves others alone', () => {
+    const reject = { case: "insensitive", trailing_slash: "ignore", parameters: "reject" } as const;
+    for (const raw of ["/public/..;/admin", "/admin;x", "/a;x/../admin", "/admin%3Bx", "/admin%3bx"]) {
+      expect(normalisePath(raw, reject), raw).toMatchObject({ ok: false, status: 400 });
+    }
+    expect(normalisePath("/public/../admin", reject)).toEqual({ ok: true, path: { forward: "/admin", match: "/admin" } });
+  });
+
+  it("/public/..;/admin and /admin;x land on the /admin route, not /public/*", () => {
+    const cfg = loadConfig({
+      ORIGIN_URL: "https://o.example",
+      SLUICE: {
+        routes: [
+          { name: "admin", match: "/admin", limits: [] },
+          { name: "public", match: "/public/*", limits: [] },
+        ],
+      },
+    });
+    if (!cfg.ok) throw cfg.error;
+    for (const raw of ["/public/..;/admin", "/admin;x", "/public/%2E%2E;x/admin"]) {
+      expect(findRoute(cfg.config.routes, "GET", match(raw).match)?.name, raw).toBe("admin");
+    }
+    expect(cfg.config.paths.parameters).toBe("strip");
+  });
+
+  it("route patterns lose their ;params too, under either policy", () => {
+    expect(matchesPattern(compilePattern("/api/x;v=1/*"), "/api/x/1")).toBe(true);
+    const reject = { case: "insensitive", trailing_slash: "ignore", parameters: "reject" } as const;
+    expect(compilePattern("/api/x;v=1", reject)).toEqual(compilePattern("/api/x"));
   });
 });
