@@ -2,6 +2,7 @@ import { z } from "zod";
 import { sluiceSchema, type LimitSettings, type RouteSettings, type SluiceSettings } from "./schema.js";
 import { exactnessProblem } from "./exactness.js";
 import { compilePattern, type PathPattern } from "../routing/match.js";
+import { usesJwt } from "../keys/jwt.js";
 
 /** A limit as the request path uses it (durations in ms, key as a list of parts). */
 export type Limit = LimitSettings;
@@ -70,10 +71,10 @@ function compile(vars: ConfigVars): Config {
   if (queued >= 0 && vars.hasQueue === false) {
     throw new ConfigError(`SLUICE.routes[${queued}].on_limit`, 'is "queue" but the Worker has no SLUICE_QUEUE producer binding ([[queues.producers]] binding = "SLUICE_QUEUE" in wrangler.toml)');
   }
-  const jwtRoute = s.routes.findIndex((r) => r.limits.some((l) => [...l.key, l.tier ?? ""].some((p) => p.startsWith("jwt:"))));
+  const jwtRoute = s.routes.findIndex(usesJwt);
   const secretEnv = s.jwt?.secret_env ?? "SLUICE_JWT_SECRET";
   if (jwtRoute >= 0 && !s.jwt?.jwks_url && vars.hasSecret && !vars.hasSecret(secretEnv)) {
-    throw new ConfigError(`SLUICE.routes[${jwtRoute}].limits`, `key on JWT claims but there is no ${secretEnv} secret (or SLUICE.jwt.jwks_url) to verify tokens with`);
+    throw new ConfigError(`SLUICE.routes[${jwtRoute}]`, `keys limits, sessions or idempotency on JWT claims but there is no ${secretEnv} secret (or SLUICE.jwt.jwks_url) to verify tokens with`);
   }
   return {
     ...s,

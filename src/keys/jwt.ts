@@ -10,10 +10,11 @@ type Jwk = NonNullable<Parameters<typeof verifyWithJwks>[1]["keys"]>[number];
 const JWKS_TTL_MS = 10 * 60_000;
 let jwks: { url: string; keys: Jwk[]; until: number; fetched: number } | undefined;
 
-/** Whether any limit of the route keys (or takes its tier) on a JWT claim, or its session lock does. */
-export function usesJwt(route: Route): boolean {
+/** Whether any limit of the route keys (or takes its tier) on a JWT claim, or its session lock or idempotency principal does. */
+export function usesJwt(route: Pick<Route, "limits" | "session" | "idempotency">): boolean {
   const session = route.session ? [route.session.key, ...route.session.principal] : [];
-  return [...route.limits.flatMap((l) => [...l.key, l.tier ?? ""]), ...session].some((p) => p.startsWith("jwt:"));
+  const principal = route.idempotency?.principal ?? [];
+  return [...route.limits.flatMap((l) => [...l.key, l.tier ?? ""]), ...session, ...principal].some((p) => p.startsWith("jwt:"));
 }
 
 /**

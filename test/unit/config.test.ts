@@ -55,3 +55,15 @@ describe("configuration", () => {
     expect([parseDuration("0s"), parseDuration("1w"), parseDuration("-1s"), parseDuration("1.5s")]).toEqual([undefined, undefined, undefined, undefined]);
   });
 });
+
+describe("JWT identities outside limits", () => {
+  it.each([
+    ["an idempotency principal", { idempotency: { principal: "jwt:sub" } }],
+    ["a session key", { session: { key: "jwt:sid" } }],
+  ])("%s on a JWT claim needs a secret to verify tokens with", (_, extra) => {
+    const r = loadConfig({ ORIGIN_URL, SLUICE: { routes: [{ name: "r", match: "/api/*", ...extra }] }, hasSecret: () => false });
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.error.message).toMatch(/^SLUICE\.routes\[0\]: .*SLUICE_JWT_SECRET/);
+    expect(loadConfig({ ORIGIN_URL, SLUICE: { routes: [{ name: "r", match: "/api/*", ...extra }] }, hasSecret: () => true }).ok).toBe(true);
+  });
+});
