@@ -4,7 +4,7 @@
  * exactly one of each (one EVALSHA of lua/decide.lua decides every limit of the route).
  * The Worker talks to the bridge through a tap (`tap.ts`) that sorts its HTTP requests into
  * decision requests (carrying the script call) and the Worker's other, batched background ones
- * (metrics flush, deny/allow lists refresh), which are reported separately.
+ * (metrics flush, deny/allow lists refresh, the route's overrides refresh), which are reported separately.
  */
 import type { Miniflare } from "miniflare";
 import { LIMITED, PATH_ALGORITHMS, PATH_FOUR, PATH_ONE } from "./config.js";
@@ -14,11 +14,12 @@ import { type IpSource, round } from "./stats.js";
 import { startTap, type Tap, tapDelta } from "./tap.js";
 
 /**
- * Commands decide.lua may run inside the script (commandstats counts these too): TIME, GET, SET
- * on every allowed decision; HMGET of the route's overrides; DEL when a bucket is back to its
- * initial state; INCRBY and PEXPIRE for split demand.
+ * Commands decide.lua may run inside the script (commandstats counts these too): TIME, one MGET
+ * of every bucket and SET per bucket on every allowed decision; HMGET of the route's overrides
+ * when the isolate has no trusted copy of them; DEL when a bucket is back to its initial state;
+ * INCRBY and PEXPIRE for split demand. GET only from an older decide.lua (one per limit).
  */
-const INSIDE_SCRIPT = ["time", "get", "set", "del", "incrby", "pexpire", "hmget"] as const;
+const INSIDE_SCRIPT = ["time", "mget", "get", "set", "del", "incrby", "pexpire", "hmget"] as const;
 /** Top-level script commands, as a client sends them. */
 const SCRIPT_CALLS = ["evalsha", "eval", "evalsha_ro", "eval_ro"] as const;
 
@@ -32,7 +33,7 @@ export interface DecisionCounts {
   /** Of those, the ones carrying the script call (the tap's count), per decision: the target is 1. */
   decision_http_requests: number;
   http_requests_per_decision: number;
-  /** The rest: the Worker's batched background work (metrics flush, lists refresh), and what they carried. */
+  /** The rest: the Worker's batched background work (metrics flush, lists and overrides refresh), and what they carried. */
   other_http_requests: number;
   other_http_commands: Record<string, number>;
   /** The most `other_http_requests` may be: each background task at most once per 5 s per isolate, plus its first run. */
@@ -56,7 +57,7 @@ export interface DecisionCounts {
 }
 
 export interface DecisionResult {
-  /** The first decision of a fresh isolate against a Redis that has never seen the script (NOSCRIPT, then EVAL). */
+  /** The first decision of a fresh isolate against a Redis that has never seen the script (one EVAL: a cold isolate sends the body). */
   cold: DecisionCounts;
   routes: DecisionCounts[];
 }
@@ -64,6 +65,8 @@ export interface DecisionResult {
 /** Each of the Worker's background tasks (metrics flush, lists refresh) runs at most this often per isolate. */
 const BACKGROUND_EVERY_S = 5;
 const BACKGROUND_TASKS = 2;
+/** The copy of the measured route's overrides is refreshed at most this often per isolate (src/limiter/overrides.ts). */
+const OVERRIDES_EVERY_S = 0.8;
 
 export async function measureDecisions(stack: BenchStack, cleanup: Cleanup, ips: IpSource, n: number): Promise<DecisionResult> {
   const tap = await startTap(stack.bridge.url, cleanup, "section 1");
@@ -111,7 +114,7 @@ async function count(
   const scriptCalls = Object.fromEntries(SCRIPT_CALLS.map((c) => [c, calls(c)]).filter(([, v]) => v !== 0));
   const scriptTotal = SCRIPT_CALLS.reduce((sum, c) => sum + calls(c), 0);
   // TIME, GET and SET always (0 is a figure there); the rest only when they occurred
-  const inside = Object.fromEntries(INSIDE_SCRIPT.map((c) => [c, round(calls(c) / n)]).filter(([c, v]) => v !== 0 || c === "time" || c === "get" || c === "set"));
+  const inside = Object.fromEntries(INSIDE_SCRIPT.map((c) => [c, round(calls(c) / n)]).filter(([c, v]) => v !== 0 || c === "time" || c === "mget" || c === "set"));
   const known = new Set<string>([...INSIDE_SCRIPT, ...SCRIPT_CALLS, ...Object.keys(tapped.otherCommands)]);
   const other = Object.fromEntries(
     Object.entries(delta)
@@ -133,7 +136,7 @@ async function count(
     http_requests_per_decision: round(tapped.decision / n),
     other_http_requests: tapped.other,
     other_http_commands: tapped.otherCommands,
-    other_http_allowed: BACKGROUND_TASKS * (Math.floor(elapsedS / BACKGROUND_EVERY_S) + 1),
+    other_http_allowed: BACKGROUND_TASKS * (Math.floor(elapsedS / BACKGROUND_EVERY_S) + 1) + Math.floor(elapsedS / OVERRIDES_EVERY_S) + 1,
     elapsed_s: round(elapsedS, 2),
     unreadable_http_requests: tapped.unreadable,
     script_calls: scriptCalls,

@@ -33,7 +33,7 @@ const CASES: Array<{ key: string; label: string; limit: LimitInput }> = [
 export interface MemoryRun {
   key: string;
   label: string;
-  /** The limit's ARGV as the script gets it (`scriptCall`, without mode and n; see the contract atop decide.lua). */
+  /** The limit's ARGV as the script gets it (`scriptCall`, without mode, n and override_idx; see the contract atop decide.lua). */
   argv: string[];
   buckets: number;
   /** MEMORY USAGE over every bucket, in bytes. */
@@ -115,7 +115,7 @@ export async function measureMemory(redisUrl: string, cleanup: Cleanup, call: Ca
     runs.push({
       key: c.key,
       label: c.label,
-      argv: call([{ limit, key: "k" }], "take").args.slice(2),
+      argv: call([{ limit, key: "k" }], "take").args.slice(3),
       buckets: n,
       memory_usage: { median: percentile(sorted, 50), min: sorted[0] ?? Number.NaN, max: sorted[sorted.length - 1] ?? Number.NaN },
       plain_set_memory_usage: plain,

@@ -6,6 +6,7 @@ import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
+import { stripUnknownFlags } from "../dev/bridge.js";
 import { RespError, replyToJs } from "../dev/resp.js";
 import { loadConfig, type Limit } from "../src/config/index.js";
 import type { scriptCall } from "../src/limiter/decide.js";
@@ -15,6 +16,16 @@ import { type Cleanup, commandStats, statsDelta, type BenchStack } from "./stack
 import { round } from "./stats.js";
 
 export const DECIDE_LUA = resolve("lua/decide.lua");
+
+/**
+ * decide.lua as a stock redis-server runs it, for the sections that talk RESP straight to Redis:
+ * without Upstash's `allow-key-locking` shebang flag, which Redis 7 refuses (the bridge strips it
+ * the same way for everything that goes through it).
+ */
+export function decideLuaForRedis(): string {
+  const source = readFileSync(DECIDE_LUA, "utf8");
+  return stripUnknownFlags(source) ?? source;
+}
 
 export interface BenchmarkOptions {
   requests: number;
@@ -79,7 +90,7 @@ const CASES: Array<{ key: string; label: string; limits: LimitInput[] }> = [
 ];
 
 export async function measureScripts(stack: BenchStack, cleanup: Cleanup, opts: BenchmarkOptions): Promise<ScriptResult> {
-  const source = readFileSync(DECIDE_LUA, "utf8");
+  const source = decideLuaForRedis();
   const loaded = await stack.resp.send(["SCRIPT", "LOAD", source]);
   if (!Buffer.isBuffer(loaded)) throw new Error(`SCRIPT LOAD of ${DECIDE_LUA} failed: ${loaded instanceof RespError ? loaded.message : JSON.stringify(loaded)}`);
   const sha = loaded.toString("utf8");

@@ -1,6 +1,8 @@
 /**
  * The Upstash-REST bridge on its own:
  *   tsx dev/bridge-main.ts --redis redis://127.0.0.1:PORT --token T [--port N] [--latency MS]
+ * `--latency` defaults to SLUICE_BRIDGE_DELAY_MS (as in `npm run dev`); `POST /__bridge/delay`
+ * changes it, or hangs or refuses Redis, while the bridge runs (see README, "The local stack").
  */
 import { parseArgs } from "node:util";
 import { startBridge } from "./bridge.js";
@@ -32,9 +34,9 @@ async function main(): Promise<void> {
     redisUrl: values.redis,
     token: values.token,
     port: nonNegativeInt("port", values.port),
-    latencyMs: nonNegativeInt("latency", values.latency),
+    latencyMs: nonNegativeInt("latency", values.latency ?? process.env.SLUICE_BRIDGE_DELAY_MS),
   });
-  console.log(`bridge listening on ${bridge.url}`);
+  console.log(`bridge listening on ${bridge.url} (latency ${bridge.fault.latencyMs} ms; switch: POST ${bridge.url}/__bridge/delay)`);
   const stop = () => void bridge.close().then(() => process.exit(0));
   process.once("SIGINT", stop);
   process.once("SIGTERM", stop);

@@ -1,6 +1,9 @@
 /**
  * The Upstash REST protocol (see shared/notes/upstash-rest.md) in front of a real redis-server,
  * so @upstash/redis, Miniflare and the tests talk to a local Redis exactly as to Upstash.
+ * It can also play a Redis that is far away, hung or gone (latency and `BridgeMode`, switched
+ * from code or over HTTP at `/__bridge/delay`), and counts what it receives (`counts()`), so
+ * tests and the bench can put a number on every Redis request a decision makes.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -12,19 +15,59 @@ export type BridgeOptions = {
   token: string;
   port?: number;
   host?: string;
-  /** Added before every response: plays a Redis that is far away. */
+  /** Added to every round trip (half before Redis runs the command, half after): plays a Redis that is far away. */
   latencyMs?: number;
+  /** How the bridge starts; see `BridgeMode`. */
+  mode?: BridgeMode;
 };
+
+/**
+ * normal: answers (after the latency); hang: reads each Redis request and never answers it (a
+ * Redis that stopped responding); refuse: drops the connection of each Redis request unanswered,
+ * so the client's fetch fails at once (a Redis that is gone). The control endpoint
+ * (`/__bridge/...`) answers in every mode, so a test can always switch back.
+ */
+export type BridgeMode = "normal" | "hang" | "refuse";
+
+/** The fault the bridge plays right now. */
+export interface BridgeFault {
+  mode: BridgeMode;
+  latencyMs: number;
+}
+
+/** What the bridge has received since it started (control requests not included). */
+export interface BridgeCounts {
+  /** HTTP requests for Redis, whatever became of them. */
+  requests: number;
+  /** Of those, dropped unanswered in refuse mode. */
+  refused: number;
+  /** Of those, left unanswered in hang mode. */
+  hung: number;
+  /** Redis commands, by lower-case name; each command of a pipeline or transaction counts. */
+  commands: Record<string, number>;
+  /** HTTP requests that carried at least one command of that name. */
+  requestsWith: Record<string, number>;
+}
 
 export type Bridge = {
   /** http://127.0.0.1:PORT */
   url: string;
   port: number;
   setLatency(ms: number): void;
-  /** HTTP requests received since start. */
+  setMode(mode: BridgeMode): void;
+  readonly fault: BridgeFault;
+  /** HTTP requests for Redis received since start (`counts().requests`). */
   readonly requests: number;
+  /** A snapshot of the counters: take one before and one after, and compare. */
+  counts(): BridgeCounts;
   close(): Promise<void>;
 };
+
+/** Where the bridge's own switch and counters live; never forwarded to Redis. */
+export const CONTROL_PREFIX = "/__bridge/";
+
+/** The longest latency the switch accepts: ten minutes is already no answer at all. */
+const MAX_LATENCY_MS = 600_000;
 
 const MAX_BODY_BYTES = 10 * 1024 * 1024;
 
@@ -55,27 +98,67 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
   const redis = RespClient.fromUrl(opts.redisUrl);
   const scripts = new ScriptShas();
   const expectedAuth = digest(`Bearer ${opts.token}`);
-  let latency = opts.latencyMs ?? 0;
-  let requests = 0;
+  const fault: BridgeFault = { mode: opts.mode ?? "normal", latencyMs: checkedLatency(opts.latencyMs ?? 0) };
+  const counts: BridgeCounts = { requests: 0, refused: 0, hung: 0, commands: {}, requestsWith: {} };
+  /** Requests parked in hang mode, each with the function that drops it. */
+  const parked = new Set<() => void>();
   let syncToken = 0;
 
-  async function answer(req: IncomingMessage): Promise<{ status: number; body: unknown }> {
-    if (req.method !== "POST") throw new HttpError(405, "ERR only POST is supported");
+  function setMode(mode: BridgeMode): void {
+    fault.mode = mode;
+    // Out of hang mode the parked requests are dropped, not answered late: the client gave up on
+    // them long ago, and a late answer would run commands nobody waits for any more.
+    if (mode !== "hang") for (const drop of [...parked]) drop();
+  }
+
+  function authorise(req: IncomingMessage): void {
     // Hash both sides so timingSafeEqual always sees equal lengths and the length does not leak.
     if (!timingSafeEqual(digest(req.headers.authorization ?? ""), expectedAuth)) throw new HttpError(401, "Unauthorized");
-    const path = (req.url ?? "/").split("?")[0]?.replace(/\/+$/, "") ?? "";
+  }
+
+  function record(commands: RespArg[][]): void {
+    const names = commands.map((c) => String(c[0]).toLowerCase());
+    for (const name of names) counts.commands[name] = (counts.commands[name] ?? 0) + 1;
+    for (const name of new Set(names)) counts.requestsWith[name] = (counts.requestsWith[name] ?? 0) + 1;
+  }
+
+  /** Resolves never, until the mode leaves hang: then rejects, and the request is dropped. */
+  function hang(res: ServerResponse): Promise<never> {
+    counts.hung++;
+    return new Promise<never>((_, reject) => {
+      const drop = () => {
+        parked.delete(drop);
+        reject(new Dropped());
+      };
+      parked.add(drop);
+      res.once("close", drop); // the client gave up first
+    });
+  }
+
+  async function answer(req: IncomingMessage, res: ServerResponse): Promise<{ status: number; body: unknown }> {
+    await pause(Math.floor(fault.latencyMs / 2)); // on the way to Redis
+    if (req.method !== "POST") throw new HttpError(405, "ERR only POST is supported");
+    authorise(req);
+    const path = pathOf(req);
     if (path !== "" && path !== "/pipeline" && path !== "/multi-exec") throw new HttpError(404, `ERR unknown endpoint ${path}`);
     const body = parseJson(await readBody(req));
     const encode = String(req.headers["upstash-encoding"] ?? "").toLowerCase() === "base64" ? toBase64Json : toTextJson;
+    const commands = path === "" ? [toCommand(body)] : toCommandList(body);
+    record(commands);
+    if (fault.mode === "hang") await hang(res);
+    if (fault.mode === "refuse") {
+      counts.refused++;
+      throw new Dropped();
+    }
     syncToken++; // moves on every parsed request, writes included
     if (path === "") {
-      const command = toCommand(body);
+      const command = commands[0] ?? [];
       const reply = await redis.send(scripts.translate(command));
       if (reply instanceof RespError) return { status: 400, body: { error: reply.message } };
       return { status: 200, body: { result: encode(scripts.answer(command, reply)) } };
     }
-    const commands = toCommandList(body);
-    const replies = path === "/pipeline" ? await redis.sendMany(commands.map((c) => scripts.translate(c))) : await transaction(redis, commands.map((c) => scripts.translate(c)));
+    const translated = commands.map((c) => scripts.translate(c));
+    const replies = path === "/pipeline" ? await redis.sendMany(translated) : await transaction(redis, translated);
     return {
       status: 200,
       body: replies.map((reply, i) =>
@@ -84,21 +167,47 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
     };
   }
 
+  /** `/__bridge/delay` (GET reads, POST sets `{ "ms": 80 }` and/or `{ "mode": "hang" }`) and `/__bridge/counts`. */
+  async function control(req: IncomingMessage): Promise<{ status: number; body: unknown }> {
+    authorise(req);
+    const what = pathOf(req).slice(CONTROL_PREFIX.length);
+    if (what === "counts" && req.method === "GET") return { status: 200, body: { result: snapshot(counts) } };
+    if (what !== "delay") throw new HttpError(404, `ERR unknown control endpoint ${pathOf(req)}`);
+    if (req.method === "POST") {
+      const change = toFaultChange(parseJson(await readBody(req)));
+      if (change.latencyMs !== undefined) fault.latencyMs = change.latencyMs;
+      if (change.mode !== undefined) setMode(change.mode);
+    } else if (req.method !== "GET") {
+      throw new HttpError(405, "ERR GET or POST");
+    }
+    return { status: 200, body: { result: { mode: fault.mode, ms: fault.latencyMs } } };
+  }
+
   const server = createServer((req, res) => {
-    requests++;
-    answer(req)
+    const isControl = pathOf(req).startsWith(CONTROL_PREFIX);
+    if (!isControl) counts.requests++;
+    if (!isControl && fault.mode === "refuse") {
+      // Dropped before anything is read: to the client, a connection that died at once.
+      counts.refused++;
+      req.socket.destroy();
+      return;
+    }
+    // the second half of the latency, on the way back (none for the switch itself)
+    const back = () => (isControl ? 0 : fault.latencyMs - Math.floor(fault.latencyMs / 2));
+    (isControl ? control(req) : answer(req, res))
       .then(
-        ({ status, body }) => respond(res, status, body),
+        ({ status, body }) => respond(res, status, body, back()),
         (error: unknown) => {
-          if (error instanceof HttpError) return respond(res, error.status, { error: error.message });
+          if (error instanceof Dropped) return void req.socket.destroy();
+          if (error instanceof HttpError) return respond(res, error.status, { error: error.message }, back());
           // Anything else is Redis being unreachable or broken: report it, keep serving.
-          respond(res, 500, { error: `ERR bridge could not reach Redis: ${error instanceof Error ? error.message : String(error)}` });
+          respond(res, 500, { error: `ERR bridge could not reach Redis: ${error instanceof Error ? error.message : String(error)}` }, back());
         },
       )
       .catch(() => res.destroy());
   });
 
-  function respond(res: ServerResponse, status: number, body: unknown): void {
+  function respond(res: ServerResponse, status: number, body: unknown, delayMs: number): void {
     const send = () => {
       if (res.destroyed) return;
       res.writeHead(status, {
@@ -108,7 +217,7 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
       });
       res.end(JSON.stringify(body));
     };
-    if (latency > 0) setTimeout(send, latency);
+    if (delayMs > 0) setTimeout(send, delayMs);
     else send();
   }
 
@@ -121,18 +230,55 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
     url: `http://127.0.0.1:${port}`,
     port,
     setLatency(ms: number) {
-      latency = ms;
+      fault.latencyMs = checkedLatency(ms);
+    },
+    setMode,
+    get fault() {
+      return { ...fault };
     },
     get requests() {
-      return requests;
+      return counts.requests;
     },
+    counts: () => snapshot(counts),
     close: () =>
       new Promise<void>((resolve) => {
+        for (const drop of [...parked]) drop();
         redis.close();
         server.close(() => resolve());
         server.closeAllConnections();
       }),
   };
+}
+
+/** A request the bridge drops without an answer (refuse mode, or parked in hang mode). */
+class Dropped extends Error {}
+
+const pause = (ms: number) => (ms > 0 ? new Promise<void>((resolve) => setTimeout(resolve, ms)) : Promise.resolve());
+
+const pathOf = (req: IncomingMessage): string => (req.url ?? "/").split("?")[0]?.replace(/\/+$/, "") ?? "";
+
+function snapshot(c: BridgeCounts): BridgeCounts {
+  return { ...c, commands: { ...c.commands }, requestsWith: { ...c.requestsWith } };
+}
+
+function checkedLatency(ms: number): number {
+  if (!Number.isInteger(ms) || ms < 0 || ms > MAX_LATENCY_MS) throw new RangeError(`latency must be a whole number of ms from 0 to ${MAX_LATENCY_MS}, got ${ms}`);
+  return ms;
+}
+
+const MODES: readonly BridgeMode[] = ["normal", "hang", "refuse"];
+
+/** The body of `POST /__bridge/delay`: `{ "ms": 80 }`, `{ "mode": "hang" }`, or both. */
+function toFaultChange(value: unknown): { latencyMs?: number; mode?: BridgeMode } {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new HttpError(400, 'ERR expected { "ms": n } and/or { "mode": "normal" | "hang" | "refuse" }');
+  const { ms, mode, ...rest } = value as Record<string, unknown>;
+  if (Object.keys(rest).length > 0) throw new HttpError(400, `ERR unknown field ${Object.keys(rest)[0]}: only ms and mode`);
+  if (ms === undefined && mode === undefined) throw new HttpError(400, "ERR nothing to change: give ms and/or mode");
+  if (ms !== undefined && (typeof ms !== "number" || !Number.isInteger(ms) || ms < 0 || ms > MAX_LATENCY_MS)) {
+    throw new HttpError(400, `ERR ms must be a whole number from 0 to ${MAX_LATENCY_MS}`);
+  }
+  if (mode !== undefined && !MODES.includes(mode as BridgeMode)) throw new HttpError(400, `ERR mode must be one of ${MODES.join(", ")}`);
+  return { latencyMs: ms as number | undefined, mode: mode as BridgeMode | undefined };
 }
 
 /**

@@ -1,4 +1,6 @@
-// `npm run check [-- --config file]`: validates the sluice configuration in a wrangler config.
+// `npm run check [-- --config file]`: validates the sluice configuration in a wrangler config,
+// and warns (exit code 0) about what a valid one may cost, such as a region without its own database.
+import { configWarnings, visibleVariables } from "./region-databases.js";
 import { checkWranglerConfig, configPathFromArgs } from "./wrangler-config.js";
 
 const path = configPathFromArgs(process.argv.slice(2));
@@ -10,6 +12,7 @@ try {
   }
   const { routes } = result.config;
   console.log(`${path}: ok (${routes.length} routes, ${routes.reduce((n, r) => n + r.limits.length, 0)} limits, origin ${result.config.originUrl.href})`);
+  for (const warning of configWarnings(result.config, visibleVariables(path))) console.warn(`${path}: warning: ${warning}`);
 } catch (e) {
   console.error(`${path}: ${(e as Error).message}`);
   process.exit(1);

@@ -51,6 +51,18 @@ function alive(pid: number): boolean {
   }
 }
 
+/** SLUICE_BRIDGE_DELAY_MS: the bridge's added round-trip time, to play a Redis that is far away. */
+function bridgeDelayMs(): number {
+  const text = process.env.SLUICE_BRIDGE_DELAY_MS;
+  if (text === undefined || text === "") return 0;
+  const ms = Number(text);
+  if (!Number.isInteger(ms) || ms < 0) {
+    console.error(`SLUICE_BRIDGE_DELAY_MS must be a whole number of milliseconds, got ${text}`);
+    process.exit(2);
+  }
+  return ms;
+}
+
 async function main(): Promise<void> {
   const configPath = configPathFromArgs(process.argv.slice(2));
   const port = Number(process.env.PORT ?? 8787);
@@ -72,12 +84,13 @@ async function main(): Promise<void> {
       redisUrl = redis.url;
     }
     const token = randomBytes(16).toString("hex");
-    const bridge = await startBridge({ redisUrl, token, port: await freePort() });
+    const bridge = await startBridge({ redisUrl, token, port: await freePort(), latencyMs: bridgeDelayMs() });
     stops.push(() => bridge.close());
     vars.UPSTASH_REDIS_REST_URL = bridge.url;
     vars.UPSTASH_REDIS_REST_TOKEN = token;
     console.log(`redis   ${redisUrl}${process.env.REDIS_URL ? " (REDIS_URL)" : " (spawned)"}`);
-    console.log(`bridge  ${bridge.url} (Upstash REST, token ${token})`);
+    console.log(`bridge  ${bridge.url} (Upstash REST, token ${token}, ${bridge.fault.latencyMs} ms added per round trip)`);
+    console.log(`        place Redis far away, hang or refuse it: curl -X POST -H 'authorization: Bearer ${token}' -d '{"ms":80}' ${bridge.url}/__bridge/delay  ({"mode":"hang"|"refuse"|"normal"})`);
   }
 
   if (process.env.ORIGIN_URL) {

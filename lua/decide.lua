@@ -1,3 +1,4 @@
+#!lua flags=allow-key-locking
 --[[
 decide.lua: the limits of one route that live in this Redis, decided in one call, all or nothing.
 The clock is Redis's own (TIME, read once), never the caller's.
@@ -29,19 +30,28 @@ KEYS     1..n: the bucket of limit i: {key_prefix}:{route}:{limit}:{hash}
            share   {key_prefix}:{route}:{limit}:share:{region}  "rate:burst" (absent: ARGV's)
            demand  {key_prefix}:{route}:{limit}:demand:{region} tokens asked for since the
                    rebalancer last read it (GETDEL); TTL 1 h
+         last, only when ARGV[3] > 0: the route's override hash (below)
+         Every key the script touches is one of these (Upstash's key-based locking needs that).
 ARGV[1]  mode: "take" decide and charge; "peek" decide, charge nothing, record nothing;
          "refund" give back `cost` to every bucket (undoing a take another Redis vetoed)
 ARGV[2]  n, the number of limits
-ARGV     then eleven per limit i, at 2 + 11*(i-1) + 1 ..:
+ARGV[3]  override_idx: 0 when the caller passes the overrides in ARGV (its isolate's copy of the
+         hash, at most a second old: the usual case); else the index in KEYS of the route's
+         override hash, which the script then reads itself with one HMGET (the caller has no copy
+         younger than a second, or the hash is too large to copy). The hash:
+         {key_prefix}:{route}:overrides, fields "{limit}:{bucket hash}" (one client) and
+         "{limit}:*" (everybody), values "rate:burst:period_ms:until_ms".
+ARGV     then twelve per limit i, at 3 + 12*(i-1) + 1 ..:
            algo, rate, period_us, burst, cost   (integers; cost <= burst is checked at load)
            shadow      1: decide and report, but never block the request
            share_idx   index in KEYS of the share key, 0 for none
            demand_idx  index in KEYS of the demand key, 0 for none
            p1, p2      token_bucket: warmup_us, 0; leaky_bucket: max_delay_us, nodelay; else 0, 0
-           override_idx  index in KEYS of the route's override hash, 0 for none:
-                   {key_prefix}:{route}:overrides, fields "{limit}:{bucket hash}" (one client) and
-                   "{limit}:*" (everybody), values "rate:burst:period_ms:until_ms"; the client's own
-                   wins over everybody's; an override past its time is ignored
+           override_all, override_own  the values of the hash fields "{limit}:*" and
+                   "{limit}:{bucket hash}" as the caller knows them ("" for none; ignored when
+                   override_idx > 0). The client's own wins over everybody's; one whose until_ms
+                   Redis's clock has reached (until_ms <= now_ms) is ignored, so no edge clock
+                   decides an expiry.
 Returns  { admitted, then five per limit: allowed, remaining, retry_after_ms, reset_ms, delay_ms }
            admitted        1 if no enforced (non-shadow) limit refused; then, and only then,
                            every limit that allowed is charged. A refused request takes nothing.
@@ -50,8 +60,12 @@ Returns  { admitted, then five per limit: allowed, remaining, retry_after_ms, re
            retry_after_ms  when refused: ms until the request could pass (-1: never)
            reset_ms        ms until the limit is back to its initial state
            delay_ms        leaky_bucket: how long the request must wait for its slot
-Cost: 1 TIME + 1 GET per limit (+1 GET per share, +1 HMGET of overrides), + 1 SET per limit when charged
-      (+1 INCRBY per demand key on take).
+Cost (Upstash bills every command a script runs, EVALSHA included): 1 TIME + 1 MGET of every
+      bucket and share key, + 1 SET (or DEL, a bucket back to its initial state) per bucket
+      charged (take, when admitted) or refunded; a peek or a refusal writes nothing. `split`
+      limits add 1 INCRBY of their demand key on take (+1 PEXPIRE when it starts a new count),
+      refusals included. override_idx > 0 adds 1 HMGET. So one limit: EVALSHA + TIME + MGET + SET
+      = 4; three limits: 6.
 ]]
 
 local t = redis.call('TIME')
@@ -60,6 +74,8 @@ local now_ms = math.floor(now / 1000)
 
 local mode = ARGV[1]
 local n = tonumber(ARGV[2])
+-- the ARGV of limit i, j = 1..12 (see the contract above)
+local function arg(i, j) return ARGV[3 + 12 * (i - 1) + j] end
 
 local function gcd(a, b)
   while b > 0 do a, b = b, a % b end
@@ -232,53 +248,65 @@ end
 
 local algorithms = { token, leaky, fixed, sliding }
 
--- runtime overrides set through the admin API: one HMGET for every limit that has them
+-- runtime overrides set through the admin API: the values the caller knows, or, when its copy is
+-- too old (or the hash too large to copy), one HMGET of both fields of every limit
 local override = {}
 do
-  local fields, owners, ov_key = {}, {}, nil
-  for i = 1, n do
-    local idx = tonumber(ARGV[2 + 11 * (i - 1) + 11])
-    if idx > 0 then
-      ov_key = KEYS[idx]
+  local values = {}
+  local ov_idx = tonumber(ARGV[3])
+  if ov_idx > 0 then
+    local fields = {}
+    for i = 1, n do
       local name, hash = string.match(KEYS[i], ':([^:]+):([^:]+)$')
       -- everybody's first, the client's own second (it wins below); the short field first also
       -- keeps Redis's argument cache from handing the later SET a needlessly large allocation
-      fields[#fields + 1], owners[#owners + 1] = name .. ':*', i
-      fields[#fields + 1], owners[#owners + 1] = name .. ':' .. hash, i
+      fields[2 * i - 1], fields[2 * i] = name .. ':*', name .. ':' .. hash
     end
+    values = redis.call('HMGET', KEYS[ov_idx], unpack(fields))
+  else
+    for i = 1, n do values[2 * i - 1], values[2 * i] = arg(i, 11), arg(i, 12) end
   end
-  if ov_key then
-    local values = redis.call('HMGET', ov_key, unpack(fields))
-    for j = 1, #fields do
-      local r, b, p, u = string.match(values[j] or '', '^(%d+):(%d+):(%d+):(%d+)$')
-      if r and tonumber(u) > now_ms then
-        override[owners[j]] = { tonumber(r), tonumber(b), tonumber(p) * 1000 }
-      end
+  for j = 1, 2 * n do
+    local r, b, p, u = string.match(values[j] or '', '^(%d+):(%d+):(%d+):(%d+)$')
+    if r and tonumber(u) > now_ms then
+      override[math.ceil(j / 2)] = { tonumber(r), tonumber(b), tonumber(p) * 1000 }
     end
   end
 end
+
+-- every read in one MGET: the buckets (KEYS 1..n), then the shares of split limits
+local reads, share_at = {}, {}
+for i = 1, n do reads[i] = KEYS[i] end
+for i = 1, n do
+  local share_idx = tonumber(arg(i, 7))
+  if share_idx > 0 then
+    reads[#reads + 1] = KEYS[share_idx]
+    share_at[i] = #reads
+  end
+end
+local stored = redis.call('MGET', unpack(reads))
 
 -- pass 1: every limit loaded at now, and whether each would admit
 local admitted = 1
 local limits = {}
 for i = 1, n do
-  local a = 2 + 11 * (i - 1)
   local l = {
-    algo = algorithms[tonumber(ARGV[a + 1])],
-    rate = tonumber(ARGV[a + 2]), period = tonumber(ARGV[a + 3]), burst = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]),
-    shadow = ARGV[a + 6] == '1', retry = 0, delay = 0,
+    algo = algorithms[tonumber(arg(i, 1))],
+    rate = tonumber(arg(i, 2)), period = tonumber(arg(i, 3)), burst = tonumber(arg(i, 4)), cost = tonumber(arg(i, 5)),
+    shadow = arg(i, 6) == '1', retry = 0, delay = 0,
   }
-  local share_idx, demand_idx = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-  l.warmup, l.max_delay, l.nodelay = tonumber(ARGV[a + 9]), tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10])
+  local demand_idx = tonumber(arg(i, 8))
+  l.warmup, l.max_delay, l.nodelay = tonumber(arg(i, 9)), tonumber(arg(i, 9)), tonumber(arg(i, 10))
   if override[i] then l.rate, l.burst, l.period = unpack(override[i]) end
-  if share_idx > 0 then
-    local r, b = string.match(redis.call('GET', KEYS[share_idx]) or '', '^(%d+):(%d+)$')
+  if share_at[i] then
+    local r, b = string.match(stored[share_at[i]] or '', '^(%d+):(%d+)$')
     if r then l.rate, l.burst = tonumber(r), tonumber(b) end
   end
   if mode == 'take' and demand_idx > 0 then
+    -- demand counts every attempt, refused ones too; the rebalancer reads and resets it (GETDEL)
     if redis.call('INCRBY', KEYS[demand_idx], l.cost) == l.cost then redis.call('PEXPIRE', KEYS[demand_idx], 3600000) end
   end
-  l.algo.load(l, redis.call('GET', KEYS[i]))
+  l.algo.load(l, stored[i])
   if mode == 'refund' then
     l.allowed = 1
   else

@@ -1,3 +1,4 @@
+#!lua flags=allow-key-locking
 --[[
 idempotency.lua: one side effect per idempotency key. Claims, completions, releases and
 resolutions of a key, each one atomic call that checks who owns the claim; every outcome is

@@ -1,3 +1,4 @@
+#!lua flags=allow-key-locking
 --[[
 session.lua: one side-effecting call per agent session at a time, fenced. Acquire, release and
 read a session's lock, each one atomic call that checks who owns it; every grant, release,

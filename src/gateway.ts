@@ -2,10 +2,11 @@ import { loadConfig, type Config, type ConfigResult, type Route } from "./config
 import type { Env } from "./env.js";
 import { clientIp, type RequestFacts } from "./keys/identify.js";
 import { BlockedBuckets } from "./limiter/blocked.js";
-import { BadLimitInput, bucketsFor } from "./limiter/buckets.js";
+import { BadLimitInput, bucketsFor, keyedBuckets } from "./limiter/buckets.js";
 import { usesJwt, verifyBearer } from "./keys/jwt.js";
 import { decide, giveBack, type Bucket, type Defer } from "./limiter/decide.js";
 import { rateLimitHeaders, retryAfterSeconds } from "./limiter/headers.js";
+import { LocalBuckets } from "./limiter/local.js";
 import type { Decision } from "./limiter/types.js";
 import { forward, originFailed, originRequest, sendToOrigin, type ForwardTarget, type OriginReply } from "./origin/forward.js";
 import { claimSideEffect } from "./side-effect.js";
@@ -24,6 +25,8 @@ import { StoreError } from "./store/deadline.js";
 
 /** Isolate-wide state: survives between requests of one isolate, never shared between isolates. */
 export const blocked = new BlockedBuckets(10_000);
+/** The buckets this isolate enforces on its own while Redis fails (`on_store_error = "local"`). */
+export const localBuckets = new LocalBuckets(10_000);
 let memo: { sluice: unknown; origin: unknown; queue: boolean; result: ConfigResult } | undefined;
 
 /** Everything the steps of one request share. */
@@ -106,12 +109,17 @@ async function serve(x: Exchange, allowListed: boolean): Promise<Response> {
       if (!(e instanceof StoreError)) throw e;
       const closed = storeTrouble(e, x);
       if (closed) return closed;
-      // fail open: the request goes on without its limits (idempotency and sessions still apply)
+      // open: the request goes on without its limits; local: this isolate enforces them itself
+      // (idempotency and sessions still apply either way)
       degraded = true;
+      if (config.on_store_error === "local") {
+        const keyed = buckets.length > 0 ? buckets : await keyedBuckets(limited, facts, config, region);
+        decision = localBuckets.decide(keyed, Date.now(), peek ? "peek" : "take");
+      }
     }
   }
   if (decision) {
-    if (limited.limits.some((l) => l.scope === "split")) nudgeRebalance(config, env, Date.now(), defer);
+    if (!degraded && limited.limits.some((l) => l.scope === "split")) nudgeRebalance(config, env, Date.now(), defer);
     if (decision.verdict === "reject" && !peek) return shed(x, decision);
     if (decision.verdict === "shadow") x.meta.limit = decision.outcomes.find((o) => !o.allowed)?.limit.name ?? "-";
     // leaky buckets hand out slots: the request waits for its own before it goes
@@ -121,7 +129,8 @@ async function serve(x: Exchange, allowListed: boolean): Promise<Response> {
   // rate limits ran first; now one side effect per key, then one call per session at a time
   const effect = await claimSideEffect(x);
   if (effect.kind === "answer") {
-    if (effect.decision === "replay" && decision) defer(giveBack(buckets, decision).catch(() => undefined));
+    // a local decision charged nothing in Redis, so there is nothing there to give back
+    if (effect.decision === "replay" && decision && !degraded) defer(giveBack(buckets, decision).catch(() => undefined));
     return done(x, effect.response, effect.decision);
   }
   const forwarded: Exchange = { ...x, request: effect.request, target: { ...x.target, sluiceHeaders: effect.sluiceHeaders } };
@@ -210,11 +219,11 @@ function tooManyRequests(d: Extract<Decision, { verdict: "reject" }>, route: str
   });
 }
 
-/** Logs a store failure; under `on_store_error = "closed"` it is the 503 the client gets, under "open" nothing. */
+/** Logs a store failure; under `on_store_error = "closed"` it is the 503 the client gets, under "open" and "local" nothing. */
 function storeTrouble(e: StoreError, x: Exchange): Response | undefined {
   const { config, region, route } = x;
   console.error(JSON.stringify({ event: "store_error", reason: e.reason, region, route: route.name, on_store_error: config.on_store_error, message: e.message }));
-  if (config.on_store_error === "open") return undefined;
+  if (config.on_store_error !== "closed") return undefined;
   return done(
     x,
     problem({

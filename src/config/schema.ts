@@ -269,10 +269,14 @@ const pathPolicy = z
 export const sluiceSchema = z
   .object({
     key_prefix: z.string().regex(/^[A-Za-z0-9_.-]{1,32}$/, "must be 1-32 characters of letters, digits, '_', '.', '-'").default("sluice"),
+    /** The floor of a decision's Redis budget, which adapts to each store's round trip (src/store/rtt.ts). */
     timeout_ms: z.number().int().min(1).max(10_000).default(50),
-    /** The budget for the home region's Redis when a request decides `global` limits from another region (an ocean away). */
-    global_timeout_ms: z.number().int().min(1).max(10_000).default(300),
-    on_store_error: z.enum(["open", "closed"]).default("open"),
+    /** The ceiling of that budget, and the whole budget of an isolate's first call to a store; default max(1000, timeout_ms). */
+    max_timeout_ms: z.number().int().min(1).max(10_000).optional(),
+    /** Deprecated and ignored: the budget of the home region's Redis adapts like any store's. Accepted so old configurations still load. */
+    global_timeout_ms: z.number().int().min(1).max(10_000).optional(),
+    /** When the decision's Redis fails: enforce the limits in this isolate (local), forward without them (open), or 503 (closed). */
+    on_store_error: z.enum(["local", "open", "closed"]).default("local"),
     rebalance_every: duration.default(5_000),
     home_region: name.default("home"),
     regions: z.record(name, region).default({}),
@@ -282,6 +286,9 @@ export const sluiceSchema = z
   })
   .strict()
   .superRefine((c, ctx) => {
+    if (c.max_timeout_ms !== undefined && c.max_timeout_ms < c.timeout_ms) {
+      ctx.addIssue({ code: "custom", path: ["max_timeout_ms"], message: `must be at least timeout_ms (${c.timeout_ms}): it is the ceiling of the budget timeout_ms is the floor of` });
+    }
     const seen = new Set<string>();
     const regionCount = new Set([c.home_region, ...Object.keys(c.regions)]).size;
     c.routes.forEach((r, i) => {

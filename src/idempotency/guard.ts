@@ -2,7 +2,7 @@ import type { Route } from "../config/index.js";
 import type { Exchange } from "../gateway.js";
 import { identify } from "../keys/identify.js";
 import type { OriginReply } from "../origin/forward.js";
-import { homeStore } from "../region/index.js";
+import { homeStore, regionStore } from "../region/index.js";
 import { fromBase64, toBase64 } from "../util/base64.js";
 import { declaresMoreThan, readCapped } from "../util/body.js";
 import { pollWhile } from "../util/poll.js";
@@ -92,7 +92,8 @@ export async function guard(x: Exchange, leaseMs?: number): Promise<Guarded> {
 
 /** The home store with a budget for settling (an answer of up to a MiB), not a decision's. */
 export function settleStore(x: Pick<Exchange, "env" | "config" | "region">): Store {
-  return homeStore(x.env, { ...x.config, timeout_ms: SETTLE_TIMEOUT_MS, global_timeout_ms: SETTLE_TIMEOUT_MS }, x.region) as Store;
+  // a fixed budget: the side effect happened, so its outcome is worth waiting for (and the store's circuit does not skip it)
+  return regionStore(x.env, x.config, x.config.home_region, SETTLE_TIMEOUT_MS) as Store;
 }
 
 /**

@@ -32,6 +32,14 @@ export class BlockedBuckets {
     if (this.until.size > this.capacity) this.until.delete(this.until.keys().next().value as string);
   }
 
+  /**
+   * Forgets every bucket of a route (`{prefix}:{route}:`): its overrides changed, so a refusal
+   * decided on the old figures may no longer hold.
+   */
+  forgetRoute(routePrefix: string): void {
+    for (const key of this.until.keys()) if (key.startsWith(routePrefix)) this.until.delete(key);
+  }
+
   get size(): number {
     return this.until.size;
   }

@@ -28,30 +28,46 @@ export class BadLimitInput extends Error {
 /**
  * The bucket of each limit of `route` that this request falls into, where it lives, and the
  * figures it is decided with: `global` limits in the home region's Redis, one bucket for the
- * world; `region` and `split` limits in the region's Redis, with the region in the hashed
- * identifier so that regions sharing one database still keep separate buckets. A tier takes its
- * rate from the limit's table; a header cost is read and bounded. Limits whose identity is
- * missing under `missing = "skip"` are left out. Throws `BadLimitInput` for a missing identity
- * under `missing = "reject"` or a bad cost, and `StoreError` when a needed Redis is not configured.
+ * world; `region` and `split` limits in the region's Redis. Throws what `keyedBuckets` throws, and
+ * `StoreError` when a needed Redis is not configured.
  */
 export async function bucketsFor(route: Route, facts: RequestFacts, config: Config, stores: RegionStores): Promise<Bucket[]> {
   const regionCount = allRegions(config).length;
+  const keyed = await keyedBuckets(route, facts, config, stores.region);
+  return keyed.map((b): Bucket => {
+    const { limit, params } = b;
+    const global = limit.scope === "global";
+    const store = global ? stores.home : stores.regional;
+    if (!store) throw new StoreError("unreachable", `no Upstash URL/token for region "${global ? config.home_region : stores.region}" nor for the home region`);
+    const bucket: Bucket = { ...b, store };
+    if (limit.scope === "split") bucket.split = { ...splitKeys(config.key_prefix, route.name, limit.name, stores.region), start: equalShare(params.rate, params.burst, regionCount) };
+    return bucket;
+  });
+}
+
+/** A bucket as the request identifies it, before any Redis is involved (what local decisions need). */
+export type KeyedBucket = Pick<Bucket, "limit" | "key"> & { params: BucketParams };
+
+/**
+ * The bucket of each limit of `route` that this request falls into, and the figures it is
+ * decided with, wherever it lives: the region is part of the hashed identifier of `region` and
+ * `split` buckets, so regions sharing one database still keep separate buckets. A tier takes its
+ * rate from the limit's table; a header cost is read and bounded. Limits whose identity is
+ * missing under `missing = "skip"` are left out. Throws `BadLimitInput` for a missing identity
+ * under `missing = "reject"` or a bad cost.
+ */
+export async function keyedBuckets(route: Route, facts: RequestFacts, config: Config, region: string): Promise<KeyedBucket[]> {
   const buckets = await Promise.all(
-    route.limits.map(async (limit): Promise<Bucket | undefined> => {
+    route.limits.map(async (limit): Promise<KeyedBucket | undefined> => {
       const identity = identify(limit.key, facts, limit.missing);
       if (identity.kind === "skip") return undefined;
       if (identity.kind === "missing") throw new BadLimitInput(limit.name, `limit "${limit.name}" needs ${identity.part}, which the request does not carry`);
-      const global = limit.scope === "global";
-      const store = global ? stores.home : stores.regional;
-      if (!store) throw new StoreError("unreachable", `no Upstash URL/token for region "${global ? config.home_region : stores.region}" nor for the home region`);
-      const hash = await bucketHash(limit, identity.id, stores.region);
       const params = paramsFor(limit, facts);
-      const bucket: Bucket = { limit, store, key: bucketKey(config.key_prefix, route.name, limit.name, hash), params };
-      if (limit.scope === "split") bucket.split = { ...splitKeys(config.key_prefix, route.name, limit.name, stores.region), start: equalShare(params.rate, params.burst, regionCount) };
-      return bucket;
+      const hash = await bucketHash(limit, identity.id, region);
+      return { limit, key: bucketKey(config.key_prefix, route.name, limit.name, hash), params };
     }),
   );
-  return buckets.filter((b): b is Bucket => b !== undefined);
+  return buckets.filter((b): b is KeyedBucket => b !== undefined);
 }
 
 /**

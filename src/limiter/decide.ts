@@ -4,6 +4,7 @@ import type { Share } from "../region/shares.js";
 import { StoreError } from "../store/deadline.js";
 import type { Store } from "../store/redis.js";
 import type { BlockedBuckets } from "./blocked.js";
+import { overrideInput, overridesKeyOf, refreshOverrides, type OverrideInput } from "./overrides.js";
 import type { Decision, LimitOutcome } from "./types.js";
 
 /** The figures one request is decided with: the limit's, or its tier's, and the request's cost. */
@@ -37,6 +38,8 @@ export type Defer = (work: Promise<unknown>) => void;
  * all-or-nothing. When one Redis admits and another refuses, what the first charged is refunded
  * (deferred: the client does not wait for it), so a refused request keeps nothing anywhere.
  * Buckets known to be closed are answered from `blocked` without calling Redis at all.
+ * Runtime overrides come from the isolate's copy (src/limiter/overrides.ts), refreshed in the
+ * background (`defer`), never read on the request path unless the copy is too old.
  * Throws `StoreError` when a Redis fails; the caller applies `on_store_error`.
  *
  * @example
@@ -44,16 +47,20 @@ export type Defer = (work: Promise<unknown>) => void;
  * if (d.verdict === "reject") return tooManyRequests(d.blocking);
  */
 export async function decide(buckets: Bucket[], blocked: BlockedBuckets, now: number, defer: Defer, mode: "take" | "peek" = "take"): Promise<Decision> {
+  // before the cache answers: a client held by it must not keep its route's copy from refreshing,
+  // and a changed override reopens the route's buckets this isolate holds as closed
+  refreshOverrides(buckets, now, defer, (routePrefix) => blocked.forgetRoute(routePrefix));
   const cached = mode === "take" ? fromCache(buckets, blocked, now) : undefined;
   if (cached) return cached;
 
+  const overrides = (b: Bucket) => overrideInput(b, now);
   const groups = groupByStore(buckets);
-  const settled = await Promise.allSettled(groups.map((g) => runDecide(g, mode)));
+  const settled = await Promise.allSettled(groups.map((g) => runDecide(g, mode, overrides)));
   const results = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
   const failed = settled.find((s): s is PromiseRejectedResult => s.status === "rejected");
   const admitted = !failed && results.every((r) => r.admitted);
   if (!admitted && mode === "take") {
-    for (const r of results) if (r.admitted) defer(refund(r).catch(() => undefined));
+    for (const r of results) if (r.admitted) defer(refund(r, overrides).catch(() => undefined));
   }
   if (failed) throw failed.reason instanceof StoreError ? failed.reason : new StoreError("error", String(failed.reason));
 
@@ -74,23 +81,30 @@ export async function decide(buckets: Bucket[], blocked: BlockedBuckets, now: nu
 export async function giveBack(buckets: Bucket[], d: Decision): Promise<void> {
   if (d.verdict === "reject") return;
   const charged = buckets.filter((b) => d.outcomes.find((o) => o.key === b.key && o.limit === b.limit)?.allowed);
-  await Promise.all(groupByStore(charged).map((g) => runDecide(g, "refund")));
+  const now = Date.now();
+  await Promise.all(groupByStore(charged).map((g) => runDecide(g, "refund", (b) => overrideInput(b, now))));
 }
 
-/** One bucket's state as it stands, nothing spent (for the admin API). */
+/** One bucket's state as it stands, nothing spent (for the admin API: its overrides read live, in the script). */
 export async function peekBucket(bucket: Bucket): Promise<LimitOutcome> {
-  return (await runDecide([bucket], "peek")).outcomes[0] as LimitOutcome;
+  return (await runDecide([bucket], "peek", () => "read")).outcomes[0] as LimitOutcome;
 }
 
 /** The script source, for `store.script()`. */
 export const DECIDE_SCRIPT: string = decideLua;
 
-/** KEYS and ARGV of decide.lua for these buckets (all in one Redis); see the contract atop the script. */
-export function scriptCall(buckets: ReadonlyArray<Pick<Bucket, "limit" | "key" | "split" | "params">>, mode: ScriptMode): { keys: string[]; args: string[] } {
+/** A bucket as the script call needs it; without `override`, no override applies (tests, bench). */
+export type ScriptBucket = Pick<Bucket, "limit" | "key" | "split" | "params"> & { override?: OverrideInput };
+
+/**
+ * KEYS and ARGV of decide.lua for these buckets (all in one Redis, of one route); see the contract
+ * atop the script. A bucket whose override is "read" adds the route's override hash to KEYS, and
+ * the script reads every bucket's fields from it (one HMGET).
+ */
+export function scriptCall(buckets: ReadonlyArray<ScriptBucket>, mode: ScriptMode): { keys: string[]; args: string[] } {
   const keys = buckets.map((b) => b.key);
-  const args: Array<string | number> = [mode, buckets.length];
-  for (const bucketOf of buckets) {
-    const { limit: l, split, params } = bucketOf;
+  const perLimit: Array<string | number> = [];
+  for (const { limit: l, split, params, override } of buckets) {
     let share = 0;
     let demand = 0;
     if (split) {
@@ -100,17 +114,12 @@ export function scriptCall(buckets: ReadonlyArray<Pick<Bucket, "limit" | "key" |
     const p = params ?? l;
     const { rate, burst } = split?.start ?? p;
     const [p1, p2] = l.algorithm === "token_bucket" ? [(l.warmup ?? 0) * 1000, 0] : l.algorithm === "leaky_bucket" ? [l.max_delay * 1000, l.nodelay ? 1 : 0] : [0, 0];
-    args.push(ALGORITHM_CODE[l.algorithm], rate, p.period * 1000, burst, p.cost, l.shadow ? 1 : 0, share, demand, p1, p2, overrideIndex(keys, bucketOf));
+    const known = override === "read" ? undefined : override;
+    perLimit.push(ALGORITHM_CODE[l.algorithm], rate, p.period * 1000, burst, p.cost, l.shadow ? 1 : 0, share, demand, p1, p2, known?.everybody ?? "", known?.own ?? "");
   }
-  return { keys, args: args.map(String) };
-}
-
-/** The KEYS index of the route's override hash (`{prefix}:{route}:overrides`), added once per call. */
-function overrideIndex(keys: string[], b: Pick<Bucket, "key">): number {
-  const cut = b.key.lastIndexOf(":", b.key.lastIndexOf(":") - 1);
-  const key = `${b.key.slice(0, cut)}:overrides`;
-  const at = keys.indexOf(key);
-  return at >= 0 ? at + 1 : keys.push(key);
+  const reader = buckets.find((b) => b.override === "read");
+  const overrideIdx = reader ? keys.push(overridesKeyOf(reader.key)) : 0;
+  return { keys, args: [mode, buckets.length, overrideIdx, ...perLimit].map(String) };
 }
 
 const ALGORITHM_CODE: Record<Limit["algorithm"], number> = { token_bucket: 1, leaky_bucket: 2, fixed_window: 3, sliding_window: 4 };
@@ -129,9 +138,9 @@ interface GroupResult {
   outcomes: LimitOutcome[];
 }
 
-async function runDecide(buckets: Bucket[], mode: ScriptMode): Promise<GroupResult> {
+async function runDecide(buckets: Bucket[], mode: ScriptMode, overrides: (b: Bucket) => OverrideInput): Promise<GroupResult> {
   const store = (buckets[0] as Bucket).store;
-  const { keys, args } = scriptCall(buckets, mode);
+  const { keys, args } = scriptCall(buckets.map((b) => ({ ...b, override: overrides(b) })), mode);
   const reply = await store.run(store.script(DECIDE_SCRIPT), keys, args);
   const numbers = asNumbers(reply, 1 + 5 * buckets.length);
   const outcomes = buckets.map(({ limit, key, params }, i): LimitOutcome => ({
@@ -148,9 +157,9 @@ async function runDecide(buckets: Bucket[], mode: ScriptMode): Promise<GroupResu
 }
 
 /** Gives back what an admitted group charged, when another Redis vetoed the request. */
-async function refund(group: GroupResult): Promise<void> {
+async function refund(group: GroupResult, overrides: (b: Bucket) => OverrideInput): Promise<void> {
   const charged = group.buckets.filter((_, i) => group.outcomes[i]?.allowed);
-  if (charged.length > 0) await runDecide(charged, "refund");
+  if (charged.length > 0) await runDecide(charged, "refund", overrides);
 }
 
 function groupByStore(buckets: Bucket[]): Bucket[][] {
@@ -175,7 +184,7 @@ function fromCache(buckets: Bucket[], blocked: BlockedBuckets, now: number): Dec
 }
 
 /** The refusal that lasts longest is the honest Retry-After: the request needs every limit. */
-function longestWait(outcomes: LimitOutcome[]): LimitOutcome {
+export function longestWait(outcomes: LimitOutcome[]): LimitOutcome {
   return outcomes.reduce((a, b) => (b.retryAfterMs < 0 || (a.retryAfterMs >= 0 && b.retryAfterMs > a.retryAfterMs) ? b : a));
 }
 

@@ -1,7 +1,10 @@
-/** Raised when Redis did not answer within the decision's budget, or answered with an error. */
+/**
+ * Raised when Redis did not answer within the decision's budget, could not be reached, answered
+ * with an error, or was not even asked: its circuit is open after repeated failures (circuit.ts).
+ */
 export class StoreError extends Error {
   constructor(
-    readonly reason: "timeout" | "unreachable" | "error",
+    readonly reason: "timeout" | "unreachable" | "error" | "circuit_open",
     message: string,
   ) {
     super(message);
@@ -12,7 +15,7 @@ export class StoreError extends Error {
 /**
  * Settles with `work`, or rejects with a `StoreError("timeout")` once `ms` have passed,
  * whichever is first. The HTTP request itself is aborted by the client's own signal; this is
- * the hard bound on the whole exchange (an EVALSHA that falls back to EVAL is two requests).
+ * the hard bound on the whole exchange (an EVALSHA answered NOSCRIPT, then EVAL, is two requests).
  */
 export async function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;

@@ -308,6 +308,105 @@ describe("HTTP behaviour", () => {
   });
 });
 
+describe("fault switch and counters", () => {
+  /** A bridge of its own, so its faults and counters touch no other test. */
+  async function withBridge(run: (b: Bridge) => Promise<void>): Promise<void> {
+    const own = await startBridge({ redisUrl: redisProcess.url, token: TOKEN });
+    try {
+      await run(own);
+    } finally {
+      await own.close();
+    }
+  }
+
+  async function control(b: Bridge, what: string, body?: unknown, token = TOKEN) {
+    const res = await fetch(`${b.url}/__bridge/${what}`, {
+      method: body === undefined ? "GET" : "POST",
+      headers: { authorization: `Bearer ${token}` },
+      body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+    });
+    return { status: res.status, json: (await res.json()) as unknown };
+  }
+
+  it("counts HTTP requests and the commands they carried, per name; the switch itself is not counted", async () => {
+    await withBridge(async (b) => {
+      const [k1, k2] = [key("c1"), key("c2")];
+      await raw("/pipeline", [["set", k1, "1"], ["set", k2, "2"], ["get", k1]], {}, b);
+      await raw("/", ["get", k2], {}, b);
+      await control(b, "delay");
+      await control(b, "counts");
+      expect(b.counts()).toEqual({ requests: 2, refused: 0, hung: 0, commands: { set: 2, get: 2 }, requestsWith: { set: 1, get: 2 } });
+      expect(b.requests).toBe(2);
+      expect(await control(b, "counts")).toEqual({ status: 200, json: { result: b.counts() } });
+      // a snapshot does not move with the bridge
+      const before = b.counts();
+      await client({}, b).incr(key("n"));
+      expect(before.requests).toBe(2);
+      expect(b.counts().commands.incr).toBe(1);
+    });
+  });
+
+  it("sets the latency from code and over HTTP, and refuses bad switches with a JSON 400 or 401", async () => {
+    await withBridge(async (b) => {
+      expect(await control(b, "delay", { ms: 150 })).toEqual({ status: 200, json: { result: { mode: "normal", ms: 150 } } });
+      expect(b.fault).toEqual({ mode: "normal", latencyMs: 150 });
+      const started = performance.now();
+      expect((await raw("/", ["ping"], {}, b)).status).toBe(200);
+      expect(performance.now() - started).toBeGreaterThanOrEqual(150);
+      b.setLatency(0);
+      expect(await control(b, "delay")).toEqual({ status: 200, json: { result: { mode: "normal", ms: 0 } } });
+      expect(() => b.setLatency(-1)).toThrow(RangeError);
+      for (const bad of [{ ms: -5 }, { ms: 1.5 }, { ms: "80" }, { mode: "slow" }, {}, { ms: 1, extra: true }, [80], "not json"]) {
+        const res = await control(b, "delay", bad);
+        expect(res.status, JSON.stringify(bad)).toBe(400);
+        expect(res.json).toEqual({ error: expect.stringMatching(/^ERR /) });
+      }
+      expect((await control(b, "delay", { ms: 80 }, "wrong")).status).toBe(401);
+      expect((await control(b, "nope")).status).toBe(404);
+      expect(b.fault).toEqual({ mode: "normal", latencyMs: 0 }); // nothing a refused switch said was applied
+    });
+  });
+
+  it("hang: reads and counts each request, runs nothing, answers nothing; back to normal drops the parked ones", async () => {
+    await withBridge(async (b) => {
+      expect(await control(b, "delay", { mode: "hang" })).toMatchObject({ status: 200, json: { result: { mode: "hang" } } });
+      const k = key("hung");
+      await expect(client({ retry: false, signal: () => AbortSignal.timeout(150) }, b).set(k, "v")).rejects.toThrow(/abort|timeout/i);
+      expect(await directGet(k)).toBeNull(); // never reached Redis
+      expect(b.counts()).toMatchObject({ requests: 1, hung: 1, commands: { set: 1 } });
+
+      // one left waiting without a timeout of its own: switching back drops it instead of answering late
+      const waiting = raw("/", ["set", k, "late"], {}, b).then(
+        () => "answered",
+        () => "dropped",
+      );
+      await vi.waitFor(() => expect(b.counts().hung).toBe(2));
+      b.setMode("normal");
+      expect(await waiting).toBe("dropped");
+      expect(await directGet(k)).toBeNull();
+      expect(await client({ retry: false }, b).set(k, "after")).toBe("OK");
+      expect(await directGet(k)).toBe("after");
+    });
+  });
+
+  it("refuse: every Redis request fails at once, unanswered; the switch still answers and brings it back", async () => {
+    await withBridge(async (b) => {
+      expect(await control(b, "delay", { mode: "refuse" })).toMatchObject({ status: 200, json: { result: { mode: "refuse" } } });
+      const k = key("refused");
+      await expect(client({ retry: false }, b).set(k, "v")).rejects.toThrow();
+      await expect(raw("/", ["get", k], {}, b)).rejects.toThrow(TypeError); // fetch failed: no HTTP answer at all
+      // (undici may try a dropped request once more on a fresh connection: dropped again)
+      const during = b.counts();
+      expect(during.requests).toBeGreaterThanOrEqual(2);
+      expect(during).toMatchObject({ refused: during.requests, hung: 0, commands: {} });
+      expect(await directGet(k)).toBeNull();
+      expect(await control(b, "delay", { mode: "normal" })).toMatchObject({ status: 200, json: { result: { mode: "normal" } } });
+      expect(await client({ retry: false }, b).set(k, "back")).toBe("OK");
+      expect(b.counts()).toMatchObject({ requests: during.requests + 1, refused: during.refused });
+    });
+  });
+});
+
 describe("Redis outage", () => {
   it("answers 500 JSON while Redis is down, keeps serving, and recovers when it is back on the same port", async () => {
     const own = await startRedis();

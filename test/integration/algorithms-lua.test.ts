@@ -4,11 +4,12 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
 import { scriptCall, type ScriptMode } from "../../src/limiter/decide.js";
-import { modelOf, warmupTokens, type Algorithm, type AlgoModel } from "../unit/algorithm-models.js";
+import { modelOf, type Algorithm, type AlgoModel } from "../../src/limiter/algorithms.js";
+import { warmupTokens } from "../unit/warmup-model.js";
 import { startRedisStack, TOKEN, type RedisStack } from "./stack.js";
 
 /*
- * decide.lua's four algorithms against the reference models of test/unit/algorithm-models.ts,
+ * decide.lua's four algorithms against the reference models of src/limiter/algorithms.ts,
  * run by a real Redis with a test clock (as in decide-lua.test.ts): every reply figure must match
  * exactly, request after request, so a request wrongly charged or wrongly spared shows up as a
  * disagreement later on.

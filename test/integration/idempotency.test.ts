@@ -185,7 +185,7 @@ describe("around the key", () => {
 describe("with the limits' Redis down", () => {
   it("fails open for the limits but still guards the side effect", async () => {
     const w = startWorker({
-      sluice: { key_prefix: "i2", timeout_ms: 300, regions: { eu: { continents: ["EU"] } }, routes: [{ name: "pay", match: "/pay", idempotency: {}, limits: [{ name: "per-ip", rate: 5, period: "1m" }] }] },
+      sluice: { key_prefix: "i2", timeout_ms: 300, on_store_error: "open", regions: { eu: { continents: ["EU"] } }, routes: [{ name: "pay", match: "/pay", idempotency: {}, limits: [{ name: "per-ip", rate: 5, period: "1m" }] }] },
       origin: origin.url,
       redisRestUrl: stack.bridge.url,
       bindings: { UPSTASH_REDIS_REST_URL_EU: "http://127.0.0.1:9", UPSTASH_REDIS_REST_TOKEN_EU: "x" },

@@ -16,7 +16,7 @@ describe("configuration", () => {
   it("fills defaults the contract names", () => {
     const r = loadConfig({ ORIGIN_URL, SLUICE: withLimit({}) });
     if (!r.ok) throw r.error;
-    expect(r.config).toMatchObject({ key_prefix: "sluice", timeout_ms: 50, on_store_error: "open", rebalance_every: 5000 });
+    expect(r.config).toMatchObject({ key_prefix: "sluice", timeout_ms: 50, on_store_error: "local", rebalance_every: 5000 });
     const l = r.config.routes[0]!.limits[0]!;
     expect(l).toMatchObject({ burst: 100, cost: 1, algorithm: "token_bucket", scope: "region", shadow: false, key: ["ip"], period: 1000 });
   });

@@ -1,17 +1,24 @@
 /**
- * Reference models of the four algorithms of `lua/decide.lua`, each a different formulation from
- * the script's, so agreement between the two is evidence rather than tautology:
+ * The four algorithms of `lua/decide.lua`, in a second formulation of their own. Two uses, one
+ * implementation:
+ *
+ * - the reference models the script is property-tested against (test/integration/algorithms-lua
+ *   and decide-lua), each a different formulation from the script's, so agreement between the two
+ *   is evidence rather than tautology;
+ * - the arithmetic of the isolate's own buckets when Redis fails under `on_store_error = "local"`
+ *   (src/limiter/local.ts), so a local decision is the one the script would make on the same state.
  *
  * - token_bucket   GCRA "virtual scheduling" (a theoretical arrival time), not a token count;
  * - leaky_bucket   GCRA as nginx limit_req describes it: a request's wait is how far its slot lies
  *                  ahead, not a drained level;
- * - fixed_window   a log of admitted requests, summed per aligned window, not a stored counter;
- * - sliding_window the same log, summed over this window and the last; retry-after found by
- *                  searching the earliest passing millisecond, not by the script's closed form.
+ * - fixed_window   admitted costs summed per aligned window index, not the script's rolled counter;
+ * - sliding_window the same sums, for this window and the last; retry-after found by searching
+ *                  the earliest passing millisecond, not by the script's closed form.
  *
  * Times are microseconds (`t`), exact: every fraction is avoided by scaling with BigInt (by `rate`
  * for the buckets, by the window length for the sliding window). Rounding reproduces the script's
  * ("ceil to µs, then to ms" for waits), which is part of the contract the replies are checked on.
+ * Warm-up is not modelled here (test/unit/warmup-model.ts is its reference).
  */
 
 export type Algorithm = "token_bucket" | "leaky_bucket" | "fixed_window" | "sliding_window";
@@ -144,26 +151,24 @@ export class LeakyBucket implements AlgoModel {
   }
 }
 
-interface Admission {
-  ms: number;
-  cost: number;
-}
-
-/** Admitted requests, by Redis-time millisecond; summed per window of `p` ms aligned on 0. */
-class Log {
-  private entries: Admission[] = [];
+/**
+ * Admitted costs by window of `p` ms aligned on 0 (window of a millisecond m: ⌊m / p⌋). Only this
+ * window and the last are ever read, so only they are kept: a bucket's memory stays constant.
+ */
+class WindowSums {
+  private readonly sums = new Map<number, number>();
   constructor(readonly p: number) {}
 
-  /** The costs admitted in window `w` (window of a millisecond m: ⌊m / p⌋). */
+  /** The costs admitted in window `w`. */
   sum(w: number): number {
-    return this.entries.reduce((s, a) => (Math.floor(a.ms / this.p) === w ? s + a.cost : s), 0);
+    return this.sums.get(w) ?? 0;
   }
 
   add(ms: number, cost: number): void {
-    this.entries.push({ ms, cost });
+    const w = Math.floor(ms / this.p);
+    this.sums.set(w, this.sum(w) + cost);
     // windows before the last are never read again
-    const oldest = (Math.floor(ms / this.p) - 1) * this.p;
-    this.entries = this.entries.filter((a) => a.ms >= oldest);
+    for (const old of this.sums.keys()) if (old < w - 1) this.sums.delete(old);
   }
 }
 
@@ -171,16 +176,16 @@ const msOf = (t: number) => Math.floor(t / 1000);
 
 /** At most `rate` per window of `period`, windows aligned on Redis time (ms since the epoch). */
 export class FixedWindow implements AlgoModel {
-  private readonly log: Log;
+  private readonly sums: WindowSums;
   constructor(private readonly l: AlgoLimit) {
-    this.log = new Log(l.periodUs / 1000);
+    this.sums = new WindowSums(l.periodUs / 1000);
   }
 
   peek(t: number, cost: number): AlgoOutcome {
-    const { p } = this.log;
+    const { p } = this.sums;
     const ms = msOf(t);
     const w = Math.floor(ms / p);
-    const used = this.log.sum(w);
+    const used = this.sums.sum(w);
     const allowed = used + cost <= this.l.rate;
     const nextWindow = (w + 1) * p - ms; // the count starts again from 0 there
     const state = (count: number): AlgoState => ({ remaining: this.l.rate - count, resetMs: count > 0 ? nextWindow : 0 });
@@ -191,7 +196,7 @@ export class FixedWindow implements AlgoModel {
       before: state(used),
       after: state(allowed ? used + cost : used),
       commit: () => {
-        if (allowed) this.log.add(ms, cost);
+        if (allowed) this.sums.add(ms, cost);
       },
     };
   }
@@ -200,24 +205,24 @@ export class FixedWindow implements AlgoModel {
 /**
  * Two windows weighted: the last one counts for the share of it the sliding period still covers.
  * A request of cost c at elapsed e (ms) into window w passes iff
- * prev·(P − e) + (curr + c)·P ≤ rate·P, prev and curr summed from the log.
+ * prev·(P − e) + (curr + c)·P ≤ rate·P, prev and curr the sums of the last window and this one.
  * Retry-after: the first millisecond at which the same request would pass, found by binary search
  * within this window and the next (the test is monotone within a window: the last window's weight
  * only shrinks), else two windows on, where both counts are 0.
  */
 export class SlidingWindow implements AlgoModel {
-  private readonly log: Log;
+  private readonly sums: WindowSums;
   constructor(private readonly l: AlgoLimit) {
-    this.log = new Log(l.periodUs / 1000);
+    this.sums = new WindowSums(l.periodUs / 1000);
   }
 
   private at(ms: number): { prev: bigint; curr: bigint; e: bigint } {
-    const w = Math.floor(ms / this.log.p);
-    return { prev: BigInt(this.log.sum(w - 1)), curr: BigInt(this.log.sum(w)), e: BigInt(ms - w * this.log.p) };
+    const w = Math.floor(ms / this.sums.p);
+    return { prev: BigInt(this.sums.sum(w - 1)), curr: BigInt(this.sums.sum(w)), e: BigInt(ms - w * this.sums.p) };
   }
 
   private passes(ms: number, cost: number): boolean {
-    const P = BigInt(this.log.p);
+    const P = BigInt(this.sums.p);
     const { prev, curr, e } = this.at(ms);
     return prev * (P - e) + (curr + BigInt(cost)) * P <= BigInt(this.l.rate) * P;
   }
@@ -234,7 +239,7 @@ export class SlidingWindow implements AlgoModel {
   }
 
   peek(t: number, cost: number): AlgoOutcome {
-    const p = this.log.p;
+    const p = this.sums.p;
     const P = BigInt(p);
     const ms = msOf(t);
     const { prev, curr, e } = this.at(ms);
@@ -256,22 +261,8 @@ export class SlidingWindow implements AlgoModel {
       before: state(curr),
       after: state(allowed ? curr + BigInt(cost) : curr),
       commit: () => {
-        if (allowed) this.log.add(ms, cost);
+        if (allowed) this.sums.add(ms, cost);
       },
     };
   }
-}
-
-/**
- * Token bucket warm-up: the refill rate climbs from rate/3 to rate over W (µs since the cold
- * start), rate(τ) = rate·(1/3 + 2/3·τ/W), then stays at rate. The tokens it refills over
- * [a, b] (µs since the cold start): its integral, rate·(b − a)/period at full speed.
- */
-export function warmupTokens(l: { rate: number; periodUs: number; warmupUs: number }, a: number, b: number): number {
-  const W = l.warmupUs;
-  const perUs = l.rate / l.periodUs;
-  const ramp = (x: number) => x / 3 + (x * x) / (3 * W); // ∫0^x (1/3 + 2/3·τ/W) dτ
-  const ca = Math.min(a, W);
-  const cb = Math.min(b, W);
-  return perUs * (ramp(cb) - ramp(ca) + Math.max(0, b - Math.max(a, W)));
 }

@@ -1,0 +1,130 @@
+import type { Store } from "../store/redis.js";
+import { asHash } from "../store/replies.js";
+
+/**
+ * Runtime overrides (`PUT /__sluice/overrides`) as this isolate knows them, so that decide.lua
+ * does not read the route's override hash on every decision (Upstash bills that HMGET each time).
+ *
+ * Each isolate keeps a copy of the hash of each route it decides (`{prefix}:{route}:overrides`,
+ * per Redis), refreshed off the request path (the caller's `defer`, i.e. `ctx.waitUntil`) once it
+ * is `REFRESH_AFTER_MS` old, one HGETALL per route and Redis at most that often. A copy is trusted
+ * for `TRUSTED_MS` after its HGETALL was sent, so an override written before then is in it. When
+ * there is no trusted copy (the isolate's first decision of the route, a quiet second, a Redis
+ * that did not answer the refresh) or the hash holds more than `MAX_OVERRIDES` fields, the decision
+ * does not wait: the script reads the two fields it needs itself (one HMGET, as before), so an
+ * override still applies within a second everywhere, and nothing on the request path waits for a
+ * refresh. Expiry is left to the script, against Redis's clock: the copy keeps expired values.
+ */
+
+/** Past this age a copy is not used: the script reads the hash itself. */
+export const TRUSTED_MS = 1_000;
+/** From this age a copy is refreshed in the background, so a busy route keeps a trusted copy. */
+export const REFRESH_AFTER_MS = 800;
+/** A hash with more fields than this is not copied (memory, transfer): its route's decisions read it in the script. */
+export const MAX_OVERRIDES = 1_000;
+/** Copies kept per isolate (one per route and Redis in use); the oldest goes first. */
+const MAX_COPIES = 1_000;
+
+/**
+ * What decide.lua is told about a bucket's overrides: the values of its two fields in the hash
+ * (`rate:burst:period_ms:until_ms`, absent for none), or `"read"`: read them yourself.
+ */
+export type OverrideInput = { everybody?: string; own?: string } | "read";
+
+/** What locates a bucket's overrides: its key (`{prefix}:{route}:{limit}:{hash}`) and its Redis. */
+export interface OverrideAddress {
+  key: string;
+  store: Store;
+}
+
+interface Copy {
+  readonly store: Store;
+  readonly key: string;
+  /** `{prefix}:{route}:`, what `changed` is told. */
+  readonly routePrefix: string;
+  /** When the HGETALL of the copy was sent (isolate clock): every override written before is in it. 0: never. */
+  asOf: number;
+  /** When a refresh last started, whatever came of it: a failing Redis is asked at most once per REFRESH_AFTER_MS. */
+  tried: number;
+  /** field → value; "too many" past MAX_OVERRIDES; undefined before the first load. */
+  fields?: Map<string, string> | "too many";
+  loading?: Promise<void>;
+}
+
+const copies = new Map<string, Copy>();
+
+/** The override hash of a bucket's route: `{prefix}:{route}:overrides` from `{prefix}:{route}:{limit}:{hash}`. */
+export function overridesKeyOf(bucketKey: string): string {
+  return `${routePrefixOf(bucketKey)}overrides`;
+}
+
+/** `{prefix}:{route}:`, the start of every key of the route (prefix and route names never hold a colon). */
+function routePrefixOf(bucketKey: string): string {
+  return bucketKey.slice(0, bucketKey.lastIndexOf(":", bucketKey.lastIndexOf(":") - 1) + 1);
+}
+
+/**
+ * Starts, in the background, a refresh of each copy these buckets need that is due (or missing).
+ * Never waits. `changed(routePrefix)` is called when a refresh finds a route's overrides changed
+ * since the copy before, with `{prefix}:{route}:`, so that refusals decided on the old figures
+ * can be forgotten.
+ */
+export function refreshOverrides(buckets: ReadonlyArray<OverrideAddress>, now: number, defer: (work: Promise<unknown>) => void, changed: (routePrefix: string) => void): void {
+  for (const b of buckets) {
+    const c = copyOf(b);
+    if (c.loading || now - c.tried < REFRESH_AFTER_MS) continue;
+    c.tried = now;
+    c.loading = reload(c, changed).finally(() => (c.loading = undefined));
+    defer(c.loading);
+  }
+}
+
+/** What the script gets for this bucket at `now`: the values from a trusted copy, else "read". */
+export function overrideInput(b: OverrideAddress, now: number): OverrideInput {
+  const c = copies.get(copyId(b.store, overridesKeyOf(b.key)));
+  if (!c || !(c.fields instanceof Map) || now - c.asOf > TRUSTED_MS) return "read";
+  const name = b.key.slice(routePrefixOf(b.key).length);
+  const limit = name.slice(0, name.indexOf(":"));
+  return { everybody: c.fields.get(`${limit}:*`), own: c.fields.get(name) };
+}
+
+const copyId = (store: Store, key: string) => `${store.id}\u0000${key}`;
+
+function copyOf(b: OverrideAddress): Copy {
+  const routePrefix = routePrefixOf(b.key);
+  const key = `${routePrefix}overrides`;
+  const id = copyId(b.store, key);
+  let c = copies.get(id);
+  if (!c) {
+    c = { store: b.store, key, routePrefix, asOf: 0, tried: 0 };
+    copies.set(id, c);
+    if (copies.size > MAX_COPIES) copies.delete(copies.keys().next().value as string);
+  }
+  return c;
+}
+
+async function reload(c: Copy, changed: (routePrefix: string) => void): Promise<void> {
+  const asked = Date.now();
+  try {
+    // past the cap only the size is asked (HLEN), until the hash is back under it
+    if (c.fields === "too many" && Number(await c.store.redis.hlen(c.key)) > MAX_OVERRIDES) {
+      c.asOf = asked;
+      return;
+    }
+    const hash = Object.entries(asHash(await c.store.redis.hgetall(c.key)));
+    const next = hash.length > MAX_OVERRIDES ? "too many" : new Map(hash);
+    const before = c.fields;
+    c.fields = next;
+    c.asOf = asked;
+    if (before !== undefined && !same(before, next)) changed(c.routePrefix);
+  } catch {
+    // keep the copy and its age: past TRUSTED_MS the script reads the hash itself
+  }
+}
+
+function same(a: Map<string, string> | "too many", b: Map<string, string> | "too many"): boolean {
+  if (a === "too many" || b === "too many") return a === b;
+  if (a.size !== b.size) return false;
+  for (const [k, v] of a) if (b.get(k) !== v) return false;
+  return true;
+}
