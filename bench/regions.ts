@@ -13,7 +13,7 @@ import type { SluiceInput } from "../src/config/schema.js";
 import { hit, Outcomes, type Place } from "./request.js";
 import { type BenchStack, type Cleanup, startRedisBridge, TOKEN } from "./stack.js";
 import { type IpSource, round, type Summary, summarise } from "./stats.js";
-import { startTap, type Tap, type TapCounts, tapDelta } from "./tap.js";
+import { emptyTapCounts, startTap, type Tap, type TapCounts, tapDelta } from "./tap.js";
 
 export const PATH_REGION = "/r";
 export const PATH_GLOBAL = "/g";
@@ -112,7 +112,7 @@ async function step(mf: Miniflare, home: Tap, eu: Tap, ips: IpSource, opts: Regi
   for (const r of routes) for (let i = 0; i < opts.warmup; i++) await hit(mf, r.path, ips.take(), FROM_EU);
   const samples = routes.map(() => [] as number[]);
   const outcomes = routes.map(() => new Outcomes("allow", EXPECTED_REGION));
-  const empty = (): TapCounts => ({ decision: 0, other: 0, otherCommands: {}, unreadable: 0 });
+  const empty = emptyTapCounts;
   const homeCounts = routes.map(empty);
   const euCounts = routes.map(empty);
   const add = (sum: TapCounts, d: TapCounts) => {

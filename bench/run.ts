@@ -8,6 +8,9 @@
  *   5. latency of a `global` limit vs a `region` one when the home Redis is far (two Redis stacks)
  *   6. Redis memory per bucket, per algorithm (MEMORY USAGE)
  *   7. the boundary effect, measured: decide.lua on a simulated clock, most admitted in any second
+ *   8. distance: Redis 0, 20, 80 ms away, two isolates, a client under and one over its limit
+ *   9. outage: Redis hung, then refusing, under on_store_error local / open / closed; recovery
+ *  10. billed commands per decision (commandstats: EVALSHA + the commands inside the script)
  *
  * Prints a table and writes bench/results/bench-<ISO date>.json and bench/results/latest.json.
  * `--quick` runs every part with small counts (a smoke test; its figures are noisy).
@@ -18,9 +21,13 @@ import { cpus, totalmem } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { replyToJs } from "../dev/resp.js";
+import { type BilledResult, measureBilled } from "./billed.js";
 import { type BoundaryResult, measureBoundary } from "./boundary.js";
 import { LIMITED, PATH_FOUR, PATH_ONE, PATH_UNLIMITED, UNLIMITED } from "./config.js";
 import { type DecisionCounts, type DecisionResult, measureDecisions } from "./decision.js";
+import { type DistanceOptions, type DistanceResult, measureDistance } from "./distance.js";
+import { startEdgeStack } from "./edge.js";
+import { measureOutage, type OutageOptions, type OutageResult } from "./outage.js";
 import { type LatencyOptions, type LatencyResult, measureLatency } from "./latency.js";
 import { measureRegions, type RegionsOptions, type RegionsResult } from "./regions.js";
 import { importDecide } from "./lua-text.js";
@@ -39,6 +46,10 @@ interface Sizes {
   regions: RegionsOptions;
   /** Section 6: buckets created per algorithm. */
   memoryBuckets: number;
+  distance: DistanceOptions;
+  outage: OutageOptions;
+  /** Section 10: decisions per row. */
+  billedDecisions: number;
 }
 
 const FULL: Sizes = {
@@ -47,6 +58,9 @@ const FULL: Sizes = {
   redisBenchmark: { requests: 100_000, clients: 50, keyspace: 100_000 },
   regions: { latencies: [0, 50], warmup: 50, requests: 300, block: 50 },
   memoryBuckets: 1000,
+  distance: { latencies: [0, 20, 80], rate: 40, durationMs: 3000, settleMs: 1500 },
+  outage: { rate: 80, durationMs: 3000, recoveryLimitMs: 5000, policies: ["local", "open", "closed"] },
+  billedDecisions: 200,
 };
 
 const QUICK: Sizes = {
@@ -55,6 +69,9 @@ const QUICK: Sizes = {
   redisBenchmark: { requests: 10_000, clients: 50, keyspace: 100_000 },
   regions: { latencies: [0, 50], warmup: 10, requests: 60, block: 20 },
   memoryBuckets: 100,
+  distance: { latencies: [80], rate: 40, durationMs: 1000, settleMs: 1100 },
+  outage: { rate: 80, durationMs: 400, recoveryLimitMs: 5000, policies: ["local"] },
+  billedDecisions: 20,
 };
 
 async function main(): Promise<number> {
@@ -90,10 +107,10 @@ async function main(): Promise<number> {
     const { memory, boundary } = earlyResult.value;
     const ips = new IpSource();
 
-    step(`1/7 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
+    step(`1/10 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
     const decisions = await measureDecisions(stack, cleanup, ips, sizes.decisions);
 
-    step(`2/7 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`);
+    step(`2/10 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`);
     const on = await stack.worker(LIMITED);
     const off = await stack.worker(UNLIMITED);
     const latency = await measureLatency(
@@ -106,17 +123,35 @@ async function main(): Promise<number> {
       sizes.latency,
     );
 
-    step(`3/7 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`);
+    step(`3/10 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`);
     const scripts = await measureScripts(stack, cleanup, sizes.redisBenchmark);
 
-    step("4/7 split limit across four regions: static equal split vs sluice's split (simulated clock, 60 s)");
+    step("4/10 split limit across four regions: static equal split vs sluice's split (simulated clock, 60 s)");
     const split = measureSplit();
 
     const r = sizes.regions;
-    step(`5/7 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`);
+    step(`5/10 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`);
     const regions = await measureRegions(stack, cleanup, ips, sizes.regions);
 
-    const problems = [...findProblems(decisions, latency), ...split.problems, ...regions.problems, ...boundary.problems];
+    const edge = await startEdgeStack(stack, cleanup);
+    step(`10/10 billed commands per decision (${sizes.billedDecisions} per row; INFO commandstats of a Redis of its own)`);
+    const billed = await measureBilled(edge, ips, sizes.billedDecisions);
+    const ds = sizes.distance;
+    step(`8/10 distance: Redis +${ds.latencies.join(" / +")} ms, 2 isolates, clients at ${ds.rate}/s under and over their limits for ${ds.durationMs / 1000} s`);
+    const distance = await measureDistance(stack, edge, cleanup, ips, ds);
+    const os = sizes.outage;
+    step(`9/10 outage: Redis hung, then refusing, ${os.rate}/s for ${os.durationMs / 1000} s under on_store_error ${os.policies.join(" / ")}`);
+    const outage = await measureOutage(edge, ips, os);
+
+    const problems = [
+      ...findProblems(decisions, latency),
+      ...split.problems,
+      ...regions.problems,
+      ...boundary.problems,
+      ...distance.problems,
+      ...outage.problems,
+      ...billed.problems,
+    ];
     const redisVersion = await serverVersion(stack.resp.send(["INFO", "server"]));
     const finished = new Date();
     const result = {
@@ -134,10 +169,13 @@ async function main(): Promise<number> {
       regions,
       memory,
       boundary,
+      distance,
+      outage,
+      billed,
       problems,
     };
     step("done; stopping the stack");
-    console.log(render(result.environment, decisions, latency, scripts, split, regions, memory, boundary, problems, sizes));
+    console.log(render(result.environment, decisions, latency, scripts, split, regions, memory, boundary, { distance, outage, billed }, problems, sizes));
     const file = writeResults(result.name, started, result, !values.quick);
     console.log(`\nresults: ${relative(process.cwd(), file)}${values.quick ? "" : " and bench/results/latest.json"} (${result.duration_s} s)`);
     return 0;
@@ -153,13 +191,13 @@ async function main(): Promise<number> {
 async function measureEarly(stack: BenchStack, cleanup: Cleanup, sizes: Sizes, step: (what: string) => void): Promise<{ memory: MemoryResult; boundary: BoundaryResult }> {
   const source = decideLuaForRedis();
   const call = (await importDecide()).scriptCall;
-  step(`6/7 Redis memory per bucket (${sizes.memoryBuckets} buckets per algorithm, MEMORY USAGE), while wrangler builds`);
+  step(`6/10 Redis memory per bucket (${sizes.memoryBuckets} buckets per algorithm, MEMORY USAGE), while wrangler builds`);
   const memory = await measureMemory(stack.redis.url, cleanup, call, source, sizes.memoryBuckets);
-  step("7/7 boundary effect: decide.lua with a test clock (EVAL), 100 per second, greedy clients");
+  step("7/10 boundary effect: decide.lua with a test clock (EVAL), 100 per second, greedy clients");
   const boundary = await measureBoundary(stack.resp, call, source);
   const flushed = await stack.resp.send(["SCRIPT", "FLUSH", "SYNC"]);
   if (!Buffer.isBuffer(flushed) || flushed.toString("utf8") !== "OK") throw new Error(`SCRIPT FLUSH answered ${JSON.stringify(replyToJs(flushed))}`);
-  step("6/7 and 7/7 done");
+  step("6/10 and 7/10 done");
   return { memory, boundary };
 }
 
@@ -195,6 +233,7 @@ function render(
   rg: RegionsResult,
   mem: MemoryResult,
   bd: BoundaryResult,
+  edge: { distance: DistanceResult; outage: OutageResult; billed: BilledResult },
   problems: string[],
   sizes: Sizes,
 ): string {
@@ -273,6 +312,9 @@ function render(
   renderRegions(out, rg);
   renderMemory(out, mem);
   renderBoundary(out, bd);
+  renderDistance(out, edge.distance);
+  renderOutage(out, edge.outage);
+  renderBilled(out, edge.billed);
 
   out.push("");
   if (problems.length === 0) {
@@ -417,6 +459,97 @@ function renderBoundary(out: string[], b: BoundaryResult): void {
     "   most in any 1 s / 100 ms = most admitted requests in any interval [t, t + 1 s) / [t, t + 100 ms) of the run, exact (every admitted time is kept).",
     "   The clock: decide.lua's one redis.call('TIME') reads two trailing ARGV (s, µs) instead, and TTLs get a day added, as in the tests.",
   );
+}
+
+function renderDistance(out: string[], d: DistanceResult): void {
+  const o = d.options;
+  out.push(
+    "",
+    `8. Distance: Redis made far by the bridge's delay, one database (home), requests from ${d.from.continent}/${d.from.colo} (region eu, no database of its own),`,
+    `   ${d.isolates} isolates sharing the load, default timeout_ms / max_timeout_ms / on_store_error; two clients at once, ${o.rate} req/s each for ${o.durationMs / 1000} s`,
+  );
+  const leases = d.leases_detected;
+  out.push(
+    table(
+      ["Redis", "client", "admitted / ideal (exact)", "under-admission", "degraded", "p50 allowed", "p99 allowed", "Redis req / decision", "decided w/o request", "bucket after stop / +settle"],
+      d.steps.flatMap((s) =>
+        s.clients.map((c, i) => [
+          i === 0 ? `+${s.injected_ms} ms (RTT +${s.effective_added_rtt_ms.toFixed(1)})` : "",
+          c.label,
+          `${c.admitted} / ${c.ideal}${c.schedule_exact === null ? "" : ` (${c.schedule_exact})`}`,
+          c.key === "over" ? String(c.under_admission) : c.bucket ? `${c.bucket.missing_right_after} tok.` : "—",
+          String(c.degraded),
+          c.p50_ms === null ? "—" : ms(c.p50_ms),
+          c.p99_ms === null ? "—" : ms(c.p99_ms),
+          fmt(c.redis_requests_per_decision),
+          String(c.decided_without_request),
+          c.bucket ? `${c.bucket.right_after} / ${c.bucket.after_settle} of ${c.bucket.burst}` : "—",
+        ]),
+      ),
+    ),
+  );
+  out.push(
+    "   Redis +N ms = the bridge's delay: ⌊N/2⌋ ms before Redis runs the command, the rest after, so N is the round trip it adds; (RTT +x) is",
+    "   that added round trip as measured (median PING through the bridge minus the same at +0 ms). ideal: under = every request; over =",
+    `   burst + rate × duration; (exact) = what Redis alone admits for the actual send times, burst + ⌊rate × (last send − first send)⌋.`,
+    "   under-admission: over = ideal − admitted; under = tokens missing from the bucket right after the client stopped (admin peek, should be",
+    "   ≥ burst − 1: the client never drains a 100/s bucket at 40/s). Redis req / decision = HTTP requests carrying a script call for the",
+    "   client's route (decisions, lease renewals and give-backs), counted by a tap; a cached refusal (bucket known closed) needs none.",
+    leases
+      ? "   Leases are in this build: some decisions of the under-limit client were made without a Redis request."
+      : "   No decision was made without a Redis request: no token leases in this build (the under-admission of leases is not measurable here).",
+  );
+}
+
+function renderOutage(out: string[], o: OutageResult): void {
+  const op = o.options;
+  out.push(
+    "",
+    `9. Outage: Redis next door, then hung (bridge takes requests, never answers) or refusing (drops every connection); one client at ${op.rate} req/s for ${op.durationMs / 1000} s`,
+    `   on ${o.limit.rate}/s burst ${o.limit.burst}, ${o.isolates} isolates, requests from ${o.from.continent}/${o.from.colo}, default budget; then the bridge back to normal`,
+  );
+  // measured policy by policy (each its own isolates), shown mode by mode
+  const runs = [...o.runs].sort((a, b) => (a.mode === b.mode ? 0 : a.mode === "hang" ? -1 : 1));
+  out.push(
+    table(
+      ["Redis", "on_store_error", "admitted / sent", "local bound", "degraded", "429", "5xx", "p50 (all)", "p99 (all)", "bridge req (hung/refused)", "back on Redis after, per isolate"],
+      runs.map((r, i) => [
+        i === 0 || runs[i - 1]?.mode !== r.mode ? (r.mode === "hang" ? "hung" : "refusing") : "",
+        r.policy === "local" ? "local (default)" : r.policy,
+        `${r.admitted} / ${r.requests}`,
+        r.bound === null ? "—" : String(r.bound),
+        String(r.degraded),
+        String(r.rejected_429),
+        String(r.server_errors),
+        r.p50_ms === null ? "—" : ms(r.p50_ms),
+        r.p99_ms === null ? "—" : ms(r.p99_ms),
+        `${r.bridge_requests} (${r.mode === "hang" ? r.bridge_hung : r.bridge_refused})`,
+        r.recovery_ms.map((x) => (x === null ? "never" : `${x.toFixed(0)} ms`)).join(" / "),
+      ]),
+    ),
+  );
+  out.push(
+    `   local bound = isolates × (burst + rate × T), T from the first request sent to the last answer. bridge req = HTTP requests that reached`,
+    "   the bridge during the run (the circuit per store keeps most requests from trying). back on Redis = from the bridge back to normal until",
+    "   the isolate's first answer decided by Redis (asked every 10 ms).",
+  );
+}
+
+function renderBilled(out: string[], b: BilledResult): void {
+  out.push("", `10. Billed commands per decision (${b.decisions} allowed decisions per row through one Worker; INFO commandstats: EVALSHA/EVAL + every command the script runs)`);
+  out.push(
+    table(
+      ["decisions", "billed / decision", "by command", "target", "script HTTP req / decision"],
+      b.rows.map((r) => [
+        r.label,
+        fmt(r.billed_per_decision),
+        Object.entries(r.per_decision).map(([c, n]) => `${c.toUpperCase()} ${fmt(n)}`).join(" + "),
+        r.target === null ? "—" : String(r.target),
+        fmt(r.script_requests_per_decision),
+      ]),
+    ),
+  );
+  out.push("   Upstash bills every command, those a script runs included. Background commands (lists, overrides copy, metrics) are left out and kept in the JSON.");
 }
 
 function duration(ms: number): string {

@@ -152,7 +152,7 @@ function evalsha(call: typeof scriptCall, sha: string, limits: Limit[], prefix: 
 /** One real call first: the script must answer "admitted" with these arguments, not an error. */
 async function verify(stack: BenchStack, call: typeof scriptCall, sha: string, limits: Limit[], label: string): Promise<void> {
   const reply = await stack.resp.send(evalsha(call, sha, limits, `bench:verify:${label.replace(/\W+/g, "-")}:`, ""));
-  const ok = Array.isArray(reply) && reply.length === 1 + 5 * limits.length && reply[0] === 1;
+  const ok = Array.isArray(reply) && reply.length === 1 + 8 * limits.length && reply[0] === 1;
   if (!ok) throw new Error(`EVALSHA decide.lua, ${label}, did not admit a fresh request: ${JSON.stringify(replyToJs(reply))}`);
 }
 

@@ -71,9 +71,25 @@ export interface BenchStack {
    * `bindings` are added to (or replace) the default ones, e.g. another home Redis or the
    * `UPSTASH_REDIS_REST_URL_<REGION>` secrets of other regions.
    */
-  worker(sluice: SluiceInput, bindings?: Record<string, string>): Promise<Miniflare>;
+  worker(sluice: SluiceInput, bindings?: Record<string, string>, options?: WorkerOptions): Promise<Miniflare>;
   /** A RESP connection straight to the bench Redis (not through the bridge). */
   resp: RespClient;
+}
+
+export interface WorkerOptions {
+  /**
+   * Swallow the Worker's own stdout/stderr (e.g. one `store_error` line per degraded decision,
+   * which would otherwise land in the middle of the table on stdout).
+   */
+  quiet?: boolean;
+}
+
+/** Each Worker's one dispose, shared by `disposeWorker` and the cleanup (Miniflare throws on a second dispose). */
+const disposers = new WeakMap<Miniflare, () => Promise<void>>();
+
+/** Stops a Worker started by `BenchStack.worker` now, rather than at the end of the run. */
+export function disposeWorker(mf: Miniflare): Promise<void> {
+  return (disposers.get(mf) ?? (() => mf.dispose()))();
 }
 
 /** One more private Redis behind its own Upstash-REST bridge (e.g. another region's database). */
@@ -106,7 +122,7 @@ export async function startStack(cleanup: Cleanup, bundle: Promise<string>): Pro
     bridge,
     origin,
     resp,
-    async worker(sluice, bindings = {}) {
+    async worker(sluice, bindings = {}, options = {}) {
       const scriptPath = await bundle;
       // Fail here, with the field named, rather than with 500s in the middle of a measurement.
       const checked = loadConfig({ ORIGIN_URL: origin.url, SLUICE: sluice });
@@ -123,8 +139,12 @@ export async function startStack(cleanup: Cleanup, bundle: Promise<string>): Pro
           UPSTASH_REDIS_REST_TOKEN: TOKEN,
           ...bindings,
         },
+        ...(options.quiet ? { handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => (out.resume(), err.resume()) } : {}),
       });
-      cleanup.add("miniflare", () => mf.dispose());
+      let disposed: Promise<void> | undefined;
+      const dispose = () => (disposed ??= mf.dispose());
+      disposers.set(mf, dispose);
+      cleanup.add("miniflare", dispose);
       await mf.ready;
       return mf;
     },

@@ -4,6 +4,9 @@
  * Redis commands it carries. A request carrying a script call (EVALSHA/EVAL of decide.lua) is a
  * *decision* request; anything else (the metrics flush, the deny/allow lists refresh) is counted
  * as *other*, by command. So "one Redis request per decision" is checked per request, not inferred.
+ * A decision request is also counted under the route its buckets belong to (the `{route}` part of
+ * the `{key_prefix}:{route}:...` keys the script call names), so clients of different routes can
+ * share a Worker and still be told apart.
  */
 import { Agent, createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -20,6 +23,8 @@ export interface TapCounts {
   otherCommands: Record<string, number>;
   /** Requests whose body the tap could not read as Upstash REST (forwarded all the same). */
   unreadable: number;
+  /** Decision requests by the route named in their keys (a request naming two routes counts for each). */
+  decisionByRoute: Record<string, number>;
 }
 
 export interface Tap {
@@ -31,18 +36,32 @@ export interface Tap {
 
 /** Difference of two snapshots. */
 export function tapDelta(before: TapCounts, after: TapCounts): TapCounts {
-  const otherCommands: Record<string, number> = {};
-  for (const [c, n] of Object.entries(after.otherCommands)) {
-    const d = n - (before.otherCommands[c] ?? 0);
-    if (d !== 0) otherCommands[c] = d;
-  }
-  return { decision: after.decision - before.decision, other: after.other - before.other, otherCommands, unreadable: after.unreadable - before.unreadable };
+  const diff = (a: Record<string, number>, b: Record<string, number>) => {
+    const out: Record<string, number> = {};
+    for (const [c, n] of Object.entries(a)) {
+      const d = n - (b[c] ?? 0);
+      if (d !== 0) out[c] = d;
+    }
+    return out;
+  };
+  return {
+    decision: after.decision - before.decision,
+    other: after.other - before.other,
+    otherCommands: diff(after.otherCommands, before.otherCommands),
+    unreadable: after.unreadable - before.unreadable,
+    decisionByRoute: diff(after.decisionByRoute, before.decisionByRoute),
+  };
+}
+
+/** Counts with nothing in them. */
+export function emptyTapCounts(): TapCounts {
+  return { decision: 0, other: 0, otherCommands: {}, unreadable: 0, decisionByRoute: {} };
 }
 
 export async function startTap(target: string, cleanup: Cleanup, label: string): Promise<Tap> {
   const upstream = new URL(target);
   const agent = new Agent({ keepAlive: true });
-  const counts: TapCounts = { decision: 0, other: 0, otherCommands: {}, unreadable: 0 };
+  const counts = emptyTapCounts();
 
   const record = (path: string, body: Buffer) => {
     const commands = commandsOf(path, body);
@@ -51,12 +70,14 @@ export async function startTap(target: string, cleanup: Cleanup, label: string):
       counts.other++;
       return;
     }
-    if (commands.some((c) => SCRIPT_CALLS.has(c))) {
+    const scripts = commands.filter((c) => SCRIPT_CALLS.has(c.name));
+    if (scripts.length > 0) {
       counts.decision++;
+      for (const route of new Set(scripts.flatMap(routesOf))) counts.decisionByRoute[route] = (counts.decisionByRoute[route] ?? 0) + 1;
       return;
     }
     counts.other++;
-    for (const c of commands) counts.otherCommands[c] = (counts.otherCommands[c] ?? 0) + 1;
+    for (const c of commands) counts.otherCommands[c.name] = (counts.otherCommands[c.name] ?? 0) + 1;
   };
 
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
@@ -93,13 +114,19 @@ export async function startTap(target: string, cleanup: Cleanup, label: string):
   const { port } = server.address() as AddressInfo;
   return {
     url: `http://127.0.0.1:${port}`,
-    counts: () => ({ ...counts, otherCommands: { ...counts.otherCommands } }),
+    counts: () => ({ ...counts, otherCommands: { ...counts.otherCommands }, decisionByRoute: { ...counts.decisionByRoute } }),
     close,
   };
 }
 
-/** Command names (lower case) of one Upstash REST body: `/` one command, `/pipeline` and `/multi-exec` a list. */
-function commandsOf(path: string, body: Buffer): string[] | undefined {
+interface Command {
+  /** Lower case. */
+  name: string;
+  args: unknown[];
+}
+
+/** The commands of one Upstash REST body: `/` one command, `/pipeline` and `/multi-exec` a list. */
+function commandsOf(path: string, body: Buffer): Command[] | undefined {
   let parsed: unknown;
   try {
     parsed = JSON.parse(body.toString("utf8"));
@@ -107,8 +134,15 @@ function commandsOf(path: string, body: Buffer): string[] | undefined {
     return undefined;
   }
   if (!Array.isArray(parsed)) return undefined;
-  const name = (command: unknown) => (Array.isArray(command) && command.length > 0 ? String(command[0]).toLowerCase() : undefined);
+  const command = (c: unknown): Command | undefined => (Array.isArray(c) && c.length > 0 ? { name: String(c[0]).toLowerCase(), args: c.slice(1) } : undefined);
   const trimmed = path.replace(/\/+$/, "");
-  const names = trimmed === "/pipeline" || trimmed === "/multi-exec" ? parsed.map(name) : [name(parsed)];
-  return names.every((n): n is string => n !== undefined) ? names : undefined;
+  const commands = trimmed === "/pipeline" || trimmed === "/multi-exec" ? parsed.map(command) : [command(parsed)];
+  return commands.every((c): c is Command => c !== undefined) ? commands : undefined;
+}
+
+/** The `{route}` part of the keys a script call names: EVAL(SHA) script-or-sha numkeys key... */
+function routesOf(c: Command): string[] {
+  const n = Number(c.args[1]);
+  if (!Number.isInteger(n) || n < 1) return [];
+  return c.args.slice(2, 2 + n).map((k) => String(k).split(":")[1] ?? "").filter((r) => r !== "");
 }

@@ -10,7 +10,8 @@ Algorithms (ARGV algo):
                     a bucket idle for the warm-up period restarts cold: one request's worth of
                     tokens, refilled at rate/3 rising linearly to rate over the warm-up period
                     (Guava's SmoothWarmingUp, cold factor 3).
-                    value "tokens:unit:last_us[:warm_start_us]"
+                    value "tokens:unit:last_us[:warm_start_us]", or with lease tokens held
+                    "tokens:unit:last_us:L{epoch}:{held}:{held_next}" (see Leases)
   2 leaky_bucket    a queue drained at `rate` per `period` (nginx limit_req, GCRA): up to `burst`
                     requests may wait ahead of this one (a request of cost c takes c slots, all
                     within the burst); the request is given the wait until its first slot
@@ -25,6 +26,26 @@ Algorithms (ARGV algo):
   Every key has a TTL: the time until it would be back to its initial state, so an expired key and
   a fresh limit are the same thing.
 
+Leases (token_bucket without warm-up, fixed_window; never shadow or split limits): tokens debited
+  here and handed to one isolate, which admits from them without calling Redis.
+  - granted in "take" (after the request is admitted) and "lease" mode, for a limit whose caller
+    asks (lease_ask > 0), only while remaining >= reserve = max(ceil(capacity / 4), cost):
+    leased = min(lease_ask, floor(remaining / 4)), debited in the same SET as the request.
+  - fixed_window: the leased count is part of this window's count; the lease ends GRACE_MS before
+    the window does, or after LEASE_MS (whichever is first); none shorter than LEASE_MIN_MS.
+  - token_bucket: tokens leased must not come back through the refill while the isolate may
+    still spend them (a refill would then pass `burst` in one instant), so the bucket holds them:
+    `held` units per lease epoch (LEASE_MS of Redis time), the refill tops the bucket up to
+    burst − held only, and an epoch's holding is released when it ends (its leases ended GRACE_MS
+    before). A lease belongs to the current epoch if that leaves it LEASE_MIN_MS, else to the
+    next, so it lives from LEASE_MIN_MS to 2·LEASE_MS − GRACE_MS − LEASE_MIN_MS. Closing a lease
+    ("lease" or "return" mode) releases its `granted` tokens from its epoch at once.
+  - returning unused tokens, only while the lease's epoch (token_bucket) or window (fixed_window)
+    lasts (GRACE_MS after the lease ends, at least): added back up to burst − held, or taken off
+    the window's count. A later return is dropped: the window is gone, or the epoch's holding was
+    released and the refill has replaced those tokens already (given back on top, they could pass
+    the burst).
+
 KEYS     1..n: the bucket of limit i: {key_prefix}:{route}:{limit}:{hash}
          n+1..: share and demand keys of `split` limits, referred to by index from ARGV:
            share   {key_prefix}:{route}:{limit}:share:{region}  "rate:burst" (absent: ARGV's)
@@ -33,7 +54,9 @@ KEYS     1..n: the bucket of limit i: {key_prefix}:{route}:{limit}:{hash}
          last, only when ARGV[3] > 0: the route's override hash (below)
          Every key the script touches is one of these (Upstash's key-based locking needs that).
 ARGV[1]  mode: "take" decide and charge; "peek" decide, charge nothing, record nothing;
-         "refund" give back `cost` to every bucket (undoing a take another Redis vetoed)
+         "refund" give back `cost` to every bucket (undoing a take another Redis vetoed);
+         "lease" grant leases, no request attached (an isolate renewing ahead of exhaustion);
+         "return" close leases, giving back their unused tokens
 ARGV[2]  n, the number of limits
 ARGV[3]  override_idx: 0 when the caller passes the overrides in ARGV (its isolate's copy of the
          hash, at most a second old: the usual case); else the index in KEYS of the route's
@@ -41,7 +64,7 @@ ARGV[3]  override_idx: 0 when the caller passes the overrides in ARGV (its isola
          younger than a second, or the hash is too large to copy). The hash:
          {key_prefix}:{route}:overrides, fields "{limit}:{bucket hash}" (one client) and
          "{limit}:*" (everybody), values "rate:burst:period_ms:until_ms".
-ARGV     then twelve per limit i, at 3 + 12*(i-1) + 1 ..:
+ARGV     then sixteen per limit i, at 3 + 16*(i-1) + 1 ..:
            algo, rate, period_us, burst, cost   (integers; cost <= burst is checked at load)
            shadow      1: decide and report, but never block the request
            share_idx   index in KEYS of the share key, 0 for none
@@ -52,20 +75,31 @@ ARGV     then twelve per limit i, at 3 + 12*(i-1) + 1 ..:
                    override_idx > 0). The client's own wins over everybody's; one whose until_ms
                    Redis's clock has reached (until_ms <= now_ms) is ignored, so no edge clock
                    decides an expiry.
-Returns  { admitted, then five per limit: allowed, remaining, retry_after_ms, reset_ms, delay_ms }
+           lease_ask   tokens wanted for a lease ("take", "lease"); 0 for none
+           lease_epoch, lease_granted, lease_left   a lease being closed ("lease", "return"): the
+                   epoch (token_bucket) or window (fixed_window) it was granted in, the tokens it
+                   was granted and those never spent (given back); lease_epoch 0 for none
+Returns  { admitted, then eight per limit: allowed, remaining, retry_after_ms, reset_ms, delay_ms,
+           leased, lease_ms, lease_epoch }
            admitted        1 if no enforced (non-shadow) limit refused; then, and only then,
                            every limit that allowed is charged. A refused request takes nothing.
+                           Always 1 in "refund", "lease" and "return" modes.
            allowed         this limit alone would admit the request
            remaining       whole tokens (requests, queue places) left, after the charge if admitted
+                           and after the lease if one was granted
            retry_after_ms  when refused: ms until the request could pass (-1: never)
            reset_ms        ms until the limit is back to its initial state
            delay_ms        leaky_bucket: how long the request must wait for its slot
+           leased          tokens granted to the caller's lease (0: none)
+           lease_ms        how long the lease is valid, in Redis time from now
+           lease_epoch     what to pass as lease_epoch when closing it
 Cost (Upstash bills every command a script runs, EVALSHA included): 1 TIME + 1 MGET of every
       bucket and share key, + 1 SET (or DEL, a bucket back to its initial state) per bucket
-      charged (take, when admitted) or refunded; a peek or a refusal writes nothing. `split`
-      limits add 1 INCRBY of their demand key on take (+1 PEXPIRE when it starts a new count),
-      refusals included. override_idx > 0 adds 1 HMGET. So one limit: EVALSHA + TIME + MGET + SET
-      = 4; three limits: 6.
+      charged (take, when admitted), refunded, leased or closed; a peek or a refusal writes
+      nothing. A lease granted in "take" rides on the request's own SET. `split` limits add
+      1 INCRBY of their demand key on take (+1 PEXPIRE when it starts a new count), refusals
+      included. override_idx > 0 adds 1 HMGET. So one limit: EVALSHA + TIME + MGET + SET = 4;
+      three limits: 6; a renewal or a return of one lease: 4.
 ]]
 
 local t = redis.call('TIME')
@@ -74,8 +108,17 @@ local now_ms = math.floor(now / 1000)
 
 local mode = ARGV[1]
 local n = tonumber(ARGV[2])
--- the ARGV of limit i, j = 1..12 (see the contract above)
-local function arg(i, j) return ARGV[3 + 12 * (i - 1) + j] end
+-- the ARGV of limit i, j = 1..16 (see the contract above)
+local function arg(i, j) return ARGV[3 + 16 * (i - 1) + j] end
+
+-- token-bucket leases are held per epoch of this length (Redis time); no lease lives longer
+local LEASE_MS = 1000
+local LEASE_US = LEASE_MS * 1000
+-- a lease ends this long before its epoch (or window) does: a give-back sent when it ends, even
+-- late, still finds the epoch or window it belongs to
+local GRACE_MS = 250
+-- no lease shorter than this is granted: it would be given back almost at once
+local LEASE_MIN_MS = 250
 
 local function gcd(a, b)
   while b > 0 do a, b = b, a % b end
@@ -86,6 +129,8 @@ local function ceil_ms(us) return math.ceil(math.ceil(us) / 1000) end
 
 -- Each algorithm: check(l) fills l.allowed, l.retry (ms) and returns nothing; commit(l) applies
 -- the charge (take) or refund; report(l) gives remaining, reset_ms, ttl_ms and the value to store.
+-- The leasable ones add left(l) (whole tokens left), grant(l, tokens) (returns lease_ms, epoch)
+-- and close(l, epoch, granted, left).
 
 -- both buckets count in exact integer units: one token is `unit` units, `refill` units a µs
 local function units(l)
@@ -96,10 +141,31 @@ end
 
 -- token bucket ------------------------------------------------------------------------------
 local token = {}
+
+-- the most tokens the bucket may hold now: its capacity, less what live leases hold
+local function top(l) return l.cap - l.held - l.held_next end
+
+-- the refill from l.at to `to`, up to top(l)
+local function refill_to(l, to)
+  l.tokens = math.min(top(l), l.tokens + math.max(0, to - l.at) * l.refill)
+  l.at = math.max(l.at, to)
+end
+
+-- lease epochs that ended by `to`: the refill runs up to each end with its holding still in
+-- place, then the holding is released (its leases have expired in the isolates)
+local function release_epochs(l, to)
+  while l.held + l.held_next > 0 and (l.epoch + 1) * LEASE_US <= to do
+    refill_to(l, (l.epoch + 1) * LEASE_US)
+    l.held, l.held_next, l.epoch = l.held_next, 0, l.epoch + 1
+  end
+end
+
 function token.load(l, raw)
   units(l)
-  l.warm = 0
-  local stored, stored_unit, last, warm = string.match(raw or '', '^(%d+):(%d+):(%d+):?(%d*)$')
+  l.warm, l.held, l.held_next, l.epoch = 0, 0, 0, math.floor(now / LEASE_US)
+  local stored, stored_unit, last, rest = string.match(raw or '', '^(%d+):(%d+):(%d+)(.*)$')
+  local warm = string.match(rest or '', '^:(%d+)$') or ''
+  local epoch, held, held_next = string.match(rest or '', '^:L(%d+):(%d+):(%d+)$')
   local cold = l.warmup > 0 and (not stored or now - tonumber(last) >= l.warmup)
   if cold then
     l.tokens, l.warm = math.min(l.cap, l.need), now
@@ -111,43 +177,83 @@ function token.load(l, raw)
   end
   local tokens = tonumber(stored)
   stored_unit = tonumber(stored_unit)
+  held, held_next = tonumber(held or 0), tonumber(held_next or 0)
   if stored_unit ~= l.unit then
     -- the limit (or this region's share of it) changed: keep whole tokens, in the new units
+    -- (what leases hold is rounded up: holding less than was leased could pass the burst)
     tokens = math.floor(tokens / stored_unit) * l.unit
+    held, held_next = math.ceil(held / stored_unit) * l.unit, math.ceil(held_next / stored_unit) * l.unit
   end
   -- a clock that went backwards (failover) refills nothing rather than a negative amount
   local t1 = tonumber(last)
   local t2 = math.max(t1, now)
-  local added = (t2 - t1) * l.refill
   if warm ~= '' and tonumber(warm) > 0 and l.warmup > 0 then
     -- during warm-up the rate climbs from rate/3 to rate: integrate it over [t1, t2]
     local s, w = tonumber(warm), l.warmup
     local a, b = math.min(t1 - s, w), math.min(t2 - s, w)
-    added = l.refill * ((b - a) / 3 + (b * b - a * a) / (3 * w) + math.max(0, (t2 - s) - math.max(t1 - s, w)))
+    local added = l.refill * ((b - a) / 3 + (b * b - a * a) / (3 * w) + math.max(0, (t2 - s) - math.max(t1 - s, w)))
     if t2 - s < w then l.warm = s end
-    added = math.floor(added)
+    l.tokens = math.min(l.cap, tokens + math.floor(added))
+    return
   end
-  l.tokens = math.min(l.cap, tokens + added)
+  l.tokens, l.at = tokens, t1
+  if epoch then l.held, l.held_next, l.epoch = held, held_next, tonumber(epoch) end
+  release_epochs(l, t2)
+  refill_to(l, t2)
+  if l.held + l.held_next == 0 then l.epoch = math.floor(t2 / LEASE_US) end
+end
+-- µs until the bucket holds `need` units, nothing else arriving (the holdings released as their epochs end)
+local function token_wait(l)
+  local s = { tokens = l.tokens, at = now, held = l.held, held_next = l.held_next, epoch = l.epoch, cap = l.cap, refill = l.refill }
+  while l.need > top(s) do
+    local before = s.held + s.held_next
+    release_epochs(s, (s.epoch + 1) * LEASE_US)
+    if s.held + s.held_next == before then break end
+  end
+  return math.max(0, s.at - now) + (l.need - math.min(l.need, s.tokens)) / l.refill
 end
 function token.check(l)
   l.allowed = (l.rate > 0 and l.need <= l.cap and l.tokens >= l.need) and 1 or 0
   if l.allowed == 0 then
     if l.rate == 0 or l.need > l.cap then l.retry = -1
+    elseif l.warm > 0 then
+      l.retry = ceil_ms((l.need - l.tokens) / (l.refill * (1 / 3 + 2 / 3 * math.min(1, (now - l.warm) / l.warmup))))
     else
-      local rate_now = l.refill
-      if l.warm > 0 then rate_now = l.refill * (1 / 3 + 2 / 3 * math.min(1, (now - l.warm) / l.warmup)) end
-      l.retry = ceil_ms((l.need - l.tokens) / rate_now)
+      l.retry = ceil_ms(token_wait(l))
     end
   end
 end
 function token.commit(l, sign)
-  l.tokens = math.min(l.cap, l.tokens - sign * l.need)
+  l.tokens = math.min(top(l), l.tokens - sign * l.need)
+end
+function token.left(l) return math.floor(l.tokens / l.unit) end
+function token.grant(l, tokens)
+  -- no lease on a clock that went backwards past an epoch: its epochs would not be now's
+  if l.warmup > 0 or math.floor(now / LEASE_US) ~= l.epoch then return 0, 0 end
+  -- this epoch's, unless too little of it is left: then the next one's
+  local next_epoch = (l.epoch + 1) * LEASE_US - GRACE_MS * 1000 - now < LEASE_MIN_MS * 1000
+  l.tokens = l.tokens - tokens * l.unit
+  if next_epoch then l.held_next = l.held_next + tokens * l.unit else l.held = l.held + tokens * l.unit end
+  local epoch = l.epoch + (next_epoch and 1 or 0)
+  return math.floor(((epoch + 1) * LEASE_US - GRACE_MS * 1000 - now) / 1000), epoch
+end
+function token.close(l, epoch, granted, left)
+  -- a lease whose epoch has ended was released with it, and the refill has replaced its tokens
+  -- since: what it gives back now is dropped (added on top of that refill, it could pass the burst)
+  if epoch == l.epoch then l.held = math.max(0, l.held - granted * l.unit)
+  elseif epoch == l.epoch + 1 then l.held_next = math.max(0, l.held_next - granted * l.unit)
+  else return end
+  l.tokens = math.max(l.tokens, math.min(top(l), l.tokens + left * l.unit))
 end
 function token.report(l)
+  local held = l.held + l.held_next
   local reset = l.refill > 0 and ceil_ms((l.cap - l.tokens) / l.refill) or 0
+  -- with leases held, full no later than when the last holding is released plus a full refill
+  if held > 0 then reset = reset + ceil_ms((l.epoch + (l.held_next > 0 and 2 or 1)) * LEASE_US - now) end
   local value = string.format('%d:%d:%d', l.tokens, l.unit, now)
-  if l.warm > 0 then value = value .. string.format(':%d', l.warm) end
-  return math.floor(l.tokens / l.unit), reset, math.max(reset, l.warmup > 0 and ceil_ms(l.warmup) or 0), value, l.tokens >= l.cap and l.warmup == 0
+  if l.warm > 0 then value = value .. string.format(':%d', l.warm)
+  elseif held > 0 then value = value .. string.format(':L%d:%d:%d', l.epoch, l.held, l.held_next) end
+  return math.floor(l.tokens / l.unit), reset, math.max(reset, l.warmup > 0 and ceil_ms(l.warmup) or 0), value, l.tokens >= l.cap and l.warmup == 0 and held == 0
 end
 
 -- leaky bucket ------------------------------------------------------------------------------
@@ -187,7 +293,7 @@ local function window_of(l, stored_w)
   l.w = math.floor(now_ms / l.p)
   l.e = now_ms - l.w * l.p
   -- a clock that went backwards (failover) stays in the window already counted, not a fresh one
-  if stored_w and stored_w > l.w then l.w, l.e = stored_w, 0 end
+  if stored_w and stored_w > l.w then l.w, l.e, l.behind = stored_w, 0, true end
 end
 
 local fixed = {}
@@ -202,6 +308,18 @@ function fixed.check(l)
 end
 function fixed.commit(l, sign)
   l.count = math.max(0, l.count + sign * l.cost)
+end
+function fixed.left(l) return math.max(0, l.rate - l.count) end
+function fixed.grant(l, tokens)
+  -- the lease ends with its window; on a clock that went backwards the window's end is unknown
+  -- ms to the window's end less the grace, counted from now in µs, rounded down
+  local ms = math.floor(((l.w + 1) * l.period - GRACE_MS * 1000 - now) / 1000)
+  if l.behind or ms < LEASE_MIN_MS then return 0, 0 end
+  l.count = l.count + tokens
+  return math.min(ms, LEASE_MS), l.w
+end
+function fixed.close(l, window, _, left)
+  if window == l.w then l.count = math.max(0, l.count - left) end
 end
 function fixed.report(l)
   local reset = l.count > 0 and (l.p - l.e) or 0
@@ -286,6 +404,9 @@ for i = 1, n do
 end
 local stored = redis.call('MGET', unpack(reads))
 
+-- modes that decide a request; the others (refund, lease, return) admit by definition
+local deciding = mode == 'take' or mode == 'peek'
+
 -- pass 1: every limit loaded at now, and whether each would admit
 local admitted = 1
 local limits = {}
@@ -294,8 +415,10 @@ for i = 1, n do
     algo = algorithms[tonumber(arg(i, 1))],
     rate = tonumber(arg(i, 2)), period = tonumber(arg(i, 3)), burst = tonumber(arg(i, 4)), cost = tonumber(arg(i, 5)),
     shadow = arg(i, 6) == '1', retry = 0, delay = 0,
+    ask = tonumber(arg(i, 13)), close_epoch = tonumber(arg(i, 14)), close_granted = tonumber(arg(i, 15)), close_left = tonumber(arg(i, 16)),
   }
   local demand_idx = tonumber(arg(i, 8))
+  l.split = tonumber(arg(i, 7)) > 0 or demand_idx > 0
   l.warmup, l.max_delay, l.nodelay = tonumber(arg(i, 9)), tonumber(arg(i, 9)), tonumber(arg(i, 10))
   if override[i] then l.rate, l.burst, l.period = unpack(override[i]) end
   if share_at[i] then
@@ -307,16 +430,31 @@ for i = 1, n do
     if redis.call('INCRBY', KEYS[demand_idx], l.cost) == l.cost then redis.call('PEXPIRE', KEYS[demand_idx], 3600000) end
   end
   l.algo.load(l, stored[i])
-  if mode == 'refund' then
-    l.allowed = 1
-  else
+  if deciding then
     l.algo.check(l)
     if l.allowed == 0 and not l.shadow then admitted = 0 end
+  else
+    l.allowed = 1
   end
   limits[i] = l
 end
 
--- pass 2: charge (only if admitted), refund, and report
+-- A lease for limit l, if it may have one and enough is left: debits it and returns
+-- leased, lease_ms, lease_epoch (zeros for none). Only in "take" after admission, and "lease".
+local function lease(l)
+  if l.ask <= 0 or l.shadow or l.split or not l.algo.grant or l.rate <= 0 then return 0, 0, 0 end
+  if not ((mode == 'take' and admitted == 1) or mode == 'lease') then return 0, 0, 0 end
+  local capacity = l.algo == token and l.burst or l.rate
+  local left = l.algo.left(l)
+  if left < math.max(math.ceil(capacity / 4), l.cost) then return 0, 0, 0 end
+  local tokens = math.min(l.ask, math.floor(left / 4))
+  if tokens <= 0 then return 0, 0, 0 end
+  local ms, epoch = l.algo.grant(l, tokens)
+  if ms <= 0 then return 0, 0, 0 end
+  return tokens, ms, epoch
+end
+
+-- pass 2: charge (only if admitted), refund, close and grant leases, and report
 local out = { admitted }
 for i = 1, n do
   local l = limits[i]
@@ -328,15 +466,24 @@ for i = 1, n do
     l.algo.commit(l, -1)
     write = true
   end
+  if (mode == 'lease' or mode == 'return') and l.close_epoch > 0 and l.algo.close then
+    l.algo.close(l, l.close_epoch, l.close_granted, l.close_left)
+    write = true
+  end
+  local leased, lease_ms, lease_epoch = lease(l)
+  if leased > 0 then write = true end
   local remaining, reset_ms, ttl_ms, value, empty = l.algo.report(l)
   if write then
     if empty then redis.call('DEL', KEYS[i]) else redis.call('SET', KEYS[i], value, 'PX', math.max(1, ttl_ms)) end
   end
-  local o = 1 + 5 * (i - 1)
+  local o = 1 + 8 * (i - 1)
   out[o + 1] = l.allowed
   out[o + 2] = remaining
   out[o + 3] = l.retry
   out[o + 4] = reset_ms
   out[o + 5] = (admitted == 1 and not l.shadow) and l.delay or 0
+  out[o + 6] = leased
+  out[o + 7] = lease_ms
+  out[o + 8] = lease_epoch
 end
 return out

@@ -4,8 +4,9 @@ import { clientIp, type RequestFacts } from "./keys/identify.js";
 import { BlockedBuckets } from "./limiter/blocked.js";
 import { BadLimitInput, bucketsFor, keyedBuckets } from "./limiter/buckets.js";
 import { usesJwt, verifyBearer } from "./keys/jwt.js";
-import { decide, giveBack, type Bucket, type Defer } from "./limiter/decide.js";
+import { decide, giveBack, madeWithoutRedis, type Bucket, type Defer } from "./limiter/decide.js";
 import { rateLimitHeaders, retryAfterSeconds } from "./limiter/headers.js";
+import { LeaseBroker } from "./limiter/lease-broker.js";
 import { LocalBuckets } from "./limiter/local.js";
 import type { Decision } from "./limiter/types.js";
 import { forward, originFailed, originRequest, sendToOrigin, type ForwardTarget, type OriginReply } from "./origin/forward.js";
@@ -27,6 +28,8 @@ import { StoreError } from "./store/deadline.js";
 export const blocked = new BlockedBuckets(10_000);
 /** The buckets this isolate enforces on its own while Redis fails (`on_store_error = "local"`). */
 export const localBuckets = new LocalBuckets(10_000);
+/** Tokens Redis has debited for this isolate, spent here without a round trip (README, Leases). */
+export const leases = new LeaseBroker(10_000);
 let memo: { sluice: unknown; origin: unknown; queue: boolean; result: ConfigResult } | undefined;
 
 /** Everything the steps of one request share. */
@@ -102,8 +105,8 @@ async function serve(x: Exchange, allowListed: boolean): Promise<Response> {
     try {
       buckets = await bucketsFor(limited, facts, config, stores);
       const started = Date.now();
-      decision = await decide(buckets, blocked, started, defer, peek ? "peek" : "take");
-      if (!(decision.verdict === "reject" && decision.cached)) x.meta.rttMs = Date.now() - started;
+      decision = await decide(buckets, { blocked, leases }, started, defer, peek ? "peek" : "take");
+      if (!madeWithoutRedis(decision)) x.meta.rttMs = Date.now() - started;
     } catch (e) {
       if (e instanceof BadLimitInput) return done(x, problem({ status: 400, title: "Bad request for limit", detail: e.message, extensions: { limit: e.limit } }), "reject");
       if (!(e instanceof StoreError)) throw e;
@@ -130,7 +133,7 @@ async function serve(x: Exchange, allowListed: boolean): Promise<Response> {
   const effect = await claimSideEffect(x);
   if (effect.kind === "answer") {
     // a local decision charged nothing in Redis, so there is nothing there to give back
-    if (effect.decision === "replay" && decision && !degraded) defer(giveBack(buckets, decision).catch(() => undefined));
+    if (effect.decision === "replay" && decision && !degraded) defer(giveBack(buckets, decision, leases).catch(() => undefined));
     return done(x, effect.response, effect.decision);
   }
   const forwarded: Exchange = { ...x, request: effect.request, target: { ...x.target, sluiceHeaders: effect.sluiceHeaders } };

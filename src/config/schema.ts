@@ -68,6 +68,8 @@ const limit = z
     /** Take the rate from a table keyed by this identity's value, e.g. "jwt:plan". */
     tier: keyPart.optional(),
     rates: z.record(z.string().min(1).max(64), tierRate).optional(),
+    /** Let isolates hold leases on this limit's buckets (README, Leases); default: wherever the limit can be leased. */
+    lease: z.boolean().optional(),
   })
   .strict()
   .transform((l) => {
@@ -80,6 +82,7 @@ const limit = z
       costHeader,
       max_delay: l.max_delay ?? 1_000,
       nodelay: l.nodelay ?? false,
+      lease: l.lease ?? leasableShape({ ...l, costHeader }),
     };
   })
   .superRefine((l, ctx) => {
@@ -95,7 +98,19 @@ const limit = z
     const capacities = [l.burst, ...Object.values(l.rates ?? {}).map((t) => t.rate)];
     if (maxCost !== undefined && maxCost > Math.min(...capacities)) issue(l.costHeader ? "max_cost" : "cost", `cost ${maxCost} exceeds the capacity ${Math.min(...capacities)}: such a request could never pass`);
     if ((l.tier === undefined) !== (l.rates === undefined)) issue(l.tier === undefined ? "tier" : "rates", "tier and rates go together");
+    if (l.lease && !leasableShape(l)) issue("lease", "applies to token_bucket (without warmup) and fixed_window limits that are not split, with a fixed cost and no tier");
   });
+
+/**
+ * Whether a limit's shape allows leases: token buckets without warm-up and fixed windows, whose
+ * every token admits one cost unit whenever it is spent, with a fixed cost and no tier (a header
+ * cost or a tier's rate is decided per request), and not `split` (its share moves). Shadow limits
+ * are not leased either (see src/limiter/lease-broker.ts).
+ */
+export function leasableShape(l: { algorithm: string; warmup?: number; scope: string; costHeader?: string; tier?: string }): boolean {
+  const algorithm = l.algorithm === "fixed_window" || (l.algorithm === "token_bucket" && l.warmup === undefined);
+  return algorithm && l.scope !== "split" && l.costHeader === undefined && l.tier === undefined;
+}
 
 const method = z
   .string()

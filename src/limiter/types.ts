@@ -20,8 +20,10 @@ export interface LimitOutcome {
 
 /**
  * The verdict on a request. `shadow` is an admitted request that a shadow limit would have
- * refused. `cached` marks a refusal answered from the blocked-bucket cache, without Redis.
+ * refused. `cached` marks a refusal answered from the blocked-bucket cache, without Redis;
+ * `leased` an admission made from the isolate's leases, without Redis (its `remaining` figures
+ * are the leases' tokens, a lower bound of the buckets').
  */
 export type Decision =
-  | { verdict: "allow" | "shadow"; outcomes: LimitOutcome[] }
+  | { verdict: "allow" | "shadow"; outcomes: LimitOutcome[]; leased?: true }
   | { verdict: "reject"; outcomes: LimitOutcome[]; blocking: LimitOutcome; cached: boolean };

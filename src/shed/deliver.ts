@@ -1,6 +1,6 @@
 import type { Config, Route } from "../config/index.js";
 import type { Env } from "../env.js";
-import { blocked, configOf } from "../gateway.js";
+import { blocked, configOf, leases } from "../gateway.js";
 import type { RequestFacts } from "../keys/identify.js";
 import { bucketsFor } from "../limiter/buckets.js";
 import { decide, type Defer } from "../limiter/decide.js";
@@ -65,7 +65,7 @@ async function deliverOne(message: Message<JobMessage>, config: Config, env: Env
   // Pace in place while the wait is short: the consumer then delivers at the limit's own rate,
   // instead of at the queue's redelivery granularity (whole seconds).
   for (;;) {
-    const decision = await decide(buckets, blocked, Date.now(), defer);
+    const decision = await decide(buckets, { blocked, leases }, Date.now(), defer);
     if (decision.verdict !== "reject") break;
     const wait = decision.blocking.retryAfterMs;
     if (wait < 0 || wait > PACE_MAX_WAIT_MS) return later(message, env, m, wait < 0 ? 60_000 : wait);

@@ -6,6 +6,7 @@ import { loadConfig, type Limit } from "../../src/config/index.js";
 import { scriptCall, type ScriptMode } from "../../src/limiter/decide.js";
 import { modelOf, type Algorithm, type AlgoModel } from "../../src/limiter/algorithms.js";
 import { warmupTokens } from "../unit/warmup-model.js";
+import { withTestClock } from "../support/test-clock.js";
 import { startRedisStack, TOKEN, type RedisStack } from "./stack.js";
 
 /*
@@ -16,15 +17,6 @@ import { startRedisStack, TOKEN, type RedisStack } from "./stack.js";
  */
 
 const SOURCE = readFileSync("lua/decide.lua", "utf8");
-const CLOCK = "redis.call('TIME')";
-const TTL = "'PX', math.max(1, ttl_ms)";
-
-/** The production script, its one TIME read replaced by two trailing ARGV (s, µs), TTLs + 1 day. */
-function withTestClock(source: string): string {
-  expect(source.split(CLOCK).length - 1).toBe(1);
-  expect(source.includes(TTL)).toBe(true);
-  return source.replace(CLOCK, "{ ARGV[#ARGV - 1], ARGV[#ARGV] }").replace(TTL, `${TTL} + 86400000`);
-}
 
 let stack: RedisStack;
 let redis: Redis;
@@ -179,7 +171,8 @@ async function playRoute(limits: Limit[], arrivals: Arrival[], start: number): P
     const expected = [admitted ? 1 : 0];
     peeks.forEach((p, i) => {
       const state = admitted && p.allowed ? p.after : p.before;
-      expected.push(p.allowed ? 1 : 0, state.remaining, p.retryAfterMs, state.resetMs, admitted && !limits[i]!.shadow ? p.delayMs : 0);
+      // the last three: no lease asked, none granted
+      expected.push(p.allowed ? 1 : 0, state.remaining, p.retryAfterMs, state.resetMs, admitted && !limits[i]!.shadow ? p.delayMs : 0, 0, 0, 0);
     });
     expect(reply, `at ${t - start} µs, costs ${costs.join(",")}`).toEqual(expected);
     // what was not charged is byte for byte what it was: every bucket when refused, a refusing shadow limit's when admitted

@@ -1,35 +1,15 @@
 import { readFileSync } from "node:fs";
-import { Redis } from "@upstash/redis";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
 import { scriptCall } from "../../src/limiter/decide.js";
 import { TokenBucketModel } from "../unit/token-bucket-model.js";
-import { startRedisStack, TOKEN, type RedisStack } from "./stack.js";
+import { withTestClock } from "../support/test-clock.js";
+import { fileRedis } from "./stack.js";
 
 const SOURCE = readFileSync("lua/decide.lua", "utf8");
-const CLOCK = "redis.call('TIME')";
-const TTL = "'PX', math.max(1, ttl_ms)";
 
-/**
- * decide.lua with a test clock: the one TIME call reads two extra trailing ARGV entries
- * (seconds, microseconds) instead, and TTLs get a day added so that keys never expire on the
- * real clock while the simulated one runs (TTLs are checked on their own below). Everything
- * else is the production script, run by a real Redis.
- */
-function withTestClock(source: string): string {
-  expect(source.split(CLOCK).length - 1).toBe(1); // the clock is read exactly once
-  expect(source.includes(TTL)).toBe(true);
-  return source.replace(CLOCK, "{ ARGV[#ARGV - 1], ARGV[#ARGV] }").replace(TTL, `${TTL} + 86400000`);
-}
-
-let stack: RedisStack;
-let redis: Redis;
-beforeAll(async () => {
-  stack = await startRedisStack();
-  redis = new Redis({ url: stack.bridge.url, token: TOKEN, enableTelemetry: false, automaticDeserialization: false });
-});
-afterAll(() => stack?.stop());
+const db = fileRedis();
 
 function compileLimits(defs: Array<{ rate: number; period: string; burst: number; cost: number; shadow: boolean }>): Limit[] {
   const r = loadConfig({
@@ -71,14 +51,15 @@ describe("decide.lua against the reference model", () => {
           for (const gap of gaps) {
             t += gap;
             const call = callOf(limits, keys, t);
-            const reply = (await redis.eval(script, call.keys, call.args)) as number[];
+            const reply = (await db.redis.eval(script, call.keys, call.args)) as number[];
             const peeks = models.map((m) => m.peek(t));
             const admitted = peeks.every((p, i) => p.allowed || limits[i]!.shadow);
             if (admitted) peeks.forEach((p) => p.allowed && p.commit());
             expect(reply[0]).toBe(admitted ? 1 : 0);
             peeks.forEach((p, i) => {
               const state = admitted && p.allowed ? p.after : p.before;
-              expect(reply.slice(1 + 5 * i, 6 + 5 * i)).toEqual([p.allowed ? 1 : 0, state.remaining, p.retryAfterMs, state.resetMs, 0]);
+              // eight figures per limit; no lease asked, none granted
+              expect(reply.slice(1 + 8 * i, 9 + 8 * i)).toEqual([p.allowed ? 1 : 0, state.remaining, p.retryAfterMs, state.resetMs, 0, 0, 0, 0]);
             });
           }
         },

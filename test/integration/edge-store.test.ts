@@ -69,7 +69,50 @@ describe("a far Redis is not a timeout", () => {
     for (let i = 0; i < 10; i++) decisions.push((await call(far, `/api/items/${i}`, { ip: "10.20.0.1" })).headers.get("sluice-decision"));
     // a fixed 50 ms budget would make every one of these `degraded`; the first call has the ceiling
     expect(decisions).toEqual(Array(10).fill("allow"));
-    expect(scriptRequests(stack.bridge.counts()) - before).toBe(10);
+    // decided by Redis (leases may take over once the bucket has been in use for a second)
+    const asked = scriptRequests(stack.bridge.counts()) - before;
+    expect(asked).toBeGreaterThanOrEqual(3);
+    expect(asked).toBeLessThanOrEqual(10);
+  });
+
+  it("with 80 ms injected, a client under its limit is decided locally once it holds a lease; one over its limit is held to it", async () => {
+    const limited: SluiceInput = {
+      ...SLUICE,
+      routes: [
+        { name: "under", match: "/under/*", limits: [{ name: "per-ip", rate: 100, period: "1s" }] },
+        { name: "over", match: "/over/*", limits: [{ name: "per-ip", rate: 10, period: "1s", burst: 20 }] },
+      ],
+    };
+    const [far] = (await freshWorkers(1, limited)) as [Miniflare];
+    stack.bridge.setLatency(80);
+    /** Requests every 25 ms (40/s) for `ms`, not waiting for answers; the decisions and the time to the last answer. */
+    const paced = async (path: string, ip: string, ms: number) => {
+      const sent: Array<Promise<string | null>> = [];
+      const started = Date.now();
+      for (let i = 0; Date.now() - started < ms; i++) {
+        sent.push(call(far, `${path}${i}`, { ip }).then((r) => (r.status === 200 ? r.headers.get("sluice-decision") : String(r.status))));
+        await sleep(25);
+      }
+      const decisions = await Promise.all(sent);
+      return { decisions, seconds: (Date.now() - started) / 1000 };
+    };
+
+    const warm = await paced("/under/", "10.23.0.1", 1_500);
+    expect(warm.decisions.every((d) => d === "allow")).toBe(true);
+    const before = scriptRequests(stack.bridge.counts());
+    const steady = await paced("/under/", "10.23.0.1", 1_500);
+    expect(steady.decisions.every((d) => d === "allow")).toBe(true);
+    const perDecision = (scriptRequests(stack.bridge.counts()) - before) / steady.decisions.length;
+    console.log(`far store (80 ms): a client at 40/s under 100/s, after 1.5 s of warm-up: ${perDecision.toFixed(2)} script requests per decision over ${steady.decisions.length} decisions`);
+    // without leases every decision is one script request
+    expect(perDecision).toBeLessThan(0.6);
+
+    const over = await paced("/over/", "10.23.0.2", 3_000);
+    const admitted = over.decisions.filter((d) => d === "allow").length;
+    console.log(`far store (80 ms): a client at 40/s over 10/s burst 20 for ${over.seconds.toFixed(2)} s: admitted ${admitted} (bound ${Math.floor(20 + 10 * over.seconds)})`);
+    expect(over.decisions.some((d) => d === "degraded")).toBe(false);
+    expect(admitted).toBeLessThanOrEqual(Math.floor(20 + 10 * over.seconds));
+    expect(admitted).toBeGreaterThanOrEqual(20);
   });
 });
 

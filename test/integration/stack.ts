@@ -1,5 +1,6 @@
+import { Redis } from "@upstash/redis";
 import { Miniflare } from "miniflare";
-import { inject } from "vitest";
+import { afterAll, beforeAll, inject } from "vitest";
 import { startBridge, type Bridge } from "../../dev/bridge.js";
 import { startOrigin, type DemoOrigin } from "../../dev/origin.js";
 import { startRedis, type RedisProcess } from "../../dev/redis-process.js";
@@ -29,6 +30,34 @@ export async function startRedisStack(): Promise<RedisStack> {
     },
   };
   return stack;
+}
+
+/**
+ * This test file's Redis stack and an Upstash client through its bridge (replies as Redis sent
+ * them), started before the file's tests and stopped after them.
+ *
+ * @example const db = fileRedis(); // then db.redis.get(key), db.stack.bridge.counts()
+ */
+export function fileRedis(): { readonly stack: RedisStack; readonly redis: Redis } {
+  let stack: RedisStack | undefined;
+  let redis: Redis | undefined;
+  beforeAll(async () => {
+    stack = await startRedisStack();
+    redis = new Redis({ url: stack.bridge.url, token: TOKEN, enableTelemetry: false, automaticDeserialization: false });
+  });
+  afterAll(() => stack?.stop());
+  const started = <T>(v: T | undefined): T => {
+    if (v === undefined) throw new Error("the file's Redis stack starts in beforeAll");
+    return v;
+  };
+  return {
+    get stack() {
+      return started(stack);
+    },
+    get redis() {
+      return started(redis);
+    },
+  };
 }
 
 export { startOrigin, type DemoOrigin };

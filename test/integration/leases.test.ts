@@ -1,0 +1,317 @@
+import { readFileSync } from "node:fs";
+import fc from "fast-check";
+import type { Miniflare } from "miniflare";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadConfig, type Limit } from "../../src/config/index.js";
+import type { SluiceInput } from "../../src/config/schema.js";
+import { bucketKey, hashIdentifier } from "../../src/keys/hash.js";
+import { modelOf } from "../../src/limiter/algorithms.js";
+import { scriptCall, type LeaseArgs, type ScriptMode } from "../../src/limiter/script-call.js";
+import { clockArgs, withTestClock } from "../support/test-clock.js";
+import { call, fileRedis, sleep, startOrigin, startWorker, type DemoOrigin } from "./stack.js";
+
+/*
+ * Token leases (README, Leases): tokens decide.lua debits and hands to an isolate, which admits
+ * from them without a round trip. First the script on its own, with a test clock, against the
+ * reference models: whatever isolates do with their leases, no admission is one the bucket itself
+ * would have refused. Then through three Worker instances on a real Redis behind the bridge.
+ */
+
+const db = fileRedis();
+
+describe("decide.lua's leases against the reference models", () => {
+  const script = withTestClock(readFileSync("lua/decide.lua", "utf8"));
+  let sha = "";
+  let run = 0;
+  beforeAll(async () => {
+    sha = await db.redis.scriptLoad(script);
+  });
+
+  function limitOf(def: Record<string, unknown>): Limit {
+    const r = loadConfig({ ORIGIN_URL: "https://o.example", SLUICE: { routes: [{ name: "r", match: "/", limits: [{ name: "l", ...def }] }] } });
+    if (!r.ok) throw r.error;
+    return r.config.routes[0]!.limits[0]!;
+  }
+
+  /** One call at simulated time t (µs): [admitted, allowed, remaining, retry, reset, delay, leased, lease_ms, lease_epoch]. */
+  async function decideAt(limit: Limit, key: string, t: number, mode: ScriptMode, lease: LeaseArgs): Promise<number[]> {
+    const c = scriptCall([{ limit, key, lease }], mode);
+    return (await db.redis.evalsha(sha, c.keys, [...c.args, ...clockArgs(t)])) as number[];
+  }
+
+  const tokenDef = fc.record({
+    algorithm: fc.constant("token_bucket"),
+    rate: fc.integer({ min: 1, max: 40 }),
+    period: fc.constantFrom("100ms", "1s", "2s", "10s"),
+    burst: fc.integer({ min: 4, max: 40 }),
+    cost: fc.constantFrom(1, 1, 2),
+  });
+  const windowDef = fc.record({ algorithm: fc.constant("fixed_window"), rate: fc.integer({ min: 4, max: 40 }), period: fc.constantFrom("1s", "2s", "5s", "10s"), cost: fc.constantFrom(1, 1, 2) });
+
+  /** What one of several isolates does next, after `gap` (µs, scaled below). */
+  const stepArb = fc.record({
+    who: fc.nat(2),
+    kind: fc.constantFrom("take", "take", "flood", "lease", "spend", "spend", "spend", "return", "forget"),
+    ask: fc.integer({ min: 0, max: 12 }),
+    gapKind: fc.constantFrom(0, 1, 2, 2, 3, 4, 5),
+    gap: fc.double({ min: 0, max: 1, noNaN: true }),
+  });
+
+  /** A time within a ms either side of the next multiple of `every` µs after t (never before t). */
+  const edgeAfter = (t: number, every: number, gap: number) => Math.max(t, (Math.floor(t / every) + 1) * every + Math.floor((gap - 0.5) * 2000));
+
+  interface Part {
+    epoch: number;
+    granted: number;
+    left: number;
+    /** Redis time (µs) the lease ends: an isolate spends strictly before it, the latest it ever may. */
+    until: number;
+  }
+
+  it.each([
+    ["token_bucket", tokenDef],
+    ["fixed_window", windowDef],
+  ] as const)("%s: takes, renewals, local spending to the last µs, early and late returns, isolates that vanish: every admission is one the bucket allows", async (_, def) => {
+    let leasedSeen = 0;
+    let localSeen = 0;
+    await fc.assert(
+      fc.asyncProperty(def, fc.array(stepArb, { minLength: 10, maxLength: 60, size: "max" }), fc.integer({ min: 0, max: 10_000_000 }), async (d, steps, offset) => {
+        const limit = limitOf(d);
+        const key = `lease:${run++}`;
+        const periodUs = limit.period * 1000;
+        const reference = modelOf({ algorithm: limit.algorithm, rate: limit.rate, periodUs, burst: limit.burst });
+        const admit = (t: number, why: string) => {
+          const seen = reference.peek(t, limit.cost);
+          expect(seen.allowed, `${why} at ${t - start} µs: the bucket would have refused it`).toBe(true);
+          seen.commit();
+        };
+        const parts: Part[][] = [[], [], []];
+        const start = 1_700_000_000_000_000 + offset;
+        let t = start;
+        for (const s of steps) {
+          if (s.gapKind < 4) t += [0, Math.floor(s.gap * 2000), Math.floor((s.gap * 1.5 * periodUs) / limit.rate), Math.floor(s.gap * 1_500_000)][s.gapKind] as number;
+          else t = edgeAfter(t, s.gapKind === 4 ? periodUs : 1_000_000, s.gap); // right around a window's or a lease epoch's end
+          const mine = parts[s.who] as Part[];
+          const keep = (reply: number[]) => {
+            if ((reply[6] as number) > 0) {
+              mine.push({ granted: reply[6] as number, left: reply[6] as number, until: t + (reply[7] as number) * 1000, epoch: reply[8] as number });
+              leasedSeen++;
+            }
+          };
+          if (s.kind === "take") {
+            const reply = await decideAt(limit, key, t, "take", { ask: s.ask });
+            if (reply[0] === 1) admit(t, "a central admission");
+            keep(reply);
+          } else if (s.kind === "flood") {
+            // a burst of central takes at one instant, until Redis refuses: what is left is spent
+            for (let i = 0; i <= limit.burst && (await decideAt(limit, key, t, "take", { ask: 0 }))[0] === 1; i++) admit(t, "a central admission");
+          } else if (s.kind === "lease") {
+            const spent = mine.findIndex((p) => p.left === 0);
+            const close = spent >= 0 ? (mine.splice(spent, 1)[0] as Part) : undefined;
+            keep(await decideAt(limit, key, t, "lease", { ask: s.ask, close: close && { epoch: close.epoch, granted: close.granted, left: 0 } }));
+          } else if (s.kind === "spend") {
+            const p = mine.find((x) => x.until > t && x.left >= limit.cost);
+            if (p) {
+              p.left -= limit.cost;
+              admit(t, "a local admission");
+              localSeen++;
+            }
+          } else if (s.kind === "return") {
+            // early or late (after the lease ended): Redis must take either without passing the limit
+            const p = mine.shift();
+            if (p) await decideAt(limit, key, t, "return", { ask: 0, close: { epoch: p.epoch, granted: p.granted, left: p.left } });
+          } else {
+            mine.length = 0; // the isolate was evicted: its leases are neither spent nor given back
+          }
+        }
+      }),
+      { numRuns: 300 },
+    );
+    // the property saw leases granted and spent
+    if (process.env.SLUICE_TEST_LOGS) console.log(`${leasedSeen} leases granted, ${localSeen} local admissions`);
+    expect(Math.min(leasedSeen, localSeen)).toBeGreaterThan(50);
+  });
+
+  it("a bucket near empty is never leased: nothing below a quarter of the burst (at least one cost), at most a quarter of what is left", async () => {
+    const limit = limitOf({ rate: 1, period: "1h", burst: 40 });
+    const key = `lease:near:${run++}`;
+    let t = 1_700_000_000_000_000;
+    const grants: Array<[left: number, leased: number]> = [];
+    for (let i = 0; i < 45; i++) {
+      t += 1000;
+      const reply = await decideAt(limit, key, t, "take", { ask: 8 });
+      if (reply[0] === 1) grants.push([(reply[2] as number) + (reply[6] as number), reply[6] as number]);
+    }
+    for (const [left, leased] of grants) expect(leased).toBe(left >= 10 ? Math.min(8, Math.floor(left / 4)) : 0);
+    expect(grants.some(([, leased]) => leased > 0)).toBe(true);
+    expect(grants.slice(-9).every(([, leased]) => leased === 0)).toBe(true);
+  });
+});
+
+describe("through three Worker instances", () => {
+  const ADMIN = "operator-token-0123456789";
+  const SLUICE: SluiceInput = {
+    key_prefix: "L",
+    timeout_ms: 1_000,
+    routes: [
+      // one refill an hour: what reaches the origin is the burst, whatever the interleaving
+      { name: "flash", match: "/flash", limits: [{ name: "site", key: "global", rate: 1, period: "1h", burst: 400 }] },
+      { name: "back", match: "/back", limits: [{ name: "per-ip", rate: 1, period: "1h", burst: 1000 }] },
+      { name: "window", match: "/window", limits: [{ name: "per-ip", algorithm: "fixed_window", rate: 1000, period: "1d" }] },
+      { name: "near", match: "/near", limits: [{ name: "per-ip", rate: 1, period: "1h", burst: 200 }] },
+      { name: "steady", match: "/steady", limits: [{ name: "per-ip", rate: 200, period: "1s" }] },
+      { name: "unleased", match: "/unleased", limits: [{ name: "per-ip", rate: 200, period: "1s", lease: false }] },
+    ],
+  };
+
+  let origin: DemoOrigin;
+  let workers: Miniflare[] = [];
+  beforeAll(async () => {
+    origin = await startOrigin();
+    workers = [0, 1, 2].map(() => startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: db.stack.bridge.url, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } }));
+    await Promise.all(workers.map((w) => w.ready));
+  });
+  afterAll(async () => {
+    await Promise.all(workers.map((w) => w.dispose()));
+    await origin?.close();
+  });
+
+  const worker = (i: number) => workers[i] as Miniflare;
+  const reached = (path: string) => origin.seen.filter((s) => s.path === path).length;
+  const scriptRequests = () => {
+    const c = db.stack.bridge.counts();
+    return (c.requestsWith.evalsha ?? 0) + (c.requestsWith.eval ?? 0);
+  };
+  const keyOf = async (route: string, identity: string) => bucketKey("L", route, route === "flash" ? "site" : "per-ip", await hashIdentifier(`${identity}@home`));
+  const ipIdentity = (ip: string) => JSON.stringify([["ip", ip]]);
+  /** A token bucket as Redis holds it: whole tokens, and the tokens its live leases hold (read through the bridge: outside any count). */
+  const stored = async (key: string) => {
+    const value = String(await db.redis.get(key));
+    const [tokens, unit] = value.split(":").map(Number) as [number, number];
+    const held = /:L\d+:(\d+):(\d+)$/.exec(value);
+    return { tokens: Math.floor(tokens / unit), held: held ? (Number(held[1]) + Number(held[2])) / unit : 0 };
+  };
+  const peek = async (route: string, ip: string) => {
+    const r = await call(worker(0), `/__sluice/buckets/${route}/per-ip?ip=${ip}`, { headers: { authorization: `Bearer ${ADMIN}` } });
+    return r.json().remaining as number;
+  };
+  /** `count` requests from one client, one after the other with `pauseMs` between: the statuses. */
+  const steadily = async (mf: Miniflare, path: string, ip: string, count: number, pauseMs: number) => {
+    const statuses: number[] = [];
+    for (let i = 0; i < count; i++) {
+      statuses.push((await call(mf, path, { ip })).status);
+      await sleep(pauseMs);
+    }
+    return statuses;
+  };
+
+  it("with leases in use in every instance, a burst of 300 across three never gets more than the bucket has left, and with what the leases gave back, exactly the bucket reaches the origin", async () => {
+    const started = Date.now();
+    // warm: steady traffic from each instance for over a second (a bucket's first second asks no
+    // lease), so that each holds leases
+    const before = scriptRequests();
+    const warm = await Promise.all([0, 1, 2].map((w) => steadily(worker(w), "/flash", `10.8.0.${w}`, 60, 20)));
+    const warmDecisions = warm.flat().length;
+    const warmRequests = scriptRequests() - before;
+    expect(warm.flat().every((s) => s === 200)).toBe(true);
+    const key = await keyOf("flash", JSON.stringify([["global", "*"]]));
+    await sleep(50); // renewals sent with the last requests have landed
+    const held = await stored(key);
+    // the leases are real: tokens debited in Redis that the isolates have not spent yet
+    expect(held.tokens).toBeLessThan(400 - warmDecisions);
+    expect(held.held).toBeGreaterThan(0);
+    expect(warmRequests).toBeLessThan(warmDecisions);
+
+    const burstOf = (n: number, from: number) => Promise.all(Array.from({ length: n }, (_, i) => call(worker(i % 3), "/flash", { ip: `10.9.${(from + i) >> 8}.${(from + i) & 255}` })));
+    const burst = await burstOf(300, 0);
+    const admitted = burst.filter((r) => r.status === 200).length;
+    expect(burst.every((r) => r.status === 200 || r.status === 429)).toBe(true);
+    expect(burst.every((r) => r.headers.get("sluice-decision") === (r.status === 200 ? "allow" : "reject"))).toBe(true);
+    expect(admitted).toBeLessThanOrEqual(400 - warmDecisions + Math.floor((Date.now() - started) / 3_600_000));
+
+    // what an isolate still held when its clients stopped comes back when its lease expires (at
+    // most 1.5 s), and then goes to whoever asks: nothing was lost, nothing was spent twice
+    await sleep(1_800);
+    const givenBack = (await stored(key)).tokens;
+    const drain = await burstOf(60, 300);
+    const drained = drain.filter((r) => r.status === 200).length;
+    const refilled = Math.floor((Date.now() - started) / 3_600_000); // 1 per hour
+    if (process.env.SLUICE_TEST_LOGS) {
+      console.log(
+        `leases in use: warm ${warmDecisions} decisions, ${warmRequests} script requests; ${held.held} tokens held for leases at the burst; ` +
+          `burst admitted ${admitted} of ${400 - warmDecisions} left; ${givenBack} given back by expired leases, ${drained} admitted after; origin saw ${reached("/flash")}`,
+      );
+    }
+    expect(drained).toBe(givenBack);
+    expect(admitted + drained).toBe(400 - warmDecisions + refilled);
+    expect(reached("/flash")).toBe(400 + refilled);
+  });
+
+  it("leases expire and their leftovers are given back: the bucket is restored to exactly what was admitted (token bucket and fixed window)", async () => {
+    for (const route of ["back", "window"]) {
+      const ip = route === "back" ? "10.7.0.1" : "10.7.0.2";
+      const statuses = await steadily(worker(1), `/${route}`, ip, 150, 5);
+      expect(statuses.every((s) => s === 200)).toBe(true);
+      // right after (once a renewal in flight has landed): some tokens are in the isolate's lease, not in Redis
+      await sleep(50);
+      const during = await peek(route, ip);
+      expect(during).toBeLessThan(1000 - 150);
+      // no other request reaches that isolate: its timer gives them back when the lease expires
+      let after = during;
+      const deadline = Date.now() + 5_000;
+      while (after !== 1000 - 150 && Date.now() < deadline) {
+        await sleep(100);
+        after = await peek(route, ip);
+      }
+      expect(after, route).toBe(1000 - 150);
+    }
+  });
+
+  it("near the limit every decision is central: a bucket below a quarter of its burst is never leased", async () => {
+    const ip = "10.6.0.1";
+    const key = await keyOf("near", ipIdentity(ip));
+    const trace: Array<{ status: number; tokens: number; held: number }> = [];
+    for (let i = 0; i < 260; i++) {
+      const status = (await call(worker(2), "/near", { ip })).status;
+      trace.push({ status, ...(await stored(key)) });
+      if (status === 429) break;
+      await sleep(8);
+    }
+    const admitted = trace.filter((s) => s.status === 200);
+    expect(admitted).toHaveLength(200);
+    // some were decided from a lease (Redis unchanged by them) while the bucket was well filled ...
+    expect(admitted.some((s, i) => i > 0 && s.tokens === (admitted[i - 1] as { tokens: number }).tokens)).toBe(true);
+    expect(trace.some((s) => s.held > 0)).toBe(true);
+    // ... and below a quarter of the burst (50) no lease is granted: the last grant took at most a
+    // quarter of what was left, so at least 38 tokens stayed in Redis, and each of those was
+    // decided centrally, taking its own token there
+    const last = admitted.slice(-30);
+    expect(last.every((s, i) => i === 0 || s.tokens === (last[i - 1] as { tokens: number }).tokens - 1)).toBe(true);
+    expect(trace.at(-1)?.tokens).toBe(0);
+  });
+
+  it("a steady client under its limit is decided locally: most decisions make no Redis request", async () => {
+    const measure = async (path: string, ip: string) => {
+      await steadily(worker(0), path, ip, 120, 8); // over a second of use: its demand is known
+      let quiet = 0;
+      const before = { scripts: scriptRequests(), all: db.stack.bridge.requests };
+      for (let i = 0; i < 150; i++) {
+        const was = db.stack.bridge.requests;
+        const r = await call(worker(0), path, { ip });
+        expect(r.status).toBe(200);
+        expect(r.headers.get("sluice-decision")).toBe("allow");
+        if (db.stack.bridge.requests === was) quiet++;
+        await sleep(8);
+      }
+      return { quiet, scripts: (scriptRequests() - before.scripts) / 150, all: (db.stack.bridge.requests - before.all) / 150 };
+    };
+    const leased = await measure("/steady", "10.5.0.1");
+    const unleased = await measure("/unleased", "10.5.0.2");
+    if (process.env.SLUICE_TEST_LOGS) {
+      console.log(`steady client, 150 decisions: with leases ${leased.scripts.toFixed(2)} script requests per decision (${leased.all.toFixed(2)} Redis requests of any kind), ${leased.quiet} decisions with no Redis request at all; lease = false: ${unleased.scripts.toFixed(2)}`);
+    }
+    expect(unleased.scripts).toBeGreaterThanOrEqual(1);
+    expect(leased.scripts).toBeLessThan(0.75);
+    expect(leased.quiet).toBeGreaterThan(150 / 4);
+  });
+});
