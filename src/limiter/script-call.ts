@@ -8,6 +8,12 @@ import type { LimitOutcome } from "./types.js";
 
 /** The script source, for `store.script()`. */
 export const DECIDE_SCRIPT: string = decideLua;
+/**
+ * The same script flagged `no-writes`, for peeks (which write nothing): sent with EVAL_RO, which
+ * Upstash can serve from a read replica and Redis refuses to let write anything, so a peek can
+ * never spend a token by mistake.
+ */
+export const DECIDE_PEEK_SCRIPT: string = decideLua.replace(/^#!lua flags=/, "#!lua flags=no-writes,");
 
 export type ScriptMode = "take" | "peek" | "refund" | "lease" | "return";
 
@@ -91,7 +97,7 @@ export async function runDecide(
     mode,
   );
   const sentAt = Date.now();
-  const reply = await store.run(store.script(DECIDE_SCRIPT), keys, args);
+  const reply = await store.run(store.script(mode === "peek" ? DECIDE_PEEK_SCRIPT : DECIDE_SCRIPT), keys, args);
   const receivedAt = Date.now();
   const numbers = asNumbers(reply, 1 + PER_LIMIT * buckets.length);
   const at = (i: number, j: number) => numbers[1 + PER_LIMIT * i + j] as number;

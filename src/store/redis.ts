@@ -86,6 +86,8 @@ export function upstashStore(opts: StoreOptions): Store {
   const send: ScriptSender = {
     eval: (source, keys, args) => timed(database, () => client.eval(source, keys, args)),
     evalsha: (sha, keys, args) => timed(database, () => client.evalsha(sha, keys, args)),
+    evalRo: (source, keys, args) => timed(database, () => client.evalRo(source, keys, args)),
+    evalshaRo: (sha, keys, args) => timed(database, () => client.evalshaRo(sha, keys, args)),
   };
 
   return {

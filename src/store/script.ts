@@ -11,8 +11,12 @@
 /** A script's text and, computed once per isolate when first needed, its SHA-1. */
 export class Script {
   private digest: Promise<string> | undefined;
+  /** Flagged `no-writes` in its shebang: sent with EVAL_RO / EVALSHA_RO. */
+  readonly readOnly: boolean;
 
-  constructor(readonly source: string) {}
+  constructor(readonly source: string) {
+    this.readOnly = /^#!lua[ \t]+flags=[^\r\n]*\bno-writes\b/.test(source);
+  }
 
   sha(): Promise<string> {
     this.digest ??= sha1Hex(this.source);
@@ -29,10 +33,12 @@ export function scriptFor(source: string): Script {
   return s;
 }
 
-/** The two ways to send a script, one request each. */
+/** The ways to send a script, one request each (`_ro`: read-only scripts). */
 export interface ScriptSender {
   eval(source: string, keys: string[], args: string[]): Promise<unknown>;
   evalsha(sha: string, keys: string[], args: string[]): Promise<unknown>;
+  evalRo(source: string, keys: string[], args: string[]): Promise<unknown>;
+  evalshaRo(sha: string, keys: string[], args: string[]): Promise<unknown>;
 }
 
 /**
@@ -50,14 +56,14 @@ export async function runScript(
 ): Promise<unknown> {
   if (loaded.has(script)) {
     try {
-      return await send.evalsha(await script.sha(), keys, args);
+      return await (script.readOnly ? send.evalshaRo : send.evalsha)(await script.sha(), keys, args);
     } catch (e) {
       if (!isNoScript(e)) throw e;
       loaded.delete(script);
       if (abandoned()) throw e;
     }
   }
-  const reply = await send.eval(script.source, keys, args);
+  const reply = await (script.readOnly ? send.evalRo : send.eval)(script.source, keys, args);
   loaded.add(script);
   return reply;
 }

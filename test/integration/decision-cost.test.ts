@@ -176,11 +176,12 @@ describe("through the Worker", () => {
       },
       { name: "tight", match: "/tight", limits: [{ name: "per-ip", rate: 2, period: "1h" }] },
       { name: "crowded", match: "/crowded", limits: [{ name: "per-ip", rate: 2, period: "1h" }] },
+      { name: "quota", match: "/quota", peek: "three" },
     ],
   };
   const ADMIN = "operator-token-0123456789";
   /** Commands decide.lua may run; the Worker's background work (lists, overrides, metrics) uses others. */
-  const SCRIPT = ["evalsha", "eval", "time", "mget", "get", "set", "del", "hmget", "incrby", "pexpire"];
+  const SCRIPT = ["evalsha", "eval", "evalsha_ro", "eval_ro", "time", "mget", "get", "set", "del", "hmget", "incrby", "pexpire"];
 
   let origin: DemoOrigin;
   let mf: Miniflare;
@@ -214,6 +215,14 @@ describe("through the Worker", () => {
       const used = since(before, await scriptCommands());
       expect(used, path).toEqual(Object.fromEntries(Object.entries(perDecision).map(([c, n]) => [c, n * 10])));
     }
+  });
+
+  it("a peek is sent read-only (EVAL_RO once, then EVALSHA_RO) and writes nothing", async () => {
+    expect((await call(mf, "/quota", { ip: "192.0.2.150" })).status).toBe(200);
+    await sleep(100);
+    const before = await scriptCommands();
+    for (let i = 0; i < 5; i++) expect((await call(mf, "/quota", { ip: "192.0.2.150" })).headers.get("ratelimit")).toMatch(/^"per-ip";r=1000;/);
+    expect(since(before, await scriptCommands())).toEqual({ evalsha_ro: 5, time: 5, mget: 5 });
   });
 
   it("an override applies within about a second, learned off the request path (no HMGET in any decision)", async () => {

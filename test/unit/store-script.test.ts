@@ -12,20 +12,19 @@ function fakeDatabase() {
   let pending: Array<() => void> = [];
   let paused = false;
   const gate = () => (paused ? new Promise<void>((resolve) => pending.push(resolve)) : Promise.resolve());
-  const sender: ScriptSender = {
-    async eval(source, _keys, args) {
-      sent.push("eval");
-      await gate();
-      held.add(sha1(source));
-      return args[0];
-    },
-    async evalsha(sha, _keys, args) {
-      sent.push("evalsha");
-      await gate();
-      if (!held.has(sha)) throw new Error("NOSCRIPT No matching script. Please use EVAL.");
-      return args[0];
-    },
+  const evalAs = (name: string) => async (source: string, _keys: string[], args: string[]) => {
+    sent.push(name);
+    await gate();
+    held.add(sha1(source));
+    return args[0];
   };
+  const evalshaAs = (name: string) => async (sha: string, _keys: string[], args: string[]) => {
+    sent.push(name);
+    await gate();
+    if (!held.has(sha)) throw new Error("NOSCRIPT No matching script. Please use EVAL.");
+    return args[0];
+  };
+  const sender: ScriptSender = { eval: evalAs("eval"), evalsha: evalshaAs("evalsha"), evalRo: evalAs("eval_ro"), evalshaRo: evalshaAs("evalsha_ro") };
   return {
     sender,
     sent,
@@ -90,9 +89,21 @@ describe("runScript", () => {
     const failing: ScriptSender = {
       eval: () => Promise.reject(new Error("ERR user_script:1: boom")),
       evalsha: () => Promise.reject(new Error("unexpected")),
+      evalRo: () => Promise.reject(new Error("unexpected")),
+      evalshaRo: () => Promise.reject(new Error("unexpected")),
     };
     await expect(runScript(failing, loaded, script, [], [])).rejects.toThrow(/boom/);
     expect(loaded.size).toBe(0);
+  });
+
+  it("sends a script flagged no-writes read-only (EVAL_RO, then EVALSHA_RO), and others as usual", async () => {
+    const db = fakeDatabase();
+    const loaded = new Set<Script>();
+    const readOnly = new Script("#!lua flags=no-writes,allow-key-locking\nreturn ARGV[1]");
+    expect([readOnly.readOnly, new Script(SOURCE).readOnly]).toEqual([true, false]);
+    expect(await runScript(db.sender, loaded, readOnly, [], ["a"])).toBe("a");
+    expect(await runScript(db.sender, loaded, readOnly, [], ["b"])).toBe("b");
+    expect(db.sent).toEqual(["eval_ro", "evalsha_ro"]);
   });
 
   it("keeps one Script per source text in an isolate", () => {
