@@ -24,7 +24,7 @@ export interface DistanceOptions {
   /** Requests per second of each client. */
   rate: number;
   durationMs: number;
-  /** How long after the run the under-limit client's bucket is read again (leases expire after 1 s). */
+  /** How long after the run the under-limit client's bucket is read again (a lease ends, and is given back, at most 1.25 s after its grant). */
   settleMs: number;
 }
 

@@ -28,8 +28,10 @@ export const REGIONS: SluiceInput = {
   home_region: "us",
   regions: { us: { continents: ["NA"] }, eu: { continents: ["EU"] } },
   routes: [
-    { name: "r", match: PATH_REGION, limits: [{ name: "l", rate: 1_000_000, period: "1s" }] },
-    { name: "g", match: PATH_GLOBAL, limits: [{ name: "l", key: "global", rate: 1_000_000, period: "1s", scope: "global" }] },
+    // lease = false: this section measures what one central decision costs from afar (section 8
+    // measures what leases save); with leases the global bucket would be decided mostly locally
+    { name: "r", match: PATH_REGION, limits: [{ name: "l", rate: 1_000_000, period: "1s", lease: false }] },
+    { name: "g", match: PATH_GLOBAL, limits: [{ name: "l", key: "global", rate: 1_000_000, period: "1s", scope: "global", lease: false }] },
   ],
 };
 
