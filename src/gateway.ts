@@ -161,7 +161,7 @@ async function forwardWatched(x: Exchange, probe: boolean): Promise<OriginReply>
   recordOutcome(x, !originFailed(reply), Date.now() - started, probe);
   const res = reply.response;
   if (x.route.on_limit === "fallback" && reply.outcome === "answered" && isKeepable(x.request, res, x.route.fallback_cookies)) {
-    x.defer(keepCopy(x.copy, originRequest(x.request, x.target).headers, res.clone(), x.route.fallback_ttl).catch(() => undefined));
+    x.defer(keepCopy(x.copy, reply.sent, res.clone(), x.route.fallback_ttl).catch(() => undefined));
   }
   return reply;
 }

@@ -1,6 +1,5 @@
 import { leasableShape } from "../config/schema.js";
 import type { Limit } from "../config/index.js";
-import { RttEstimator } from "../store/rtt.js";
 import type { Bucket, Defer } from "./decide.js";
 import { leaseEnd, LeaseTable, type GiveBack, type LeaseLevel, type LeaseTerms, type Renewal } from "./leases.js";
 import { overrideInput } from "./overrides.js";
@@ -26,7 +25,6 @@ export const MIN_HORIZON_MS = 100;
  */
 export class LeaseBroker {
   readonly table: LeaseTable<Bucket>;
-  private readonly rtts = new Map<string, RttEstimator>();
 
   constructor(capacity = 10_000) {
     this.table = new LeaseTable<Bucket>(leaseTerms, capacity);
@@ -93,16 +91,13 @@ export class LeaseBroker {
     return due.length > 0 ? this.giveBack(due) : undefined;
   }
 
-  /** Twice the store's smoothed round trip as this isolate measured it, at least MIN_HORIZON_MS. */
+  /** Twice the store's smoothed round trip as this isolate measured it (the decision budget's own estimate), at least MIN_HORIZON_MS. */
   private horizonMs(b: Bucket): number {
-    const srtt = this.rtts.get(b.store.id)?.smoothed?.srttMs ?? 0;
+    const srtt = b.store.roundTripMs() ?? 0;
     return Math.max(MIN_HORIZON_MS, 2 * srtt);
   }
 
   private settle(r: GroupResult, askedOf: (b: Bucket) => number, defer: Defer): void {
-    let rtt = this.rtts.get(r.store.id);
-    if (!rtt) this.rtts.set(r.store.id, (rtt = new RttEstimator()));
-    rtt.sample(r.receivedAt - r.sentAt);
     let lastExpiry = 0;
     r.buckets.forEach((b, i) => {
       const grant = r.grants[i];

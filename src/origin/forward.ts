@@ -32,6 +32,8 @@ export type OriginOutcome = "answered" | "unreachable" | "timeout" | "unrelayabl
 export interface OriginReply {
   response: Response;
   outcome: OriginOutcome;
+  /** The headers the origin was sent (what its `Vary` refers to). */
+  sent: Headers;
 }
 
 /** Whether the origin's part in a reply counts as a failure (for breakers and retries): no answer, or a 5xx. */
@@ -82,15 +84,15 @@ export async function sendToOrigin(request: Request, target: ForwardTarget): Pro
   try {
     res = await fetch(url, { method: request.method, headers, body: hasBody ? request.body : null, redirect: "manual", signal });
   } catch (e) {
-    if (signal?.aborted) return { outcome: "timeout", response: problem({ status: 504, title: "Gateway timeout", detail: `the origin did not answer within ${target.timeoutMs} ms` }) };
-    return { outcome: "unreachable", response: problem({ status: 502, title: "Bad gateway", detail: `the origin could not be reached: ${e instanceof Error ? e.message : String(e)}` }) };
+    if (signal?.aborted) return { outcome: "timeout", sent: headers, response: problem({ status: 504, title: "Gateway timeout", detail: `the origin did not answer within ${target.timeoutMs} ms` }) };
+    return { outcome: "unreachable", sent: headers, response: problem({ status: 502, title: "Bad gateway", detail: `the origin could not be reached: ${e instanceof Error ? e.message : String(e)}` }) };
   }
   // From here on the origin has answered: whatever goes wrong, it may have acted on the request.
   if (res.status < 200) {
     await res.body?.cancel().catch(() => undefined);
-    return { outcome: "unrelayable", response: problem({ status: 502, title: "Bad gateway", detail: `the origin answered with an interim ${res.status} and no final response` }) };
+    return { outcome: "unrelayable", sent: headers, response: problem({ status: 502, title: "Bad gateway", detail: `the origin answered with an interim ${res.status} and no final response` }) };
   }
-  return { outcome: "answered", response: new Response(res.body, res) };
+  return { outcome: "answered", sent: headers, response: new Response(res.body, res) };
 }
 
 /** `sendToOrigin` for callers that only need the response. */

@@ -54,7 +54,7 @@ function directives(value: string | null): Set<string> {
  * a small manifest at the plain address naming those headers. Meant for `ctx.waitUntil`: the
  * client never waits for it.
  *
- * @example if (isKeepable(req, res, route.fallback_cookies)) defer(keepCopy(address, originRequest(req, target).headers, res.clone(), route.fallback_ttl));
+ * @example if (isKeepable(req, reply.response, route.fallback_cookies)) defer(keepCopy(address, reply.sent, reply.response.clone(), route.fallback_ttl));
  */
 export async function keepCopy(address: CopyAddress, originHeaders: Headers, res: Response, ttlMs: number): Promise<void> {
   const cache = await caches.open(FALLBACK_CACHE);

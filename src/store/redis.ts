@@ -22,6 +22,8 @@ export interface Store {
   run(script: Script, keys: string[], args: Array<string | number>): Promise<unknown>;
   /** The script object for a source text, one per isolate (its SHA-1 is computed once). */
   script(source: string): Script;
+  /** The smoothed round trip this isolate has measured to the database (ms), or undefined before any reply. */
+  roundTripMs(): number | undefined;
 }
 
 export interface StoreOptions {
@@ -95,6 +97,7 @@ export function upstashStore(opts: StoreOptions): Store {
     id,
     redis: client,
     script: scriptFor,
+    roundTripMs: () => database.rtt.smoothed?.srttMs,
     async run(script, keys, args) {
       const admission = gated ? database.circuit.admit(Date.now()) : "pass";
       if (admission === "refuse") {
