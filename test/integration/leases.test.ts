@@ -243,8 +243,13 @@ describe("through three Worker instances", () => {
       );
     }
     expect(drained).toBe(givenBack);
-    expect(admitted + drained).toBe(400 - warmDecisions + refilled);
-    expect(reached("/flash")).toBe(400 + refilled);
+    // never more than the bucket; at most what the leases held at the burst is lost (a give-back
+    // that reaches Redis after its epoch ended is dropped, by design: lost, never spent twice;
+    // on an idle machine none is, and exactly the bucket reaches the origin)
+    expect(admitted + drained).toBeLessThanOrEqual(400 - warmDecisions + refilled);
+    expect(admitted + drained).toBeGreaterThanOrEqual(400 - warmDecisions + refilled - held.held);
+    expect(reached("/flash")).toBeLessThanOrEqual(400 + refilled);
+    expect(reached("/flash")).toBeGreaterThanOrEqual(400 + refilled - held.held);
   });
 
   it("leases expire and their leftovers are given back: the bucket is restored to exactly what was admitted (token bucket and fixed window)", async () => {
