@@ -13,7 +13,7 @@ const luaText: Plugin = {
 export default defineConfig({
   plugins: [luaText],
   test: {
-    include: ["test/**/*.test.ts"],
+    include: ["test/**/*.test.ts", "src/**/*.test.ts"],
     environment: "node",
     globalSetup: ["test/global-setup.ts"],
     testTimeout: 30_000,

@@ -7,13 +7,14 @@
  */
 import type { Miniflare } from "miniflare";
 import type { SluiceInput } from "../src/config/schema.js";
+import { DECIDE_COMMANDS } from "../src/limiter/commands.js";
 import { type EdgeStack, FROM_EU, outcomesOf, sleep } from "./edge.js";
 import { hit } from "./request.js";
 import { commandStats, disposeWorker, statsDelta } from "./stack.js";
 import { type IpSource, round } from "./stats.js";
 
-/** What the script sends (EVALSHA/EVAL) and may run inside (TIME, MGET, SET, ...). The Worker's background work uses others. */
-const SCRIPT_COMMANDS = ["evalsha", "eval", "evalsha_ro", "eval_ro", "time", "mget", "get", "set", "del", "hmget", "incrby", "pexpire"] as const;
+/** What the script sends and may run inside; the Worker's background work uses others. */
+const SCRIPT_COMMANDS = DECIDE_COMMANDS;
 
 const BILLED: SluiceInput = {
   key_prefix: "bench-billed",
@@ -61,21 +62,66 @@ export async function measureBilled(edge: EdgeStack, ips: IpSource, decisions: n
   const rows: BilledRow[] = [];
   try {
     // the isolate's first requests wait for the lists and meet a Redis without the script: not counted
-    for (const path of ["/one/item", "/three/item"]) for (let i = 0; i < 2; i++) await hit(mf, path, ips.take(), FROM_EU);
-    rows.push(await row(edge, mf, { key: "one", label: "1 limit (token bucket), a new client each request", limits: 1, target: 4, path: "/one/item", ip: () => ips.take() }, decisions));
+    for (const path of ["/one/item", "/three/item"])
+      for (let i = 0; i < 2; i++) await hit(mf, path, ips.take(), FROM_EU);
     rows.push(
-      await row(edge, mf, { key: "three", label: "3 limits (token bucket, fixed window, sliding window), a new client each", limits: 3, target: 6, path: "/three/item", ip: () => ips.take() }, decisions),
+      await row(
+        edge,
+        mf,
+        {
+          key: "one",
+          label: "1 limit (token bucket), a new client each request",
+          limits: 1,
+          target: 4,
+          path: "/one/item",
+          ip: () => ips.take(),
+        },
+        decisions,
+      ),
+    );
+    rows.push(
+      await row(
+        edge,
+        mf,
+        {
+          key: "three",
+          label: "3 limits (token bucket, fixed window, sliding window), a new client each",
+          limits: 3,
+          target: 6,
+          path: "/three/item",
+          ip: () => ips.take(),
+        },
+        decisions,
+      ),
     );
     const busy = ips.take();
-    rows.push(await row(edge, mf, { key: "one_busy", label: "1 limit, one client sending them all (leases, if any, amortise)", limits: 1, target: null, path: "/one/item", ip: () => busy }, decisions));
+    rows.push(
+      await row(
+        edge,
+        mf,
+        {
+          key: "one_busy",
+          label: "1 limit, one client sending them all (leases, if any, amortise)",
+          limits: 1,
+          target: null,
+          path: "/one/item",
+          ip: () => busy,
+        },
+        decisions,
+      ),
+    );
   } finally {
     await disposeWorker(mf);
   }
   const problems: string[] = [];
   for (const r of rows) {
-    if (r.target !== null && r.billed_per_decision > r.target) problems.push(`billed commands, ${r.label}: ${r.billed_per_decision} per decision (target ${r.target}) ${JSON.stringify(r.per_decision)}`);
+    if (r.target !== null && r.billed_per_decision > r.target)
+      problems.push(
+        `billed commands, ${r.label}: ${r.billed_per_decision} per decision (target ${r.target}) ${JSON.stringify(r.per_decision)}`,
+      );
     const bad = Object.keys(r.outcomes).filter((k) => k !== "200 allow");
-    if (bad.length > 0) problems.push(`billed commands, ${r.label}: not every request was allowed ${JSON.stringify(r.outcomes)}`);
+    if (bad.length > 0)
+      problems.push(`billed commands, ${r.label}: not every request was allowed ${JSON.stringify(r.outcomes)}`);
   }
   return { decisions, rows, problems };
 }
@@ -110,7 +156,10 @@ async function row(
       billed += s.calls;
     } else background[name] = s.calls;
   }
-  const scriptRequests = ["evalsha", "eval", "evalsha_ro", "eval_ro"].reduce((sum, c) => sum + (bridgeAfter.requestsWith[c] ?? 0) - (bridgeBefore.requestsWith[c] ?? 0), 0);
+  const scriptRequests = ["evalsha", "eval", "evalsha_ro", "eval_ro"].reduce(
+    (sum, c) => sum + (bridgeAfter.requestsWith[c] ?? 0) - (bridgeBefore.requestsWith[c] ?? 0),
+    0,
+  );
   return {
     key: what.key,
     label: what.label,

@@ -36,7 +36,10 @@ export function testClockScript(source: string): string {
     [TTL, "the TTL argument"],
   ] as const) {
     const n = count(marker);
-    if (n !== 1) throw new Error(`section 7 needs ${what} \`${marker}\` exactly once in lua/decide.lua, found ${n} times: update bench/boundary.ts`);
+    if (n !== 1)
+      throw new Error(
+        `section 7 needs ${what} \`${marker}\` exactly once in lua/decide.lua, found ${n} times: update bench/boundary.ts`,
+      );
   }
   return source.replace(CLOCK, "{ ARGV[#ARGV - 1], ARGV[#ARGV] }").replace(TTL, `${TTL} + 86400000`);
 }
@@ -51,9 +54,27 @@ interface AlgorithmCase {
 }
 
 const ALGORITHMS: AlgorithmCase[] = [
-  { key: "fixed_window", label: "fixed_window", limit: { name: "l", algorithm: "fixed_window", rate: RATE, period: "1s" }, ceiling: 2 * RATE, ceilingWhy: "2 × rate (two windows)" },
-  { key: "sliding_window", label: "sliding_window", limit: { name: "l", algorithm: "sliding_window", rate: RATE, period: "1s" }, ceiling: 2 * RATE, ceilingWhy: "2 × rate (curr ≤ rate, prev ≤ rate)" },
-  { key: "token_bucket", label: "token_bucket, burst 100", limit: { name: "l", algorithm: "token_bucket", rate: RATE, period: "1s", burst: RATE }, ceiling: 2 * RATE, ceilingWhy: "burst + rate" },
+  {
+    key: "fixed_window",
+    label: "fixed_window",
+    limit: { name: "l", algorithm: "fixed_window", rate: RATE, period: "1s" },
+    ceiling: 2 * RATE,
+    ceilingWhy: "2 × rate (two windows)",
+  },
+  {
+    key: "sliding_window",
+    label: "sliding_window",
+    limit: { name: "l", algorithm: "sliding_window", rate: RATE, period: "1s" },
+    ceiling: 2 * RATE,
+    ceilingWhy: "2 × rate (curr ≤ rate, prev ≤ rate)",
+  },
+  {
+    key: "token_bucket",
+    label: "token_bucket, burst 100",
+    limit: { name: "l", algorithm: "token_bucket", rate: RATE, period: "1s", burst: RATE },
+    ceiling: 2 * RATE,
+    ceilingWhy: "burst + rate",
+  },
   {
     key: "leaky_bucket",
     label: "leaky_bucket nodelay, burst 100",
@@ -70,7 +91,8 @@ interface Scenario {
   times: number[];
 }
 
-const greedy = (fromMs: number, toMs: number): number[] => Array.from({ length: toMs - fromMs }, (_, i) => (fromMs + i) * MS);
+const greedy = (fromMs: number, toMs: number): number[] =>
+  Array.from({ length: toMs - fromMs }, (_, i) => (fromMs + i) * MS);
 
 const SCENARIOS: Scenario[] = [
   {
@@ -127,14 +149,24 @@ export async function measureBoundary(resp: RespClient, call: Call, source: stri
       const commands = sc.times.map((t) => {
         const { keys, args } = call([{ limit, key }], "take");
         const now = T0_US + t;
-        return ["EVAL", script, String(keys.length), ...keys, ...args, String(Math.floor(now / 1e6)), String(now % 1e6)] as const;
+        return [
+          "EVAL",
+          script,
+          String(keys.length),
+          ...keys,
+          ...args,
+          String(Math.floor(now / 1e6)),
+          String(now % 1e6),
+        ] as const;
       });
       const admittedAt: number[] = [];
       for (let i = 0; i < commands.length; i += BATCH) {
         const replies = await resp.sendMany(commands.slice(i, i + BATCH));
         replies.forEach((reply, j) => {
           if (!Array.isArray(reply) || reply.length !== 1 + 8 || typeof reply[0] !== "number") {
-            throw new Error(`section 7 ${alg.key}: unexpected reply from decide.lua: ${reply instanceof RespError ? reply.message : JSON.stringify(reply)}`);
+            throw new Error(
+              `section 7 ${alg.key}: unexpected reply from decide.lua: ${reply instanceof RespError ? reply.message : JSON.stringify(reply)}`,
+            );
           }
           if (reply[0] === 1) admittedAt.push(sc.times[i + j] as number);
         });
@@ -152,7 +184,9 @@ export async function measureBoundary(resp: RespClient, call: Call, source: stri
         ceiling_why: alg.ceilingWhy,
       };
       if (run.max_1s.admitted > alg.ceiling) {
-        problems.push(`boundary ${sc.key} ${alg.key}: ${run.max_1s.admitted} admitted in one second, above the algorithm's ceiling ${alg.ceiling} (${alg.ceilingWhy})`);
+        problems.push(
+          `boundary ${sc.key} ${alg.key}: ${run.max_1s.admitted} admitted in one second, above the algorithm's ceiling ${alg.ceiling} (${alg.ceilingWhy})`,
+        );
       }
       runs.push(run);
     }
@@ -183,7 +217,10 @@ export function maxIn(times: readonly number[], width: number): IntervalMax {
 }
 
 function limitOf(input: AlgorithmCase["limit"]): Limit {
-  const r = loadConfig({ ORIGIN_URL: "http://127.0.0.1", SLUICE: { routes: [{ name: "boundary", match: "/", limits: [input] }] } });
+  const r = loadConfig({
+    ORIGIN_URL: "http://127.0.0.1",
+    SLUICE: { routes: [{ name: "boundary", match: "/", limits: [input] }] },
+  });
   if (!r.ok) throw new Error(`section 7 limit rejected by sluice: ${r.error.message}`);
   const limit = r.config.routes[0]?.limits[0];
   if (!limit) throw new Error("section 7: no limit compiled");

@@ -68,14 +68,33 @@ const BACKGROUND_TASKS = 2;
 /** The copy of the measured route's overrides is refreshed at most this often per isolate (src/limiter/overrides.ts). */
 const OVERRIDES_EVERY_S = 0.8;
 
-export async function measureDecisions(stack: BenchStack, cleanup: Cleanup, ips: IpSource, n: number): Promise<DecisionResult> {
+export async function measureDecisions(
+  stack: BenchStack,
+  cleanup: Cleanup,
+  ips: IpSource,
+  n: number,
+): Promise<DecisionResult> {
   const tap = await startTap(stack.bridge.url, cleanup, "section 1");
   const mf = await stack.worker(LIMITED, { UPSTASH_REDIS_REST_URL: tap.url });
-  const cold = await count(stack, tap, mf, ips, { label: "cold: first decision, script not in Redis yet", path: PATH_ONE, limits: limitsOf("one") }, 1);
+  const cold = await count(
+    stack,
+    tap,
+    mf,
+    ips,
+    { label: "cold: first decision, script not in Redis yet", path: PATH_ONE, limits: limitsOf("one") },
+    1,
+  );
   const routes = [
     await count(stack, tap, mf, ips, { label: "route with 1 limit", path: PATH_ONE, limits: limitsOf("one") }, n),
     await count(stack, tap, mf, ips, { label: "route with 4 limits", path: PATH_FOUR, limits: limitsOf("four") }, n),
-    await count(stack, tap, mf, ips, { label: "route with 4 algorithms", path: PATH_ALGORITHMS, limits: limitsOf("algorithms") }, n),
+    await count(
+      stack,
+      tap,
+      mf,
+      ips,
+      { label: "route with 4 algorithms", path: PATH_ALGORITHMS, limits: limitsOf("algorithms") },
+      n,
+    ),
   ];
   return { cold, routes };
 }
@@ -114,7 +133,11 @@ async function count(
   const scriptCalls = Object.fromEntries(SCRIPT_CALLS.map((c) => [c, calls(c)]).filter(([, v]) => v !== 0));
   const scriptTotal = SCRIPT_CALLS.reduce((sum, c) => sum + calls(c), 0);
   // TIME, GET and SET always (0 is a figure there); the rest only when they occurred
-  const inside = Object.fromEntries(INSIDE_SCRIPT.map((c) => [c, round(calls(c) / n)]).filter(([c, v]) => v !== 0 || c === "time" || c === "mget" || c === "set"));
+  const inside = Object.fromEntries(
+    INSIDE_SCRIPT.map((c) => [c, round(calls(c) / n)]).filter(
+      ([c, v]) => v !== 0 || c === "time" || c === "mget" || c === "set",
+    ),
+  );
   const known = new Set<string>([...INSIDE_SCRIPT, ...SCRIPT_CALLS, ...Object.keys(tapped.otherCommands)]);
   const other = Object.fromEntries(
     Object.entries(delta)
@@ -136,7 +159,8 @@ async function count(
     http_requests_per_decision: round(tapped.decision / n),
     other_http_requests: tapped.other,
     other_http_commands: tapped.otherCommands,
-    other_http_allowed: BACKGROUND_TASKS * (Math.floor(elapsedS / BACKGROUND_EVERY_S) + 1) + Math.floor(elapsedS / OVERRIDES_EVERY_S) + 1,
+    other_http_allowed:
+      BACKGROUND_TASKS * (Math.floor(elapsedS / BACKGROUND_EVERY_S) + 1) + Math.floor(elapsedS / OVERRIDES_EVERY_S) + 1,
     elapsed_s: round(elapsedS, 2),
     unreadable_http_requests: tapped.unreadable,
     script_calls: scriptCalls,

@@ -12,7 +12,22 @@
  * The admin peek of a bucket goes through a third Worker straight to the bridge, outside the count.
  */
 import type { Miniflare } from "miniflare";
-import { type EdgeStack, bridgeRoundTrip, EDGE_PREFIX, edgeConfig, FROM_EU, outcomesOf, OVER, p50p99, paced, type PacedRun, peekRemaining, sleep, UNDER, warm } from "./edge.js";
+import {
+  type EdgeStack,
+  bridgeRoundTrip,
+  EDGE_PREFIX,
+  edgeConfig,
+  FROM_EU,
+  outcomesOf,
+  OVER,
+  p50p99,
+  paced,
+  type PacedRun,
+  peekRemaining,
+  sleep,
+  UNDER,
+  warm,
+} from "./edge.js";
 import type { Place } from "./request.js";
 import { type BenchStack, type Cleanup, disposeWorker } from "./stack.js";
 import { type IpSource, round } from "./stats.js";
@@ -58,7 +73,15 @@ export interface DistanceClient {
   /** over: ideal − admitted (negative: over-admission). */
   under_admission: number | null;
   /** under: the bucket in Redis by the admin peek, right after the client stopped and `settle_ms` later. */
-  bucket: null | { burst: number; should_be_at_least: number; right_after: number; missing_right_after: number; settle_ms: number; after_settle: number; missing_after_settle: number };
+  bucket: null | {
+    burst: number;
+    should_be_at_least: number;
+    right_after: number;
+    missing_right_after: number;
+    settle_ms: number;
+    after_settle: number;
+    missing_after_settle: number;
+  };
   elapsed_ms: number;
   send_span_ms: number;
 }
@@ -86,7 +109,13 @@ export interface DistanceResult {
 
 const ISOLATES = 2;
 
-export async function measureDistance(stack: BenchStack, edge: EdgeStack, cleanup: Cleanup, ips: IpSource, opts: DistanceOptions): Promise<DistanceResult> {
+export async function measureDistance(
+  stack: BenchStack,
+  edge: EdgeStack,
+  cleanup: Cleanup,
+  ips: IpSource,
+  opts: DistanceOptions,
+): Promise<DistanceResult> {
   const tap = await startTap(edge.bridge.url, cleanup, "distance");
   const [admin] = (await edge.workers(1, edgeConfig(), edge.bridge.url)) as [Miniflare];
   const steps: DistanceStep[] = [];
@@ -114,22 +143,34 @@ export async function measureDistance(stack: BenchStack, edge: EdgeStack, cleanu
         await sleep(Math.max(0, opts.settleMs - (performance.now() - stopped)));
         const afterSettle = await peekRemaining(admin, UNDER.route, UNDER.limit, underIp);
         const seen = stack.origin.seen.slice(originBefore);
-        const received = (path: string) => seen.filter((s) => s.path.startsWith(`${path}/`) && !s.path.endsWith("/warm")).length;
+        const received = (path: string) =>
+          seen.filter((s) => s.path.startsWith(`${path}/`) && !s.path.endsWith("/warm")).length;
         const durationS = opts.durationMs / 1000;
         steps.push({
           injected_ms: injected,
           bridge_rtt_ms: rtt,
           effective_added_rtt_ms: round(rtt - base),
           clients: [
-            client("under", `${opts.rate}/s under ${UNDER.rate}/s`, UNDER, under, opts.rate, under.hits.length, null, counted.decisionByRoute[UNDER.route] ?? 0, received(UNDER.path), {
-              burst: UNDER.burst,
-              should_be_at_least: UNDER.burst - 1,
-              right_after: rightAfter,
-              missing_right_after: Math.max(0, UNDER.burst - 1 - rightAfter),
-              settle_ms: opts.settleMs,
-              after_settle: afterSettle,
-              missing_after_settle: Math.max(0, UNDER.burst - afterSettle),
-            }),
+            client(
+              "under",
+              `${opts.rate}/s under ${UNDER.rate}/s`,
+              UNDER,
+              under,
+              opts.rate,
+              under.hits.length,
+              null,
+              counted.decisionByRoute[UNDER.route] ?? 0,
+              received(UNDER.path),
+              {
+                burst: UNDER.burst,
+                should_be_at_least: UNDER.burst - 1,
+                right_after: rightAfter,
+                missing_right_after: Math.max(0, UNDER.burst - 1 - rightAfter),
+                settle_ms: opts.settleMs,
+                after_settle: afterSettle,
+                missing_after_settle: Math.max(0, UNDER.burst - afterSettle),
+              },
+            ),
             client(
               "over",
               `${opts.rate}/s over ${OVER.rate}/s burst ${OVER.burst}`,
@@ -147,7 +188,10 @@ export async function measureDistance(stack: BenchStack, edge: EdgeStack, cleanu
           background_commands: counted.otherCommands,
         });
         const stray = Object.keys(counted.decisionByRoute).filter((r) => r !== UNDER.route && r !== OVER.route);
-        if (stray.length > 0) throw new Error(`distance: script requests for routes ${stray.join(", ")} (expected only ${UNDER.route} and ${OVER.route} under ${EDGE_PREFIX})`);
+        if (stray.length > 0)
+          throw new Error(
+            `distance: script requests for routes ${stray.join(", ")} (expected only ${UNDER.route} and ${OVER.route} under ${EDGE_PREFIX})`,
+          );
       } finally {
         await Promise.all(workers.map(disposeWorker));
       }
@@ -158,7 +202,14 @@ export async function measureDistance(stack: BenchStack, edge: EdgeStack, cleanu
     await tap.close();
   }
   const leases = steps.some((s) => s.clients.some((c) => c.key === "under" && c.decided_without_request > 0));
-  return { options: opts, from: FROM_EU, isolates: ISOLATES, leases_detected: leases, steps, problems: problemsOf(steps) };
+  return {
+    options: opts,
+    from: FROM_EU,
+    isolates: ISOLATES,
+    leases_detected: leases,
+    steps,
+    problems: problemsOf(steps),
+  };
 }
 
 function client(
@@ -176,7 +227,8 @@ function client(
   const admittedHits = run.hits.filter((h) => h.status === 200);
   const degraded = run.hits.filter((h) => h.decision === "degraded").length;
   const unexpected: Record<string, number> = {};
-  for (const [k, n] of Object.entries(outcomesOf(run.hits))) if (k !== "200 allow" && k !== "200 degraded" && k !== "429 reject") unexpected[k] = n;
+  for (const [k, n] of Object.entries(outcomesOf(run.hits)))
+    if (k !== "200 allow" && k !== "200 degraded" && k !== "429 reject") unexpected[k] = n;
   const decisions = run.hits.length;
   const nonDegraded = decisions - degraded;
   return {
@@ -215,12 +267,20 @@ function problemsOf(steps: DistanceStep[]): string[] {
           `OVER-ADMISSION: ${at}: admitted ${c.admitted}, more than the ideal ${c.ideal} (Redis alone, for these send times: ${c.schedule_exact ?? c.ideal}; ${c.degraded} of the answers degraded)`,
         );
       }
-      if (Object.keys(c.unexpected).length > 0) problems.push(`${at}: unexpected answers ${JSON.stringify(c.unexpected)}`);
-      if (c.degraded > 0) problems.push(`${at}: ${c.degraded} of ${c.requests} decisions degraded with Redis healthy (the budget did not cover the round trip)`);
-      if (c.origin_received !== c.admitted) problems.push(`${at}: the origin received ${c.origin_received} requests for ${c.admitted} admitted`);
-      if (c.key === "under" && c.rejected > 0) problems.push(`${at}: ${c.rejected} requests refused although the client stays under its limit`);
+      if (Object.keys(c.unexpected).length > 0)
+        problems.push(`${at}: unexpected answers ${JSON.stringify(c.unexpected)}`);
+      if (c.degraded > 0)
+        problems.push(
+          `${at}: ${c.degraded} of ${c.requests} decisions degraded with Redis healthy (the budget did not cover the round trip)`,
+        );
+      if (c.origin_received !== c.admitted)
+        problems.push(`${at}: the origin received ${c.origin_received} requests for ${c.admitted} admitted`);
+      if (c.key === "under" && c.rejected > 0)
+        problems.push(`${at}: ${c.rejected} requests refused although the client stays under its limit`);
       if (c.bucket && c.bucket.missing_after_settle > 0) {
-        problems.push(`${at}: the bucket holds ${c.bucket.after_settle} of ${c.bucket.burst} ${c.bucket.settle_ms} ms after the client stopped: tokens not given back`);
+        problems.push(
+          `${at}: the bucket holds ${c.bucket.after_settle} of ${c.bucket.burst} ${c.bucket.settle_ms} ms after the client stopped: tokens not given back`,
+        );
       }
     }
   }

@@ -7,7 +7,14 @@
 import type { Miniflare } from "miniflare";
 import type { SluiceInput } from "../src/config/schema.js";
 import { hit, type Hit, type Place } from "./request.js";
-import { type BenchStack, type Cleanup, type RedisBridge, startRedisBridge, TOKEN, type WorkerOptions } from "./stack.js";
+import {
+  type BenchStack,
+  type Cleanup,
+  type RedisBridge,
+  startRedisBridge,
+  TOKEN,
+  type WorkerOptions,
+} from "./stack.js";
 import { percentile, round } from "./stats.js";
 
 /** Every request enters in Frankfurt: region eu, which has no database of its own. */
@@ -33,8 +40,16 @@ export function edgeConfig(onStoreError?: "local" | "open" | "closed"): SluiceIn
     regions: { us: { continents: ["NA"] }, eu: { continents: ["EU"] } },
     ...(onStoreError ? { on_store_error: onStoreError } : {}),
     routes: [
-      { name: UNDER.route, match: "/under/*", limits: [{ name: UNDER.limit, key: "ip", rate: UNDER.rate, period: "1s" }] },
-      { name: OVER.route, match: "/over/*", limits: [{ name: OVER.limit, key: "ip", rate: OVER.rate, period: "1s", burst: OVER.burst }] },
+      {
+        name: UNDER.route,
+        match: "/under/*",
+        limits: [{ name: UNDER.limit, key: "ip", rate: UNDER.rate, period: "1s" }],
+      },
+      {
+        name: OVER.route,
+        match: "/over/*",
+        limits: [{ name: OVER.limit, key: "ip", rate: OVER.rate, period: "1s", burst: OVER.burst }],
+      },
     ],
   };
 }
@@ -56,7 +71,11 @@ export async function startEdgeStack(stack: BenchStack, cleanup: Cleanup): Promi
     workers: (n, sluice, redisUrl = rb.bridge.url) =>
       Promise.all(
         Array.from({ length: n }, () =>
-          stack.worker(sluice, { UPSTASH_REDIS_REST_URL: redisUrl, UPSTASH_REDIS_REST_TOKEN: TOKEN, SLUICE_ADMIN_TOKEN: ADMIN_TOKEN }, quiet),
+          stack.worker(
+            sluice,
+            { UPSTASH_REDIS_REST_URL: redisUrl, UPSTASH_REDIS_REST_TOKEN: TOKEN, SLUICE_ADMIN_TOKEN: ADMIN_TOKEN },
+            quiet,
+          ),
         ),
       ),
   };
@@ -84,7 +103,14 @@ export interface PacedRun {
  * or not the ones before were answered (an open loop, as real clients do), spread over `workers`
  * in turn: the isolates share the load.
  */
-export async function paced(workers: Miniflare[], path: string, ip: string, rate: number, durationMs: number, place: Place = FROM_EU): Promise<PacedRun> {
+export async function paced(
+  workers: Miniflare[],
+  path: string,
+  ip: string,
+  rate: number,
+  durationMs: number,
+  place: Place = FROM_EU,
+): Promise<PacedRun> {
   const n = Math.round((rate * durationMs) / 1000);
   const started = performance.now();
   const pending: Array<Promise<PacedHit>> = [];
@@ -96,7 +122,13 @@ export async function paced(workers: Miniflare[], path: string, ip: string, rate
     const sent = performance.now();
     lastSent = sent;
     const w = i % workers.length;
-    pending.push(hit(workers[w] as Miniflare, `${path}/${i}`, ip, place).then((h) => ({ ...h, sentMs: sent - started, worker: w })));
+    pending.push(
+      hit(workers[w] as Miniflare, `${path}/${i}`, ip, place).then((h) => ({
+        ...h,
+        sentMs: sent - started,
+        worker: w,
+      })),
+    );
   }
   const hits = await Promise.all(pending);
   return { hits, elapsedMs: performance.now() - started, sendSpanMs: lastSent - started };
@@ -104,7 +136,8 @@ export async function paced(workers: Miniflare[], path: string, ip: string, rate
 
 /** A few requests per Worker and route from clients nobody else uses, so lists, script and round trip are known. */
 export async function warm(workers: Miniflare[], paths: string[], ips: { take(): string }, each = 3): Promise<void> {
-  for (const mf of workers) for (const path of paths) for (let i = 0; i < each; i++) await hit(mf, `${path}/warm`, ips.take(), FROM_EU);
+  for (const mf of workers)
+    for (const path of paths) for (let i = 0; i < each; i++) await hit(mf, `${path}/warm`, ips.take(), FROM_EU);
 }
 
 /** What an admin peek (`GET /__sluice/buckets/:route/:limit?ip=..&region=eu`) says of a client's bucket. */
@@ -114,9 +147,11 @@ export async function peekRemaining(mf: Miniflare, route: string, limit: string,
     headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "CF-Connecting-IP": "192.0.2.250" },
   });
   const text = await res.text();
-  if (res.status !== 200) throw new Error(`admin peek of ${route}/${limit} for ${ip}: ${res.status} ${text.slice(0, 300)}`);
+  if (res.status !== 200)
+    throw new Error(`admin peek of ${route}/${limit} for ${ip}: ${res.status} ${text.slice(0, 300)}`);
   const body = JSON.parse(text) as { remaining?: unknown };
-  if (typeof body.remaining !== "number") throw new Error(`admin peek of ${route}/${limit}: no remaining in ${text.slice(0, 300)}`);
+  if (typeof body.remaining !== "number")
+    throw new Error(`admin peek of ${route}/${limit}: no remaining in ${text.slice(0, 300)}`);
   return body.remaining;
 }
 
@@ -129,12 +164,21 @@ export async function bridgeRoundTrip(url: string, n: number): Promise<number> {
   const samples: number[] = [];
   for (let i = 0; i < n; i++) {
     const start = performance.now();
-    const res = await fetch(url, { method: "POST", headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" }, body: '["PING"]' });
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      body: '["PING"]',
+    });
     await res.arrayBuffer();
     if (res.status !== 200) throw new Error(`PING through the bridge answered ${res.status}`);
     samples.push(performance.now() - start);
   }
-  return round(percentile([...samples].sort((a, b) => a - b), 50));
+  return round(
+    percentile(
+      [...samples].sort((a, b) => a - b),
+      50,
+    ),
+  );
 }
 
 /** p50/p99 of some answers' latencies, ms; null when there are none. */

@@ -40,7 +40,14 @@ export interface Added {
 
 export interface LatencyResult {
   sequential: { warmup: number; requests: number; block: number; variants: SequentialVariant[]; added: Added[] };
-  concurrent: { clients: number; warmup: number; requests: number; rounds: number; variants: ConcurrentVariant[]; added: Added[] };
+  concurrent: {
+    clients: number;
+    warmup: number;
+    requests: number;
+    rounds: number;
+    variants: ConcurrentVariant[];
+    added: Added[];
+  };
 }
 
 export interface LatencyOptions {
@@ -57,7 +64,13 @@ export async function measureLatency(variants: Variant[], ips: IpSource, opts: L
   const sequential = await sequentialRuns(variants, ips, opts);
   const concurrent = await concurrentRuns(variants, ips, opts);
   return {
-    sequential: { warmup: opts.warmup, requests: opts.requests, block: opts.block, variants: sequential, added: addedOver(sequential) },
+    sequential: {
+      warmup: opts.warmup,
+      requests: opts.requests,
+      block: opts.block,
+      variants: sequential,
+      added: addedOver(sequential),
+    },
     concurrent: {
       clients: opts.clients,
       warmup: opts.warmup,
@@ -125,7 +138,13 @@ async function concurrentRuns(variants: Variant[], ips: IpSource, opts: LatencyO
 }
 
 /** `total` requests spread over `clients` concurrent loops, each sending the next as soon as one is answered. */
-async function burst(v: Variant, ips: IpSource, clients: number, total: number, outcomes: Outcomes): Promise<{ samples: number[]; wallMs: number }> {
+async function burst(
+  v: Variant,
+  ips: IpSource,
+  clients: number,
+  total: number,
+  outcomes: Outcomes,
+): Promise<{ samples: number[]; wallMs: number }> {
   const samples: number[] = [];
   let issued = 0;
   const start = process.hrtime.bigint();
@@ -149,6 +168,8 @@ function addedOver(results: Array<SequentialVariant & { throughput_rps?: number 
     variant: r.key,
     added_median_ms: round(r.latency.median_ms - base.latency.median_ms),
     added_p99_ms: round(r.latency.p99_ms - base.latency.p99_ms),
-    ...(r.throughput_rps !== undefined && base.throughput_rps ? { throughput_ratio: round(r.throughput_rps / base.throughput_rps) } : {}),
+    ...(r.throughput_rps !== undefined && base.throughput_rps
+      ? { throughput_ratio: round(r.throughput_rps / base.throughput_rps) }
+      : {}),
   }));
 }

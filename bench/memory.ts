@@ -23,11 +23,31 @@ const DB = "9";
 
 /** 100 per hour: every key lives at least 36 s after its request, longer than the measurement. */
 const CASES: Array<{ key: string; label: string; limit: LimitInput }> = [
-  { key: "token_bucket", label: "token_bucket", limit: { name: "per-ip", algorithm: "token_bucket", rate: 100, period: "1h" } },
-  { key: "token_bucket_warmup", label: "token_bucket, warmup 10s", limit: { name: "per-ip", algorithm: "token_bucket", rate: 100, period: "1h", warmup: "10s" } },
-  { key: "leaky_bucket", label: "leaky_bucket, nodelay", limit: { name: "per-ip", algorithm: "leaky_bucket", rate: 100, period: "1h", nodelay: true } },
-  { key: "fixed_window", label: "fixed_window", limit: { name: "per-ip", algorithm: "fixed_window", rate: 100, period: "1h" } },
-  { key: "sliding_window", label: "sliding_window", limit: { name: "per-ip", algorithm: "sliding_window", rate: 100, period: "1h" } },
+  {
+    key: "token_bucket",
+    label: "token_bucket",
+    limit: { name: "per-ip", algorithm: "token_bucket", rate: 100, period: "1h" },
+  },
+  {
+    key: "token_bucket_warmup",
+    label: "token_bucket, warmup 10s",
+    limit: { name: "per-ip", algorithm: "token_bucket", rate: 100, period: "1h", warmup: "10s" },
+  },
+  {
+    key: "leaky_bucket",
+    label: "leaky_bucket, nodelay",
+    limit: { name: "per-ip", algorithm: "leaky_bucket", rate: 100, period: "1h", nodelay: true },
+  },
+  {
+    key: "fixed_window",
+    label: "fixed_window",
+    limit: { name: "per-ip", algorithm: "fixed_window", rate: 100, period: "1h" },
+  },
+  {
+    key: "sliding_window",
+    label: "sliding_window",
+    limit: { name: "per-ip", algorithm: "sliding_window", rate: 100, period: "1h" },
+  },
 ];
 
 export interface MemoryRun {
@@ -53,11 +73,18 @@ export interface MemoryResult {
   runs: MemoryRun[];
 }
 
-export async function measureMemory(redisUrl: string, cleanup: Cleanup, call: Call, source: string, n: number): Promise<MemoryResult> {
+export async function measureMemory(
+  redisUrl: string,
+  cleanup: Cleanup,
+  call: Call,
+  source: string,
+  n: number,
+): Promise<MemoryResult> {
   const resp = RespClient.fromUrl(redisUrl, { timeoutMs: 10_000 });
   cleanup.add("RESP client (memory)", () => resp.close());
   const sha = text(await resp.send(["SCRIPT", "LOAD", source]), "SCRIPT LOAD");
-  if (sha !== createHash("sha1").update(source, "utf8").digest("hex")) throw new Error(`section 6: SCRIPT LOAD answered ${sha}, not the SHA-1 of decide.lua`);
+  if (sha !== createHash("sha1").update(source, "utf8").digest("hex"))
+    throw new Error(`section 6: SCRIPT LOAD answered ${sha}, not the SHA-1 of decide.lua`);
   ok(await resp.send(["SELECT", DB]), `SELECT ${DB}`);
 
   // Buckets one at a time: a long pipeline would grow the connection's buffers and blur used_memory.
@@ -69,14 +96,20 @@ export async function measureMemory(redisUrl: string, cleanup: Cleanup, call: Ca
         ["EVALSHA", sha, String(k.length), ...k, ...args],
         ["MEMORY", "USAGE", key],
       ]);
-      if (!Array.isArray(decision) || decision[0] !== 1) throw new Error(`section 6 ${label}: a fresh bucket's first request was not admitted: ${describe(decision)}`);
-      if (typeof usage !== "number") throw new Error(`section 6 ${label}: MEMORY USAGE ${key} answered ${describe(usage)}`);
+      if (!Array.isArray(decision) || decision[0] !== 1)
+        throw new Error(`section 6 ${label}: a fresh bucket's first request was not admitted: ${describe(decision)}`);
+      if (typeof usage !== "number")
+        throw new Error(`section 6 ${label}: MEMORY USAGE ${key} answered ${describe(usage)}`);
       sizes.push(usage);
     }
     return sizes;
   };
   const keysFor = (limit: Limit, count: number, ips = new IpSource()) =>
-    Promise.all(Array.from({ length: count }, async () => bucketKey("sluice", "api", limit.name, await hashIdentifier(`${ips.take()}@us`))));
+    Promise.all(
+      Array.from({ length: count }, async () =>
+        bucketKey("sluice", "api", limit.name, await hashIdentifier(`${ips.take()}@us`)),
+      ),
+    );
 
   // A discarded first pass: the first keys of a connection and a database carry one-time allocations.
   const first = CASES[0];
@@ -109,7 +142,8 @@ export async function measureMemory(redisUrl: string, cleanup: Cleanup, call: Ca
       ["SET", sampleKey, valueText, "PX", "3600000"],
       ["MEMORY", "USAGE", sampleKey],
     ]);
-    if (typeof plain !== "number") throw new Error(`section 6 ${c.key}: MEMORY USAGE after a plain SET answered ${describe(plain)}`);
+    if (typeof plain !== "number")
+      throw new Error(`section 6 ${c.key}: MEMORY USAGE after a plain SET answered ${describe(plain)}`);
     ok(await resp.send(["FLUSHDB", "SYNC"]), "FLUSHDB");
     const sorted = [...sizes].sort((a, b) => a - b);
     runs.push({
@@ -117,11 +151,22 @@ export async function measureMemory(redisUrl: string, cleanup: Cleanup, call: Ca
       label: c.label,
       argv: call([{ limit, key: "k" }], "take").args.slice(3),
       buckets: n,
-      memory_usage: { median: percentile(sorted, 50), min: sorted[0] ?? Number.NaN, max: sorted[sorted.length - 1] ?? Number.NaN },
+      memory_usage: {
+        median: percentile(sorted, 50),
+        min: sorted[0] ?? Number.NaN,
+        max: sorted[sorted.length - 1] ?? Number.NaN,
+      },
       plain_set_memory_usage: plain,
-      used_memory_per_bucket: keysFound === n && before !== null && after !== null ? Math.round(((after - before) / n) * 10) / 10 : null,
+      used_memory_per_bucket:
+        keysFound === n && before !== null && after !== null ? Math.round(((after - before) / n) * 10) / 10 : null,
       keys_found: keysFound,
-      sample: { key: sampleKey, key_bytes: Buffer.byteLength(sampleKey), value: valueText, value_bytes: Buffer.byteLength(valueText), pttl_ms: typeof pttl === "number" ? pttl : -3 },
+      sample: {
+        key: sampleKey,
+        key_bytes: Buffer.byteLength(sampleKey),
+        value: valueText,
+        value_bytes: Buffer.byteLength(valueText),
+        pttl_ms: typeof pttl === "number" ? pttl : -3,
+      },
     });
   }
   resp.close();
@@ -151,7 +196,10 @@ async function usedMemory(resp: RespClient): Promise<number> {
 }
 
 function limitOf(input: LimitInput): Limit {
-  const r = loadConfig({ ORIGIN_URL: "http://127.0.0.1", SLUICE: { routes: [{ name: "api", match: "/", limits: [input] }] } });
+  const r = loadConfig({
+    ORIGIN_URL: "http://127.0.0.1",
+    SLUICE: { routes: [{ name: "api", match: "/", limits: [input] }] },
+  });
   if (!r.ok) throw new Error(`section 6 limit rejected by sluice: ${r.error.message}`);
   const limit = r.config.routes[0]?.limits[0];
   if (!limit) throw new Error("section 6: no limit compiled");
@@ -164,7 +212,8 @@ function text(reply: RespReply, what: string): string {
 }
 
 function ok(reply: RespReply, what: string): void {
-  if (!Buffer.isBuffer(reply) || reply.toString("utf8") !== "OK") throw new Error(`section 6: ${what} answered ${describe(reply)}`);
+  if (!Buffer.isBuffer(reply) || reply.toString("utf8") !== "OK")
+    throw new Error(`section 6: ${what} answered ${describe(reply)}`);
 }
 
 function describe(reply: RespReply | undefined): string {

@@ -67,7 +67,9 @@ export async function measureOutage(edge: EdgeStack, ips: IpSource, opts: Outage
   const runs: OutageRun[] = [];
   // every policy's isolates at once (startup is the slow part), each pair warmed just before its runs;
   // local is the default: its configuration does not name it
-  const started = await Promise.allSettled(opts.policies.map((p) => edge.workers(ISOLATES, edgeConfig(p === "local" ? undefined : p))));
+  const started = await Promise.allSettled(
+    opts.policies.map((p) => edge.workers(ISOLATES, edgeConfig(p === "local" ? undefined : p))),
+  );
   const all = started.flatMap((r) => (r.status === "fulfilled" ? r.value : []));
   const failed = started.find((r): r is PromiseRejectedResult => r.status === "rejected");
   if (failed) {
@@ -121,16 +123,29 @@ export async function measureOutage(edge: EdgeStack, ips: IpSource, opts: Outage
       await Promise.all(workers.map(disposeWorker));
     }
   }
-  return { options: opts, from: FROM_EU, isolates: ISOLATES, limit: { rate: OVER.rate, burst: OVER.burst, period_s: 1 }, runs, problems: problemsOf(runs) };
+  return {
+    options: opts,
+    from: FROM_EU,
+    isolates: ISOLATES,
+    limit: { rate: OVER.rate, burst: OVER.burst, period_s: 1 },
+    runs,
+    problems: problemsOf(runs),
+  };
 }
 
 /** Asks `mf` every 10 ms (fresh clients, the 100/s route) until an answer is decided by Redis: 200 allow or 429. */
-async function recovery(mf: Miniflare, ips: IpSource, since: number, limitMs: number): Promise<{ ms: number | null; requests: number }> {
+async function recovery(
+  mf: Miniflare,
+  ips: IpSource,
+  since: number,
+  limitMs: number,
+): Promise<{ ms: number | null; requests: number }> {
   let requests = 0;
   while (performance.now() - since < limitMs) {
     requests++;
     const h = await hit(mf, `${UNDER.path}/back`, ips.take(), FROM_EU);
-    if ((h.status === 200 && h.decision === "allow") || h.status === 429) return { ms: round(performance.now() - since, 1), requests };
+    if ((h.status === 200 && h.decision === "allow") || h.status === 429)
+      return { ms: round(performance.now() - since, 1), requests };
     await sleep(10);
   }
   return { ms: null, requests };
@@ -140,15 +155,27 @@ function problemsOf(runs: OutageRun[]): string[] {
   const problems: string[] = [];
   for (const r of runs) {
     const at = `outage, Redis ${r.mode === "hang" ? "hung" : "refusing"}, on_store_error ${r.policy}`;
-    if (r.policy === "local" && r.bound !== null && r.admitted > r.bound) problems.push(`OVER-ADMISSION: ${at}: admitted ${r.admitted}, above the local bound ${r.bound} (${ISOLATES} isolates × (burst + rate × T))`);
-    if (r.policy !== "closed" && r.server_errors > 0) problems.push(`${at}: ${r.server_errors} answers 5xx ${JSON.stringify(r.outcomes)}`);
-    if (r.policy === "closed" && r.admitted > 0) problems.push(`${at}: ${r.admitted} requests admitted while failing closed`);
-    if (r.policy === "open" && r.admitted !== r.requests) problems.push(`${at}: ${r.requests - r.admitted} requests not admitted while failing open ${JSON.stringify(r.outcomes)}`);
+    if (r.policy === "local" && r.bound !== null && r.admitted > r.bound)
+      problems.push(
+        `OVER-ADMISSION: ${at}: admitted ${r.admitted}, above the local bound ${r.bound} (${ISOLATES} isolates × (burst + rate × T))`,
+      );
+    if (r.policy !== "closed" && r.server_errors > 0)
+      problems.push(`${at}: ${r.server_errors} answers 5xx ${JSON.stringify(r.outcomes)}`);
+    if (r.policy === "closed" && r.admitted > 0)
+      problems.push(`${at}: ${r.admitted} requests admitted while failing closed`);
+    if (r.policy === "open" && r.admitted !== r.requests)
+      problems.push(
+        `${at}: ${r.requests - r.admitted} requests not admitted while failing open ${JSON.stringify(r.outcomes)}`,
+      );
     const unexpected = Object.keys(r.outcomes).filter((k) => !["200 degraded", "429 reject", "503 reject"].includes(k));
     if (unexpected.length > 0) problems.push(`${at}: unexpected answers ${JSON.stringify(r.outcomes)}`);
     r.recovery_ms.forEach((ms, i) => {
-      if (ms === null) problems.push(`${at}: isolate ${i + 1} did not answer from Redis again within the limit after the bridge went back to normal`);
-      else if (ms > 1000) problems.push(`${at}: isolate ${i + 1} took ${ms} ms to answer from Redis again (target: within 1 s)`);
+      if (ms === null)
+        problems.push(
+          `${at}: isolate ${i + 1} did not answer from Redis again within the limit after the bridge went back to normal`,
+        );
+      else if (ms > 1000)
+        problems.push(`${at}: isolate ${i + 1} took ${ms} ms to answer from Redis again (target: within 1 s)`);
     });
   }
   return problems;

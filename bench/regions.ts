@@ -31,7 +31,11 @@ export const REGIONS: SluiceInput = {
     // lease = false: this section measures what one central decision costs from afar (section 8
     // measures what leases save); with leases the global bucket would be decided mostly locally
     { name: "r", match: PATH_REGION, limits: [{ name: "l", rate: 1_000_000, period: "1s", lease: false }] },
-    { name: "g", match: PATH_GLOBAL, limits: [{ name: "l", key: "global", rate: 1_000_000, period: "1s", scope: "global", lease: false }] },
+    {
+      name: "g",
+      match: PATH_GLOBAL,
+      limits: [{ name: "l", key: "global", rate: 1_000_000, period: "1s", scope: "global", lease: false }],
+    },
   ],
 };
 
@@ -73,9 +77,17 @@ export interface RegionsResult {
   problems: string[];
 }
 
-export async function measureRegions(stack: BenchStack, cleanup: Cleanup, ips: IpSource, opts: RegionsOptions): Promise<RegionsResult> {
+export async function measureRegions(
+  stack: BenchStack,
+  cleanup: Cleanup,
+  ips: IpSource,
+  opts: RegionsOptions,
+): Promise<RegionsResult> {
   const [home, eu] = await Promise.all([startRedisBridge(cleanup, "home (us)"), startRedisBridge(cleanup, "eu")]);
-  const [homeTap, euTap] = await Promise.all([startTap(home.bridge.url, cleanup, "home (us)"), startTap(eu.bridge.url, cleanup, "eu")]);
+  const [homeTap, euTap] = await Promise.all([
+    startTap(home.bridge.url, cleanup, "home (us)"),
+    startTap(eu.bridge.url, cleanup, "eu"),
+  ]);
   const mf = await stack.worker(REGIONS, {
     UPSTASH_REDIS_REST_URL: homeTap.url,
     UPSTASH_REDIS_REST_TOKEN: TOKEN,
@@ -96,17 +108,29 @@ export async function measureRegions(stack: BenchStack, cleanup: Cleanup, ips: I
   for (const s of steps) {
     for (const r of s.routes) {
       const label = `regions ${r.label} at +${s.injected_ms} ms`;
-      if (Object.keys(r.unexpected_outcomes).length > 0) problems.push(`${label}: unexpected outcomes (want 200 allow from region ${EXPECTED_REGION}) ${JSON.stringify(r.unexpected_outcomes)}`);
+      if (Object.keys(r.unexpected_outcomes).length > 0)
+        problems.push(
+          `${label}: unexpected outcomes (want 200 allow from region ${EXPECTED_REGION}) ${JSON.stringify(r.unexpected_outcomes)}`,
+        );
       const [wantHome, wantEu] = r.key === "global" ? [1, 0] : [0, 1];
       if (r.home_requests_per_decision !== wantHome || r.eu_requests_per_decision !== wantEu) {
-        problems.push(`${label}: ${r.home_requests_per_decision} HTTP requests carrying the script to the home Redis and ${r.eu_requests_per_decision} to eu's per decision (want ${wantHome} and ${wantEu})`);
+        problems.push(
+          `${label}: ${r.home_requests_per_decision} HTTP requests carrying the script to the home Redis and ${r.eu_requests_per_decision} to eu's per decision (want ${wantHome} and ${wantEu})`,
+        );
       }
     }
   }
   return { options: opts, from: FROM_EU, steps, problems };
 }
 
-async function step(mf: Miniflare, home: Tap, eu: Tap, ips: IpSource, opts: RegionsOptions, injected: number): Promise<LatencyStep> {
+async function step(
+  mf: Miniflare,
+  home: Tap,
+  eu: Tap,
+  ips: IpSource,
+  opts: RegionsOptions,
+  injected: number,
+): Promise<LatencyStep> {
   const routes = [
     { key: "region" as const, label: "/r scope region", path: PATH_REGION },
     { key: "global" as const, label: "/g scope global", path: PATH_GLOBAL },

@@ -20,10 +20,18 @@ export interface Place {
 /** One GET through the Worker, as Cloudflare would deliver it from `ip` (at `place`, if given). */
 export async function hit(mf: Miniflare, path: string, ip: string, place?: Place): Promise<Hit> {
   const start = process.hrtime.bigint();
-  const res = await mf.dispatchFetch(`http://sluice.bench${path}`, { headers: { "CF-Connecting-IP": ip }, ...(place ? { cf: { ...place } } : {}) });
+  const res = await mf.dispatchFetch(`http://sluice.bench${path}`, {
+    headers: { "CF-Connecting-IP": ip },
+    ...(place ? { cf: { ...place } } : {}),
+  });
   await res.arrayBuffer();
   const ms = msSince(start);
-  return { ms, status: res.status, decision: res.headers.get("Sluice-Decision") ?? "", region: res.headers.get("Sluice-Region") ?? "" };
+  return {
+    ms,
+    status: res.status,
+    decision: res.headers.get("Sluice-Decision") ?? "",
+    region: res.headers.get("Sluice-Region") ?? "",
+  };
 }
 
 /**

@@ -110,7 +110,9 @@ async function main(): Promise<number> {
     step(`1/10 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
     const decisions = await measureDecisions(stack, cleanup, ips, sizes.decisions);
 
-    step(`2/10 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`);
+    step(
+      `2/10 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`,
+    );
     const on = await stack.worker(LIMITED);
     const off = await stack.worker(UNLIMITED);
     const latency = await measureLatency(
@@ -123,24 +125,34 @@ async function main(): Promise<number> {
       sizes.latency,
     );
 
-    step(`3/10 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`);
+    step(
+      `3/10 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`,
+    );
     const scripts = await measureScripts(stack, cleanup, sizes.redisBenchmark);
 
     step("4/10 split limit across four regions: static equal split vs sluice's split (simulated clock, 60 s)");
     const split = measureSplit();
 
     const r = sizes.regions;
-    step(`5/10 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`);
+    step(
+      `5/10 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`,
+    );
     const regions = await measureRegions(stack, cleanup, ips, sizes.regions);
 
     const edge = await startEdgeStack(stack, cleanup);
-    step(`10/10 billed commands per decision (${sizes.billedDecisions} per row; INFO commandstats of a Redis of its own)`);
+    step(
+      `10/10 billed commands per decision (${sizes.billedDecisions} per row; INFO commandstats of a Redis of its own)`,
+    );
     const billed = await measureBilled(edge, ips, sizes.billedDecisions);
     const ds = sizes.distance;
-    step(`8/10 distance: Redis +${ds.latencies.join(" / +")} ms, 2 isolates, clients at ${ds.rate}/s under and over their limits for ${ds.durationMs / 1000} s`);
+    step(
+      `8/10 distance: Redis +${ds.latencies.join(" / +")} ms, 2 isolates, clients at ${ds.rate}/s under and over their limits for ${ds.durationMs / 1000} s`,
+    );
     const distance = await measureDistance(stack, edge, cleanup, ips, ds);
     const os = sizes.outage;
-    step(`9/10 outage: Redis hung, then refusing, ${os.rate}/s for ${os.durationMs / 1000} s under on_store_error ${os.policies.join(" / ")}`);
+    step(
+      `9/10 outage: Redis hung, then refusing, ${os.rate}/s for ${os.durationMs / 1000} s under on_store_error ${os.policies.join(" / ")}`,
+    );
     const outage = await measureOutage(edge, ips, os);
 
     const problems = [
@@ -175,9 +187,25 @@ async function main(): Promise<number> {
       problems,
     };
     step("done; stopping the stack");
-    console.log(render(result.environment, decisions, latency, scripts, split, regions, memory, boundary, { distance, outage, billed }, problems, sizes));
+    console.log(
+      render(
+        result.environment,
+        decisions,
+        latency,
+        scripts,
+        split,
+        regions,
+        memory,
+        boundary,
+        { distance, outage, billed },
+        problems,
+        sizes,
+      ),
+    );
     const file = writeResults(result.name, started, result, !values.quick);
-    console.log(`\nresults: ${relative(process.cwd(), file)}${values.quick ? "" : " and bench/results/latest.json"} (${result.duration_s} s)`);
+    console.log(
+      `\nresults: ${relative(process.cwd(), file)}${values.quick ? "" : " and bench/results/latest.json"} (${result.duration_s} s)`,
+    );
     return 0;
   } finally {
     await cleanup.run();
@@ -188,15 +216,23 @@ async function main(): Promise<number> {
  * Sections 6 and 7, on the bench Redis before anything else uses it. Afterwards the script cache
  * is flushed: section 1's cold start needs a Redis that has never seen decide.lua.
  */
-async function measureEarly(stack: BenchStack, cleanup: Cleanup, sizes: Sizes, step: (what: string) => void): Promise<{ memory: MemoryResult; boundary: BoundaryResult }> {
+async function measureEarly(
+  stack: BenchStack,
+  cleanup: Cleanup,
+  sizes: Sizes,
+  step: (what: string) => void,
+): Promise<{ memory: MemoryResult; boundary: BoundaryResult }> {
   const source = decideLuaForRedis();
   const call = (await importDecide()).scriptCall;
-  step(`6/10 Redis memory per bucket (${sizes.memoryBuckets} buckets per algorithm, MEMORY USAGE), while wrangler builds`);
+  step(
+    `6/10 Redis memory per bucket (${sizes.memoryBuckets} buckets per algorithm, MEMORY USAGE), while wrangler builds`,
+  );
   const memory = await measureMemory(stack.redis.url, cleanup, call, source, sizes.memoryBuckets);
   step("7/10 boundary effect: decide.lua with a test clock (EVAL), 100 per second, greedy clients");
   const boundary = await measureBoundary(stack.resp, call, source);
   const flushed = await stack.resp.send(["SCRIPT", "FLUSH", "SYNC"]);
-  if (!Buffer.isBuffer(flushed) || flushed.toString("utf8") !== "OK") throw new Error(`SCRIPT FLUSH answered ${JSON.stringify(replyToJs(flushed))}`);
+  if (!Buffer.isBuffer(flushed) || flushed.toString("utf8") !== "OK")
+    throw new Error(`SCRIPT FLUSH answered ${JSON.stringify(replyToJs(flushed))}`);
   step("6/10 and 7/10 done");
   return { memory, boundary };
 }
@@ -205,18 +241,38 @@ async function measureEarly(stack: BenchStack, cleanup: Cleanup, sizes: Sizes, s
 function findProblems(d: DecisionResult, l: LatencyResult): string[] {
   const problems: string[] = [];
   for (const r of d.routes) {
-    if (r.script_calls_per_decision !== 1) problems.push(`${r.label}: ${r.script_calls_per_decision} top-level script calls per decision (target exactly 1)`);
-    if (r.http_requests_per_decision !== 1) problems.push(`${r.label}: ${r.http_requests_per_decision} HTTP requests carrying the script per decision (target exactly 1)`);
-    if (r.decision_http_requests + r.other_http_requests !== r.http_requests) problems.push(`${r.label}: the bridge received ${r.http_requests} HTTP requests, the tap forwarded ${r.decision_http_requests + r.other_http_requests}`);
-    if (r.other_http_requests > r.other_http_allowed) problems.push(`${r.label}: ${r.other_http_requests} background HTTP requests in ${r.elapsed_s} s (metrics flush, lists and overrides refresh: at most ${r.other_http_allowed}); ${JSON.stringify(r.other_http_commands)}`);
-    if (r.unreadable_http_requests > 0) problems.push(`${r.label}: ${r.unreadable_http_requests} HTTP requests the tap could not read as Upstash REST`);
-    if (Object.keys(r.other_commands).length > 0) problems.push(`${r.label}: Redis commands from neither the script nor a background request: ${JSON.stringify(r.other_commands)}`);
-    if (Object.keys(r.failed_commands).length > 0) problems.push(`${r.label}: failed Redis calls: ${JSON.stringify(r.failed_commands)}`);
-    if (r.origin_requests !== r.decisions) problems.push(`${r.label}: origin received ${r.origin_requests} requests for ${r.decisions} allowed decisions`);
-    if (Object.keys(r.unexpected_outcomes).length > 0) problems.push(`${r.label}: not every request was allowed: ${JSON.stringify(r.unexpected_outcomes)}`);
+    if (r.script_calls_per_decision !== 1)
+      problems.push(
+        `${r.label}: ${r.script_calls_per_decision} top-level script calls per decision (target exactly 1)`,
+      );
+    if (r.http_requests_per_decision !== 1)
+      problems.push(
+        `${r.label}: ${r.http_requests_per_decision} HTTP requests carrying the script per decision (target exactly 1)`,
+      );
+    if (r.decision_http_requests + r.other_http_requests !== r.http_requests)
+      problems.push(
+        `${r.label}: the bridge received ${r.http_requests} HTTP requests, the tap forwarded ${r.decision_http_requests + r.other_http_requests}`,
+      );
+    if (r.other_http_requests > r.other_http_allowed)
+      problems.push(
+        `${r.label}: ${r.other_http_requests} background HTTP requests in ${r.elapsed_s} s (metrics flush, lists and overrides refresh: at most ${r.other_http_allowed}); ${JSON.stringify(r.other_http_commands)}`,
+      );
+    if (r.unreadable_http_requests > 0)
+      problems.push(`${r.label}: ${r.unreadable_http_requests} HTTP requests the tap could not read as Upstash REST`);
+    if (Object.keys(r.other_commands).length > 0)
+      problems.push(
+        `${r.label}: Redis commands from neither the script nor a background request: ${JSON.stringify(r.other_commands)}`,
+      );
+    if (Object.keys(r.failed_commands).length > 0)
+      problems.push(`${r.label}: failed Redis calls: ${JSON.stringify(r.failed_commands)}`);
+    if (r.origin_requests !== r.decisions)
+      problems.push(`${r.label}: origin received ${r.origin_requests} requests for ${r.decisions} allowed decisions`);
+    if (Object.keys(r.unexpected_outcomes).length > 0)
+      problems.push(`${r.label}: not every request was allowed: ${JSON.stringify(r.unexpected_outcomes)}`);
   }
   for (const v of [...l.sequential.variants, ...l.concurrent.variants]) {
-    if (Object.keys(v.unexpected_outcomes).length > 0) problems.push(`latency ${v.label}: unexpected outcomes ${JSON.stringify(v.unexpected_outcomes)}`);
+    if (Object.keys(v.unexpected_outcomes).length > 0)
+      problems.push(`latency ${v.label}: unexpected outcomes ${JSON.stringify(v.unexpected_outcomes)}`);
   }
   return problems;
 }
@@ -238,15 +294,39 @@ function render(
   sizes: Sizes,
 ): string {
   const out: string[] = [];
-  out.push(`sluice bench (${env.git}) on ${env.cpus}× ${env.cpu_model}, node ${env.node}, redis ${env.redis}, miniflare ${env.miniflare}`);
+  out.push(
+    `sluice bench (${env.git}) on ${env.cpus}× ${env.cpu_model}, node ${env.node}, redis ${env.redis}, miniflare ${env.miniflare}`,
+  );
 
-  out.push("", `1. Redis requests per decision (${sizes.decisions} allowed requests per route, each from a distinct CF-Connecting-IP)`);
-  const calls = (r: DecisionCounts) => Object.entries(r.script_calls).map(([c, n]) => `${c} ${n}${r.failed_commands[c] ? `, ${r.failed_commands[c]} failed` : ""}`).join(" + ") || "none";
-  const inside = (r: DecisionCounts) => Object.entries(r.inside_script_per_decision).map(([c, n]) => `${c.toUpperCase()} ${n}`).join(" + ");
-  const other = (r: DecisionCounts) => `${r.other_http_requests}${r.other_http_requests > 0 ? ` (${Object.entries(r.other_http_commands).map(([c, n]) => `${c.toUpperCase()} ${n}`).join(", ")})` : ""}`;
+  out.push(
+    "",
+    `1. Redis requests per decision (${sizes.decisions} allowed requests per route, each from a distinct CF-Connecting-IP)`,
+  );
+  const calls = (r: DecisionCounts) =>
+    Object.entries(r.script_calls)
+      .map(([c, n]) => `${c} ${n}${r.failed_commands[c] ? `, ${r.failed_commands[c]} failed` : ""}`)
+      .join(" + ") || "none";
+  const inside = (r: DecisionCounts) =>
+    Object.entries(r.inside_script_per_decision)
+      .map(([c, n]) => `${c.toUpperCase()} ${n}`)
+      .join(" + ");
+  const other = (r: DecisionCounts) =>
+    `${r.other_http_requests}${
+      r.other_http_requests > 0
+        ? ` (${Object.entries(r.other_http_commands)
+            .map(([c, n]) => `${c.toUpperCase()} ${n}`)
+            .join(", ")})`
+        : ""
+    }`;
   out.push(
     table(
-      ["route", "HTTP req / decision", "script calls / decision", "commands inside the script / decision", "background HTTP req in all"],
+      [
+        "route",
+        "HTTP req / decision",
+        "script calls / decision",
+        "commands inside the script / decision",
+        "background HTTP req in all",
+      ],
       [...d.routes, d.cold].map((r) => [
         r === d.cold ? "cold start (1 request)" : r.label,
         fmt(r.http_requests_per_decision),
@@ -267,45 +347,83 @@ function render(
   );
 
   const seq = l.sequential;
-  out.push("", `2. Latency of an allowed request: dispatchFetch wall time in ms (${seq.requests} sequential per variant after ${seq.warmup} warm-up, interleaved in blocks of ${seq.block})`);
+  out.push(
+    "",
+    `2. Latency of an allowed request: dispatchFetch wall time in ms (${seq.requests} sequential per variant after ${seq.warmup} warm-up, interleaved in blocks of ${seq.block})`,
+  );
   const added = new Map(seq.added.map((a) => [a.variant, a]));
   out.push(
     table(
       ["variant", "median", "p90", "p99", "added median", "added p99"],
       seq.variants.map((v) => {
         const a = added.get(v.key);
-        return [v.label, ms(v.latency.median_ms), ms(v.latency.p90_ms), ms(v.latency.p99_ms), a ? signed(a.added_median_ms) : "—", a ? signed(a.added_p99_ms) : "—"];
+        return [
+          v.label,
+          ms(v.latency.median_ms),
+          ms(v.latency.p90_ms),
+          ms(v.latency.p99_ms),
+          a ? signed(a.added_median_ms) : "—",
+          a ? signed(a.added_p99_ms) : "—",
+        ];
       }),
     ),
   );
   const con = l.concurrent;
-  out.push("", `   ${con.clients} concurrent clients, ${con.requests} requests per variant (${con.rounds} rounds, order alternated)`);
+  out.push(
+    "",
+    `   ${con.clients} concurrent clients, ${con.requests} requests per variant (${con.rounds} rounds, order alternated)`,
+  );
   const cAdded = new Map(con.added.map((a) => [a.variant, a]));
   out.push(
     table(
       ["variant", "median", "p90", "p99", "req/s", "vs off"],
       con.variants.map((v) => {
         const a = cAdded.get(v.key);
-        return [v.label, ms(v.latency.median_ms), ms(v.latency.p90_ms), ms(v.latency.p99_ms), v.throughput_rps.toFixed(0), a?.throughput_ratio !== undefined ? `${a.throughput_ratio.toFixed(2)}×` : "—"];
+        return [
+          v.label,
+          ms(v.latency.median_ms),
+          ms(v.latency.p90_ms),
+          ms(v.latency.p99_ms),
+          v.throughput_rps.toFixed(0),
+          a?.throughput_ratio !== undefined ? `${a.throughput_ratio.toFixed(2)}×` : "—",
+        ];
       }),
     ),
   );
-  out.push("   Everything (Worker in workerd, bridge, origin, Redis, this driver) shares one machine: absolute figures are local, the difference is the point.");
+  out.push(
+    "   Everything (Worker in workerd, bridge, origin, Redis, this driver) shares one machine: absolute figures are local, the difference is the point.",
+  );
 
   const o = s.options;
-  out.push("", `3. EVALSHA of lua/decide.lua vs INCR (redis-benchmark -n ${o.requests} -c ${o.clients} -r ${o.keyspace}, straight to Redis)`);
+  out.push(
+    "",
+    `3. EVALSHA of lua/decide.lua vs INCR (redis-benchmark -n ${o.requests} -c ${o.clients} -r ${o.keyspace}, straight to Redis)`,
+  );
   out.push(
     table(
       ["command", "ops/s", "p50 ms", "ratio to INCR"],
-      s.runs.map((r) => [r.label, r.ops_per_sec.toFixed(0), r.p50_ms === null ? "—" : r.p50_ms.toFixed(3), `${r.ratio_to_incr.toFixed(2)}×`]),
+      s.runs.map((r) => [
+        r.label,
+        r.ops_per_sec.toFixed(0),
+        r.p50_ms === null ? "—" : r.p50_ms.toFixed(3),
+        `${r.ratio_to_incr.toFixed(2)}×`,
+      ]),
     ),
   );
   out.push(
     `   ${o.keyspace} random keys per limit (each case its own); script ${s.sha}. KEYS: one bucket per limit, and`,
     "   no override hash (the Worker passes the overrides it knows in ARGV); ARGV: mode n override_idx, then per limit",
-    "   algo rate period_us burst cost shadow share_idx demand_idx p1 p2 override_all override_own (algo 1 token, 2 leaky, 3 fixed,",
-    "   4 sliding window; \"\" for no override):",
-    ...s.limits.map((x, _, all) => `     ${`${x.label}:`.padEnd(Math.max(...all.map((y) => y.label.length)) + 1)}  ${x.argv.slice(0, 3).join(" ")} │ ${chunks(x.argv.slice(3).map((a) => (a === "" ? '""' : a)), (x.argv.length - 3) / x.limits).map((c) => c.join(" ")).join(" │ ")}`),
+    "   algo rate period_us burst cost shadow share_idx demand_idx p1 p2 override_all override_own lease_ask lease_epoch",
+    '   lease_granted lease_left floor (algo 1 token, 2 leaky, 3 fixed, 4 sliding window, 5 concurrency; "" for no override):',
+    ...s.limits.map(
+      (x, _, all) =>
+        `     ${`${x.label}:`.padEnd(Math.max(...all.map((y) => y.label.length)) + 1)}  ${x.argv.slice(0, 3).join(" ")} │ ${chunks(
+          x.argv.slice(3).map((a) => (a === "" ? '""' : a)),
+          (x.argv.length - 3) / x.limits,
+        )
+          .map((c) => c.join(" "))
+          .join(" │ ")}`,
+    ),
   );
 
   renderSplit(out, sp);
@@ -327,8 +445,7 @@ function render(
       "        at every distance nothing was admitted over the ideal, nothing degraded, every token came back; in every outage no 5xx",
       "        under local and open, local within its bound, every isolate back on Redis within 1 s; billed commands within target.",
     );
-  }
-  else out.push("PROBLEMS:", ...problems.map((p) => `  - ${p}`));
+  } else out.push("PROBLEMS:", ...problems.map((p) => `  - ${p}`));
   return out.join("\n");
 }
 
@@ -341,7 +458,15 @@ function renderSplit(out: string[], sp: SplitResult): void {
   );
   out.push(
     table(
-      ["variant", "seconds", "admitted/s", `% of ${sc.rate}`, ...regions.map((r) => `${r} admitted/offered`), "worst 1 s", `over ${sc.rate}`],
+      [
+        "variant",
+        "seconds",
+        "admitted/s",
+        `% of ${sc.rate}`,
+        ...regions.map((r) => `${r} admitted/offered`),
+        "worst 1 s",
+        `over ${sc.rate}`,
+      ],
       sp.variants.map((v) => [
         v.short,
         `${v.measured_seconds.from}–${v.measured_seconds.to - 1}`,
@@ -383,7 +508,17 @@ function renderRegions(out: string[], rg: RegionsResult): void {
   const baseMedian = (key: string) => base?.routes.find((r) => r.key === key)?.latency.median_ms;
   out.push(
     table(
-      ["injected", "route", "median", "p99", "vs +0 ms median", "HTTP req / decision to home / eu", "background HTTP home / eu", "added median (global − region)", "added p99"],
+      [
+        "injected",
+        "route",
+        "median",
+        "p99",
+        "vs +0 ms median",
+        "HTTP req / decision to home / eu",
+        "background HTTP home / eu",
+        "added median (global − region)",
+        "added p99",
+      ],
       rg.steps.flatMap((st) =>
         st.routes.map((r, i) => {
           const b = baseMedian(r.key);
@@ -411,15 +546,30 @@ function renderRegions(out: string[], rg: RegionsResult): void {
 }
 
 function renderMemory(out: string[], m: MemoryResult): void {
-  out.push("", `6. Redis memory per bucket (${m.buckets} buckets per algorithm, one admitted request each: EVALSHA of decide.lua, keys named as the Worker names them; ${m.limit.replace(/, one.*$/, "")})`);
+  out.push(
+    "",
+    `6. Redis memory per bucket (${m.buckets} buckets per algorithm, one admitted request each: EVALSHA of decide.lua, keys named as the Worker names them; ${m.limit.replace(/, one.*$/, "")})`,
+  );
   out.push(
     table(
-      ["algorithm", "MEMORY USAGE median (min–max)", "same by plain SET", "used_memory / bucket", "TTL after 1 request", "value (GET)", "value bytes"],
+      [
+        "algorithm",
+        "MEMORY USAGE median (min–max)",
+        "same by plain SET",
+        "used_memory / bucket",
+        "TTL after 1 request",
+        "value (GET)",
+        "value bytes",
+      ],
       m.runs.map((r) => [
         r.label,
         `${r.memory_usage.median} B (${r.memory_usage.min}–${r.memory_usage.max})`,
         `${r.plain_set_memory_usage} B`,
-        r.used_memory_per_bucket !== null ? `${r.used_memory_per_bucket.toFixed(1)} B` : r.keys_found !== r.buckets ? `— (${r.keys_found}/${r.buckets} keys left)` : "— (did not settle)",
+        r.used_memory_per_bucket !== null
+          ? `${r.used_memory_per_bucket.toFixed(1)} B`
+          : r.keys_found !== r.buckets
+            ? `— (${r.keys_found}/${r.buckets} keys left)`
+            : "— (did not settle)",
         duration(r.sample.pttl_ms),
         r.sample.value,
         String(r.sample.value_bytes),
@@ -445,7 +595,15 @@ function renderBoundary(out: string[], b: BoundaryResult): void {
   const letter = new Map(b.scenarios.map((sc, i) => [sc.key, String.fromCharCode(65 + i)]));
   out.push(
     table(
-      ["", "algorithm", "admitted", "most in any 1 s (from)", "most in any 100 ms (from)", "in [2 s, 3 s)", "ceiling in 1 s"],
+      [
+        "",
+        "algorithm",
+        "admitted",
+        "most in any 1 s (from)",
+        "most in any 100 ms (from)",
+        "in [2 s, 3 s)",
+        "ceiling in 1 s",
+      ],
       b.runs.map((r, i) => [
         i === 0 || b.runs[i - 1]?.scenario !== r.scenario ? (letter.get(r.scenario) ?? "") : "",
         r.label,
@@ -473,7 +631,18 @@ function renderDistance(out: string[], d: DistanceResult): void {
   const leases = d.leases_detected;
   out.push(
     table(
-      ["Redis", "client", "admitted / ideal (exact)", "under-admission", "degraded", "p50 allowed", "p99 allowed", "Redis req / decision", "decided w/o request", "bucket after stop / +settle"],
+      [
+        "Redis",
+        "client",
+        "admitted / ideal (exact)",
+        "under-admission",
+        "degraded",
+        "p50 allowed",
+        "p99 allowed",
+        "Redis req / decision",
+        "decided w/o request",
+        "bucket after stop / +settle",
+      ],
       d.steps.flatMap((s) =>
         s.clients.map((c, i) => [
           i === 0 ? `+${s.injected_ms} ms (RTT +${s.effective_added_rtt_ms.toFixed(1)})` : "",
@@ -514,7 +683,19 @@ function renderOutage(out: string[], o: OutageResult): void {
   const runs = [...o.runs].sort((a, b) => (a.mode === b.mode ? 0 : a.mode === "hang" ? -1 : 1));
   out.push(
     table(
-      ["Redis", "on_store_error", "admitted / sent", "local bound", "degraded", "429", "5xx", "p50 (all)", "p99 (all)", "bridge req (hung/refused)", "back on Redis after, per isolate"],
+      [
+        "Redis",
+        "on_store_error",
+        "admitted / sent",
+        "local bound",
+        "degraded",
+        "429",
+        "5xx",
+        "p50 (all)",
+        "p99 (all)",
+        "bridge req (hung/refused)",
+        "back on Redis after, per isolate",
+      ],
       runs.map((r, i) => [
         i === 0 || runs[i - 1]?.mode !== r.mode ? (r.mode === "hang" ? "hung" : "refusing") : "",
         r.policy === "local" ? "local (default)" : r.policy,
@@ -538,20 +719,27 @@ function renderOutage(out: string[], o: OutageResult): void {
 }
 
 function renderBilled(out: string[], b: BilledResult): void {
-  out.push("", `10. Billed commands per decision (${b.decisions} allowed decisions per row through one Worker; INFO commandstats: EVALSHA/EVAL + every command the script runs)`);
+  out.push(
+    "",
+    `10. Billed commands per decision (${b.decisions} allowed decisions per row through one Worker; INFO commandstats: EVALSHA/EVAL + every command the script runs)`,
+  );
   out.push(
     table(
       ["decisions", "billed / decision", "by command", "target", "script HTTP req / decision"],
       b.rows.map((r) => [
         r.label,
         fmt(r.billed_per_decision),
-        Object.entries(r.per_decision).map(([c, n]) => `${c.toUpperCase()} ${fmt(n)}`).join(" + "),
+        Object.entries(r.per_decision)
+          .map(([c, n]) => `${c.toUpperCase()} ${fmt(n)}`)
+          .join(" + "),
         r.target === null ? "—" : String(r.target),
         fmt(r.script_requests_per_decision),
       ]),
     ),
   );
-  out.push("   Upstash bills every command, those a script runs included. Background commands (lists, overrides copy, metrics) are left out and kept in the JSON.");
+  out.push(
+    "   Upstash bills every command, those a script runs included. Background commands (lists, overrides copy, metrics) are left out and kept in the JSON.",
+  );
 }
 
 function duration(ms: number): string {
@@ -568,7 +756,8 @@ function chunks<T>(items: T[], size: number): T[][] {
 
 function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]) => `   ${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join("  │  ")}`;
+  const line = (cells: string[]) =>
+    `   ${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join("  │  ")}`;
   const rule = `   ${widths.map((w) => "─".repeat(w)).join("──┼──")}`;
   return [line(header), rule, ...rows.map(line)].join("\n");
 }
@@ -583,7 +772,10 @@ const signed = (n: number): string => `${n >= 0 ? "+" : ""}${n.toFixed(3)}`;
 /** A quick run writes its own file only: latest.json always holds full-size figures. */
 function writeResults(name: string, started: Date, result: unknown, latest: boolean): string {
   mkdirSync(RESULTS_DIR, { recursive: true });
-  const stamp = started.toISOString().replace(/:/g, "-").replace(/\.\d+Z$/, "Z");
+  const stamp = started
+    .toISOString()
+    .replace(/:/g, "-")
+    .replace(/\.\d+Z$/, "Z");
   const text = `${JSON.stringify(result, null, 2)}\n`;
   const file = join(RESULTS_DIR, `${name}-${stamp}.json`);
   for (const target of latest ? [file, join(RESULTS_DIR, "latest.json")] : [file]) {
@@ -602,15 +794,25 @@ async function serverVersion(info: Promise<unknown>): Promise<string> {
 function environment(redis: string) {
   const version = (pkg: string): string => {
     try {
-      return (JSON.parse(readFileSync(resolve("node_modules", pkg, "package.json"), "utf8")) as { version?: string }).version ?? "unknown";
+      return (
+        (JSON.parse(readFileSync(resolve("node_modules", pkg, "package.json"), "utf8")) as { version?: string })
+          .version ?? "unknown"
+      );
     } catch {
       return "unknown";
     }
   };
   let git = "no git";
   try {
-    const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
-    const dirty = execFileSync("git", ["status", "--porcelain"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim() !== "";
+    const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "ignore"],
+    }).trim();
+    const dirty =
+      execFileSync("git", ["status", "--porcelain"], {
+        encoding: "utf8",
+        stdio: ["ignore", "pipe", "ignore"],
+      }).trim() !== "";
     git = `${head}${dirty ? "+dirty" : ""}`;
   } catch {
     // not a git checkout

@@ -55,18 +55,37 @@ export interface ScriptResult {
   runs: CommandRun[];
 }
 
-
 /**
  * The scripts measured: one limit of 100/s per algorithm (as in the issue), a route of four token
  * buckets, and a route with one limit of each algorithm. Each gets its own key prefix, so no run
  * reads another algorithm's buckets.
  */
 const CASES: Array<{ key: string; label: string; limits: LimitInput[] }> = [
-  { key: "evalsha_1", label: "1 limit: token_bucket", limits: [{ name: "per-ip", key: "ip", rate: 100, period: "1s" }] },
-  { key: "evalsha_1_warmup", label: "1 limit: token_bucket, warmup 10s", limits: [{ name: "per-ip", key: "ip", rate: 100, period: "1s", warmup: "10s" }] },
-  { key: "evalsha_1_leaky", label: "1 limit: leaky_bucket, nodelay", limits: [{ name: "per-ip", key: "ip", algorithm: "leaky_bucket", rate: 100, period: "1s", nodelay: true }] },
-  { key: "evalsha_1_fixed", label: "1 limit: fixed_window", limits: [{ name: "per-ip", key: "ip", algorithm: "fixed_window", rate: 100, period: "1s" }] },
-  { key: "evalsha_1_sliding", label: "1 limit: sliding_window", limits: [{ name: "per-ip", key: "ip", algorithm: "sliding_window", rate: 100, period: "1s" }] },
+  {
+    key: "evalsha_1",
+    label: "1 limit: token_bucket",
+    limits: [{ name: "per-ip", key: "ip", rate: 100, period: "1s" }],
+  },
+  {
+    key: "evalsha_1_warmup",
+    label: "1 limit: token_bucket, warmup 10s",
+    limits: [{ name: "per-ip", key: "ip", rate: 100, period: "1s", warmup: "10s" }],
+  },
+  {
+    key: "evalsha_1_leaky",
+    label: "1 limit: leaky_bucket, nodelay",
+    limits: [{ name: "per-ip", key: "ip", algorithm: "leaky_bucket", rate: 100, period: "1s", nodelay: true }],
+  },
+  {
+    key: "evalsha_1_fixed",
+    label: "1 limit: fixed_window",
+    limits: [{ name: "per-ip", key: "ip", algorithm: "fixed_window", rate: 100, period: "1s" }],
+  },
+  {
+    key: "evalsha_1_sliding",
+    label: "1 limit: sliding_window",
+    limits: [{ name: "per-ip", key: "ip", algorithm: "sliding_window", rate: 100, period: "1s" }],
+  },
   {
     key: "evalsha_4",
     label: "4 limits: 4 token buckets",
@@ -89,10 +108,17 @@ const CASES: Array<{ key: string; label: string; limits: LimitInput[] }> = [
   },
 ];
 
-export async function measureScripts(stack: BenchStack, cleanup: Cleanup, opts: BenchmarkOptions): Promise<ScriptResult> {
+export async function measureScripts(
+  stack: BenchStack,
+  cleanup: Cleanup,
+  opts: BenchmarkOptions,
+): Promise<ScriptResult> {
   const source = decideLuaForRedis();
   const loaded = await stack.resp.send(["SCRIPT", "LOAD", source]);
-  if (!Buffer.isBuffer(loaded)) throw new Error(`SCRIPT LOAD of ${DECIDE_LUA} failed: ${loaded instanceof RespError ? loaded.message : JSON.stringify(loaded)}`);
+  if (!Buffer.isBuffer(loaded))
+    throw new Error(
+      `SCRIPT LOAD of ${DECIDE_LUA} failed: ${loaded instanceof RespError ? loaded.message : JSON.stringify(loaded)}`,
+    );
   const sha = loaded.toString("utf8");
   const expected = createHash("sha1").update(source, "utf8").digest("hex");
   if (sha !== expected) throw new Error(`SCRIPT LOAD answered ${sha}, but the SHA-1 of ${DECIDE_LUA} is ${expected}`);
@@ -104,7 +130,12 @@ export async function measureScripts(stack: BenchStack, cleanup: Cleanup, opts: 
 
   const cases: Array<{ key: string; label: string; statName: string; args: string[] }> = [
     { key: "incr", label: "INCR bench:counter", statName: "incr", args: ["INCR", "bench:counter"] },
-    ...scripts.map((c) => ({ key: c.key, label: `EVALSHA, ${c.label}`, statName: "evalsha", args: evalsha(call, sha, c.compiled, c.prefix) })),
+    ...scripts.map((c) => ({
+      key: c.key,
+      label: `EVALSHA, ${c.label}`,
+      statName: "evalsha",
+      args: evalsha(call, sha, c.compiled, c.prefix),
+    })),
   ];
   const runs: Omit<CommandRun, "ratio_to_incr">[] = [];
   for (const c of cases) {
@@ -129,7 +160,10 @@ export async function measureScripts(stack: BenchStack, cleanup: Cleanup, opts: 
     sha,
     options: opts,
     limits: scripts.map((c) => {
-      const { keys, args } = call(c.compiled.map((limit, i) => ({ limit, key: `${c.prefix}${i + 1}:__rand_int__` })), "take");
+      const { keys, args } = call(
+        c.compiled.map((limit, i) => ({ limit, key: `${c.prefix}${i + 1}:__rand_int__` })),
+        "take",
+      );
       return { route: c.key, label: c.label, limits: c.compiled.length, keys, argv: args };
     }),
     runs: runs.map((r) => ({ ...r, ratio_to_incr: round(r.ops_per_sec / incr) })),
@@ -138,26 +172,63 @@ export async function measureScripts(stack: BenchStack, cleanup: Cleanup, opts: 
 
 /** The limits of a route, from sluice's own configuration compiler (what the Worker runs). */
 function limitsOf(name: string, limits: LimitInput[]): Limit[] {
-  const r = loadConfig({ ORIGIN_URL: "http://127.0.0.1", SLUICE: { routes: [{ name: name.replace(/_/g, "-"), match: "/", limits }] } });
+  const r = loadConfig({
+    ORIGIN_URL: "http://127.0.0.1",
+    SLUICE: { routes: [{ name: name.replace(/_/g, "-"), match: "/", limits }] },
+  });
   if (!r.ok) throw new Error(`bench limit rejected by sluice: ${r.error.message}`);
   return r.config.routes[0]?.limits ?? [];
 }
 
 /** EVALSHA with exactly the KEYS/ARGV the Worker sends (`scriptCall`), keys randomised per call. */
-function evalsha(call: typeof scriptCall, sha: string, limits: Limit[], prefix: string, suffix = ":__rand_int__"): string[] {
-  const { keys, args } = call(limits.map((limit, i) => ({ limit, key: `${prefix}${i + 1}${suffix}` })), "take");
+function evalsha(
+  call: typeof scriptCall,
+  sha: string,
+  limits: Limit[],
+  prefix: string,
+  suffix = ":__rand_int__",
+): string[] {
+  const { keys, args } = call(
+    limits.map((limit, i) => ({ limit, key: `${prefix}${i + 1}${suffix}` })),
+    "take",
+  );
   return ["EVALSHA", sha, String(keys.length), ...keys, ...args];
 }
 
 /** One real call first: the script must answer "admitted" with these arguments, not an error. */
-async function verify(stack: BenchStack, call: typeof scriptCall, sha: string, limits: Limit[], label: string): Promise<void> {
+async function verify(
+  stack: BenchStack,
+  call: typeof scriptCall,
+  sha: string,
+  limits: Limit[],
+  label: string,
+): Promise<void> {
   const reply = await stack.resp.send(evalsha(call, sha, limits, `bench:verify:${label.replace(/\W+/g, "-")}:`, ""));
   const ok = Array.isArray(reply) && reply.length === 1 + 8 * limits.length && reply[0] === 1;
-  if (!ok) throw new Error(`EVALSHA decide.lua, ${label}, did not admit a fresh request: ${JSON.stringify(replyToJs(reply))}`);
+  if (!ok)
+    throw new Error(`EVALSHA decide.lua, ${label}, did not admit a fresh request: ${JSON.stringify(replyToJs(reply))}`);
 }
 
-async function redisBenchmark(port: number, opts: BenchmarkOptions, command: string[], cleanup: Cleanup): Promise<{ opsPerSec: number; p50: number | null }> {
-  const args = ["-h", "127.0.0.1", "-p", String(port), "-n", String(opts.requests), "-c", String(opts.clients), "-r", String(opts.keyspace), "-q", ...command];
+async function redisBenchmark(
+  port: number,
+  opts: BenchmarkOptions,
+  command: string[],
+  cleanup: Cleanup,
+): Promise<{ opsPerSec: number; p50: number | null }> {
+  const args = [
+    "-h",
+    "127.0.0.1",
+    "-p",
+    String(port),
+    "-n",
+    String(opts.requests),
+    "-c",
+    String(opts.clients),
+    "-r",
+    String(opts.keyspace),
+    "-q",
+    ...command,
+  ];
   const child = spawn("redis-benchmark", args, { stdio: ["ignore", "pipe", "pipe"] });
   const kill = () => {
     if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
@@ -168,7 +239,13 @@ async function redisBenchmark(port: number, opts: BenchmarkOptions, command: str
   child.stderr.on("data", (chunk: Buffer) => (out += chunk.toString("utf8")));
   const timer = setTimeout(kill, 60_000);
   const code = await new Promise<number | null>((done, fail) => {
-    child.once("error", (e: NodeJS.ErrnoException) => fail(e.code === "ENOENT" ? new Error("redis-benchmark not found on PATH (it ships with redis-server / redis-tools)") : e));
+    child.once("error", (e: NodeJS.ErrnoException) =>
+      fail(
+        e.code === "ENOENT"
+          ? new Error("redis-benchmark not found on PATH (it ships with redis-server / redis-tools)")
+          : e,
+      ),
+    );
     child.once("exit", (c) => done(c));
   });
   clearTimeout(timer);
@@ -176,7 +253,9 @@ async function redisBenchmark(port: number, opts: BenchmarkOptions, command: str
   const rps = [...out.matchAll(/([\d.]+) requests per second/g)].at(-1)?.[1];
   const p50 = [...out.matchAll(/p50=([\d.]+) msec/g)].at(-1)?.[1];
   if (code !== 0 || rps === undefined || /ERR|NOSCRIPT|WRONGTYPE/.test(out)) {
-    throw new Error(`redis-benchmark ${command[0] ?? ""} failed (exit ${String(code)}): ${out.replace(/\r/g, "\n").trim().slice(-500)}`);
+    throw new Error(
+      `redis-benchmark ${command[0] ?? ""} failed (exit ${String(code)}): ${out.replace(/\r/g, "\n").trim().slice(-500)}`,
+    );
   }
   return { opsPerSec: Number(rps), p50: p50 === undefined ? null : Number(p50) };
 }

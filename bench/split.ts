@@ -88,13 +88,17 @@ export function measureSplit(opts: SplitOptions = SPLIT_SCENARIO): SplitResult {
     const short = rebalanceMs === 0 ? "static equal split" : `sluice, rebalance ${rebalanceMs / 1000} s`;
     // After the first rebalance has taken effect: skip it and one more second (static: the first second, its burst).
     const from = Math.ceil(rebalanceMs / 1000) + 1;
-    variants.push(run({ ...base, rebalanceMs }, `${rebalanceMs === 0 ? "static" : `sluice_${rebalanceMs}ms`}`, label, short, from));
+    variants.push(
+      run({ ...base, rebalanceMs }, `${rebalanceMs === 0 ? "static" : `sluice_${rebalanceMs}ms`}`, label, short, from),
+    );
   }
   for (const rebalanceMs of opts.rebalanceMs) {
     const cutOff = { region: smallest, fromSecond: opts.cutOff.fromSecond, demand: opts.cutOff.demand };
     const label = `sluice split, rebalance every ${rebalanceMs / 1000} s, ${smallest} cut off from the rebalancer at ${cutOff.fromSecond} s with a surge to ${cutOff.demand}/s`;
     const short = `sluice, rebalance ${rebalanceMs / 1000} s, ${smallest} cut off`;
-    variants.push(run({ ...base, rebalanceMs, cutOff }, `sluice_${rebalanceMs}ms_cut_off`, label, short, cutOff.fromSecond));
+    variants.push(
+      run({ ...base, rebalanceMs, cutOff }, `sluice_${rebalanceMs}ms_cut_off`, label, short, cutOff.fromSecond),
+    );
   }
   return { scenario: opts, variants, problems };
 
@@ -103,14 +107,16 @@ export function measureSplit(opts: SplitOptions = SPLIT_SCENARIO): SplitResult {
     const full = simulateSplit(scenario);
     // Deterministic and causal: a run of `from` seconds is exactly the first `from` seconds of the full one.
     const prefix = simulateSplit({ ...scenario, seconds: from });
-    if (prefix.perSecond.some((n, i) => n !== full.perSecond[i])) problems.push(`split ${label}: the first ${from} s of the simulation differ between runs (means would be wrong)`);
+    if (prefix.perSecond.some((n, i) => n !== full.perSecond[i]))
+      problems.push(`split ${label}: the first ${from} s of the simulation differ between runs (means would be wrong)`);
     const span = scenario.seconds - from;
     const measured = full.perSecond.slice(from).reduce((a, b) => a + b, 0);
     const offeredIn = (region: string): number => {
       const cut = scenario.cutOff?.region === region ? scenario.cutOff : undefined;
       const normal = scenario.demand[region] ?? 0;
       let total = 0;
-      for (let s = from; s < scenario.seconds; s++) total += cut && s >= cut.fromSecond && cut.demand !== undefined ? cut.demand : normal;
+      for (let s = from; s < scenario.seconds; s++)
+        total += cut && s >= cut.fromSecond && cut.demand !== undefined ? cut.demand : normal;
       return total;
     };
     const regionFigures = regions.map((region) => ({
@@ -132,7 +138,8 @@ export function measureSplit(opts: SplitOptions = SPLIT_SCENARIO): SplitResult {
       per_second: full.perSecond,
     };
     const ceiling = scenario.rate + scenario.burst;
-    if (full.worstSecond > ceiling) problems.push(`split ${label}: ${full.worstSecond} admitted in one second, above rate + burst = ${ceiling}`);
+    if (full.worstSecond > ceiling)
+      problems.push(`split ${label}: ${full.worstSecond} admitted in one second, above rate + burst = ${ceiling}`);
 
     const cut = scenario.cutOff;
     if (cut) {
@@ -141,7 +148,10 @@ export function measureSplit(opts: SplitOptions = SPLIT_SCENARIO): SplitResult {
       const before = full.cutOffShares.filter((_, i) => at(i) < cut.fromSecond);
       const after = full.cutOffShares.filter((_, i) => at(i) >= cut.fromSecond);
       const shareAtCut = before[before.length - 1] ?? null;
-      const maxAfter = after.reduce<Share | null>((m, s) => (m === null || s.rate > m.rate || (s.rate === m.rate && s.burst > m.burst) ? s : m), null);
+      const maxAfter = after.reduce<Share | null>(
+        (m, s) => (m === null || s.rate > m.rate || (s.rate === m.rate && s.burst > m.burst) ? s : m),
+        null,
+      );
       const afterCut = regionFigures.find((r) => r.region === cut.region);
       variant.cut_off = {
         region: cut.region,
@@ -152,7 +162,9 @@ export function measureSplit(opts: SplitOptions = SPLIT_SCENARIO): SplitResult {
         admitted_per_s_after_cut: afterCut?.admitted_per_s ?? Number.NaN,
       };
       if (shareAtCut && maxAfter && (maxAfter.rate > shareAtCut.rate || maxAfter.burst > shareAtCut.burst)) {
-        problems.push(`split ${label}: the cut-off region's share grew from ${shareAtCut.rate}/${shareAtCut.burst} to ${maxAfter.rate}/${maxAfter.burst} (rate/burst) while it could not be reached`);
+        problems.push(
+          `split ${label}: the cut-off region's share grew from ${shareAtCut.rate}/${shareAtCut.burst} to ${maxAfter.rate}/${maxAfter.burst} (rate/burst) while it could not be reached`,
+        );
       }
     }
     return variant;

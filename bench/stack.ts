@@ -58,7 +58,8 @@ export async function buildWorker(cleanup: Cleanup): Promise<string> {
     child.once("exit", (c) => done(c));
   });
   const bundle = resolve(BUILD_DIR, "index.js");
-  if (code !== 0 || !existsSync(bundle)) throw new Error(`wrangler build failed (exit ${String(code)}):\n${stderr.trim()}`);
+  if (code !== 0 || !existsSync(bundle))
+    throw new Error(`wrangler build failed (exit ${String(code)}):\n${stderr.trim()}`);
   return bundle;
 }
 
@@ -139,7 +140,14 @@ export async function startStack(cleanup: Cleanup, bundle: Promise<string>): Pro
           UPSTASH_REDIS_REST_TOKEN: TOKEN,
           ...bindings,
         },
-        ...(options.quiet ? { handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => (out.resume(), err.resume()) } : {}),
+        ...(options.quiet
+          ? {
+              handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => (
+                out.resume(),
+                err.resume()
+              ),
+            }
+          : {}),
       });
       let disposed: Promise<void> | undefined;
       const dispose = () => (disposed ??= mf.dispose());
@@ -161,7 +169,8 @@ export interface CommandStat {
 /** `INFO commandstats` as a map from command name (lower case, e.g. `evalsha`, `config|get`). */
 export async function commandStats(resp: RespClient): Promise<Map<string, CommandStat>> {
   const reply = await resp.send(["INFO", "commandstats"]);
-  if (!Buffer.isBuffer(reply)) throw new Error(`INFO commandstats: unexpected reply ${reply instanceof RespError ? reply.message : typeof reply}`);
+  if (!Buffer.isBuffer(reply))
+    throw new Error(`INFO commandstats: unexpected reply ${reply instanceof RespError ? reply.message : typeof reply}`);
   const stats = new Map<string, CommandStat>();
   for (const line of reply.toString("utf8").split(/\r?\n/)) {
     const m = /^cmdstat_([^:]+):(.*)$/.exec(line);
@@ -177,11 +186,18 @@ export async function commandStats(resp: RespClient): Promise<Map<string, Comman
 }
 
 /** after − before, per command, leaving out commands that did not move. */
-export function statsDelta(before: Map<string, CommandStat>, after: Map<string, CommandStat>): Record<string, CommandStat> {
+export function statsDelta(
+  before: Map<string, CommandStat>,
+  after: Map<string, CommandStat>,
+): Record<string, CommandStat> {
   const out: Record<string, CommandStat> = {};
   for (const [name, a] of after) {
     const b = before.get(name) ?? { calls: 0, failed_calls: 0, rejected_calls: 0 };
-    const d = { calls: a.calls - b.calls, failed_calls: a.failed_calls - b.failed_calls, rejected_calls: a.rejected_calls - b.rejected_calls };
+    const d = {
+      calls: a.calls - b.calls,
+      failed_calls: a.failed_calls - b.failed_calls,
+      rejected_calls: a.rejected_calls - b.rejected_calls,
+    };
     if (d.calls !== 0 || d.failed_calls !== 0 || d.rejected_calls !== 0) out[name] = d;
   }
   return out;

@@ -73,7 +73,8 @@ export async function startTap(target: string, cleanup: Cleanup, label: string):
     const scripts = commands.filter((c) => SCRIPT_CALLS.has(c.name));
     if (scripts.length > 0) {
       counts.decision++;
-      for (const route of new Set(scripts.flatMap(routesOf))) counts.decisionByRoute[route] = (counts.decisionByRoute[route] ?? 0) + 1;
+      for (const route of new Set(scripts.flatMap(routesOf)))
+        counts.decisionByRoute[route] = (counts.decisionByRoute[route] ?? 0) + 1;
       return;
     }
     counts.other++;
@@ -89,10 +90,13 @@ export async function startTap(target: string, cleanup: Cleanup, label: string):
       record((req.url ?? "/").split("?")[0] ?? "/", body);
       const headers = { ...req.headers, host: upstream.host, "content-length": String(body.length) };
       delete headers.connection;
-      const out = httpRequest({ host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers, agent }, (up) => {
-        res.writeHead(up.statusCode ?? 502, up.headers);
-        up.pipe(res);
-      });
+      const out = httpRequest(
+        { host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers, agent },
+        (up) => {
+          res.writeHead(up.statusCode ?? 502, up.headers);
+          up.pipe(res);
+        },
+      );
       out.on("error", (e) => {
         if (!res.headersSent) res.writeHead(502, { "content-type": "application/json" });
         res.end(JSON.stringify({ error: `ERR bench tap: ${e.message}` }));
@@ -114,7 +118,11 @@ export async function startTap(target: string, cleanup: Cleanup, label: string):
   const { port } = server.address() as AddressInfo;
   return {
     url: `http://127.0.0.1:${port}`,
-    counts: () => ({ ...counts, otherCommands: { ...counts.otherCommands }, decisionByRoute: { ...counts.decisionByRoute } }),
+    counts: () => ({
+      ...counts,
+      otherCommands: { ...counts.otherCommands },
+      decisionByRoute: { ...counts.decisionByRoute },
+    }),
     close,
   };
 }
@@ -134,7 +142,8 @@ function commandsOf(path: string, body: Buffer): Command[] | undefined {
     return undefined;
   }
   if (!Array.isArray(parsed)) return undefined;
-  const command = (c: unknown): Command | undefined => (Array.isArray(c) && c.length > 0 ? { name: String(c[0]).toLowerCase(), args: c.slice(1) } : undefined);
+  const command = (c: unknown): Command | undefined =>
+    Array.isArray(c) && c.length > 0 ? { name: String(c[0]).toLowerCase(), args: c.slice(1) } : undefined;
   const trimmed = path.replace(/\/+$/, "");
   const commands = trimmed === "/pipeline" || trimmed === "/multi-exec" ? parsed.map(command) : [command(parsed)];
   return commands.every((c): c is Command => c !== undefined) ? commands : undefined;
@@ -144,5 +153,8 @@ function commandsOf(path: string, body: Buffer): Command[] | undefined {
 function routesOf(c: Command): string[] {
   const n = Number(c.args[1]);
   if (!Number.isInteger(n) || n < 1) return [];
-  return c.args.slice(2, 2 + n).map((k) => String(k).split(":")[1] ?? "").filter((r) => r !== "");
+  return c.args
+    .slice(2, 2 + n)
+    .map((k) => String(k).split(":")[1] ?? "")
+    .filter((r) => r !== "");
 }

@@ -8,7 +8,9 @@ import { parseArgs } from "node:util";
 import { startBridge } from "./bridge.js";
 
 function usage(message: string): never {
-  console.error(`${message}\nusage: tsx dev/bridge-main.ts --redis redis://127.0.0.1:PORT --token T [--port N] [--latency MS]`);
+  console.error(
+    `${message}\nusage: tsx dev/bridge-main.ts --redis redis://127.0.0.1:PORT --token T [--port N] [--latency MS]`,
+  );
   process.exit(2);
 }
 
@@ -36,7 +38,9 @@ async function main(): Promise<void> {
     port: nonNegativeInt("port", values.port),
     latencyMs: nonNegativeInt("latency", values.latency ?? process.env.SLUICE_BRIDGE_DELAY_MS),
   });
-  console.log(`bridge listening on ${bridge.url} (latency ${bridge.fault.latencyMs} ms; switch: POST ${bridge.url}/__bridge/delay)`);
+  console.log(
+    `bridge listening on ${bridge.url} (latency ${bridge.fault.latencyMs} ms; switch: POST ${bridge.url}/__bridge/delay)`,
+  );
   const stop = () => void bridge.close().then(() => process.exit(0));
   process.once("SIGINT", stop);
   process.once("SIGTERM", stop);

@@ -77,14 +77,45 @@ const MAX_BODY_BYTES = 10 * 1024 * 1024;
  * Upstash runs each request on its own; here they are refused instead.
  */
 const REFUSED = new Set([
-  "multi", "exec", "discard", "watch", "unwatch", "select", "hello", "auth", "reset", "quit", "client",
-  "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe", "monitor", "sync", "psync",
-  "blpop", "brpop", "brpoplpush", "blmove", "blmpop", "bzpopmin", "bzpopmax", "bzmpop", "wait", "waitaof", "shutdown",
+  "multi",
+  "exec",
+  "discard",
+  "watch",
+  "unwatch",
+  "select",
+  "hello",
+  "auth",
+  "reset",
+  "quit",
+  "client",
+  "subscribe",
+  "psubscribe",
+  "ssubscribe",
+  "unsubscribe",
+  "punsubscribe",
+  "sunsubscribe",
+  "monitor",
+  "sync",
+  "psync",
+  "blpop",
+  "brpop",
+  "brpoplpush",
+  "blmove",
+  "blmpop",
+  "bzpopmin",
+  "bzpopmax",
+  "bzmpop",
+  "wait",
+  "waitaof",
+  "shutdown",
 ]);
 
 /** HTTP-level failures: status plus the JSON error. */
 class HttpError extends Error {
-  constructor(readonly status: number, message: string) {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -113,7 +144,8 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
 
   function authorise(req: IncomingMessage): void {
     // Hash both sides so timingSafeEqual always sees equal lengths and the length does not leak.
-    if (!timingSafeEqual(digest(req.headers.authorization ?? ""), expectedAuth)) throw new HttpError(401, "Unauthorized");
+    if (!timingSafeEqual(digest(req.headers.authorization ?? ""), expectedAuth))
+      throw new HttpError(401, "Unauthorized");
   }
 
   function record(commands: RespArg[][]): void {
@@ -140,7 +172,8 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
     if (req.method !== "POST") throw new HttpError(405, "ERR only POST is supported");
     authorise(req);
     const path = pathOf(req);
-    if (path !== "" && path !== "/pipeline" && path !== "/multi-exec") throw new HttpError(404, `ERR unknown endpoint ${path}`);
+    if (path !== "" && path !== "/pipeline" && path !== "/multi-exec")
+      throw new HttpError(404, `ERR unknown endpoint ${path}`);
     const body = parseJson(await readBody(req));
     const encode = String(req.headers["upstash-encoding"] ?? "").toLowerCase() === "base64" ? toBase64Json : toTextJson;
     const commands = path === "" ? [toCommand(body)] : toCommandList(body);
@@ -162,7 +195,9 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
     return {
       status: 200,
       body: replies.map((reply, i) =>
-        reply instanceof RespError ? { error: reply.message } : { result: encode(scripts.answer(commands[i] ?? [], reply)) },
+        reply instanceof RespError
+          ? { error: reply.message }
+          : { result: encode(scripts.answer(commands[i] ?? [], reply)) },
       ),
     };
   }
@@ -201,7 +236,12 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
           if (error instanceof Dropped) return void req.socket.destroy();
           if (error instanceof HttpError) return respond(res, error.status, { error: error.message }, back());
           // Anything else is Redis being unreachable or broken: report it, keep serving.
-          respond(res, 500, { error: `ERR bridge could not reach Redis: ${error instanceof Error ? error.message : String(error)}` }, back());
+          respond(
+            res,
+            500,
+            { error: `ERR bridge could not reach Redis: ${error instanceof Error ? error.message : String(error)}` },
+            back(),
+          );
         },
       )
       .catch(() => res.destroy());
@@ -262,7 +302,8 @@ function snapshot(c: BridgeCounts): BridgeCounts {
 }
 
 function checkedLatency(ms: number): number {
-  if (!Number.isInteger(ms) || ms < 0 || ms > MAX_LATENCY_MS) throw new RangeError(`latency must be a whole number of ms from 0 to ${MAX_LATENCY_MS}, got ${ms}`);
+  if (!Number.isInteger(ms) || ms < 0 || ms > MAX_LATENCY_MS)
+    throw new RangeError(`latency must be a whole number of ms from 0 to ${MAX_LATENCY_MS}, got ${ms}`);
   return ms;
 }
 
@@ -270,14 +311,17 @@ const MODES: readonly BridgeMode[] = ["normal", "hang", "refuse"];
 
 /** The body of `POST /__bridge/delay`: `{ "ms": 80 }`, `{ "mode": "hang" }`, or both. */
 function toFaultChange(value: unknown): { latencyMs?: number; mode?: BridgeMode } {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new HttpError(400, 'ERR expected { "ms": n } and/or { "mode": "normal" | "hang" | "refuse" }');
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    throw new HttpError(400, 'ERR expected { "ms": n } and/or { "mode": "normal" | "hang" | "refuse" }');
   const { ms, mode, ...rest } = value as Record<string, unknown>;
-  if (Object.keys(rest).length > 0) throw new HttpError(400, `ERR unknown field ${Object.keys(rest)[0]}: only ms and mode`);
+  if (Object.keys(rest).length > 0)
+    throw new HttpError(400, `ERR unknown field ${Object.keys(rest)[0]}: only ms and mode`);
   if (ms === undefined && mode === undefined) throw new HttpError(400, "ERR nothing to change: give ms and/or mode");
   if (ms !== undefined && (typeof ms !== "number" || !Number.isInteger(ms) || ms < 0 || ms > MAX_LATENCY_MS)) {
     throw new HttpError(400, `ERR ms must be a whole number from 0 to ${MAX_LATENCY_MS}`);
   }
-  if (mode !== undefined && !MODES.includes(mode as BridgeMode)) throw new HttpError(400, `ERR mode must be one of ${MODES.join(", ")}`);
+  if (mode !== undefined && !MODES.includes(mode as BridgeMode))
+    throw new HttpError(400, `ERR mode must be one of ${MODES.join(", ")}`);
   return { latencyMs: ms as number | undefined, mode: mode as BridgeMode | undefined };
 }
 
@@ -334,7 +378,8 @@ function toCommand(value: unknown): RespArg[] {
 }
 
 function toCommandList(value: unknown): RespArg[][] {
-  if (!Array.isArray(value) || value.length === 0) throw new HttpError(400, "ERR expected a non-empty JSON array of commands");
+  if (!Array.isArray(value) || value.length === 0)
+    throw new HttpError(400, "ERR expected a non-empty JSON array of commands");
   return value.map(toCommand);
 }
 
@@ -383,9 +428,12 @@ class ScriptShas {
     const [name = "", first = "", ...rest] = command;
     const lower = String(name).toLowerCase();
     const sub = String(first).toLowerCase();
-    if ((lower === "eval" || lower === "eval_ro") && command.length > 1) return [name, this.strip(String(first)), ...rest];
-    if ((lower === "evalsha" || lower === "evalsha_ro") && command.length > 1) return [name, this.redisSha(first), ...rest];
-    if (lower === "script" && sub === "load" && rest.length > 0) return [name, first, this.strip(String(rest[0])), ...rest.slice(1)];
+    if ((lower === "eval" || lower === "eval_ro") && command.length > 1)
+      return [name, this.strip(String(first)), ...rest];
+    if ((lower === "evalsha" || lower === "evalsha_ro") && command.length > 1)
+      return [name, this.redisSha(first), ...rest];
+    if (lower === "script" && sub === "load" && rest.length > 0)
+      return [name, first, this.strip(String(rest[0])), ...rest.slice(1)];
     if (lower === "script" && sub === "exists") return [name, first, ...rest.map((sha) => this.redisSha(sha))];
     return command;
   }

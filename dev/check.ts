@@ -11,8 +11,11 @@ try {
     process.exit(1);
   }
   const { routes } = result.config;
-  console.log(`${path}: ok (${routes.length} routes, ${routes.reduce((n, r) => n + r.limits.length, 0)} limits, origin ${result.config.originUrl.href})`);
-  for (const warning of configWarnings(result.config, visibleVariables(path))) console.warn(`${path}: warning: ${warning}`);
+  console.log(
+    `${path}: ok (${routes.length} routes, ${routes.reduce((n, r) => n + r.limits.length, 0)} limits, origin ${result.config.originUrl?.href})`,
+  );
+  for (const warning of configWarnings(result.config, visibleVariables(path)))
+    console.warn(`${path}: warning: ${warning}`);
 } catch (e) {
   console.error(`${path}: ${(e as Error).message}`);
   process.exit(1);

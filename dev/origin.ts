@@ -29,7 +29,9 @@ export interface DemoOrigin {
  *
  * @example const origin = await startOrigin({ port: 8788 }); // then ORIGIN_URL=origin.url
  */
-export async function startOrigin(opts: { port?: number; host?: string; chaos?: { failRate: number; maxDelayMs: number } } = {}): Promise<DemoOrigin> {
+export async function startOrigin(
+  opts: { port?: number; host?: string; chaos?: { failRate: number; maxDelayMs: number } } = {},
+): Promise<DemoOrigin> {
   const seen: SeenRequest[] = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -42,9 +44,12 @@ export async function startOrigin(opts: { port?: number; host?: string; chaos?: 
       const chaos = opts.chaos && url.pathname.startsWith("/chaos/") ? opts.chaos : undefined;
       // the knobs also come as headers (`x-demo-status`, `x-demo-delay`): a retry can then change
       // them without changing the request's identity (an idempotency fingerprint covers the query)
-      const knob = (name: string) => url.searchParams.get(name) ?? (req.headers[`x-demo-${name}`] as string | undefined);
+      const knob = (name: string) =>
+        url.searchParams.get(name) ?? (req.headers[`x-demo-${name}`] as string | undefined);
       const status = chaos && Math.random() < chaos.failRate ? 500 : Number(knob("status") ?? 200) || 200;
-      const delay = chaos ? Math.floor(Math.random() * chaos.maxDelayMs) : Math.min(10_000, Number(knob("delay") ?? 0) || 0);
+      const delay = chaos
+        ? Math.floor(Math.random() * chaos.maxDelayMs)
+        : Math.min(10_000, Number(knob("delay") ?? 0) || 0);
       seen[seen.length - 1]!.status = status;
       setTimeout(() => {
         const headers: Record<string, string> = { "content-type": "application/json", "x-origin": "demo" };
@@ -55,7 +60,17 @@ export async function startOrigin(opts: { port?: number; host?: string; chaos?: 
         const vary = url.searchParams.get("vary");
         const varied = vary ? req.headers[vary.toLowerCase()] : undefined;
         res.writeHead(status, headers);
-        res.end(JSON.stringify({ origin: "demo", method: req.method, path: url.pathname, query: url.search, hit: seen.length, body, varied }));
+        res.end(
+          JSON.stringify({
+            origin: "demo",
+            method: req.method,
+            path: url.pathname,
+            query: url.search,
+            hit: seen.length,
+            body,
+            varied,
+          }),
+        );
       }, delay);
     });
   });

@@ -51,7 +51,8 @@ process.once("exit", () => {
  * @example const redis = await startRedis(); ...; await redis.stop();
  */
 export async function startRedis(opts: { port?: number } = {}): Promise<RedisProcess> {
-  if (opts.port === RESERVED_PORT) throw new Error(`refusing to start a test Redis on ${RESERVED_PORT}: it belongs to the machine`);
+  if (opts.port === RESERVED_PORT)
+    throw new Error(`refusing to start a test Redis on ${RESERVED_PORT}: it belongs to the machine`);
   if (!redisServerAvailable()) throw new Error(REDIS_MISSING);
   // A free port can be taken between freePort() and bind(): retry with a new one in that case.
   const attempts = opts.port === undefined ? 3 : 1;
@@ -85,7 +86,9 @@ async function launch(port: number): Promise<RedisProcess> {
   child.stderr?.on("data", keep);
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const spawnFailed = new Promise<never>((_, reject) =>
-    child.once("error", (error: NodeJS.ErrnoException) => reject(error.code === "ENOENT" ? new Error(REDIS_MISSING) : error)),
+    child.once("error", (error: NodeJS.ErrnoException) =>
+      reject(error.code === "ENOENT" ? new Error(REDIS_MISSING) : error),
+    ),
   );
   spawnFailed.catch(() => undefined);
   live.add(child);
@@ -104,7 +107,9 @@ async function launch(port: number): Promise<RedisProcess> {
   } catch (error) {
     await stop();
     const detail = output.trim() === "" ? "" : `\n${output.trim()}`;
-    throw error instanceof Error && error.message === REDIS_MISSING ? error : new Error(`${String(error instanceof Error ? error.message : error)}${detail}`);
+    throw error instanceof Error && error.message === REDIS_MISSING
+      ? error
+      : new Error(`${String(error instanceof Error ? error.message : error)}${detail}`);
   }
   const pid = child.pid;
   if (pid === undefined) throw new Error("redis-server has no pid");

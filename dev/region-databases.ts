@@ -28,8 +28,13 @@ export function dotenvNames(text: string): string[] {
 }
 
 /** The regions, home excepted, with no `UPSTASH_REDIS_REST_URL_<REGION>` among `variables`. */
-export function regionsWithoutDatabase(config: Pick<Config, "regions" | "home_region">, variables: ReadonlySet<string>): string[] {
-  return allRegions(config).filter((region) => region !== config.home_region && !variables.has(regionSecretNames(region).url));
+export function regionsWithoutDatabase(
+  config: Pick<Config, "regions" | "home_region">,
+  variables: ReadonlySet<string>,
+): string[] {
+  return allRegions(config).filter(
+    (region) => region !== config.home_region && !variables.has(regionSecretNames(region).url),
+  );
 }
 
 /** The warnings `npm run check` prints for a valid configuration; none is an error. */
@@ -43,7 +48,9 @@ export function configWarnings(config: Config, variables: ReadonlySet<string>): 
       `If you set it with \`wrangler secret put\`, this check cannot see it: ignore this.`,
   );
   if (config.global_timeout_ms !== undefined) {
-    warnings.push("global_timeout_ms is deprecated and ignored: every store's budget adapts to its round trip, between timeout_ms and max_timeout_ms");
+    warnings.push(
+      "global_timeout_ms is deprecated and ignored: every store's budget adapts to its round trip, between timeout_ms and max_timeout_ms",
+    );
   }
   return warnings;
 }

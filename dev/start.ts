@@ -32,7 +32,7 @@ setInterval(() => {
 
 function ancestorsOf(pid: number, depth: number): number[] {
   const out: number[] = [];
-  for (let p = pid; out.length < depth; ) {
+  for (let p = pid; out.length < depth;) {
     const r = spawnSync("ps", ["-o", "ppid=", "-p", String(p)], { encoding: "utf8" });
     const parent = Number(r.stdout.trim());
     if (!parent || parent <= 1) break;
@@ -89,8 +89,12 @@ async function main(): Promise<void> {
     vars.UPSTASH_REDIS_REST_URL = bridge.url;
     vars.UPSTASH_REDIS_REST_TOKEN = token;
     console.log(`redis   ${redisUrl}${process.env.REDIS_URL ? " (REDIS_URL)" : " (spawned)"}`);
-    console.log(`bridge  ${bridge.url} (Upstash REST, token ${token}, ${bridge.fault.latencyMs} ms added per round trip)`);
-    console.log(`        place Redis far away, hang or refuse it: curl -X POST -H 'authorization: Bearer ${token}' -d '{"ms":80}' ${bridge.url}/__bridge/delay  ({"mode":"hang"|"refuse"|"normal"})`);
+    console.log(
+      `bridge  ${bridge.url} (Upstash REST, token ${token}, ${bridge.fault.latencyMs} ms added per round trip)`,
+    );
+    console.log(
+      `        place Redis far away, hang or refuse it: curl -X POST -H 'authorization: Bearer ${token}' -d '{"ms":80}' ${bridge.url}/__bridge/delay  ({"mode":"hang"|"refuse"|"normal"})`,
+    );
   }
 
   if (process.env.ORIGIN_URL) {
@@ -111,9 +115,23 @@ async function main(): Promise<void> {
 
   // an admin token for the dashboard and the admin API (yours from SLUICE_ADMIN_TOKEN, else a fresh one)
   vars.SLUICE_ADMIN_TOKEN = process.env.SLUICE_ADMIN_TOKEN ?? randomBytes(12).toString("hex");
-  const args = ["wrangler", "dev", "--config", configPath, "--port", String(port), "--ip", "127.0.0.1", "--show-interactive-dev-session=false"];
+  const args = [
+    "wrangler",
+    "dev",
+    "--config",
+    configPath,
+    "--port",
+    String(port),
+    "--ip",
+    "127.0.0.1",
+    "--show-interactive-dev-session=false",
+  ];
   for (const [k, v] of Object.entries(vars)) args.push("--var", `${k}:${v}`);
-  const wrangler: ChildProcess = spawn("npx", args, { stdio: ["ignore", "inherit", "inherit"], detached: true, env: { ...process.env, WRANGLER_SEND_METRICS: "false" } });
+  const wrangler: ChildProcess = spawn("npx", args, {
+    stdio: ["ignore", "inherit", "inherit"],
+    detached: true,
+    env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
+  });
   stops.push(
     () =>
       new Promise<void>((resolve) => {
@@ -124,7 +142,9 @@ async function main(): Promise<void> {
       }),
   );
   wrangler.once("exit", (code) => void stopAll(code ?? 0));
-  console.log(`sluice  http://127.0.0.1:${port} (wrangler dev, config ${configPath}); try: curl -i http://127.0.0.1:${port}/api/products/1`);
+  console.log(
+    `sluice  http://127.0.0.1:${port} (wrangler dev, config ${configPath}); try: curl -i http://127.0.0.1:${port}/api/products/1`,
+  );
   console.log(`admin   http://127.0.0.1:${port}/__sluice/ (dashboard; token ${vars.SLUICE_ADMIN_TOKEN})`);
 }
 

@@ -8,7 +8,10 @@ import { loadConfig, type ConfigResult } from "../src/config/index.js";
  * error a request would get.
  */
 export function checkWranglerConfig(path: string, overrides: { ORIGIN_URL?: string } = {}): ConfigResult {
-  const toml = parse(readFileSync(path, "utf8")) as { vars?: { ORIGIN_URL?: unknown; SLUICE?: unknown }; queues?: { producers?: Array<{ binding?: string }> } };
+  const toml = parse(readFileSync(path, "utf8")) as {
+    vars?: { ORIGIN_URL?: unknown; SLUICE?: unknown };
+    queues?: { producers?: Array<{ binding?: string }> };
+  };
   const hasQueue = (toml.queues?.producers ?? []).some((p) => p.binding === "SLUICE_QUEUE");
   return loadConfig({ ORIGIN_URL: overrides.ORIGIN_URL ?? toml.vars?.ORIGIN_URL, SLUICE: toml.vars?.SLUICE, hasQueue });
 }

@@ -11,7 +11,11 @@ Algorithms (ARGV algo):
                     tokens, refilled at rate/3 rising linearly to rate over the warm-up period
                     (Guava's SmoothWarmingUp, cold factor 3).
                     value "tokens:unit:last_us[:warm_start_us]", or with lease tokens held
-                    "tokens:unit:last_us:L{epoch}:{held}:{held_next}" (see Leases)
+                    "tokens:unit:last_us:L{epoch}:{held}:{held_next}" (see Leases). `tokens` may
+                    be negative (a leading "-"): a bucket in debt after a "settle" charged more
+                    than it held; it refuses until the refill pays the debt back (retry_after_ms:
+                    until tokens >= cost again), and its TTL (the time to refill to `burst`)
+                    covers the debt, so it never expires in debt.
   2 leaky_bucket    a queue drained at `rate` per `period` (nginx limit_req, GCRA): up to `burst`
                     requests may wait ahead of this one (a request of cost c takes c slots, all
                     within the burst); the request is given the wait until its first slot
@@ -23,6 +27,17 @@ Algorithms (ARGV algo):
   4 sliding_window  two counters (this window and the last) weighted by how much of the last one
                     still overlaps the sliding period: prev × (P − elapsed) / P + curr ≤ rate.
                     value "s:prev:curr:window"
+  5 concurrency     at most `rate` requests in flight at once (README, In-flight caps): a slot per
+                    admitted request, named by the caller (p1, the slot id) and held until it is
+                    released ("release" mode) or its lease (`period`) expires, whichever is first.
+                    A request holds one slot whatever its `cost` (the configuration allows 1 only);
+                    `burst` is ignored; an override's rate and period are the limit and the lease.
+                    Expired slots are dropped on every read (at this call's TIME), and from the
+                    value with the next write. retry_after_ms: until enough slots expire to make room, nothing being
+                    released (an upper bound: a release frees one sooner); reset_ms: until the
+                    last slot expires. Never leased.
+                    value "c:{id}@{expiry_us},{id}@{expiry_us},..." (the live slots, in the order
+                    taken; at most 1000 of them, the configuration's cap)
   Every key has a TTL: the time until it would be back to its initial state, so an expired key and
   a fresh limit are the same thing.
 
@@ -54,9 +69,16 @@ KEYS     1..n: the bucket of limit i: {key_prefix}:{route}:{limit}:{hash}
          last, only when ARGV[3] > 0: the route's override hash (below)
          Every key the script touches is one of these (Upstash's key-based locking needs that).
 ARGV[1]  mode: "take" decide and charge; "peek" decide, charge nothing, record nothing;
-         "refund" give back `cost` to every bucket (undoing a take another Redis vetoed);
+         "refund" give back `cost` to every bucket (undoing a take another Redis vetoed, or one
+         answered by a replay), and free the slot (p1) of every concurrency limit;
          "lease" grant leases, no request attached (an isolate renewing ahead of exhaustion);
-         "return" close leases, giving back their unused tokens
+         "return" close leases, giving back their unused tokens;
+         "release" free the slot (p1) of every concurrency limit, the others untouched (a request
+         whose response has been delivered, or whose client went away); a slot no longer held
+         (expired, or freed already) changes nothing and writes nothing;
+         "settle" (token_bucket only) charge a finished request what its origin reported: p2 is
+         the signed delta in whole tokens (real cost - the reserve it took; > 0 charges more, < 0
+         gives back, up to the burst). Never refuses: the bucket may go below zero (debt)
 ARGV[2]  n, the number of limits
 ARGV[3]  override_idx: 0 when the caller passes the overrides in ARGV (its isolate's copy of the
          hash, at most a second old: the usual case); else the index in KEYS of the route's
@@ -64,12 +86,14 @@ ARGV[3]  override_idx: 0 when the caller passes the overrides in ARGV (its isola
          younger than a second, or the hash is too large to copy). The hash:
          {key_prefix}:{route}:overrides, fields "{limit}:{bucket hash}" (one client) and
          "{limit}:*" (everybody), values "rate:burst:period_ms:until_ms".
-ARGV     then sixteen per limit i, at 3 + 16*(i-1) + 1 ..:
+ARGV     then seventeen per limit i, at 3 + 17*(i-1) + 1 ..:
            algo, rate, period_us, burst, cost   (integers; cost <= burst is checked at load)
            shadow      1: decide and report, but never block the request
            share_idx   index in KEYS of the share key, 0 for none
            demand_idx  index in KEYS of the demand key, 0 for none
-           p1, p2      token_bucket: warmup_us, 0; leaky_bucket: max_delay_us, nodelay; else 0, 0
+           p1, p2      token_bucket: warmup_us, 0 (in "settle": 0, the delta); leaky_bucket: max_delay_us, nodelay;
+                   concurrency: the request's slot id (1-64 of A-Z a-z 0-9 - _; required but in
+                   "peek"), 0; else 0, 0
            override_all, override_own  the values of the hash fields "{limit}:*" and
                    "{limit}:{bucket hash}" as the caller knows them ("" for none; ignored when
                    override_idx > 0). The client's own wins over everybody's; one whose until_ms
@@ -79,14 +103,23 @@ ARGV     then sixteen per limit i, at 3 + 16*(i-1) + 1 ..:
            lease_epoch, lease_granted, lease_left   a lease being closed ("lease", "return"): the
                    epoch (token_bucket) or window (fixed_window) it was granted in, the tokens it
                    was granted and those never spent (given back); lease_epoch 0 for none
+           floor       whole tokens (requests, queue places, slots) the request must leave in the
+                   bucket: admitted only if the check passes as if it cost `cost + floor` (and a
+                   concurrency request only if `1 + floor` slots are free), charged `cost` alone;
+                   retry_after_ms is the wait until that holds. 0 for none. The caller computes it
+                   from the capacity in ARGV (burst for the buckets, rate for the windows and
+                   concurrency); an override or a region's share that changes the capacity scales
+                   it: ceil(floor × capacity' / capacity). (The caller's reserve for higher
+                   priorities, README "Priorities"; the script knows nothing of priorities.)
 Returns  { admitted, then eight per limit: allowed, remaining, retry_after_ms, reset_ms, delay_ms,
            leased, lease_ms, lease_epoch }
            admitted        1 if no enforced (non-shadow) limit refused; then, and only then,
                            every limit that allowed is charged. A refused request takes nothing.
-                           Always 1 in "refund", "lease" and "return" modes.
+                           Always 1 in "refund", "lease", "return", "release" and "settle" modes.
            allowed         this limit alone would admit the request
-           remaining       whole tokens (requests, queue places) left, after the charge if admitted
-                           and after the lease if one was granted
+           remaining       whole tokens (requests, queue places, free slots) left, after the charge
+                           if admitted and after the lease if one was granted, less the floor (what
+                           requests with this floor may still take; never below 0)
            retry_after_ms  when refused: ms until the request could pass (-1: never)
            reset_ms        ms until the limit is back to its initial state
            delay_ms        leaky_bucket: how long the request must wait for its slot
@@ -99,7 +132,8 @@ Cost (Upstash bills every command a script runs, EVALSHA included): 1 TIME + 1 M
       nothing. A lease granted in "take" rides on the request's own SET. `split` limits add
       1 INCRBY of their demand key on take (+1 PEXPIRE when it starts a new count), refusals
       included. override_idx > 0 adds 1 HMGET. So one limit: EVALSHA + TIME + MGET + SET = 4;
-      three limits: 6; a renewal or a return of one lease: 4.
+      three limits: 6; a renewal or a return of one lease: 4. A "release" of one slot: 4 (3 when
+      the slot had expired already); a refund of a slot likewise. A "settle" of one bucket: 4.
 ]]
 
 local t = redis.call('TIME')
@@ -108,8 +142,8 @@ local now_ms = math.floor(now / 1000)
 
 local mode = ARGV[1]
 local n = tonumber(ARGV[2])
--- the ARGV of limit i, j = 1..16 (see the contract above)
-local function arg(i, j) return ARGV[3 + 16 * (i - 1) + j] end
+-- the ARGV of limit i, j = 1..17 (see the contract above)
+local function arg(i, j) return ARGV[3 + 17 * (i - 1) + j] end
 
 -- token-bucket leases are held per epoch of this length (Redis time); no lease lives longer
 local LEASE_MS = 1000
@@ -163,7 +197,7 @@ end
 function token.load(l, raw)
   units(l)
   l.warm, l.held, l.held_next, l.epoch = 0, 0, 0, math.floor(now / LEASE_US)
-  local stored, stored_unit, last, rest = string.match(raw or '', '^(%d+):(%d+):(%d+)(.*)$')
+  local stored, stored_unit, last, rest = string.match(raw or '', '^(%-?%d+):(%d+):(%d+)(.*)$')
   local warm = string.match(rest or '', '^:(%d+)$') or ''
   local epoch, held, held_next = string.match(rest or '', '^:L(%d+):(%d+):(%d+)$')
   local cold = l.warmup > 0 and (not stored or now - tonumber(last) >= l.warmup)
@@ -225,6 +259,10 @@ function token.check(l)
 end
 function token.commit(l, sign)
   l.tokens = math.min(top(l), l.tokens - sign * l.need)
+end
+-- "settle": what the origin reported, less the reserve taken; a debt (tokens < 0) is allowed
+function token.settle(l, delta)
+  l.tokens = math.min(top(l), l.tokens - delta * l.unit)
 end
 function token.left(l) return math.floor(l.tokens / l.unit) end
 function token.grant(l, tokens)
@@ -364,7 +402,74 @@ function sliding.report(l)
   return math.max(0, l.rate - used), reset, 2 * l.p - l.e, string.format('s:%d:%d:%d', l.prev, l.curr, l.w), l.prev == 0 and l.curr == 0
 end
 
-local algorithms = { token, leaky, fixed, sliding }
+-- in flight (concurrency) -----------------------------------------------------------------
+-- `rate` slots, each held for at most `period` µs; l.slots lists the live ones as { id, expiry_us }
+local inflight = {}
+function inflight.load(l, raw)
+  l.slots = {}
+  for id, expiry in string.gmatch(string.match(raw or '', '^c:(.*)$') or '', '([^,@]+)@(%d+)') do
+    expiry = tonumber(expiry)
+    if expiry > now then l.slots[#l.slots + 1] = { id, expiry } end
+  end
+end
+function inflight.check(l)
+  local live, need = #l.slots, 1 + l.floor
+  l.allowed = (live + need <= l.rate) and 1 or 0
+  if l.allowed == 0 then
+    if l.rate <= 0 or need > l.rate then l.retry = -1 return end
+    -- room comes when the (live + need - rate)-th soonest slot expires, if none is released before
+    local expiries = {}
+    for j, slot in ipairs(l.slots) do expiries[j] = slot[2] end
+    table.sort(expiries)
+    l.retry = ceil_ms(expiries[live + need - l.rate] - now)
+  end
+end
+-- removes the caller's slot; returns whether it was there
+local function drop_slot(l)
+  for j, slot in ipairs(l.slots) do
+    if slot[1] == l.slot then
+      table.remove(l.slots, j)
+      return true
+    end
+  end
+  return false
+end
+function inflight.commit(l, sign)
+  local dropped = drop_slot(l)
+  if sign > 0 then l.slots[#l.slots + 1] = { l.slot, now + l.period } end
+  return sign > 0 or dropped
+end
+function inflight.report(l)
+  local parts, last = {}, now
+  for j, slot in ipairs(l.slots) do
+    parts[j] = slot[1] .. '@' .. string.format('%d', slot[2])
+    last = math.max(last, slot[2])
+  end
+  local reset = ceil_ms(last - now)
+  return math.max(0, l.rate - #l.slots), reset, reset, 'c:' .. table.concat(parts, ','), #l.slots == 0
+end
+
+local algorithms = { token, leaky, fixed, sliding, inflight }
+
+-- the check of a request that must leave l.floor whole tokens behind: as if it cost that much more
+-- (concurrency reads l.floor itself); the charge stays `cost`
+local function check(l)
+  local cost, need = l.cost, l.need
+  if l.floor > 0 and l.algo ~= inflight then
+    l.cost = cost + l.floor
+    if need then l.need = need + l.floor * l.unit end
+  end
+  l.algo.check(l)
+  l.cost, l.need = cost, need
+end
+
+-- the floor scaled to the capacity the limit is decided with (an override's, a region's share)
+local function scale_floor(l, capacity)
+  local now_capacity = (l.algo == token or l.algo == leaky) and l.burst or l.rate
+  if l.floor > 0 and capacity > 0 and now_capacity ~= capacity then
+    l.floor = math.ceil(l.floor * now_capacity / capacity)
+  end
+end
 
 -- runtime overrides set through the admin API: the values the caller knows, or, when its copy is
 -- too old (or the hash too large to copy), one HMGET of both fields of every limit
@@ -392,6 +497,14 @@ do
   end
 end
 
+-- a concurrency limit's slot id (p1) becomes part of its bucket's value: checked before anything is written
+for i = 1, n do
+  local slot = arg(i, 9)
+  if algorithms[tonumber(arg(i, 1))] == inflight and mode ~= 'peek' and not (#slot <= 64 and string.match(slot, '^[%w_%-]+$')) then
+    return redis.error_reply('decide.lua: limit ' .. i .. ' (concurrency) needs a slot id of 1-64 letters, digits, "-" or "_"')
+  end
+end
+
 -- every read in one MGET: the buckets (KEYS 1..n), then the shares of split limits
 local reads, share_at = {}, {}
 for i = 1, n do reads[i] = KEYS[i] end
@@ -404,7 +517,7 @@ for i = 1, n do
 end
 local stored = redis.call('MGET', unpack(reads))
 
--- modes that decide a request; the others (refund, lease, return) admit by definition
+-- modes that decide a request; the others (refund, lease, return, release) admit by definition
 local deciding = mode == 'take' or mode == 'peek'
 
 -- pass 1: every limit loaded at now, and whether each would admit
@@ -419,7 +532,11 @@ for i = 1, n do
   }
   local demand_idx = tonumber(arg(i, 8))
   l.split = tonumber(arg(i, 7)) > 0 or demand_idx > 0
+  -- p2 is also the token bucket's delta in "settle"
   l.warmup, l.max_delay, l.nodelay = tonumber(arg(i, 9)), tonumber(arg(i, 9)), tonumber(arg(i, 10))
+  l.slot = arg(i, 9)
+  l.floor = tonumber(arg(i, 17))
+  local capacity = (l.algo == token or l.algo == leaky) and l.burst or l.rate
   if override[i] then l.rate, l.burst, l.period = unpack(override[i]) end
   if share_at[i] then
     local r, b = string.match(stored[share_at[i]] or '', '^(%d+):(%d+)$')
@@ -429,9 +546,10 @@ for i = 1, n do
     -- demand counts every attempt, refused ones too; the rebalancer reads and resets it (GETDEL)
     if redis.call('INCRBY', KEYS[demand_idx], l.cost) == l.cost then redis.call('PEXPIRE', KEYS[demand_idx], 3600000) end
   end
+  scale_floor(l, capacity)
   l.algo.load(l, stored[i])
   if deciding then
-    l.algo.check(l)
+    check(l)
     if l.allowed == 0 and not l.shadow then admitted = 0 end
   else
     l.allowed = 1
@@ -462,12 +580,16 @@ for i = 1, n do
   if mode == 'take' and admitted == 1 and l.allowed == 1 then
     l.algo.commit(l, 1)
     write = true
-  elseif mode == 'refund' then
-    l.algo.commit(l, -1)
-    write = true
+  elseif mode == 'refund' or (mode == 'release' and l.algo == inflight) then
+    -- a slot that expired meanwhile leaves nothing to write
+    write = l.algo.commit(l, -1) ~= false
   end
   if (mode == 'lease' or mode == 'return') and l.close_epoch > 0 and l.algo.close then
     l.algo.close(l, l.close_epoch, l.close_granted, l.close_left)
+    write = true
+  end
+  if mode == 'settle' and l.algo.settle and l.nodelay ~= 0 then
+    l.algo.settle(l, l.nodelay)
     write = true
   end
   local leased, lease_ms, lease_epoch = lease(l)
@@ -478,7 +600,8 @@ for i = 1, n do
   end
   local o = 1 + 8 * (i - 1)
   out[o + 1] = l.allowed
-  out[o + 2] = remaining
+  -- what requests like this one may still take: the floor is not theirs
+  out[o + 2] = math.max(0, remaining - l.floor)
   out[o + 3] = l.retry
   out[o + 4] = reset_ms
   out[o + 5] = (admitted == 1 and not l.shadow) and l.delay or 0

@@ -1,25 +1,63 @@
-import { Hono } from "hono";
+import { Hono, type ErrorHandler, type MiddlewareHandler } from "hono";
+import { HTTPException } from "hono/http-exception";
 import { adminApp } from "./admin/index.js";
+import type { SluiceEnv } from "./context.js";
 import type { Env } from "./env.js";
-import { gate } from "./gateway.js";
-import type { Defer } from "./limiter/decide.js";
+import { forwardToOrigin } from "./gateway/forward.js";
+import { gatewayScope } from "./gateway/scope.js";
+import { accessListsStep } from "./middleware/access-lists/index.js";
+import { breakerStep } from "./middleware/breaker/index.js";
+import { decisions } from "./middleware/decision/index.js";
+import { idempotencyStep } from "./middleware/idempotency/index.js";
+import { rateLimitStep } from "./middleware/rate-limit/index.js";
+import { sessionStep } from "./middleware/session/index.js";
+import { keepFallbackCopies } from "./middleware/shedding/index.js";
+import { inGateway, type Step } from "./middleware/step.js";
+import { verifyJwtStep } from "./middleware/verify-jwt/index.js";
+import { problem } from "./problem.js";
+import { jobStatus } from "./queue/enqueue.js";
 import { DEFAULT_PATH_POLICY, normalisePath, type PathPolicy } from "./routing/normalise.js";
-import { problem } from "./shed/problem.js";
+import { Runtime } from "./runtime.js";
 
-/** The runtime's execution context (always there on Workers; absent when the app is called bare). */
-function executionContext(c: { executionCtx: ExecutionContext }): ExecutionContext | undefined {
-  try {
-    return c.executionCtx;
-  } catch {
-    return undefined;
-  }
+export type GatewayEnv = SluiceEnv & { Bindings: Env };
+
+/**
+ * The sluice gateway: the steps of the request path as middleware, in the order a request meets
+ * them, with forwarding to the origin as the final handler. Each step is also a middleware of the
+ * public API (src/index.ts); here they share the scope `gatewayScope` makes from `wrangler.toml`.
+ */
+export function createApp(runtime = new Runtime()): Hono<GatewayEnv> {
+  const app = new Hono<GatewayEnv>();
+  app.use("*", adminApi(runtime)); //      /__sluice/… in any spelling: the admin API
+  app.use("*", decisions()); //            stamps Sluice-Decision / Sluice-Region, counts metrics
+  app.use("*", gatewayScope(runtime)); //  configuration → region → normalised path → route
+  for (const step of GATEWAY_STEPS) app.use("*", inGateway(step));
+  app.all("*", forwardToOrigin); //        the origin, body streamed both ways
+  app.onError(answerError);
+  return app;
 }
 
-/** `ctx.waitUntil` where the runtime gives one; otherwise work just runs. */
-function deferrer(c: { executionCtx: ExecutionContext }): Defer {
-  const ctx = executionContext(c);
-  return ctx ? (work) => ctx.waitUntil(work) : (work) => void work;
-}
+/** The steps of the request path, in the order a request meets them (also what `sluice()` runs). */
+export const GATEWAY_STEPS: Step[] = [
+  jobStatus, //           GET /__sluice-jobs/{id}: a queued request's status
+  accessListsStep, //     deny list → 403; an allow-listed client skips the limits
+  verifyJwtStep, //       claims, for routes keyed on the JWT
+  breakerStep, //         open → fallback or 503; records the origin's outcome after the response
+  rateLimitStep, //       one Redis call decides every limit; a refusal is shed as on_limit says
+  idempotencyStep, //     one side effect per key; duplicates get the replay; settles after the response
+  sessionStep, //         one call per session at a time; released after the response
+  keepFallbackCopies, //  keeps the last good copy of a fallback route's page after the response
+];
+
+/**
+ * A problem is answered as itself; anything else that throws becomes a 500 problem (the outer
+ * middleware still stamps the decision headers on it), never a bare 500.
+ */
+export const answerError: ErrorHandler = (err) => {
+  if (err instanceof HTTPException) return err.getResponse();
+  console.error(JSON.stringify({ event: "unhandled", message: err.message }));
+  return problem({ status: 500, title: "Internal error", detail: "sluice failed to handle this request" });
+};
 
 /** `/__sluice` as a whole first segment, in any case (`/__sluice-jobs/…` is not the admin API). */
 const ADMIN_PREFIX = /^\/__sluice(?=\/|$)/i;
@@ -43,28 +81,20 @@ function adminPath(pathname: string): string | undefined {
   return named.ok ? named.path.match.replace(ADMIN_PREFIX, "/__sluice") : undefined;
 }
 
-/**
- * The sluice Worker as a Hono app. Every path goes through the gate; anything that still
- * throws becomes a problem response that carries the decision headers, never a bare 500.
- */
-export function createApp(): Hono<{ Bindings: Env }> {
-  const app = new Hono<{ Bindings: Env }>();
-  const admin = adminApp();
-  app.all("*", (c) => {
+/** Requests for the admin API go to it, under their normal path; the rest go on. */
+function adminApi(runtime: Runtime): MiddlewareHandler<GatewayEnv> {
+  const admin = adminApp(runtime);
+  return async (c, next) => {
     const url = new URL(c.req.url);
     const path = adminPath(url.pathname);
-    if (path !== undefined) {
-      url.pathname = path;
-      return admin.fetch(new Request(url, c.req.raw), c.env, executionContext(c));
+    if (path === undefined) return next();
+    url.pathname = path;
+    let ctx: ExecutionContext | undefined;
+    try {
+      ctx = c.executionCtx;
+    } catch {
+      ctx = undefined;
     }
-    return gate(c.req.raw, c.env, deferrer(c));
-  });
-  app.onError((err) => {
-    console.error(JSON.stringify({ event: "unhandled", message: err.message }));
-    const res = problem({ status: 500, title: "Internal error", detail: "sluice failed to handle this request" });
-    res.headers.set("Sluice-Decision", "reject");
-    res.headers.set("Sluice-Region", "unknown");
-    return res;
-  });
-  return app;
+    return admin.fetch(new Request(url, c.req.raw), c.env, ctx);
+  };
 }

@@ -1,12 +1,14 @@
 import type { Env } from "./env.js";
-import { configOf } from "./gateway.js";
+import { envConnections } from "./region/index.js";
 import { rebalance, type RebalanceReport } from "./region/rebalance.js";
+import type { Runtime } from "./runtime.js";
 
 /** The cron trigger: rebalance split limits even when no request nudges it. */
-export async function onSchedule(env: Env): Promise<RebalanceReport | undefined> {
-  const loaded = configOf(env);
+export async function onSchedule(env: Env, runtime: Runtime): Promise<RebalanceReport | undefined> {
+  const loaded = runtime.configs.of(env);
   if (!loaded.ok) return undefined;
-  const report = await rebalance(loaded.config, env);
+  const config = loaded.config;
+  const report = await rebalance(config, runtime.stores(envConnections(env, config.home_region), config));
   if (report.ran) console.log(JSON.stringify({ event: "rebalanced", limits: report.limits }));
   return report;
 }

@@ -1,19 +1,22 @@
 import { createApp } from "../src/app.js";
+import { Runtime } from "../src/runtime.js";
 import type { Env } from "../src/env.js";
 import { onSchedule } from "../src/scheduled.js";
-import { onQueue } from "../src/shed/deliver.js";
-import type { JobMessage } from "../src/shed/queue.js";
+import { onQueue } from "../src/queue/deliver.js";
+import type { JobMessage } from "../src/queue/queue.js";
 
 // Wiring only: requests go to the Hono app, cron triggers to the scheduled work, queue batches
 // to the consumer that delivers shed requests.
-const app = createApp();
+// One runtime per isolate: the state every request of this isolate shares (src/runtime.ts).
+const runtime = new Runtime();
+const app = createApp(runtime);
 
 export default {
   fetch: app.fetch,
   scheduled(_event, env, ctx) {
-    ctx.waitUntil(onSchedule(env));
+    ctx.waitUntil(onSchedule(env, runtime));
   },
   queue(batch, env, ctx) {
-    return onQueue(batch, env, (work) => ctx.waitUntil(work));
+    return onQueue(batch, env, (work) => ctx.waitUntil(work), runtime);
   },
 } satisfies ExportedHandler<Env, JobMessage>;

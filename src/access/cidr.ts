@@ -47,7 +47,8 @@ export function parseCidr(text: string): Cidr | undefined {
   const v4 = !(addr ?? "").includes(":");
   const max = v4 ? 32 : 128;
   const bits = len === undefined ? max : Number(len);
-  if (!Number.isInteger(bits) || bits < 0 || bits > max || (len !== undefined && !/^\d{1,3}$/.test(len))) return undefined;
+  if (!Number.isInteger(bits) || bits < 0 || bits > max || (len !== undefined && !/^\d{1,3}$/.test(len)))
+    return undefined;
   return { base, bits: v4 ? bits + 96 : bits };
 }
 

@@ -1,10 +1,12 @@
 import type { Config, Limit, Route } from "../config/index.js";
-import type { Env } from "../env.js";
-import { bucketKey } from "../keys/hash.js";
-import { bucketHash } from "../limiter/buckets.js";
+import type { KeyHash } from "../keys/hash.js";
 import { identify, type RequestFacts } from "../keys/identify.js";
-import { offPathStore } from "../region/index.js";
+import { bucketHash } from "../limiter/buckets.js";
+import { Problem } from "../problem.js";
+import type { Stores } from "../region/index.js";
+import { bucketKey, overrideField } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
+import { badRequest } from "./validate.js";
 
 /**
  * The facts an operator names a client by, as query parameters spelled like key parts:
@@ -26,26 +28,68 @@ export function factsFromParams(params: URLSearchParams): RequestFacts {
   return { ip: params.get("ip") ?? "unknown", matchPath: params.get("path") ?? "/", headers, url, claims };
 }
 
+/** A configured limit by its route's and its own name (as configured: names are case-sensitive). */
+export function findLimit(
+  config: Config,
+  routeName: string,
+  limitName: string,
+): { route: Route; limit: Limit } | undefined {
+  const route = config.routes.find((r) => r.name === routeName);
+  const limit = route?.limits.find((l) => l.name === limitName);
+  return route && limit ? { route, limit } : undefined;
+}
+
 export interface BucketAddress {
   route: Route;
   limit: Limit;
   region: string;
   store: Store;
   key: string;
-  hash: string;
+  hash: KeyHash;
 }
 
-/** The bucket an operator means: route, limit, region (default home) and the client's key parts. */
-export async function bucketAddress(config: Config, env: Env, routeName: string, limitName: string, params: URLSearchParams): Promise<BucketAddress | string> {
-  const route = config.routes.find((r) => r.name === routeName);
-  const limit = route?.limits.find((l) => l.name === limitName);
-  if (!route || !limit) return `no limit "${limitName}" in a route "${routeName}"`;
+/**
+ * The bucket an operator means: route, limit, region (default home) and the client's key parts.
+ * Throws a 404 problem when there is no such bucket to address.
+ */
+export async function bucketAddress(
+  config: Config,
+  stores: Stores,
+  routeName: string,
+  limitName: string,
+  params: URLSearchParams,
+): Promise<BucketAddress> {
+  const found = findLimit(config, routeName, limitName);
+  if (!found) throw noBucket(`no limit "${limitName}" in a route "${routeName}"`);
+  const { route, limit } = found;
   const region = params.get("region") ?? config.home_region;
   const target = limit.scope === "global" ? config.home_region : region;
-  const store = offPathStore(env, config, target);
-  if (!store) return `no Redis for region "${target}"`;
+  const store = stores.offPath(target);
+  if (!store) throw noBucket(`no Redis for region "${target}"`);
   const identity = identify(limit.key, factsFromParams(params), "ip");
-  if (identity.kind !== "id") return "the identity is incomplete";
+  if (identity.kind !== "id") throw noBucket("the identity is incomplete");
   const hash = await bucketHash(limit, identity.id, region);
   return { route, limit, region, store, hash, key: bucketKey(config.key_prefix, route.name, limit.name, hash) };
+}
+
+function noBucket(detail: string): Problem {
+  return new Problem({ status: 404, title: "No such bucket", detail });
+}
+
+/**
+ * The field an override is kept under in its route's hash: `{limit}:*` for everybody,
+ * `{limit}:{bucket hash}` for one client (named by its key parts, in `region`, default home).
+ * A key part the identity leaves out is the client's `ip`, as a request without it would be.
+ */
+export async function overrideFieldFor(
+  config: Config,
+  limit: Limit,
+  identity: Record<string, string> | undefined,
+  region: string | undefined,
+): Promise<string> {
+  if (!identity) return overrideField(limit.name);
+  const id = identify(limit.key, factsFromParams(new URLSearchParams(identity)), "ip");
+  // with `missing = "ip"` every identity is complete; the check is for the type
+  if (id.kind !== "id") throw badRequest("the identity is incomplete");
+  return overrideField(limit.name, await bucketHash(limit, id.id, region ?? config.home_region));
 }

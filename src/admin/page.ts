@@ -55,7 +55,7 @@ async function load() {
   document.getElementById('blocked').innerHTML = '<tr><th>route</th><th>identifier</th><th>refusals</th></tr>' + d.top_blocked.map(b => '<tr><td>' + esc(b.route) + '</td><td><code>' + esc(b.id.slice(0, 12)) + '…</code></td><td>' + b.refusals + '</td></tr>').join('');
   document.getElementById('health').innerHTML = he.regions.map(r => '<tr><td>' + esc(r.region) + '</td><td class="' + (r.reachable ? 'ok">reachable' : 'bad">unreachable') + '</td><td>' + (r.rtt_ms ?? '') + ' ms</td></tr>').join('');
   document.getElementById('overrides').innerHTML = ov.overrides.map(o => '<tr><td>' + esc(o.route) + '</td><td>' + esc(o.field.split(':')[0]) + (o.field.endsWith(':*') ? ' (all)' : ' (one client)') + '</td><td>' + o.rate + ' / ' + o.period_ms + ' ms</td><td>until ' + esc(o.expires_at) + '</td></tr>').join('') || '<tr><td>none</td></tr>';
-  document.getElementById('lists').innerHTML = li.entries.map(e => '<tr><td>' + esc(e.kind) + '</td><td>' + esc(e.entry) + '</td><td>until ' + esc(e.expires_at) + '</td></tr>').join('') || '<tr><td>none</td></tr>';
+  document.getElementById('lists').innerHTML = li.entries.map(e => '<tr><td>' + esc(e.kind) + '</td><td>' + esc(e.entry) + '</td><td>until ' + esc(e.expires_at) + '</td><td>' + esc(e.note || '') + '</td></tr>').join('') || '<tr><td>none</td></tr>';
   document.getElementById('limits').innerHTML = cfg.routes.flatMap(r => r.limits.map(l => '<option value="' + esc(r.name + '/' + l.name) + '">' + esc(r.name + ' / ' + l.name) + '</option>')).join('');
 }
 document.getElementById('override-form').addEventListener('submit', async e => {

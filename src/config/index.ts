@@ -10,10 +10,13 @@ export type Limit = LimitSettings;
 export interface Route extends Omit<RouteSettings, "limits"> {
   pattern: PathPattern;
   limits: Limit[];
+  /** `divert_url`, parsed once at load (the schema has checked it is an http(s) URL). */
+  divertUrl?: URL;
 }
 
 export interface Config extends Omit<SluiceSettings, "routes"> {
-  originUrl: URL;
+  /** Where allowed requests go; none for middleware in an app, whose handlers answer. */
+  originUrl?: URL;
   routes: Route[];
 }
 
@@ -56,10 +59,12 @@ export interface ConfigVars {
   hasQueue?: boolean;
   /** Whether a secret is set; a route keyed on JWT claims needs the HMAC secret (or a JWKS URL). */
   hasSecret?: (name: string) => boolean;
+  /** Middleware in an app: without `ORIGIN_URL` the app's own handlers answer. */
+  originOptional?: boolean;
 }
 
 function compile(vars: ConfigVars): Config {
-  const originUrl = parseOrigin(vars.ORIGIN_URL);
+  const originUrl = vars.originOptional && vars.ORIGIN_URL === undefined ? undefined : parseOrigin(vars.ORIGIN_URL);
   const raw = typeof vars.SLUICE === "string" ? parseJson(vars.SLUICE) : (vars.SLUICE ?? {});
   const parsed = sluiceSchema.safeParse(raw);
   if (!parsed.success) {
@@ -69,12 +74,18 @@ function compile(vars: ConfigVars): Config {
   const s = parsed.data;
   const queued = s.routes.findIndex((r) => r.on_limit === "queue");
   if (queued >= 0 && vars.hasQueue === false) {
-    throw new ConfigError(`SLUICE.routes[${queued}].on_limit`, 'is "queue" but the Worker has no SLUICE_QUEUE producer binding ([[queues.producers]] binding = "SLUICE_QUEUE" in wrangler.toml)');
+    throw new ConfigError(
+      `SLUICE.routes[${queued}].on_limit`,
+      'is "queue" but the Worker has no SLUICE_QUEUE producer binding ([[queues.producers]] binding = "SLUICE_QUEUE" in wrangler.toml)',
+    );
   }
   const jwtRoute = s.routes.findIndex(usesJwt);
   const secretEnv = s.jwt?.secret_env ?? "SLUICE_JWT_SECRET";
   if (jwtRoute >= 0 && !s.jwt?.jwks_url && vars.hasSecret && !vars.hasSecret(secretEnv)) {
-    throw new ConfigError(`SLUICE.routes[${jwtRoute}]`, `keys limits, sessions or idempotency on JWT claims but there is no ${secretEnv} secret (or SLUICE.jwt.jwks_url) to verify tokens with`);
+    throw new ConfigError(
+      `SLUICE.routes[${jwtRoute}]`,
+      `keys limits, sessions or idempotency on JWT claims but there is no ${secretEnv} secret (or SLUICE.jwt.jwks_url) to verify tokens with`,
+    );
   }
   return {
     ...s,
@@ -82,7 +93,10 @@ function compile(vars: ConfigVars): Config {
     routes: s.routes.map((r, ri) => ({
       ...r,
       pattern: compilePattern(r.match, s.paths),
-      limits: r.limits.map((l, li) => compileLimit({ ...l, shadow: l.shadow || r.shadow }, `SLUICE.routes[${ri}].limits[${li}]`)),
+      divertUrl: r.divert_url === undefined ? undefined : new URL(r.divert_url),
+      limits: r.limits.map((l, li) =>
+        compileLimit({ ...l, shadow: l.shadow || r.shadow }, `SLUICE.routes[${ri}].limits[${li}]`),
+      ),
     })),
   };
 }
@@ -102,14 +116,16 @@ function compileLimit(l: LimitSettings, field: string): Limit {
 }
 
 function parseOrigin(value: unknown): URL {
-  if (typeof value !== "string" || value === "") throw new ConfigError("ORIGIN_URL", "is required: the URL allowed requests are forwarded to");
+  if (typeof value !== "string" || value === "")
+    throw new ConfigError("ORIGIN_URL", "is required: the URL allowed requests are forwarded to");
   let url: URL;
   try {
     url = new URL(value);
   } catch {
     throw new ConfigError("ORIGIN_URL", `"${value}" is not a URL`);
   }
-  if (url.protocol !== "http:" && url.protocol !== "https:") throw new ConfigError("ORIGIN_URL", "must be an http or https URL");
+  if (url.protocol !== "http:" && url.protocol !== "https:")
+    throw new ConfigError("ORIGIN_URL", "must be an http or https URL");
   return url;
 }
 
@@ -122,5 +138,8 @@ function parseJson(text: string): unknown {
 }
 
 function fieldName(path: ReadonlyArray<PropertyKey>): string {
-  return path.reduce<string>((acc, p) => (typeof p === "number" ? `${acc}[${p}]` : acc ? `${acc}.${String(p)}` : String(p)), "");
+  return path.reduce<string>(
+    (acc, p) => (typeof p === "number" ? `${acc}[${p}]` : acc ? `${acc}.${String(p)}` : String(p)),
+    "",
+  );
 }

@@ -1,5 +1,18 @@
 import { z } from "zod";
 import { parseDuration } from "./duration.js";
+import {
+  algorithm,
+  ALGORITHM_NAMES,
+  leasableAlgorithms,
+  leasableShape,
+  MAX_IN_FLIGHT,
+  readersOf,
+  type Algorithm,
+  type AlgorithmSetting,
+  type AlgorithmSettings,
+} from "../limiter/registry.js";
+import { compiledFigures, figureProblems } from "../limiter/figures.js";
+import { PRIORITIES, RESERVABLE, type Reserve } from "../limiter/priority.js";
 
 /** Names end up inside Redis key names and headers: keep them to a safe alphabet. */
 const name = z
@@ -13,6 +26,14 @@ const duration = z.string().transform((text, ctx) => {
     return z.NEVER;
   }
   return ms;
+});
+
+/** `true`, `false` or a duration (ms): a limit's `lease` (README, Leases; In-flight caps). */
+const booleanOrDuration = z.union([z.boolean(), z.string()]).transform((v, ctx) => {
+  if (typeof v === "boolean") return v;
+  const ms = duration.safeParse(v);
+  if (!ms.success) for (const i of ms.error.issues) ctx.addIssue({ code: "custom", message: i.message });
+  return ms.success ? ms.data : z.NEVER;
 });
 
 /** One part of an identity: where the identifier of a bucket comes from. */
@@ -31,6 +52,37 @@ const keyPart = z.string().superRefine((part, ctx) => {
   }
 });
 
+/**
+ * A limit's `reserve`: fractions of its capacity kept for the priorities above a request's
+ * (README, Priorities), `critical` and `default` only (nothing ranks below sheddable), each
+ * 0 < f < 1, summing to less than 1.
+ */
+const reserve = z.record(z.string(), z.number()).transform((r, ctx): Reserve => {
+  const issue = (key: string, message: string) => ctx.addIssue({ code: "custom", path: [key], message });
+  for (const [key, f] of Object.entries(r)) {
+    if (key === "sheddable")
+      issue(key, "cannot be reserved for: sheddable is the lowest priority, there is nobody to keep room from");
+    else if (!(RESERVABLE as readonly string[]).includes(key))
+      issue(key, `is not a priority that can be reserved for: use ${RESERVABLE.join(" or ")}`);
+    else if (!(f > 0 && f < 1)) issue(key, "must be a fraction of the capacity between 0 and 1 (exclusive)");
+  }
+  const total = Object.values(r).reduce((sum, f) => sum + f, 0);
+  if (!(total < 1))
+    ctx.addIssue({ code: "custom", message: `the fractions add up to ${total}: they must total less than 1` });
+  return r;
+});
+
+/** A route's `priority`: one of the names, or where a request carries one (a header, a verified JWT claim). */
+const priority = z.union([
+  z.enum(PRIORITIES),
+  z
+    .string()
+    .regex(
+      /^(header:[A-Za-z0-9!#$%&'*+.^_`|~-]+|jwt:.+)$/,
+      'must be critical, default, sheddable, "header:<name>" or "jwt:<claim>"',
+    ),
+]);
+
 /** A tier's rate, written "600/1m": that many per that duration (the tier's burst is its rate). */
 const tierRate = z.string().transform((text, ctx) => {
   const m = /^(\d{1,9})\/(.+)$/.exec(text.trim());
@@ -42,18 +94,109 @@ const tierRate = z.string().transform((text, ctx) => {
   return { rate: Number(m[1]), period };
 });
 
-const ALGORITHMS = ["token_bucket", "leaky_bucket", "fixed_window", "sliding_window"] as const;
+const DEFAULT_MAX_DELAY_MS = 1_000;
+
+/** Whether a limit sets an algorithm-specific setting: leaving its default is not setting it. */
+const SETS: Record<AlgorithmSetting, (l: AlgorithmSettings) => boolean> = {
+  warmup: (l) => l.warmup !== undefined,
+  max_delay: (l) => l.max_delay !== DEFAULT_MAX_DELAY_MS,
+  nodelay: (l) => l.nodelay,
+};
+
+/** Settings a limit sets that its algorithm does not read: of each other algorithm's, the first it sets. */
+function misplacedSettings(l: AlgorithmSettings & { algorithm: Algorithm }): AlgorithmSetting[] {
+  const own = algorithm(l.algorithm).settings;
+  const found = new Set<AlgorithmSetting>();
+  for (const name of ALGORITHM_NAMES) {
+    const first = algorithm(name).settings.find((s) => !own.includes(s) && SETS[s](l));
+    if (first) found.add(first);
+  }
+  return [...found];
+}
+
+/** The longest a `ban` counts refusals over, and the longest one ban lasts. */
+const MAX_BAN_WITHIN_MS = 86_400_000;
+const MAX_BAN_MS = 365 * 86_400_000;
+
+/**
+ * Escalating bans (README, Bans): a client this limit refuses `after` times within `within` goes
+ * on the deny list for the first of `for`, each repeat ban for the next (the last repeats), so a
+ * ban never gets shorter.
+ */
+const banSettings = z
+  .object({
+    after: z.number().int().min(1).max(1_000_000),
+    within: duration.refine((ms) => ms <= MAX_BAN_WITHIN_MS, "must be at most 1d"),
+    for: z
+      .array(duration.refine((ms) => ms <= MAX_BAN_MS, "must be at most 365d"))
+      .min(1)
+      .max(16),
+  })
+  .strict()
+  .superRefine((b, ctx) => {
+    b.for.forEach((ms, i) => {
+      if (i > 0 && ms < (b.for[i - 1] as number))
+        ctx.addIssue({ code: "custom", path: ["for", i], message: "must be at least the duration before it" });
+    });
+  });
+
+/** The key parts a ban can name as a deny-list entry: one per client, never everybody or a path. */
+const bannable = (key: string[]) => key.length === 1 && key[0] !== "global" && key[0] !== "path";
+
+/** `cost = { response = "header:<name>", reserve, max }`: taken at admission, settled to what the origin reports. */
+const responseCost = z
+  .object({
+    response: z.string().regex(/^header:[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be "header:<name>" (a response header)'),
+    reserve: z.number().int().positive(),
+    max: z.number().int().positive().max(1_000_000_000),
+  })
+  .strict();
+
+/** What a limit charged from the response may not be. */
+function responseCostProblems(l: {
+  algorithm: Algorithm;
+  warmup?: number;
+  scope: string;
+  cost: number;
+  max_cost?: number;
+  responseCost?: { max: number };
+}): string[] {
+  const problems: string[] = [];
+  if (l.algorithm !== "token_bucket") problems.push("from the response applies to token_bucket limits only");
+  if (l.warmup !== undefined) problems.push("from the response does not go with warmup");
+  if (l.scope === "split") problems.push("from the response does not go with scope = split");
+  if (l.max_cost !== undefined) problems.push("from the response takes its bound from `max`, not max_cost");
+  if (l.responseCost && l.responseCost.max < l.cost) problems.push("from the response: reserve must not exceed max");
+  return problems;
+}
 
 const limit = z
   .object({
     name,
     key: z.union([keyPart, z.array(keyPart).min(1).max(8)]).default("ip"),
-    algorithm: z.enum(ALGORITHMS).default("token_bucket"),
-    rate: z.number().int().positive().max(1_000_000_000),
-    period: duration,
+    algorithm: z.enum(ALGORITHM_NAMES).default("token_bucket"),
+    /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/limiter/figures.ts). */
+    rate: z.number().int().positive().max(1_000_000_000).optional(),
+    period: duration.optional(),
     burst: z.number().int().positive().max(1_000_000_000).optional(),
-    /** Tokens one request takes: a number, or "header:<name>" read from the request (bounded by max_cost). */
-    cost: z.union([z.number().int().positive(), z.string().regex(/^header:[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a number or "header:<name>"')]).default(1),
+    /** concurrency: requests of a key in flight at once. */
+    limit: z
+      .number()
+      .int()
+      .positive()
+      .max(MAX_IN_FLIGHT, `must be at most ${MAX_IN_FLIGHT}: the bucket lists every slot in flight`)
+      .optional(),
+    /**
+     * Tokens one request takes: a number, "header:<name>" read from the request (bounded by
+     * max_cost), or what the origin reports (README, Cost from the response).
+     */
+    cost: z
+      .union([
+        z.number().int().positive(),
+        z.string().regex(/^header:[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a number or "header:<name>"'),
+        responseCost,
+      ])
+      .default(1),
     max_cost: z.number().int().positive().optional(),
     scope: z.enum(["region", "global", "split"]).default("region"),
     shadow: z.boolean().default(false),
@@ -68,49 +211,69 @@ const limit = z
     /** Take the rate from a table keyed by this identity's value, e.g. "jwt:plan". */
     tier: keyPart.optional(),
     rates: z.record(z.string().min(1).max(64), tierRate).optional(),
-    /** Let isolates hold leases on this limit's buckets (README, Leases); default: wherever the limit can be leased. */
-    lease: z.boolean().optional(),
+    /**
+     * Let isolates hold leases on this limit's buckets (README, Leases); default: wherever the limit
+     * can be leased. concurrency: how long a slot may be held, a duration.
+     */
+    lease: booleanOrDuration.optional(),
+    /** Put a client this limit keeps refusing on the deny list, for longer each time (README, Bans). */
+    ban: banSettings.optional(),
+    /** Capacity kept for higher priorities, e.g. `{ critical = 0.2 }` (README, Priorities). */
+    reserve: reserve.optional(),
   })
   .strict()
+  .superRefine((l, ctx) =>
+    figureProblems(l).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message })),
+  )
   .transform((l) => {
     const costHeader = typeof l.cost === "string" ? l.cost.slice(7).toLowerCase() : undefined;
+    const fromResponse = typeof l.cost === "object" ? l.cost : undefined;
+    const responseCost = fromResponse && {
+      header: fromResponse.response.slice(7).toLowerCase(),
+      max: fromResponse.max,
+    };
     return {
       ...l,
+      ...compiledFigures(l),
       key: Array.isArray(l.key) ? l.key : [l.key],
-      burst: l.burst ?? l.rate,
-      cost: typeof l.cost === "number" ? l.cost : 1,
+      cost: typeof l.cost === "number" ? l.cost : (fromResponse?.reserve ?? 1),
       costHeader,
-      max_delay: l.max_delay ?? 1_000,
+      responseCost,
+      max_delay: l.max_delay ?? DEFAULT_MAX_DELAY_MS,
       nodelay: l.nodelay ?? false,
-      lease: l.lease ?? leasableShape({ ...l, costHeader }),
+      lease: typeof l.lease === "boolean" ? l.lease : leasableShape({ ...l, costHeader, responseCost }),
     };
   })
   .superRefine((l, ctx) => {
     const issue = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
-    const windowed = l.algorithm === "fixed_window" || l.algorithm === "sliding_window";
     const input = l as { burst?: number };
-    if (windowed && input.burst !== l.rate) issue("burst", `does not apply to ${l.algorithm}: the window holds \`rate\``);
-    if (l.warmup !== undefined && l.algorithm !== "token_bucket") issue("warmup", "applies to token_bucket only");
-    if ((l.nodelay || l.max_delay !== 1_000) && l.algorithm !== "leaky_bucket") issue(l.nodelay ? "nodelay" : "max_delay", "applies to leaky_bucket only");
+    if (algorithm(l.algorithm).capacity === "rate" && input.burst !== l.rate)
+      issue("burst", `does not apply to ${l.algorithm}: the window holds \`rate\``);
+    for (const setting of misplacedSettings(l)) issue(setting, `applies to ${readersOf(setting)} only`);
     const maxCost = l.costHeader ? l.max_cost : l.cost;
-    if (l.costHeader && l.max_cost === undefined) issue("max_cost", 'is required when cost comes from a header ("header:<name>")');
+    if (l.costHeader && l.max_cost === undefined)
+      issue("max_cost", 'is required when cost comes from a header ("header:<name>")');
     if (!l.costHeader && l.max_cost !== undefined) issue("max_cost", "applies only when cost comes from a header");
     const capacities = [l.burst, ...Object.values(l.rates ?? {}).map((t) => t.rate)];
-    if (maxCost !== undefined && maxCost > Math.min(...capacities)) issue(l.costHeader ? "max_cost" : "cost", `cost ${maxCost} exceeds the capacity ${Math.min(...capacities)}: such a request could never pass`);
-    if ((l.tier === undefined) !== (l.rates === undefined)) issue(l.tier === undefined ? "tier" : "rates", "tier and rates go together");
-    if (l.lease && !leasableShape(l)) issue("lease", "applies to token_bucket (without warmup) and fixed_window limits that are not split, with a fixed cost and no tier");
+    if (maxCost !== undefined && maxCost > Math.min(...capacities))
+      issue(
+        l.costHeader ? "max_cost" : "cost",
+        `cost ${maxCost} exceeds the capacity ${Math.min(...capacities)}: such a request could never pass`,
+      );
+    if (l.responseCost) responseCostProblems(l).forEach((m) => issue("cost", m));
+    if ((l.tier === undefined) !== (l.rates === undefined))
+      issue(l.tier === undefined ? "tier" : "rates", "tier and rates go together");
+    if (l.lease && !leasableShape(l))
+      issue(
+        "lease",
+        `applies to ${leasableAlgorithms()} limits that are not split, with a fixed cost, no tier and no reserve`,
+      );
+    if (l.ban && !bannable(l.key))
+      issue(
+        "ban",
+        "needs a limit keyed on one client part: ip, header:<name>, cookie:<name>, query:<name> or jwt:<claim>",
+      );
   });
-
-/**
- * Whether a limit's shape allows leases: token buckets without warm-up and fixed windows, whose
- * every token admits one cost unit whenever it is spent, with a fixed cost and no tier (a header
- * cost or a tier's rate is decided per request), and not `split` (its share moves). Shadow limits
- * are not leased either (see src/limiter/lease-broker.ts).
- */
-export function leasableShape(l: { algorithm: string; warmup?: number; scope: string; costHeader?: string; tier?: string }): boolean {
-  const algorithm = l.algorithm === "fixed_window" || (l.algorithm === "token_bucket" && l.warmup === undefined);
-  return algorithm && l.scope !== "split" && l.costHeader === undefined && l.tier === undefined;
-}
 
 const method = z
   .string()
@@ -129,9 +292,21 @@ const staticFallback = z
 const queueSettings = z
   .object({
     /** Larger request bodies are refused with 413 rather than queued. */
-    max_body: z.number().int().min(0).max(100 * 1024).default(64 * 1024),
+    max_body: z
+      .number()
+      .int()
+      .min(0)
+      .max(100 * 1024)
+      .default(64 * 1024),
     /** Request headers kept with the job (those a limit keys on are always kept). */
-    headers: z.array(z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, "must be a header name").transform((h) => h.toLowerCase())).default(["content-type"]),
+    headers: z
+      .array(
+        z
+          .string()
+          .regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, "must be a header name")
+          .transform((h) => h.toLowerCase()),
+      )
+      .default(["content-type"]),
     /** Deliveries that fail at the origin (5xx, network) before the job goes to the dead-letter queue. */
     max_retries: z.number().int().min(0).max(100).default(3),
     /** How long a job's status can be read. */
@@ -176,7 +351,12 @@ const idempotencySettings = z
     /** How long a completed answer is replayed. */
     ttl: duration.default(86_400_000),
     /** Larger answers are marked completed without a stored body; duplicates get a 409 saying so. */
-    max_body: z.number().int().min(0).max(10 * 1024 * 1024).default(1024 * 1024),
+    max_body: z
+      .number()
+      .int()
+      .min(0)
+      .max(10 * 1024 * 1024)
+      .default(1024 * 1024),
     /** A duplicate of an in-flight request waits up to this long for its answer (0: 409 at once). */
     wait: duration.optional(),
     /** A 5xx or network error at the origin: release the claim (a retry runs again) or hold it as indeterminate. */
@@ -215,7 +395,11 @@ const route = z
     name,
     match: z.string().regex(/^\/[^\s?#]*$/, 'must be a path pattern starting with "/" (no query, no spaces)'),
     methods: z.array(method).min(1).optional(),
-    on_limit: z.enum(["reject", "fallback", "queue"]).default("reject"),
+    on_limit: z.enum(["reject", "fallback", "queue", "divert"]).default("reject"),
+    /** Where `on_limit = "divert"` sends refused requests (a read replica, a static mirror, a cheaper model). */
+    divert_url: z.url({ protocol: /^https?$/, message: "must be an http or https URL" }).optional(),
+    /** Past it the divert origin is abandoned, and the refusal falls back (static page, else 429). */
+    divert_timeout: duration.default(10_000),
     fallback_ttl: duration.default(300_000),
     fallback: staticFallback.optional(),
     /**
@@ -232,6 +416,11 @@ const route = z
      * buckets as they stand: this route's own (`true`), or another route's, named (a quota endpoint).
      */
     peek: z.union([z.boolean(), name]).default(false),
+    /**
+     * The requests' priority (README, Priorities): a name, or a header or JWT claim that holds one
+     * (anything else, or nothing: default). A header is only as trusted as the operator makes it.
+     */
+    priority: priority.default("default"),
     /** Every limit of the route in shadow mode: decide and count, never block (how a new route is rolled out). */
     shadow: z.boolean().default(false),
     /** One side-effecting call per session at a time (see README, Sessions). */
@@ -244,10 +433,39 @@ const route = z
   .superRefine((r, ctx) => {
     const seen = new Set<string>();
     r.limits.forEach((l, i) => {
-      if (seen.has(l.name)) ctx.addIssue({ code: "custom", path: ["limits", i, "name"], message: `duplicate limit name "${l.name}" in route "${r.name}"` });
+      if (seen.has(l.name))
+        ctx.addIssue({
+          code: "custom",
+          path: ["limits", i, "name"],
+          message: `duplicate limit name "${l.name}" in route "${r.name}"`,
+        });
       seen.add(l.name);
     });
+    divertProblems(r).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message }));
   });
+
+/**
+ * A divert route's fields go together, and it takes no idempotency key or session lock: a
+ * diverted request leaves before those steps run, so it would reach the divert origin unguarded.
+ */
+function divertProblems(r: {
+  on_limit: string;
+  divert_url?: string;
+  idempotency?: unknown;
+  session?: unknown;
+}): Array<[string, string]> {
+  if (r.on_limit !== "divert")
+    return r.divert_url === undefined ? [] : [["divert_url", 'applies only when on_limit = "divert"']];
+  const problems: Array<[string, string]> = [];
+  if (r.divert_url === undefined) problems.push(["divert_url", 'is required when on_limit = "divert"']);
+  for (const table of ["idempotency", "session"] as const)
+    if (r[table] !== undefined)
+      problems.push([
+        table,
+        `cannot be combined with on_limit = "divert": a diverted request leaves before the ${table} step runs, unguarded (give those methods a route of their own)`,
+      ]);
+  return problems;
+}
 
 const region = z
   .object({
@@ -259,8 +477,13 @@ const region = z
 const jwtSettings = z
   .object({
     /** The variable (a secret) holding the HMAC key; ignored when jwks_url is set. */
-    secret_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, "must be an environment variable name").default("SLUICE_JWT_SECRET"),
-    alg: z.enum(["HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "EdDSA"]).default("HS256"),
+    secret_env: z
+      .string()
+      .regex(/^[A-Z_][A-Z0-9_]*$/, "must be an environment variable name")
+      .default("SLUICE_JWT_SECRET"),
+    alg: z
+      .enum(["HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "EdDSA"])
+      .default("HS256"),
     jwks_url: z.url({ protocol: /^https?$/ }).optional(),
     issuer: z.string().optional(),
     audience: z.string().optional(),
@@ -283,7 +506,10 @@ const pathPolicy = z
 
 export const sluiceSchema = z
   .object({
-    key_prefix: z.string().regex(/^[A-Za-z0-9_.-]{1,32}$/, "must be 1-32 characters of letters, digits, '_', '.', '-'").default("sluice"),
+    key_prefix: z
+      .string()
+      .regex(/^[A-Za-z0-9_.-]{1,32}$/, "must be 1-32 characters of letters, digits, '_', '.', '-'")
+      .default("sluice"),
     /** The floor of a decision's Redis budget, which adapts to each store's round trip (src/store/rtt.ts). */
     timeout_ms: z.number().int().min(1).max(10_000).default(50),
     /** The ceiling of that budget, and the whole budget of an isolate's first call to a store; default max(1000, timeout_ms). */
@@ -302,17 +528,27 @@ export const sluiceSchema = z
   .strict()
   .superRefine((c, ctx) => {
     if (c.max_timeout_ms !== undefined && c.max_timeout_ms < c.timeout_ms) {
-      ctx.addIssue({ code: "custom", path: ["max_timeout_ms"], message: `must be at least timeout_ms (${c.timeout_ms}): it is the ceiling of the budget timeout_ms is the floor of` });
+      ctx.addIssue({
+        code: "custom",
+        path: ["max_timeout_ms"],
+        message: `must be at least timeout_ms (${c.timeout_ms}): it is the ceiling of the budget timeout_ms is the floor of`,
+      });
     }
     const seen = new Set<string>();
     const regionCount = new Set([c.home_region, ...Object.keys(c.regions)]).size;
     c.routes.forEach((r, i) => {
-      if (typeof r.peek === "string" && !c.routes.some((o) => o.name === r.peek)) ctx.addIssue({ code: "custom", path: ["routes", i, "peek"], message: `names no route ("${r.peek}")` });
-      if (seen.has(r.name)) ctx.addIssue({ code: "custom", path: ["routes", i, "name"], message: `duplicate route name "${r.name}"` });
+      if (typeof r.peek === "string" && !c.routes.some((o) => o.name === r.peek))
+        ctx.addIssue({ code: "custom", path: ["routes", i, "peek"], message: `names no route ("${r.peek}")` });
+      if (seen.has(r.name))
+        ctx.addIssue({ code: "custom", path: ["routes", i, "name"], message: `duplicate route name "${r.name}"` });
       seen.add(r.name);
       r.limits.forEach((l, j) => {
         if (l.scope === "split" && Math.min(l.rate, l.burst) < regionCount) {
-          ctx.addIssue({ code: "custom", path: ["routes", i, "limits", j, "scope"], message: `a split limit needs rate and burst of at least one per region (${regionCount} regions)` });
+          ctx.addIssue({
+            code: "custom",
+            path: ["routes", i, "limits", j, "scope"],
+            message: `a split limit needs rate and burst of at least one per region (${regionCount} regions)`,
+          });
         }
       });
     });

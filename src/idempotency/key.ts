@@ -30,7 +30,8 @@ export function canonicalBody(bytes: Uint8Array, contentType: string | null, ign
   } catch {
     return bytes;
   }
-  if (value && typeof value === "object" && !Array.isArray(value)) for (const f of ignore) delete (value as Record<string, unknown>)[f];
+  if (value && typeof value === "object" && !Array.isArray(value))
+    for (const f of ignore) delete (value as Record<string, unknown>)[f];
   return new TextEncoder().encode(canonicalJson(value));
 }
 
@@ -55,6 +56,12 @@ export async function sha256Hex(bytes: Uint8Array): Promise<string> {
  * What makes two requests "the same request": method, the path and query the origin is asked for
  * (`?amount=1` and `?amount=1000` are two requests), principal, canonical body.
  */
-export async function fingerprint(method: string, path: string, query: string, principal: string, body: Uint8Array): Promise<string> {
+export async function fingerprint(
+  method: string,
+  path: string,
+  query: string,
+  principal: string,
+  body: Uint8Array,
+): Promise<string> {
   return hashIdentifier(JSON.stringify([method, path, query, principal, await sha256Hex(body)]));
 }

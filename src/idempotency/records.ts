@@ -1,6 +1,7 @@
 import idempotencyLua from "../../lua/idempotency.lua";
-import { hashIdentifier } from "../keys/hash.js";
+import { asKeyHash, hashIdentifier } from "../keys/hash.js";
 import { StoreError } from "../store/deadline.js";
+import { idempotencyFenceKey, idempotencyRecordKey, ledgerKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 
 export const LEDGER_MAXLEN = 10_000;
@@ -22,23 +23,38 @@ export type Claim =
   | { kind: "completed"; status: number; headers: Array<[string, string]>; body: string; stored: boolean }
   | { kind: "indeterminate"; fence: number };
 
-export async function recordRef(store: Store, prefix: string, route: string, principal: string, key: string): Promise<RecordRef> {
+export async function recordRef(
+  store: Store,
+  prefix: string,
+  route: string,
+  principal: string,
+  key: string,
+): Promise<RecordRef> {
   return {
     store,
     prefix,
     route,
     keyHash: await hashIdentifier(JSON.stringify([principal, key])),
-    fenceKey: `${prefix}:idem:${route}:fence:${await hashIdentifier(principal)}`,
+    fenceKey: idempotencyFenceKey(prefix, route, await hashIdentifier(principal)),
   };
 }
 
 function keysOf(r: RecordRef): string[] {
-  return [`${r.prefix}:idem:${r.route}:${r.keyHash}`, r.fenceKey, `${r.prefix}:ledger`];
+  // refs are also rebuilt from an operator's request and from queue messages: the hash is checked before it names a key
+  return [idempotencyRecordKey(r.prefix, r.route, asKeyHash(r.keyHash)), r.fenceKey, ledgerKey(r.prefix)];
 }
 
 async function call(r: RecordRef, op: string, owner: string, rest: Array<string | number>): Promise<unknown[]> {
-  const reply = await r.store.run(r.store.script(idempotencyLua), keysOf(r), [op, owner, r.route, r.keyHash, LEDGER_MAXLEN, ...rest]);
-  if (!Array.isArray(reply)) throw new StoreError("error", `unexpected reply from idempotency.lua: ${JSON.stringify(reply).slice(0, 200)}`);
+  const reply = await r.store.run(r.store.script(idempotencyLua), keysOf(r), [
+    op,
+    owner,
+    r.route,
+    r.keyHash,
+    LEDGER_MAXLEN,
+    ...rest,
+  ]);
+  if (!Array.isArray(reply))
+    throw new StoreError("error", `unexpected reply from idempotency.lua: ${JSON.stringify(reply).slice(0, 200)}`);
   return reply;
 }
 
@@ -51,7 +67,13 @@ export async function claim(r: RecordRef, owner: string, fp: string, leaseMs: nu
     case "inflight":
       return { kind, leftMs: Number(a), fence: Number(b) };
     case "completed":
-      return { kind, status: Number(a), headers: JSON.parse(String(b)) as Array<[string, string]>, body: String(c ?? ""), stored: String(d) === "1" };
+      return {
+        kind,
+        status: Number(a),
+        headers: JSON.parse(String(b)) as Array<[string, string]>,
+        body: String(c ?? ""),
+        stored: String(d) === "1",
+      };
     case "indeterminate":
       return { kind, fence: Number(a) };
     default:
@@ -60,20 +82,38 @@ export async function claim(r: RecordRef, owner: string, fp: string, leaseMs: nu
 }
 
 /** Stores the origin's answer, only if `owner` still holds the claim. */
-export async function complete(r: RecordRef, owner: string, status: number, headers: Array<[string, string]>, body: string, stored: boolean, ttlMs: number): Promise<boolean> {
+export async function complete(
+  r: RecordRef,
+  owner: string,
+  status: number,
+  headers: Array<[string, string]>,
+  body: string,
+  stored: boolean,
+  ttlMs: number,
+): Promise<boolean> {
   const [result] = await call(r, "complete", owner, [status, JSON.stringify(headers), body, stored ? 1 : 0, ttlMs]);
   return result === "ok";
 }
 
 /** Gives the key up (`release`) or marks it indeterminate (`hold`), only if `owner` holds it. */
-export async function settleFailure(r: RecordRef, owner: string, how: "release" | "hold", originStatus: number | undefined): Promise<boolean> {
+export async function settleFailure(
+  r: RecordRef,
+  owner: string,
+  how: "release" | "hold",
+  originStatus: number | undefined,
+): Promise<boolean> {
   const [result] = await call(r, how, owner, [originStatus ?? ""]);
   return result === "ok";
 }
 
 /** The operator's way out of `indeterminate`: release the key, or replay a given answer. */
-export async function resolve(r: RecordRef, action: "release" | "replay", answer?: { status: number; headers: Array<[string, string]>; body: string; ttlMs: number }): Promise<boolean> {
-  const rest = action === "replay" && answer ? [answer.status, JSON.stringify(answer.headers), answer.body, answer.ttlMs] : [];
+export async function resolve(
+  r: RecordRef,
+  action: "release" | "replay",
+  answer?: { status: number; headers: Array<[string, string]>; body: string; ttlMs: number },
+): Promise<boolean> {
+  const rest =
+    action === "replay" && answer ? [answer.status, JSON.stringify(answer.headers), answer.body, answer.ttlMs] : [];
   const [result] = await call(r, action === "release" ? "resolve_release" : "resolve_replay", "", rest);
   return result === "ok";
 }
@@ -81,7 +121,7 @@ export async function resolve(r: RecordRef, action: "release" | "replay", answer
 /** A record named by its key hash (as the ledger shows it), for the operator's resolutions. */
 export function refFromHash(store: Store, prefix: string, route: string, keyHash: string): RecordRef {
   // resolutions never touch the fencing counter; the slot is filled with a key that is never written
-  return { store, prefix, route, keyHash, fenceKey: `${prefix}:idem:${route}:fence:-` };
+  return { store, prefix, route, keyHash, fenceKey: idempotencyFenceKey(prefix, route, "-") };
 }
 
 /** What a claim travelling with a queued job needs to be settled by the consumer: the record's names (hashes only) and the owner. */

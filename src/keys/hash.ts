@@ -1,17 +1,34 @@
 const encoder = new TextEncoder();
 
+declare const keyHashBrand: unique symbol;
+
+/**
+ * Client input in the only form it may take in a Redis key name. A brand, so that the key
+ * functions of `store/layout.ts` refuse a raw client value at compile time.
+ */
+export type KeyHash = string & { readonly [keyHashBrand]: true };
+
 /**
  * SHA-256 of client-supplied text, as 32 hex characters (128 bits): the only form in which
  * client input may reach a Redis key name, so keys stay short and nothing can be injected.
  */
-export async function hashIdentifier(text: string): Promise<string> {
+export async function hashIdentifier(text: string): Promise<KeyHash> {
   const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(text)));
   let hex = "";
   for (let i = 0; i < 16; i++) hex += (digest[i] as number).toString(16).padStart(2, "0");
-  return hex;
+  return hex as KeyHash;
 }
 
-/** `{key_prefix}:{route}:{limit}:{hash}`: one key per bucket (route and limit names are validated at load). */
-export function bucketKey(prefix: string, route: string, limit: string, hash: string): string {
-  return `${prefix}:${route}:${limit}:${hash}`;
+const KEY_HASH = /^[0-9a-f]{32}$/;
+
+/**
+ * A hash that arrives as plain text (a queue message, an operator's request), checked to be one
+ * before it may name a key: whatever is not 32 hex digits is refused, never used.
+ */
+export function asKeyHash(text: string): KeyHash {
+  if (!KEY_HASH.test(text)) throw new TypeError("not a key hash (32 hex digits)");
+  return text as KeyHash;
 }
+
+/** Kept here for the callers that import it from here; the layout lives in store/layout.ts. */
+export { bucketKey } from "../store/layout.js";

@@ -20,7 +20,11 @@ export type Identity = { kind: "id"; id: string } | { kind: "skip" } | { kind: "
  *
  * @example identify(["ip", "path"], facts, "ip") // { kind: "id", id: '[["ip","203.0.113.9"],["path","/api/x"]]' }
  */
-export function identify(parts: readonly string[], facts: RequestFacts, missing: "ip" | "reject" | "skip" = "ip"): Identity {
+export function identify(
+  parts: readonly string[],
+  facts: RequestFacts,
+  missing: "ip" | "reject" | "skip" = "ip",
+): Identity {
   const values: string[][] = [];
   for (const part of parts) {
     const value = readPart(part, facts);

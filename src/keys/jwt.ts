@@ -1,6 +1,5 @@
 import { decode, verify, verifyWithJwks } from "hono/jwt";
 import type { Config, Route } from "../config/index.js";
-import type { Env } from "../env.js";
 
 export type Verified = { ok: true; claims?: Record<string, unknown> } | { ok: false; detail: string };
 
@@ -8,13 +7,17 @@ type JwtSettings = NonNullable<Config["jwt"]>;
 type Jwk = NonNullable<Parameters<typeof verifyWithJwks>[1]["keys"]>[number];
 
 const JWKS_TTL_MS = 10 * 60_000;
-let jwks: { url: string; keys: Jwk[]; until: number; fetched: number } | undefined;
 
-/** Whether any limit of the route keys (or takes its tier) on a JWT claim, or its session lock or idempotency principal does. */
-export function usesJwt(route: Pick<Route, "limits" | "session" | "idempotency">): boolean {
+/** Whether any limit of the route keys (or takes its tier) on a JWT claim, or its session lock, idempotency principal or priority does. */
+export function usesJwt(
+  route: Pick<Route, "limits" | "session" | "idempotency"> & Partial<Pick<Route, "priority">>,
+): boolean {
   const session = route.session ? [route.session.key, ...route.session.principal] : [];
   const principal = route.idempotency?.principal ?? [];
-  return [...route.limits.flatMap((l) => [...l.key, l.tier ?? ""]), ...session, ...principal].some((p) => p.startsWith("jwt:"));
+  const priority = route.priority ?? "";
+  return [...route.limits.flatMap((l) => [...l.key, l.tier ?? ""]), ...session, ...principal, priority].some((p) =>
+    p.startsWith("jwt:"),
+  );
 }
 
 /**
@@ -23,7 +26,12 @@ export function usesJwt(route: Pick<Route, "limits" | "session" | "idempotency">
  * token: no claims (the limits' `missing` policy applies). A token that does not verify is an
  * error, never a silent fallback to another identity.
  */
-export async function verifyBearer(request: Request, settings: JwtSettings | undefined, env: Env): Promise<Verified> {
+export async function verifyBearer(
+  request: Request,
+  settings: JwtSettings | undefined,
+  secret: unknown,
+  jwks: JwksCache,
+): Promise<Verified> {
   const auth = request.headers.get("authorization");
   if (!auth) return { ok: true };
   const m = /^Bearer\s+([A-Za-z0-9._~+/=-]+)$/i.exec(auth.trim());
@@ -33,12 +41,12 @@ export async function verifyBearer(request: Request, settings: JwtSettings | und
   const verification = { ...(s.issuer ? { iss: s.issuer } : {}), ...(s.audience ? { aud: s.audience } : {}) };
   try {
     if (s.jwks_url) {
-      const keys = await jwksKeys(s.jwks_url, kidOf(token));
+      const keys = await jwks.keys(s.jwks_url, kidOf(token));
       const claims = await verifyWithJwks(token, { keys, verification, allowedAlgorithms: [s.alg as "RS256"] });
       return { ok: true, claims: claims as Record<string, unknown> };
     }
-    const secret = (env as unknown as Record<string, unknown>)[s.secret_env];
-    if (typeof secret !== "string" || secret === "") return { ok: false, detail: `no ${s.secret_env} to verify tokens with` };
+    if (typeof secret !== "string" || secret === "")
+      return { ok: false, detail: `no ${s.secret_env} to verify tokens with` };
     const claims = await verify(token, secret, { alg: s.alg, ...verification });
     return { ok: true, claims: claims as Record<string, unknown> };
   } catch (e) {
@@ -61,14 +69,19 @@ function kidOf(token: string): string | undefined {
  * (the issuer rotated its keys), but no more than once every 30 seconds, so forged key ids cannot
  * make sluice hammer the issuer.
  */
-async function jwksKeys(url: string, kid?: string): Promise<Jwk[]> {
-  const now = Date.now();
-  const cached = jwks && jwks.url === url && jwks.until > now ? jwks : undefined;
-  const unknownKid = kid !== undefined && cached !== undefined && !cached.keys.some((k) => (k as { kid?: string }).kid === kid);
-  if (cached && !(unknownKid && now - cached.fetched > 30_000)) return cached.keys;
-  const res = await fetch(url, { headers: { accept: "application/json" } });
-  if (!res.ok) throw new Error(`JWKS ${url} answered ${res.status}`);
-  const body = (await res.json()) as { keys?: Jwk[] };
-  jwks = { url, keys: body.keys ?? [], until: Date.now() + JWKS_TTL_MS, fetched: Date.now() };
-  return jwks.keys;
+export class JwksCache {
+  private held: { url: string; keys: Jwk[]; until: number; fetched: number } | undefined;
+
+  async keys(url: string, kid?: string): Promise<Jwk[]> {
+    const now = Date.now();
+    const cached = this.held && this.held.url === url && this.held.until > now ? this.held : undefined;
+    const unknownKid =
+      kid !== undefined && cached !== undefined && !cached.keys.some((k) => (k as { kid?: string }).kid === kid);
+    if (cached && !(unknownKid && now - cached.fetched > 30_000)) return cached.keys;
+    const res = await fetch(url, { headers: { accept: "application/json" } });
+    if (!res.ok) throw new Error(`JWKS ${url} answered ${res.status}`);
+    const body = (await res.json()) as { keys?: Jwk[] };
+    this.held = { url, keys: body.keys ?? [], until: Date.now() + JWKS_TTL_MS, fetched: Date.now() };
+    return this.held.keys;
+  }
 }

@@ -1,5 +1,5 @@
 /**
- * The four algorithms of `lua/decide.lua`, in a second formulation of their own. Two uses, one
+ * The five algorithms of `lua/decide.lua`, in a second formulation of their own. Two uses, one
  * implementation:
  *
  * - the reference models the script is property-tested against (test/integration/algorithms-lua
@@ -13,26 +13,37 @@
  *                  ahead, not a drained level;
  * - fixed_window   admitted costs summed per aligned window index, not the script's rolled counter;
  * - sliding_window the same sums, for this window and the last; retry-after found by searching
- *                  the earliest passing millisecond, not by the script's closed form.
+ *                  the earliest passing millisecond, not by the script's closed form;
+ * - concurrency    a map of slot ids to expiries, not the script's list of entries.
  *
  * Times are microseconds (`t`), exact: every fraction is avoided by scaling with BigInt (by `rate`
  * for the buckets, by the window length for the sliding window). Rounding reproduces the script's
  * ("ceil to µs, then to ms" for waits), which is part of the contract the replies are checked on.
- * Warm-up is not modelled here (test/unit/warmup-model.ts is its reference).
+ * Warm-up is not modelled here (test/support/warmup-model.ts is its reference).
  */
 
-export type Algorithm = "token_bucket" | "leaky_bucket" | "fixed_window" | "sliding_window";
+import type { Algorithm } from "./registry.js";
 
-export interface AlgoLimit {
-  algorithm: Algorithm;
+// Which model an algorithm has is the registry's to say (`modelOf` in ./registry.ts): this file
+// only imports its names as a type, so that the registry can import the models.
+export type { Algorithm };
+
+/** The figures a model counts with. */
+export interface AlgoFigures {
+  /** concurrency: the slots (requests in flight at once). */
   rate: number;
+  /** concurrency: how long a slot is held at most (its lease). */
   periodUs: number;
-  /** Capacity: tokens (token_bucket), queue places (leaky_bucket); `rate` for the windows. */
+  /** Capacity: tokens (token_bucket), queue places (leaky_bucket); `rate` for the windows and concurrency. */
   burst: number;
   /** leaky_bucket: the longest wait for a slot (µs). */
   maxDelayUs?: number;
   /** leaky_bucket: the queue is taken at once, the request waits 0. */
   nodelay?: boolean;
+}
+
+export interface AlgoLimit extends AlgoFigures {
+  algorithm: Algorithm;
 }
 
 export interface AlgoState {
@@ -55,26 +66,14 @@ export interface AlgoOutcome {
 }
 
 export interface AlgoModel {
-  /** What this limit says about a request of `cost` at time `t` (µs). */
-  peek(t: number, cost: number): AlgoOutcome;
+  /** What this limit says about a request of `cost` at time `t` (µs); concurrency: `slot` names the slot its commit takes. */
+  peek(t: number, cost: number, slot?: string): AlgoOutcome;
+  /** concurrency: frees a slot (a no-op when it is not held, or has expired). */
+  release?(slot: string): void;
 }
 
 const ceilDiv = (a: bigint, b: bigint): bigint => (a <= 0n ? 0n : (a + b - 1n) / b);
 const max = (a: bigint, b: bigint): bigint => (a > b ? a : b);
-const min = (a: bigint, b: bigint): bigint => (a < b ? a : b);
-
-export function modelOf(l: AlgoLimit): AlgoModel {
-  switch (l.algorithm) {
-    case "token_bucket":
-      return new TokenBucket(l);
-    case "leaky_bucket":
-      return new LeakyBucket(l);
-    case "fixed_window":
-      return new FixedWindow(l);
-    case "sliding_window":
-      return new SlidingWindow(l);
-  }
-}
 
 /**
  * GCRA with a per-request cost. `tat` (theoretical arrival time) × rate; a request of cost c at t
@@ -82,7 +81,7 @@ export function modelOf(l: AlgoLimit): AlgoModel {
  */
 export class TokenBucket implements AlgoModel {
   private tat = 0n;
-  constructor(private readonly l: AlgoLimit) {}
+  constructor(private readonly l: AlgoFigures) {}
 
   peek(t: number, cost: number): AlgoOutcome {
     const rate = BigInt(this.l.rate);
@@ -93,7 +92,10 @@ export class TokenBucket implements AlgoModel {
     const next = start + BigInt(cost) * P;
     const allowed = next - now <= full;
     const toMs = (scaled: bigint) => Number(ceilDiv(ceilDiv(scaled, rate), 1000n));
-    const state = (tat: bigint): AlgoState => ({ remaining: Number((full - (tat - now)) / P), resetMs: toMs(tat - now) });
+    const state = (tat: bigint): AlgoState => ({
+      remaining: Number((full - (tat - now)) / P),
+      resetMs: toMs(tat - now),
+    });
     return {
       allowed,
       retryAfterMs: allowed ? 0 : toMs(next - now - full),
@@ -119,7 +121,7 @@ export class TokenBucket implements AlgoModel {
  */
 export class LeakyBucket implements AlgoModel {
   private tat = 0n;
-  constructor(private readonly l: AlgoLimit) {}
+  constructor(private readonly l: AlgoFigures) {}
 
   peek(t: number, cost: number): AlgoOutcome {
     const rate = BigInt(this.l.rate);
@@ -177,7 +179,7 @@ const msOf = (t: number) => Math.floor(t / 1000);
 /** At most `rate` per window of `period`, windows aligned on Redis time (ms since the epoch). */
 export class FixedWindow implements AlgoModel {
   private readonly sums: WindowSums;
-  constructor(private readonly l: AlgoLimit) {
+  constructor(private readonly l: AlgoFigures) {
     this.sums = new WindowSums(l.periodUs / 1000);
   }
 
@@ -188,7 +190,10 @@ export class FixedWindow implements AlgoModel {
     const used = this.sums.sum(w);
     const allowed = used + cost <= this.l.rate;
     const nextWindow = (w + 1) * p - ms; // the count starts again from 0 there
-    const state = (count: number): AlgoState => ({ remaining: this.l.rate - count, resetMs: count > 0 ? nextWindow : 0 });
+    const state = (count: number): AlgoState => ({
+      remaining: this.l.rate - count,
+      resetMs: count > 0 ? nextWindow : 0,
+    });
     return {
       allowed,
       retryAfterMs: allowed ? 0 : cost > this.l.rate ? -1 : nextWindow,
@@ -212,7 +217,7 @@ export class FixedWindow implements AlgoModel {
  */
 export class SlidingWindow implements AlgoModel {
   private readonly sums: WindowSums;
-  constructor(private readonly l: AlgoLimit) {
+  constructor(private readonly l: AlgoFigures) {
     this.sums = new WindowSums(l.periodUs / 1000);
   }
 
@@ -247,7 +252,10 @@ export class SlidingWindow implements AlgoModel {
     const toEnd = p - Number(e);
     let retry = 0;
     if (!allowed) {
-      retry = cost > this.l.rate ? -1 : (this.earliest(ms, cost, 0, toEnd) ?? this.earliest(ms, cost, toEnd, toEnd + p) ?? toEnd + p);
+      retry =
+        cost > this.l.rate
+          ? -1
+          : (this.earliest(ms, cost, 0, toEnd) ?? this.earliest(ms, cost, toEnd, toEnd + p) ?? toEnd + p);
     }
     const state = (c: bigint): AlgoState => {
       const used = ceilDiv(prev * (P - e) + c * P, P);
@@ -264,5 +272,56 @@ export class SlidingWindow implements AlgoModel {
         if (allowed) this.sums.add(ms, cost);
       },
     };
+  }
+}
+
+/**
+ * In-flight slots (concurrency): at most `rate` at once, each held from its take until it is
+ * released or `periodUs` has passed, whichever is first. A request holds one slot; it is admitted
+ * when `cost` slots are free (1, or more for one that must leave a floor: README, Priorities). Refused: retry-after is when enough slots expire to make room, none being released (an
+ * upper bound); reset is when the last one expires. A slot expiring at exactly `t` is gone at `t`.
+ */
+export class InFlight implements AlgoModel {
+  /** Slot id → expiry (µs). */
+  private readonly slots = new Map<string, number>();
+  private unnamed = 0;
+  constructor(private readonly l: AlgoFigures) {}
+
+  peek(t: number, cost: number, slot?: string): AlgoOutcome {
+    for (const [id, expiry] of this.slots) if (expiry <= t) this.slots.delete(id);
+    const expiries = [...this.slots.values()].sort((a, b) => a - b);
+    const room = this.l.rate - expiries.length;
+    const need = Math.max(1, cost);
+    const allowed = room >= need;
+    const expiry = t + this.l.periodUs;
+    const toMs = (us: number) => Math.max(0, Math.ceil((us - t) / 1000));
+    const state = (held: number[]): AlgoState => ({
+      remaining: Math.max(0, this.l.rate - held.length),
+      resetMs: held.length > 0 ? toMs(Math.max(...held)) : 0,
+    });
+    let retryAfterMs = 0;
+    if (!allowed)
+      retryAfterMs = this.l.rate <= 0 || need > this.l.rate ? -1 : toMs(expiries[need - room - 1] as number);
+    // a slot taken again under its own id is renewed, not doubled
+    const others = [...this.slots].filter(([id]) => id !== slot).map(([, e]) => e);
+    return {
+      allowed,
+      retryAfterMs,
+      delayMs: 0,
+      before: state(expiries),
+      after: state(allowed ? [...others, expiry] : expiries),
+      commit: () => {
+        if (allowed) this.slots.set(slot ?? `#${++this.unnamed}`, expiry);
+      },
+    };
+  }
+
+  release(slot: string): void {
+    this.slots.delete(slot);
+  }
+
+  /** The slots held at `t`, as [id, expiry µs], soonest expiry first (for tests). */
+  live(t: number): Array<[string, number]> {
+    return [...this.slots].filter(([, expiry]) => expiry > t).sort((a, b) => a[1] - b[1]);
   }
 }

@@ -1,11 +1,13 @@
 import type { Config, Limit, Route } from "../config/index.js";
-import { bucketKey, hashIdentifier } from "../keys/hash.js";
+import { hashIdentifier, type KeyHash } from "../keys/hash.js";
 import { identify, readPart, type RequestFacts } from "../keys/identify.js";
 import { allRegions } from "../region/index.js";
 import { equalShare } from "../region/shares.js";
 import { StoreError } from "../store/deadline.js";
+import { bucketKey, shareKeys } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 import type { Bucket, BucketParams } from "./decide.js";
+import { floorOf, priorityOf, type Priority } from "./priority.js";
 
 export interface RegionStores {
   region: string;
@@ -31,40 +33,67 @@ export class BadLimitInput extends Error {
  * world; `region` and `split` limits in the region's Redis. Throws what `keyedBuckets` throws, and
  * `StoreError` when a needed Redis is not configured.
  */
-export async function bucketsFor(route: Route, facts: RequestFacts, config: Config, stores: RegionStores): Promise<Bucket[]> {
+export async function bucketsFor(
+  route: Route,
+  facts: RequestFacts,
+  config: Config,
+  stores: RegionStores,
+): Promise<Bucket[]> {
   const regionCount = allRegions(config).length;
   const keyed = await keyedBuckets(route, facts, config, stores.region);
   return keyed.map((b): Bucket => {
     const { limit, params } = b;
     const global = limit.scope === "global";
     const store = global ? stores.home : stores.regional;
-    if (!store) throw new StoreError("unreachable", `no Upstash URL/token for region "${global ? config.home_region : stores.region}" nor for the home region`);
+    if (!store)
+      throw new StoreError(
+        "unreachable",
+        `no Upstash URL/token for region "${global ? config.home_region : stores.region}" nor for the home region`,
+      );
     const bucket: Bucket = { ...b, store };
-    if (limit.scope === "split") bucket.split = { ...splitKeys(config.key_prefix, route.name, limit.name, stores.region), start: equalShare(params.rate, params.burst, regionCount) };
+    if (limit.scope === "split")
+      bucket.split = {
+        ...shareKeys(config.key_prefix, route.name, limit.name, stores.region),
+        start: equalShare(params.rate, params.burst, regionCount),
+      };
     return bucket;
   });
 }
 
 /** A bucket as the request identifies it, before any Redis is involved (what local decisions need). */
-export type KeyedBucket = Pick<Bucket, "limit" | "key"> & { params: BucketParams };
+export type KeyedBucket = Pick<Bucket, "limit" | "key" | "slot"> & { params: BucketParams };
 
 /**
  * The bucket of each limit of `route` that this request falls into, and the figures it is
  * decided with, wherever it lives: the region is part of the hashed identifier of `region` and
  * `split` buckets, so regions sharing one database still keep separate buckets. A tier takes its
  * rate from the limit's table; a header cost is read and bounded. Limits whose identity is
- * missing under `missing = "skip"` are left out. Throws `BadLimitInput` for a missing identity
+ * missing under `missing = "skip"` are left out. The route's `priority` sets each bucket's floor. A concurrency limit's bucket names the in-flight
+ * slot the request takes (a fresh UUID). Throws `BadLimitInput` for a missing identity
  * under `missing = "reject"` or a bad cost.
  */
-export async function keyedBuckets(route: Route, facts: RequestFacts, config: Config, region: string): Promise<KeyedBucket[]> {
+export async function keyedBuckets(
+  route: Route,
+  facts: RequestFacts,
+  config: Config,
+  region: string,
+): Promise<KeyedBucket[]> {
+  const priority = priorityOf(route.priority ?? "default", facts);
   const buckets = await Promise.all(
     route.limits.map(async (limit): Promise<KeyedBucket | undefined> => {
       const identity = identify(limit.key, facts, limit.missing);
       if (identity.kind === "skip") return undefined;
-      if (identity.kind === "missing") throw new BadLimitInput(limit.name, `limit "${limit.name}" needs ${identity.part}, which the request does not carry`);
-      const params = paramsFor(limit, facts);
+      if (identity.kind === "missing")
+        throw new BadLimitInput(
+          limit.name,
+          `limit "${limit.name}" needs ${identity.part}, which the request does not carry`,
+        );
+      const params = paramsFor(limit, facts, priority);
       const hash = await bucketHash(limit, identity.id, region);
-      return { limit, key: bucketKey(config.key_prefix, route.name, limit.name, hash), params };
+      const key = bucketKey(config.key_prefix, route.name, limit.name, hash);
+      return limit.algorithm === "concurrency"
+        ? { limit, key, params, slot: crypto.randomUUID() }
+        : { limit, key, params };
     }),
   );
   return buckets.filter((b): b is KeyedBucket => b !== undefined);
@@ -74,16 +103,22 @@ export async function keyedBuckets(route: Route, facts: RequestFacts, config: Co
  * The hash of a bucket's identifier: `global` limits have one bucket for the world; the others
  * carry the region, so regions sharing one database still keep separate buckets.
  */
-export function bucketHash(limit: Pick<Limit, "scope">, identity: string, region: string): Promise<string> {
+export function bucketHash(limit: Pick<Limit, "scope">, identity: string, region: string): Promise<KeyHash> {
   return hashIdentifier(identity + (limit.scope === "global" ? "" : `@${region}`));
 }
 
-/** The rate of the request's tier (or the limit's own) and the request's cost. */
-function paramsFor(limit: Limit, facts: RequestFacts): BucketParams {
+/**
+ * The rate of the request's tier (or the limit's own), the request's cost, and the floor its
+ * priority must leave in the bucket (the limit's reserve for priorities above it, on those figures).
+ */
+function paramsFor(limit: Limit, facts: RequestFacts, priority: Priority): BucketParams {
   const tierValue = limit.tier ? readPart(limit.tier, facts) : undefined;
   const tier = tierValue !== undefined ? limit.rates?.[tierValue] : undefined;
-  const base = tier ? { rate: tier.rate, period: tier.period, burst: tier.rate } : { rate: limit.rate, period: limit.period, burst: limit.burst };
-  return { ...base, cost: costOf(limit, facts) };
+  const base = tier
+    ? { rate: tier.rate, period: tier.period, burst: tier.rate }
+    : { rate: limit.rate, period: limit.period, burst: limit.burst };
+  const floor = floorOf({ algorithm: limit.algorithm, reserve: limit.reserve, ...base }, priority);
+  return { ...base, cost: costOf(limit, facts), ...(floor > 0 ? { floor } : {}) };
 }
 
 function costOf(limit: Limit, facts: RequestFacts): number {
@@ -95,10 +130,4 @@ function costOf(limit: Limit, facts: RequestFacts): number {
     throw new BadLimitInput(limit.name, `${limit.costHeader} must be a whole number from 1 to ${max}`);
   }
   return Number(text);
-}
-
-/** Where a region's share of a split limit, and the demand it saw, are kept (in that region's Redis). */
-export function splitKeys(prefix: string, route: string, limit: string, region: string): { shareKey: string; demandKey: string } {
-  const base = `${prefix}:${route}:${limit}`;
-  return { shareKey: `${base}:share:${region}`, demandKey: `${base}:demand:${region}` };
 }

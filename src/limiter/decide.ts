@@ -4,7 +4,8 @@ import { StoreError } from "../store/deadline.js";
 import type { Store } from "../store/redis.js";
 import type { BlockedBuckets } from "./blocked.js";
 import type { LeaseBroker } from "./lease-broker.js";
-import { overrideInput, refreshOverrides, type OverrideInput } from "./overrides.js";
+import type { OverrideCopies, OverrideInput } from "./overrides.js";
+import { refusalCacheable } from "./registry.js";
 import { groupByStore, runDecide, type GroupResult } from "./script-call.js";
 import type { Decision, LimitOutcome } from "./types.js";
 
@@ -17,6 +18,11 @@ export interface BucketParams {
   period: number;
   burst: number;
   cost: number;
+  /**
+   * Whole tokens (requests, queue places, slots) the request must leave in the bucket: the
+   * capacity kept for priorities above the request's (README, Priorities); 0 or absent for none.
+   */
+  floor?: number;
 }
 
 /** One bucket a request falls into, and the Redis that holds it. */
@@ -28,15 +34,20 @@ export interface Bucket {
   params?: BucketParams;
   /** `split` limits: where this region's share and demand are kept, and the share to use before the first rebalance. */
   split?: { shareKey: string; demandKey: string; start: Share };
+  /** concurrency limits: the id of the in-flight slot this request takes (one per request and limit). */
+  slot?: string;
+  /** "settle" calls (cost from the response): whole tokens to charge on top of the reserve taken (< 0: given back). */
+  delta?: number;
 }
 
 /** Work that may finish after the response (`ctx.waitUntil`). */
 export type Defer = (work: Promise<unknown>) => void;
 
-/** What an isolate keeps between requests for its decisions: buckets known closed, and its leases (none: every decision central). */
+/** What an isolate keeps between requests for its decisions: buckets known closed, its leases (none: every decision central), and its copy of the overrides. */
 export interface IsolateState {
   blocked: BlockedBuckets;
   leases?: LeaseBroker;
+  overrides: OverrideCopies;
 }
 
 /**
@@ -49,50 +60,81 @@ export interface IsolateState {
  * decided once more from the leases, which may have come back meanwhile: their tokens are
  * already debited, so spending them is as exact as Redis's own answer.
  * Buckets known to be closed are answered from `blocked` without calling Redis at all.
- * Runtime overrides come from the isolate's copy (src/limiter/overrides.ts), refreshed in the
+ * Runtime overrides come from the isolate's copy (`isolate.overrides`), refreshed in the
  * background (`defer`), never read on the request path unless the copy is too old.
  * Throws `StoreError` when a Redis fails; the caller applies `on_store_error`.
  *
  * @example
- * const d = await decide(buckets, { blocked, leases }, Date.now(), (p) => ctx.waitUntil(p));
+ * const d = await decide(buckets, { blocked, leases, overrides }, Date.now(), (p) => ctx.waitUntil(p));
  * if (d.verdict === "reject") return tooManyRequests(d.blocking);
  */
-export async function decide(buckets: Bucket[], isolate: IsolateState, now: number, defer: Defer, mode: "take" | "peek" = "take"): Promise<Decision> {
-  const { blocked } = isolate;
+export async function decide(
+  buckets: Bucket[],
+  isolate: IsolateState,
+  now: number,
+  defer: Defer,
+  mode: "take" | "peek" = "take",
+): Promise<Decision> {
+  const { blocked, overrides: copies } = isolate;
   const leases = mode === "take" ? isolate.leases : undefined;
   // before the cache answers: a client held by it must not keep its route's copy from refreshing,
   // and a changed override reopens the route's buckets this isolate holds as closed, and gives
   // back the leases granted on the old figures
-  refreshOverrides(buckets, now, defer, (routePrefix) => {
+  copies.refresh(buckets, now, defer, (routePrefix) => {
     blocked.forgetRoute(routePrefix);
-    isolate.leases?.forgetRoute(routePrefix, defer);
+    isolate.leases?.forgetRoute(routePrefix, defer, copies);
   });
   const cached = mode === "take" ? fromCache(buckets, blocked, now) : undefined;
   if (cached) return cached;
-  const local = leases?.decideLocally(buckets, now, defer);
+  const local = leases?.decideLocally(buckets, now, defer, copies);
   if (local) return local;
 
-  const overrides = (b: Bucket) => overrideInput(b, now);
+  const overrides = (b: Bucket) => copies.input(b, now);
   const asked = leases?.asks(buckets, now) ?? new Map<Bucket, number>();
   const groups = groupByStore(buckets);
-  const settled = await Promise.allSettled(groups.map((g) => runDecide(g, mode, overrides, (b) => ({ ask: asked.get(b) ?? 0 }))));
+  const settled = await Promise.allSettled(
+    groups.map((g) => runDecide(g, mode, overrides, (b) => ({ ask: asked.get(b) ?? 0 }))),
+  );
   const results = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
   const failed = settled.find((s): s is PromiseRejectedResult => s.status === "rejected");
   const admitted = !failed && results.every((r) => r.admitted);
-  leases?.afterCentral(groups, settled, asked, admitted, defer);
+  leases?.afterCentral(groups, settled, asked, admitted, defer, copies);
   if (!admitted && mode === "take") {
     for (const r of results) if (r.admitted) defer(refund(r, overrides).catch(() => undefined));
   }
-  const fromLeases = admitted ? undefined : leases?.decideLocally(buckets, Date.now(), defer);
+  const fromLeases = admitted ? undefined : leases?.decideLocally(buckets, Date.now(), defer, copies);
   if (fromLeases) return fromLeases;
-  if (failed) throw failed.reason instanceof StoreError ? failed.reason : new StoreError("error", String(failed.reason));
+  if (failed)
+    throw failed.reason instanceof StoreError ? failed.reason : new StoreError("error", String(failed.reason));
 
-  const byBucket = new Map(results.flatMap((r) => r.buckets.map((b, i) => [b, r.outcomes[i] as LimitOutcome] as const)));
+  return verdictOf(buckets, results, admitted, mode === "take" ? blocked : undefined, now);
+}
+
+/**
+ * The verdict from the scripts' answers, each bucket's outcome in the route's order. A refusal's
+ * honest wait is its longest; refusals that hold whatever comes are remembered in `blocked`.
+ */
+function verdictOf(
+  buckets: Bucket[],
+  results: GroupResult[],
+  admitted: boolean,
+  blocked: BlockedBuckets | undefined,
+  now: number,
+): Decision {
+  const byBucket = new Map(
+    results.flatMap((r) => r.buckets.map((b, i) => [b, r.outcomes[i] as LimitOutcome] as const)),
+  );
   const outcomes = buckets.map((b) => byBucket.get(b) as LimitOutcome);
   const refusing = outcomes.filter((o) => !o.allowed && !o.limit.shadow);
   if (!admitted) {
-    if (mode === "take") for (const o of refusing) if (o.retryAfterMs > 0 && cacheable(o)) blocked.block(o.key, now + o.retryAfterMs, now);
-    return { verdict: "reject", outcomes, blocking: longestWait(refusing.length > 0 ? refusing : outcomes), cached: false };
+    for (const o of refusing)
+      if (blocked && o.retryAfterMs > 0 && cacheable(o)) blocked.block(o.key, now + o.retryAfterMs, now);
+    return {
+      verdict: "reject",
+      outcomes,
+      blocking: longestWait(refusing.length > 0 ? refusing : outcomes),
+      cached: false,
+    };
   }
   return { verdict: outcomes.some((o) => !o.allowed) ? "shadow" : "allow", outcomes };
 }
@@ -100,14 +142,20 @@ export async function decide(buckets: Bucket[], isolate: IsolateState, now: numb
 /**
  * Gives back what an admitted decision charged, e.g. for a request answered by a replay: the
  * request never reached the origin, so it should cost its client nothing. A decision made from
- * leases gives its tokens back to them.
+ * leases gives its tokens back to them. `leases` and `overrides` are the isolate's the decision
+ * was made with.
  */
-export async function giveBack(buckets: Bucket[], d: Decision, leases?: LeaseBroker): Promise<void> {
+export async function giveBack(
+  buckets: Bucket[],
+  d: Decision,
+  leases: LeaseBroker | undefined,
+  overrides: OverrideCopies,
+): Promise<void> {
   if (d.verdict === "reject") return;
   const charged = buckets.filter((b) => d.outcomes.find((o) => o.key === b.key && o.limit === b.limit)?.allowed);
   if (d.leased) return leases?.putBack(charged);
   const now = Date.now();
-  await Promise.all(groupByStore(charged).map((g) => runDecide(g, "refund", (b) => overrideInput(b, now))));
+  await Promise.all(groupByStore(charged).map((g) => runDecide(g, "refund", (b) => overrides.input(b, now))));
 }
 
 /** A decision answered in the isolate (the blocked-bucket cache, or leases): it has no round trip to report. */
@@ -122,9 +170,7 @@ export async function peekBucket(bucket: Bucket): Promise<LimitOutcome> {
 
 /** Outcomes that may be answered from the blocked-bucket cache: ones whose refusal holds until retry-after whatever comes. */
 function cacheable(b: Pick<Bucket, "limit">): boolean {
-  const l = b.limit;
-  // split demand must see every attempt; warm-up retry-afters are estimates; a header cost may be smaller next time
-  return !l.shadow && l.scope !== "split" && l.warmup === undefined && l.costHeader === undefined && l.tier === undefined;
+  return refusalCacheable(b.limit);
 }
 
 /** Gives back what an admitted group charged, when another Redis vetoed the request. */
@@ -138,7 +184,17 @@ function fromCache(buckets: Bucket[], blocked: BlockedBuckets, now: number): Dec
   for (const b of buckets) {
     if (!cacheable(b)) continue;
     const wait = blocked.remaining(b.key, now);
-    if (wait > 0) outcomes.push({ limit: b.limit, key: b.key, cost: b.limit.cost, allowed: false, remaining: 0, retryAfterMs: wait, resetMs: wait, delayMs: 0 });
+    if (wait > 0)
+      outcomes.push({
+        limit: b.limit,
+        key: b.key,
+        cost: b.limit.cost,
+        allowed: false,
+        remaining: 0,
+        retryAfterMs: wait,
+        resetMs: wait,
+        delayMs: 0,
+      });
   }
   if (outcomes.length === 0) return undefined;
   return { verdict: "reject", outcomes, blocking: longestWait(outcomes), cached: true };
@@ -146,5 +202,7 @@ function fromCache(buckets: Bucket[], blocked: BlockedBuckets, now: number): Dec
 
 /** The refusal that lasts longest is the honest Retry-After: the request needs every limit. */
 export function longestWait(outcomes: LimitOutcome[]): LimitOutcome {
-  return outcomes.reduce((a, b) => (b.retryAfterMs < 0 || (a.retryAfterMs >= 0 && b.retryAfterMs > a.retryAfterMs) ? b : a));
+  return outcomes.reduce((a, b) =>
+    b.retryAfterMs < 0 || (a.retryAfterMs >= 0 && b.retryAfterMs > a.retryAfterMs) ? b : a,
+  );
 }

@@ -1,4 +1,11 @@
+import type { Limit } from "../config/index.js";
 import type { LimitOutcome } from "./types.js";
+
+/** What a limit allows, in words, for a refusal's detail: "allows 100 per 1000 ms (burst 50)", "allows 3 in flight at once". */
+export function allowance(l: Pick<Limit, "algorithm" | "rate" | "period" | "burst">): string {
+  if (l.algorithm === "concurrency") return `allows ${l.rate} in flight at once (slots held at most ${l.period} ms)`;
+  return `allows ${l.rate} per ${l.period} ms (burst ${l.burst})`;
+}
 
 /**
  * `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers) for the enforced
@@ -6,6 +13,11 @@ import type { LimitOutcome } from "./types.js";
  * the one that takes longest to refill. `w` must be whole seconds, so a sub-second or odd period
  * is scaled up to the next whole second with its quota scaled alike. Shadow limits are never
  * advertised: they do not bind the client.
+ *
+ * A concurrency limit says `q` = its limit (requests in flight at once), `w` = its slot lease in
+ * whole seconds (rounded up: the longest a slot is held, released or not), `r` = the slots left
+ * free after this request took one, `t` = seconds until every slot held now has expired at the
+ * latest (sooner as requests finish and release theirs).
  *
  * @example rateLimitHeaders(outcomes) // { "RateLimit-Policy": '"per-ip";q=100;w=1', RateLimit: '"per-ip";r=41;t=1' }
  */
@@ -18,7 +30,7 @@ export function rateLimitHeaders(outcomes: readonly LimitOutcome[]): Record<stri
   });
   const { name, rate, period, burst } = o.limit;
   const w = Math.max(1, Math.ceil(period / 1000));
-  const q = Math.floor((rate * w * 1000) / period);
+  const q = o.limit.algorithm === "concurrency" ? rate : Math.floor((rate * w * 1000) / period);
   const burstParam = burst !== rate ? `;burst=${burst}` : "";
   return {
     "RateLimit-Policy": `"${name}";q=${q};w=${w}${burstParam}`,

@@ -1,8 +1,8 @@
-import { leasableShape } from "../config/schema.js";
 import type { Limit } from "../config/index.js";
 import type { Bucket, Defer } from "./decide.js";
 import { leaseEnd, LeaseTable, type GiveBack, type LeaseLevel, type LeaseTerms, type Renewal } from "./leases.js";
-import { overrideInput } from "./overrides.js";
+import type { OverrideCopies } from "./overrides.js";
+import { algorithm, leasableShape } from "./registry.js";
 import { groupByStore, runDecide, type GroupResult, type LeaseArgs } from "./script-call.js";
 import type { Decision, LimitOutcome } from "./types.js";
 
@@ -20,8 +20,11 @@ export const MIN_HORIZON_MS = 100;
  * it on its own script calls (at least MIN_HORIZON_MS): a renewal sent at half a lease comes back
  * before the other half is spent, at the demand seen.
  *
+ * The calls it sends in the background carry the isolate's copy of the overrides (`overrides`),
+ * as the decisions do.
+ *
  * @example
- * const local = leases.decideLocally(buckets, Date.now(), defer); // no Redis request when defined
+ * const local = leases.decideLocally(buckets, Date.now(), defer, overrides); // no Redis request when defined
  */
 export class LeaseBroker {
   readonly table: LeaseTable<Bucket>;
@@ -31,16 +34,25 @@ export class LeaseBroker {
   }
 
   /** The route decided from leases alone (no Redis request), `allow` with each lease's tokens as `remaining`; undefined when they do not cover it. */
-  decideLocally(buckets: Bucket[], now: number, defer: Defer): Decision | undefined {
-    this.sendGiveBacks(now, defer);
+  decideLocally(buckets: Bucket[], now: number, defer: Defer, overrides: OverrideCopies): Decision | undefined {
+    this.sendGiveBacks(now, defer, overrides);
     const levels = this.table.admit(buckets, now);
     if (!levels) return undefined;
     const renewals = this.table.renewals(buckets, now, (b) => this.horizonMs(b));
-    if (renewals.length > 0) defer(this.renew(renewals));
+    if (renewals.length > 0) defer(this.renew(renewals, overrides));
     const outcomes = buckets.map((b, i): LimitOutcome => {
       const level = levels[i] as LeaseLevel;
       const cost = b.params?.cost ?? b.limit.cost;
-      return { limit: b.limit, key: b.key, cost, allowed: true, remaining: level.tokens, retryAfterMs: 0, resetMs: Math.max(0, level.fullAt - now), delayMs: 0 };
+      return {
+        limit: b.limit,
+        key: b.key,
+        cost,
+        allowed: true,
+        remaining: level.tokens,
+        retryAfterMs: 0,
+        resetMs: Math.max(0, level.fullAt - now),
+        delayMs: 0,
+      };
     });
     return { verdict: "allow", outcomes, leased: true };
   }
@@ -56,17 +68,28 @@ export class LeaseBroker {
    * their grants become leases (given back when they expire, by a timer in `defer`), and the
    * buckets of an admitted request count towards their demand.
    */
-  afterCentral(groups: Bucket[][], settled: Array<PromiseSettledResult<GroupResult>>, asked: Map<Bucket, number>, admitted: boolean, defer: Defer): void {
+  afterCentral(
+    groups: Bucket[][],
+    settled: Array<PromiseSettledResult<GroupResult>>,
+    asked: Map<Bucket, number>,
+    admitted: boolean,
+    defer: Defer,
+    overrides: OverrideCopies,
+  ): void {
     const now = Date.now();
     settled.forEach((s, i) => {
-      if (s.status === "fulfilled") this.settle(s.value, (b) => asked.get(b) ?? 0, defer);
+      if (s.status === "fulfilled") this.settle(s.value, (b) => asked.get(b) ?? 0, defer, overrides);
       else for (const b of groups[i] ?? []) this.table.settle(b, asked.get(b) ?? 0, undefined, now, now);
     });
     if (!admitted) return;
     const results = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
     const resetOf = new Map(results.flatMap((r) => r.buckets.map((b, j) => [b, r.outcomes[j]?.resetMs ?? 0] as const)));
     const buckets = groups.flat();
-    this.table.counted(buckets, buckets.map((b) => resetOf.get(b) ?? 0), now);
+    this.table.counted(
+      buckets,
+      buckets.map((b) => resetOf.get(b) ?? 0),
+      now,
+    );
   }
 
   /** Gives one admission's tokens back to the leases they came from (a replay that never reached the origin). */
@@ -75,20 +98,20 @@ export class LeaseBroker {
   }
 
   /** A route's overrides changed: its leases were granted on the old figures, give them back. */
-  forgetRoute(routePrefix: string, defer: Defer): void {
+  forgetRoute(routePrefix: string, defer: Defer, overrides: OverrideCopies): void {
     this.table.dropRoute(routePrefix);
-    this.sendGiveBacks(Date.now(), defer);
+    this.sendGiveBacks(Date.now(), defer, overrides);
   }
 
   /** Sends what is due to be given back (expired, evicted, dropped leases), in `defer`. */
-  sendGiveBacks(now: number, defer: Defer): void {
-    const sending = this.giveBacksDue(now);
+  sendGiveBacks(now: number, defer: Defer, overrides: OverrideCopies): void {
+    const sending = this.giveBacksDue(now, overrides);
     if (sending) defer(sending);
   }
 
-  private giveBacksDue(now: number): Promise<void> | undefined {
+  private giveBacksDue(now: number, overrides: OverrideCopies): Promise<void> | undefined {
     const due = this.table.takeGiveBacks(now);
-    return due.length > 0 ? this.giveBack(due) : undefined;
+    return due.length > 0 ? this.giveBack(due, overrides) : undefined;
   }
 
   /** Twice the store's smoothed round trip as this isolate measured it (the decision budget's own estimate), at least MIN_HORIZON_MS. */
@@ -97,7 +120,7 @@ export class LeaseBroker {
     return Math.max(MIN_HORIZON_MS, 2 * srtt);
   }
 
-  private settle(r: GroupResult, askedOf: (b: Bucket) => number, defer: Defer): void {
+  private settle(r: GroupResult, askedOf: (b: Bucket) => number, defer: Defer, overrides: OverrideCopies): void {
     let lastExpiry = 0;
     r.buckets.forEach((b, i) => {
       const grant = r.grants[i];
@@ -105,11 +128,12 @@ export class LeaseBroker {
       if (grant && grant.tokens > 0) lastExpiry = Math.max(lastExpiry, leaseEnd(grant, r.sentAt, r.receivedAt));
     });
     // given back when it expires even if no request comes to this isolate by then
-    if (lastExpiry > r.receivedAt) defer(sleep(lastExpiry - r.receivedAt + 1).then(() => this.giveBacksDue(Date.now())));
+    if (lastExpiry > r.receivedAt)
+      defer(sleep(lastExpiry - r.receivedAt + 1).then(() => this.giveBacksDue(Date.now(), overrides)));
   }
 
   /** Renewals in `lease` mode, one call per store; a failed one only leaves its ask free for the next. */
-  private async renew(renewals: Array<Renewal<Bucket>>): Promise<void> {
+  private async renew(renewals: Array<Renewal<Bucket>>, overrides: OverrideCopies): Promise<void> {
     const byBucket = new Map(renewals.map((r) => [r.bucket, r]));
     const deferred: Array<Promise<unknown>> = [];
     const defer: Defer = (p) => void deferred.push(p);
@@ -117,8 +141,8 @@ export class LeaseBroker {
       groupByStore(renewals.map((r) => r.bucket)).map(async (group) => {
         const args = (b: Bucket): LeaseArgs => ({ ask: byBucket.get(b)?.ask ?? 0, close: byBucket.get(b)?.close });
         try {
-          const r = await runDecide(group, "lease", (b) => overrideInput(b, Date.now()), args);
-          this.settle(r, (b) => byBucket.get(b)?.ask ?? 0, defer);
+          const r = await runDecide(group, "lease", (b) => overrides.input(b, Date.now()), args);
+          this.settle(r, (b) => byBucket.get(b)?.ask ?? 0, defer, overrides);
         } catch {
           const now = Date.now();
           for (const b of group) this.table.settle(b, byBucket.get(b)?.ask ?? 0, undefined, now, now);
@@ -129,15 +153,24 @@ export class LeaseBroker {
   }
 
   /** Gives back leftover lease tokens in `return` mode, one call per lease; a lost one only costs its tokens until Redis releases them. */
-  private async giveBack(due: Array<GiveBack<Bucket>>): Promise<void> {
-    await Promise.allSettled(due.map((g) => runDecide([g.bucket], "return", (b) => overrideInput(b, Date.now()), () => ({ ask: 0, close: g.close }))));
+  private async giveBack(due: Array<GiveBack<Bucket>>, overrides: OverrideCopies): Promise<void> {
+    await Promise.allSettled(
+      due.map((g) =>
+        runDecide(
+          [g.bucket],
+          "return",
+          (b) => overrides.input(b, Date.now()),
+          () => ({ ask: 0, close: g.close }),
+        ),
+      ),
+    );
   }
 }
 
 /**
  * Whether a limit's buckets may be leased: its `lease` setting, and a shape whose every admission
- * is worth one token whenever it is spent (token buckets without warm-up, fixed windows), decided
- * the same way everywhere (not shadow, not split, no header cost, no tier).
+ * is worth one token whenever it is spent (the registry's leasable algorithms), decided the same
+ * way everywhere (not shadow, not split, no header cost, no tier).
  */
 export function leasable(l: Limit): boolean {
   return l.lease && !l.shadow && leasableShape(l);
@@ -148,7 +181,13 @@ export function leaseTerms(b: Bucket): LeaseTerms | undefined {
   const l = b.limit;
   if (!leasable(l)) return undefined;
   const p = b.params ?? l;
-  return { id: `${b.store.id}\u0000${b.key}`, cost: p.cost, capacity: l.algorithm === "token_bucket" ? p.burst : p.rate, holdsLeases: l.algorithm === "token_bucket" };
+  const algo = algorithm(l.algorithm);
+  return {
+    id: `${b.store.id}\u0000${b.key}`,
+    cost: p.cost,
+    capacity: p[algo.capacity],
+    holdsLeases: algo.lease?.holdsLeases ?? false,
+  };
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

@@ -1,9 +1,10 @@
-import { modelOf, type AlgoModel, type AlgoState } from "./algorithms.js";
+import type { AlgoModel, AlgoOutcome, AlgoState } from "./algorithms.js";
 import { longestWait, type Bucket } from "./decide.js";
+import { algorithm } from "./registry.js";
 import type { Decision, LimitOutcome } from "./types.js";
 
-/** What a local decision needs of a bucket: its limit, its key and its figures; no store. */
-export type LocalBucket = Pick<Bucket, "limit" | "key" | "params">;
+/** What a local decision needs of a bucket: its limit, its key, its figures and (concurrency) its slot; no store. */
+export type LocalBucket = Pick<Bucket, "limit" | "key" | "params" | "slot">;
 
 interface Held {
   model: AlgoModel;
@@ -24,7 +25,10 @@ interface Held {
  * - a bucket this isolate has not seen starts full: the isolate cannot know what Redis held, so an
  *   outage admits at most `burst + rate × its duration` per bucket per isolate;
  * - warm-up is not applied (a plain token bucket at the full rate); `split` and `global` limits are
- *   decided at their full figures, each isolate on its own.
+ *   decided at their full figures, each isolate on its own;
+ * - a concurrency limit counts the requests in flight through this isolate only (each freed by
+ *   `release` when its response is delivered, or when its lease expires), so an outage lets up to
+ *   `limit` per isolate in flight.
  *
  * Bounded: past `capacity` buckets, those back to their initial state go first (a sweep at most
  * every `sweepEveryMs`), then the least recently used, which only means that bucket starts full
@@ -51,21 +55,23 @@ export class LocalBuckets {
       const id = stateKey(b);
       const model = this.held.get(id)?.model ?? modelFor(b);
       const cost = b.params?.cost ?? b.limit.cost;
-      return { b, id, model, cost, seen: model.peek(t, cost) };
+      return { b, id, model, cost, ...gated(model, t, cost, b) };
     });
     const admitted = looks.every(({ b, seen }) => seen.allowed || b.limit.shadow);
     const charge = admitted && mode === "take";
-    const outcomes = looks.map(({ b, cost, seen }): LimitOutcome => {
+    const outcomes = looks.map(({ b, cost, seen, gate }): LimitOutcome => {
       const state: AlgoState = charge && seen.allowed ? seen.after : seen.before;
       return {
         limit: b.limit,
         key: b.key,
         cost,
         allowed: seen.allowed,
-        remaining: state.remaining,
-        retryAfterMs: seen.retryAfterMs,
+        // what requests of this priority may still take, as decide.lua reports it
+        remaining: Math.max(0, state.remaining - (b.params?.floor ?? 0)),
+        retryAfterMs: gate.retryAfterMs,
         resetMs: state.resetMs,
         delayMs: admitted && !b.limit.shadow ? seen.delayMs : 0,
+        ...(b.slot === undefined || mode !== "take" ? {} : { slot: b.slot }),
       };
     });
     if (mode === "take") {
@@ -83,6 +89,11 @@ export class LocalBuckets {
       return { verdict: "reject", outcomes, blocking: longestWait(refusing), cached: false };
     }
     return { verdict: outcomes.some((o) => !o.allowed) ? "shadow" : "allow", outcomes };
+  }
+
+  /** Frees the in-flight slots of a request decided here (concurrency limits; the others hold none). */
+  release(buckets: LocalBucket[]): void {
+    for (const b of buckets) if (b.slot !== undefined) this.held.get(stateKey(b))?.model.release?.(b.slot);
   }
 
   /** Buckets held (for tests and metrics). */
@@ -109,6 +120,27 @@ export class LocalBuckets {
   }
 }
 
+/**
+ * What a model says of a request that must leave `floor` tokens behind (its priority's, README
+ * Priorities), as decide.lua decides it: `gate` is the check as if it cost `cost + floor` (a
+ * concurrency request: `1 + floor` free slots), whose verdict and retry-after stand; `seen` the
+ * request at its own cost, with that verdict, for the state and the charge.
+ */
+function gated(model: AlgoModel, t: number, cost: number, b: LocalBucket): { seen: AlgoOutcome; gate: AlgoOutcome } {
+  const floor = b.params?.floor ?? 0;
+  const own = model.peek(t, cost, b.slot);
+  if (floor <= 0) return { seen: own, gate: own };
+  const need = (b.limit.algorithm === "concurrency" ? 1 : cost) + floor;
+  const gate = model.peek(t, need, b.slot);
+  if (gate.allowed) return { seen: own, gate };
+  // more than the bucket holds can never pass (decide.lua says so too)
+  const { rate, burst } = figures(b);
+  if (need > (algorithm(b.limit.algorithm).capacity === "burst" ? burst : rate)) gate.retryAfterMs = -1;
+  // refused at the floor: nothing charged, the state as it stands
+  const seen: AlgoOutcome = { ...own, allowed: false, delayMs: 0, after: own.before, commit: () => undefined };
+  return { seen, gate };
+}
+
 /** The figures a bucket is decided with: the tier's (in `params`) or the limit's own. */
 function figures(b: LocalBucket): { rate: number; period: number; burst: number } {
   return b.params ?? b.limit;
@@ -117,7 +149,13 @@ function figures(b: LocalBucket): { rate: number; period: number; burst: number 
 function modelFor(b: LocalBucket): AlgoModel {
   const { rate, period, burst } = figures(b);
   const l = b.limit;
-  return modelOf({ algorithm: l.algorithm, rate, periodUs: period * 1000, burst, maxDelayUs: l.max_delay * 1000, nodelay: l.nodelay });
+  return algorithm(l.algorithm).model({
+    rate,
+    periodUs: period * 1000,
+    burst,
+    maxDelayUs: l.max_delay * 1000,
+    nodelay: l.nodelay,
+  });
 }
 
 /**

@@ -1,3 +1,4 @@
+import { overrideField, overridesKeyOfBucket, routeKeyPrefixOf } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 import { asHash } from "../store/replies.js";
 
@@ -23,7 +24,7 @@ export const REFRESH_AFTER_MS = 800;
 /** A hash with more fields than this is not copied (memory, transfer): its route's decisions read it in the script. */
 export const MAX_OVERRIDES = 1_000;
 /** Copies kept per isolate (one per route and Redis in use); the oldest goes first. */
-const MAX_COPIES = 1_000;
+export const MAX_COPIES = 1_000;
 
 /**
  * What decide.lua is told about a bucket's overrides: the values of its two fields in the hash
@@ -51,57 +52,75 @@ interface Copy {
   loading?: Promise<void>;
 }
 
-const copies = new Map<string, Copy>();
-
 /** The override hash of a bucket's route: `{prefix}:{route}:overrides` from `{prefix}:{route}:{limit}:{hash}`. */
-export function overridesKeyOf(bucketKey: string): string {
-  return `${routePrefixOf(bucketKey)}overrides`;
-}
-
-/** `{prefix}:{route}:`, the start of every key of the route (prefix and route names never hold a colon). */
-function routePrefixOf(bucketKey: string): string {
-  return bucketKey.slice(0, bucketKey.lastIndexOf(":", bucketKey.lastIndexOf(":") - 1) + 1);
-}
+export const overridesKeyOf = overridesKeyOfBucket;
 
 /**
- * Starts, in the background, a refresh of each copy these buckets need that is due (or missing).
- * Never waits. `changed(routePrefix)` is called when a refresh finds a route's overrides changed
- * since the copy before, with `{prefix}:{route}:`, so that refusals decided on the old figures
- * can be forgotten.
+ * The isolate's copies of the override hashes, one per route and Redis in use, at most `capacity`
+ * (the oldest goes first). Kept by whoever keeps the isolate's other state, and handed to each
+ * decision.
+ *
+ * @example
+ * const overrides = new OverrideCopies();
+ * overrides.refresh(buckets, Date.now(), defer, (routePrefix) => blocked.forgetRoute(routePrefix));
+ * const input = overrides.input(bucket, Date.now()); // "read" until a copy is in
  */
-export function refreshOverrides(buckets: ReadonlyArray<OverrideAddress>, now: number, defer: (work: Promise<unknown>) => void, changed: (routePrefix: string) => void): void {
-  for (const b of buckets) {
-    const c = copyOf(b);
-    if (c.loading || now - c.tried < REFRESH_AFTER_MS) continue;
-    c.tried = now;
-    c.loading = reload(c, changed).finally(() => (c.loading = undefined));
-    defer(c.loading);
-  }
-}
+export class OverrideCopies {
+  /** In insertion order: past `capacity`, the first goes. */
+  private readonly copies = new Map<string, Copy>();
 
-/** What the script gets for this bucket at `now`: the values from a trusted copy, else "read". */
-export function overrideInput(b: OverrideAddress, now: number): OverrideInput {
-  const c = copies.get(copyId(b.store, overridesKeyOf(b.key)));
-  if (!c || !(c.fields instanceof Map) || now - c.asOf > TRUSTED_MS) return "read";
-  const name = b.key.slice(routePrefixOf(b.key).length);
-  const limit = name.slice(0, name.indexOf(":"));
-  return { everybody: c.fields.get(`${limit}:*`), own: c.fields.get(name) };
+  constructor(private readonly capacity = MAX_COPIES) {}
+
+  /**
+   * Starts, in the background, a refresh of each copy these buckets need that is due (or missing).
+   * Never waits. `changed(routePrefix)` is called when a refresh finds a route's overrides changed
+   * since the copy before, with `{prefix}:{route}:`, so that refusals decided on the old figures
+   * can be forgotten.
+   */
+  refresh(
+    buckets: ReadonlyArray<OverrideAddress>,
+    now: number,
+    defer: (work: Promise<unknown>) => void,
+    changed: (routePrefix: string) => void,
+  ): void {
+    for (const b of buckets) {
+      const c = this.copyOf(b);
+      if (c.loading || now - c.tried < REFRESH_AFTER_MS) continue;
+      c.tried = now;
+      c.loading = reload(c, changed).finally(() => (c.loading = undefined));
+      defer(c.loading);
+    }
+  }
+
+  /** What the script gets for this bucket at `now`: the values from a trusted copy, else "read". */
+  input(b: OverrideAddress, now: number): OverrideInput {
+    const c = this.copies.get(copyId(b.store, overridesKeyOf(b.key)));
+    if (!c || !(c.fields instanceof Map) || now - c.asOf > TRUSTED_MS) return "read";
+    const name = b.key.slice(routeKeyPrefixOf(b.key).length);
+    const limit = name.slice(0, name.indexOf(":"));
+    return { everybody: c.fields.get(overrideField(limit)), own: c.fields.get(name) };
+  }
+
+  /** Copies kept (for tests and metrics). */
+  get size(): number {
+    return this.copies.size;
+  }
+
+  private copyOf(b: OverrideAddress): Copy {
+    const routePrefix = routeKeyPrefixOf(b.key);
+    const key = overridesKeyOfBucket(b.key);
+    const id = copyId(b.store, key);
+    let c = this.copies.get(id);
+    if (!c) {
+      c = { store: b.store, key, routePrefix, asOf: 0, tried: 0 };
+      this.copies.set(id, c);
+      if (this.copies.size > this.capacity) this.copies.delete(this.copies.keys().next().value as string);
+    }
+    return c;
+  }
 }
 
 const copyId = (store: Store, key: string) => `${store.id}\u0000${key}`;
-
-function copyOf(b: OverrideAddress): Copy {
-  const routePrefix = routePrefixOf(b.key);
-  const key = `${routePrefix}overrides`;
-  const id = copyId(b.store, key);
-  let c = copies.get(id);
-  if (!c) {
-    c = { store: b.store, key, routePrefix, asOf: 0, tried: 0 };
-    copies.set(id, c);
-    if (copies.size > MAX_COPIES) copies.delete(copies.keys().next().value as string);
-  }
-  return c;
-}
 
 async function reload(c: Copy, changed: (routePrefix: string) => void): Promise<void> {
   const asked = Date.now();

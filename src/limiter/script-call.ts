@@ -1,9 +1,9 @@
 import decideLua from "../../lua/decide.lua";
-import type { Limit } from "../config/index.js";
 import { StoreError } from "../store/deadline.js";
 import type { Store } from "../store/redis.js";
 import type { Bucket } from "./decide.js";
 import { overridesKeyOf, type OverrideInput } from "./overrides.js";
+import { algorithm } from "./registry.js";
 import type { LimitOutcome } from "./types.js";
 
 /** The script source, for `store.script()`. */
@@ -15,7 +15,9 @@ export const DECIDE_SCRIPT: string = decideLua;
  */
 export const DECIDE_PEEK_SCRIPT: string = decideLua.replace(/^#!lua flags=/, "#!lua flags=no-writes,");
 
-export type ScriptMode = "take" | "peek" | "refund" | "lease" | "return";
+export { DECIDE_COMMANDS } from "./commands.js";
+
+export type ScriptMode = "take" | "peek" | "refund" | "lease" | "return" | "release" | "settle";
 
 /** A lease being closed: the epoch (token bucket) or window (fixed window) it was granted in, its tokens, and those never spent. */
 export interface LeaseClose {
@@ -38,7 +40,10 @@ export interface LeaseGrant {
 }
 
 /** A bucket as the script call needs it; without `override`, no override applies (tests, bench); without `lease`, none is asked or closed. */
-export type ScriptBucket = Pick<Bucket, "limit" | "key" | "split" | "params"> & { override?: OverrideInput; lease?: LeaseArgs };
+export type ScriptBucket = Pick<Bucket, "limit" | "key" | "split" | "params" | "slot" | "delta"> & {
+  override?: OverrideInput;
+  lease?: LeaseArgs;
+};
 
 /** Figures decide.lua replies per limit (see the contract atop the script). */
 const PER_LIMIT = 8;
@@ -51,7 +56,7 @@ const PER_LIMIT = 8;
 export function scriptCall(buckets: ReadonlyArray<ScriptBucket>, mode: ScriptMode): { keys: string[]; args: string[] } {
   const keys = buckets.map((b) => b.key);
   const perLimit: Array<string | number> = [];
-  for (const { limit: l, split, params, override, lease } of buckets) {
+  for (const { limit: l, split, params, override, lease, slot, delta } of buckets) {
     let share = 0;
     let demand = 0;
     if (split) {
@@ -60,18 +65,39 @@ export function scriptCall(buckets: ReadonlyArray<ScriptBucket>, mode: ScriptMod
     }
     const p = params ?? l;
     const { rate, burst } = split?.start ?? p;
-    const [p1, p2] = l.algorithm === "token_bucket" ? [(l.warmup ?? 0) * 1000, 0] : l.algorithm === "leaky_bucket" ? [l.max_delay * 1000, l.nodelay ? 1 : 0] : [0, 0];
+    const algo = algorithm(l.algorithm);
+    const [p1, p2] = mode === "settle" ? [0, delta ?? 0] : algo.scriptArgs(l, { slot });
     const known = override === "read" ? undefined : override;
     const close = lease?.close ?? { epoch: 0, granted: 0, left: 0 };
-    perLimit.push(ALGORITHM_CODE[l.algorithm], rate, p.period * 1000, burst, p.cost, l.shadow ? 1 : 0, share, demand, p1, p2, known?.everybody ?? "", known?.own ?? "");
-    perLimit.push(lease?.ask ?? 0, close.epoch, close.granted, close.left);
+    perLimit.push(
+      algo.code,
+      rate,
+      p.period * 1000,
+      burst,
+      p.cost,
+      l.shadow ? 1 : 0,
+      share,
+      demand,
+      p1,
+      p2,
+      known?.everybody ?? "",
+      known?.own ?? "",
+    );
+    const floor = floorAt(params?.floor ?? 0, algo.capacity === "burst" ? [p.burst, burst] : [p.rate, rate]);
+    perLimit.push(lease?.ask ?? 0, close.epoch, close.granted, close.left, floor);
   }
   const reader = buckets.find((b) => b.override === "read");
   const overrideIdx = reader ? keys.push(overridesKeyOf(reader.key)) : 0;
   return { keys, args: [mode, buckets.length, overrideIdx, ...perLimit].map(String) };
 }
 
-const ALGORITHM_CODE: Record<Limit["algorithm"], number> = { token_bucket: 1, leaky_bucket: 2, fixed_window: 3, sliding_window: 4 };
+/**
+ * The floor in terms of the capacity sent in ARGV (a split limit's starting share rather than the
+ * full figures it was computed on), as decide.lua scales it for an override or a share.
+ */
+function floorAt(floor: number, [computedOn, sent]: [number, number]): number {
+  return floor > 0 && sent !== computedOn && computedOn > 0 ? Math.ceil((floor * sent) / computedOn) : floor;
+}
 
 /** One call of decide.lua on one Redis: its verdict, an outcome and a lease grant per bucket, and when it went and came back (isolate clock). */
 export interface GroupResult {
@@ -101,7 +127,7 @@ export async function runDecide(
   const receivedAt = Date.now();
   const numbers = asNumbers(reply, 1 + PER_LIMIT * buckets.length);
   const at = (i: number, j: number) => numbers[1 + PER_LIMIT * i + j] as number;
-  const outcomes = buckets.map(({ limit, key, params }, i): LimitOutcome => ({
+  const outcomes = buckets.map(({ limit, key, params, slot }, i): LimitOutcome => ({
     limit,
     key,
     cost: params?.cost ?? limit.cost,
@@ -110,6 +136,8 @@ export async function runDecide(
     retryAfterMs: at(i, 2),
     resetMs: at(i, 3),
     delayMs: at(i, 4),
+    // the slot a take holds (when allowed and admitted): what the request frees later
+    ...(slot === undefined || mode !== "take" ? {} : { slot }),
   }));
   const grants = buckets.map((_, i): LeaseGrant => ({ tokens: at(i, 5), ms: at(i, 6), epoch: at(i, 7) }));
   return { store, admitted: numbers[0] === 1, buckets, outcomes, grants, sentAt, receivedAt };

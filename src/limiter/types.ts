@@ -8,7 +8,7 @@ export interface LimitOutcome {
   /** What this request cost (the limit's cost, or the request's own from a cost header). */
   cost: number;
   allowed: boolean;
-  /** Whole tokens left (after this request's charge when it was admitted). */
+  /** Whole tokens left (after this request's charge when it was admitted), less the floor its priority must leave (README, Priorities). */
   remaining: number;
   /** When refused: milliseconds until the request could pass (-1: never). */
   retryAfterMs: number;
@@ -16,6 +16,8 @@ export interface LimitOutcome {
   resetMs: number;
   /** leaky_bucket: how long the request must wait for its slot before it is forwarded. */
   delayMs: number;
+  /** concurrency: the in-flight slot the request asked for; it holds it when `allowed` in an admitted take. */
+  slot?: string;
 }
 
 /**

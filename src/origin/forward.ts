@@ -1,11 +1,23 @@
-import { problem } from "../shed/problem.js";
+import { problem } from "../problem.js";
 
 /**
  * Headers never forwarded. Hop-by-hop ones (RFC 9110 §7.6.1) are for one connection only.
  * `expect` is answered by the client's own connection: forwarded, it makes the origin send an
  * interim `100 Continue`, which is not a final answer and cannot be relayed as one.
  */
-const NOT_FORWARDED = ["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host", "expect"];
+const NOT_FORWARDED = [
+  "connection",
+  "keep-alive",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+  "host",
+  "expect",
+];
 
 export interface ForwardTarget {
   origin: URL;
@@ -38,7 +50,11 @@ export interface OriginReply {
 
 /** Whether the origin's part in a reply counts as a failure (for breakers and retries): no answer, or a 5xx. */
 export function originFailed(reply: OriginReply): boolean {
-  return reply.outcome === "unreachable" || reply.outcome === "timeout" || (reply.outcome === "answered" && reply.response.status >= 500);
+  return (
+    reply.outcome === "unreachable" ||
+    reply.outcome === "timeout" ||
+    (reply.outcome === "answered" && reply.response.status >= 500)
+  );
 }
 
 /**
@@ -80,24 +96,35 @@ export async function sendToOrigin(request: Request, target: ForwardTarget): Pro
   const { url, headers } = originRequest(request, target);
   const hasBody = request.method !== "GET" && request.method !== "HEAD" && request.body !== null;
   const signal = target.timeoutMs ? AbortSignal.timeout(target.timeoutMs) : undefined;
+  const failed = (outcome: OriginOutcome, status: number, title: string, detail: string): OriginReply => ({
+    outcome,
+    sent: headers,
+    response: problem({ status, title, detail }),
+  });
   let res: Response;
   try {
-    res = await fetch(url, { method: request.method, headers, body: hasBody ? request.body : null, redirect: "manual", signal });
+    const body = hasBody ? request.body : null;
+    // `duplex` is what Node's fetch requires of a streamed body (workerd streams without it)
+    const init = { method: request.method, headers, body, redirect: "manual", signal, duplex: "half" };
+    res = await fetch(url, init as RequestInit);
   } catch (e) {
-    if (signal?.aborted) return { outcome: "timeout", sent: headers, response: problem({ status: 504, title: "Gateway timeout", detail: `the origin did not answer within ${target.timeoutMs} ms` }) };
-    return { outcome: "unreachable", sent: headers, response: problem({ status: 502, title: "Bad gateway", detail: `the origin could not be reached: ${e instanceof Error ? e.message : String(e)}` }) };
+    if (signal?.aborted) {
+      return failed("timeout", 504, "Gateway timeout", `the origin did not answer within ${target.timeoutMs} ms`);
+    }
+    const reason = e instanceof Error ? e.message : String(e);
+    return failed("unreachable", 502, "Bad gateway", `the origin could not be reached: ${reason}`);
   }
   // From here on the origin has answered: whatever goes wrong, it may have acted on the request.
   if (res.status < 200) {
     await res.body?.cancel().catch(() => undefined);
-    return { outcome: "unrelayable", sent: headers, response: problem({ status: 502, title: "Bad gateway", detail: `the origin answered with an interim ${res.status} and no final response` }) };
+    return failed(
+      "unrelayable",
+      502,
+      "Bad gateway",
+      `the origin answered with an interim ${res.status} and no final response`,
+    );
   }
   return { outcome: "answered", sent: headers, response: new Response(res.body, res) };
-}
-
-/** `sendToOrigin` for callers that only need the response. */
-export async function forward(request: Request, target: ForwardTarget): Promise<Response> {
-  return (await sendToOrigin(request, target)).response;
 }
 
 /** A node of the `Forwarded` header (RFC 7239): IPv6 addresses are bracketed and quoted. */

@@ -1,6 +1,6 @@
 import type { Config } from "../config/index.js";
 import type { Env } from "../env.js";
-import { upstashStore, type BudgetBounds, type Store } from "../store/redis.js";
+import type { BudgetBounds, RedisConnection, Store, StoreRegistry } from "../store/redis.js";
 
 /** Where the request entered Cloudflare, as `request.cf` tells it. */
 export interface Place {
@@ -26,17 +26,29 @@ export function chooseRegion(config: Pick<Config, "regions" | "home_region">, pl
 }
 
 /** The names of a region's own Upstash secrets (`UPSTASH_REDIS_REST_URL_EU`, ...). */
-export function regionSecretNames(region: string): { url: `UPSTASH_REDIS_REST_URL_${string}`; token: `UPSTASH_REDIS_REST_TOKEN_${string}` } {
+export function regionSecretNames(region: string): {
+  url: `UPSTASH_REDIS_REST_URL_${string}`;
+  token: `UPSTASH_REDIS_REST_TOKEN_${string}`;
+} {
   const suffix = region.toUpperCase().replace(/[^A-Z0-9]/g, "_");
   return { url: `UPSTASH_REDIS_REST_URL_${suffix}`, token: `UPSTASH_REDIS_REST_TOKEN_${suffix}` };
 }
 
-/** Upstash credentials of a region: its own secrets, else the home region's. */
-export function regionCredentials(env: Env, config: Pick<Config, "home_region">, region: string): { url?: string; token?: string } {
-  const names = regionSecretNames(region);
-  const own = region !== config.home_region && env[names.url];
-  if (own) return { url: own, token: env[names.token] };
-  return { url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN };
+/** How a deployment reaches each region's Redis (undefined: none configured for it). */
+export type Connect = (region: string) => RedisConnection | undefined;
+
+/**
+ * The Worker's Upstash secrets: a region's own (`UPSTASH_REDIS_REST_URL_EU`, ...), else the
+ * home region's (`UPSTASH_REDIS_REST_URL` / `_TOKEN`).
+ */
+export function envConnections(env: Env, homeRegion: string): Connect {
+  return (region) => {
+    const names = regionSecretNames(region);
+    const own = region !== homeRegion && env[names.url];
+    const url = own ? own : env.UPSTASH_REDIS_REST_URL;
+    const token = own ? env[names.token] : env.UPSTASH_REDIS_REST_TOKEN;
+    return url && token ? { url, token } : undefined;
+  };
 }
 
 /** When `max_timeout_ms` is not set: a second covers a store across an ocean, cold connection included. */
@@ -48,35 +60,61 @@ export const DEFAULT_MAX_TIMEOUT_MS = 1_000;
  * follows each store's round trip as this isolate measures it.
  */
 export function decisionBudget(config: Pick<Config, "timeout_ms" | "max_timeout_ms">): BudgetBounds {
-  return { floorMs: config.timeout_ms, ceilingMs: config.max_timeout_ms ?? Math.max(DEFAULT_MAX_TIMEOUT_MS, config.timeout_ms) };
-}
-
-/**
- * The store of a region, or `undefined` when no Redis is configured for it at all: with the
- * adaptive decision budget, or with `fixedMs` for work off the request path.
- */
-export function regionStore(env: Env, config: Pick<Config, "home_region" | "timeout_ms" | "max_timeout_ms">, region: string, fixedMs?: number): Store | undefined {
-  const { url, token } = regionCredentials(env, config, region);
-  if (!url || !token) return undefined;
-  return upstashStore({ name: region, url, token, budget: fixedMs ?? decisionBudget(config) });
-}
-
-/**
- * The home region's store, with the decision budget. From a far region the home Redis is an
- * ocean away; the budget follows the round trip this isolate sees, so it needs no budget of its
- * own (`global_timeout_ms` did that once and is ignored now), and `_from`, the deciding region,
- * no longer changes anything.
- */
-export function homeStore(env: Env, config: Pick<Config, "home_region" | "timeout_ms" | "max_timeout_ms">, _from: string): Store | undefined {
-  return regionStore(env, config, config.home_region);
+  return {
+    floorMs: config.timeout_ms,
+    ceilingMs: config.max_timeout_ms ?? Math.max(DEFAULT_MAX_TIMEOUT_MS, config.timeout_ms),
+  };
 }
 
 /** Work off the request path (admin, metrics, jobs) can wait longer than a decision. */
 export const OFF_PATH_TIMEOUT_MS = 2_000;
+/** Settling an idempotency record stores up to a MiB: it gets more than a decision's budget. */
+export const SETTLE_TIMEOUT_MS = 5_000;
 
-/** A region's store (the home region's by default) with the off-path budget. */
-export function offPathStore(env: Env, config: Pick<Config, "home_region" | "timeout_ms" | "max_timeout_ms">, region = config.home_region): Store | undefined {
-  return regionStore(env, config, region, OFF_PATH_TIMEOUT_MS);
+type Budgets = Pick<Config, "home_region" | "timeout_ms" | "max_timeout_ms">;
+
+/**
+ * The Redis databases of one deployment, by region and budget. A store is `undefined` when no
+ * Redis is configured for its region at all.
+ *
+ * @example
+ * const stores = new Stores(runtime.registry, envConnections(env, config.home_region), config);
+ * const store = stores.decision("eu"); // adaptive budget, between timeout_ms and max_timeout_ms
+ */
+export class Stores {
+  constructor(
+    private readonly registry: StoreRegistry,
+    private readonly connect: Connect,
+    private readonly config: Budgets,
+  ) {}
+
+  /** A region's store with the decision budget, which follows the round trip this isolate sees. */
+  decision(region: string): Store | undefined {
+    return this.open(region, decisionBudget(this.config));
+  }
+
+  /**
+   * The home region's store, with the decision budget: from a far region the home Redis is an
+   * ocean away, and the adaptive budget follows that round trip without a budget of its own.
+   */
+  home(): Store | undefined {
+    return this.decision(this.config.home_region);
+  }
+
+  /** A region's store (the home region's by default) with a fixed budget, for work off the request path. */
+  fixed(ms: number, region = this.config.home_region): Store | undefined {
+    return this.open(region, ms);
+  }
+
+  /** A region's store (the home region's by default) with the off-path budget. */
+  offPath(region = this.config.home_region): Store | undefined {
+    return this.fixed(OFF_PATH_TIMEOUT_MS, region);
+  }
+
+  private open(region: string, budget: BudgetBounds | number): Store | undefined {
+    const connection = this.connect(region);
+    return connection ? this.registry.store({ name: region, connection, budget }) : undefined;
+  }
 }
 
 /** Every region of the deployment: the configured ones and the home region, in a stable order. */

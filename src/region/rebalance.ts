@@ -1,8 +1,7 @@
-import type { Config } from "../config/index.js";
-import type { Env } from "../env.js";
-import { splitKeys } from "../limiter/buckets.js";
+import type { Config, Limit } from "../config/index.js";
+import { rebalanceLockKey, shareKeys, shareRecordKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
-import { allRegions, regionStore } from "./index.js";
+import { allRegions, type Stores } from "./index.js";
 import { splitShares, type Share } from "./shares.js";
 import { asHash } from "../store/replies.js";
 
@@ -24,67 +23,116 @@ export interface RebalanceReport {
  * be reached keeps its last share (the others split what is left), and the home region keeps a
  * record of every share so the next run knows what an unreachable region still holds.
  *
- * @example ctx.waitUntil(rebalance(config, env)) // from the cron trigger, or nudged by a request
+ * @example ctx.waitUntil(rebalance(config, stores)) // from the cron trigger, or nudged by a request
  */
-export async function rebalance(config: Config, env: Env): Promise<RebalanceReport> {
+export async function rebalance(config: Config, stores: Stores): Promise<RebalanceReport> {
   const report: RebalanceReport = { ran: false, limits: {} };
-  const split = config.routes.flatMap((route) => route.limits.filter((l) => l.scope === "split").map((limit) => ({ route, limit })));
+  const split = config.routes.flatMap((route) =>
+    route.limits.filter((l) => l.scope === "split").map((limit) => ({ route, limit })),
+  );
   if (split.length === 0) return report;
-  const home = regionStore(env, config, config.home_region, REBALANCE_TIMEOUT_MS);
+  const home = stores.fixed(REBALANCE_TIMEOUT_MS);
   if (!home) return report;
-  const lock = await home.redis.set(`${config.key_prefix}:rebalance:lock`, String(Date.now()), { nx: true, px: Math.max(1_000, config.rebalance_every - 100) });
+  const lock = await home.redis.set(rebalanceLockKey(config.key_prefix), String(Date.now()), {
+    nx: true,
+    px: Math.max(1_000, config.rebalance_every - 100),
+  });
   if (lock === null) return report;
   report.ran = true;
-
   const regions = allRegions(config);
-  const stores = new Map(regions.map((r) => [r, regionStore(env, config, r, REBALANCE_TIMEOUT_MS) as Store]));
+  const byRegion = new Map(regions.map((r) => [r, stores.fixed(REBALANCE_TIMEOUT_MS, r) as Store]));
   for (const { route, limit } of split) {
-    const recordKey = `${config.key_prefix}:${route.name}:${limit.name}:shares`;
-    const keysOf = (region: string) => splitKeys(config.key_prefix, route.name, limit.name, region);
-    const [record, ...demands] = await Promise.all([
-      home.redis.hgetall(recordKey).then(asHash, (): Record<string, string> => ({})),
-      ...regions.map((r) =>
-        (stores.get(r) as Store).redis.getdel<string | number>(keysOf(r).demandKey).then(
-          (v) => Number(v ?? 0),
-          () => undefined,
-        ),
-      ),
-    ]);
-    const demand: Record<string, number> = {};
-    const frozen: Record<string, Share> = {};
-    regions.forEach((r, i) => {
-      const d = demands[i];
-      if (d !== undefined) demand[r] = d;
-      else frozen[r] = parseShare(record[r]) ?? { rate: Math.floor(limit.rate / regions.length), burst: Math.floor(limit.burst / regions.length) };
-    });
-    const shares = splitShares({ rate: limit.rate, burst: limit.burst, regions, demand, frozen });
-    const failedWrites: string[] = [];
-    await Promise.all(
-      regions
-        .filter((r) => !(r in frozen))
-        .map((r) => (stores.get(r) as Store).redis.set(keysOf(r).shareKey, formatShare(shares[r] as Share), { ex: SHARE_TTL_S }).catch(() => failedWrites.push(r))),
+    report.limits[`${route.name}/${limit.name}`] = await rebalanceLimit(
+      config.key_prefix,
+      route.name,
+      limit,
+      home,
+      byRegion,
     );
-    // the record says what each region holds now: a region whose write failed still holds its old share
-    const held = Object.fromEntries(regions.filter((r) => !failedWrites.includes(r)).map((r) => [r, formatShare(shares[r] as Share)]));
-    await home.redis.hset(recordKey, held).then(() => home.redis.expire(recordKey, SHARE_TTL_S)).catch(() => undefined);
-    const unreachable = [...Object.keys(frozen), ...failedWrites];
-    report.limits[`${route.name}/${limit.name}`] = { shares, unreachable };
   }
   return report;
 }
 
-let lastNudge = 0;
+/** One split limit: the regions' demand read (and reset), shares computed and written, the record kept. */
+async function rebalanceLimit(
+  prefix: string,
+  route: string,
+  limit: Pick<Limit, "name" | "rate" | "burst">,
+  home: Store,
+  byRegion: Map<string, Store>,
+): Promise<RebalanceReport["limits"][string]> {
+  const regions = [...byRegion.keys()];
+  const recordKey = shareRecordKey(prefix, route, limit.name);
+  const keysOf = (region: string) => shareKeys(prefix, route, limit.name, region);
+  const { demand, frozen } = await demandOf(home, recordKey, limit, byRegion, (r) => keysOf(r).demandKey);
+  const shares = splitShares({ rate: limit.rate, burst: limit.burst, regions, demand, frozen });
+  const failedWrites: string[] = [];
+  const write = (r: string) =>
+    (byRegion.get(r) as Store).redis
+      .set(keysOf(r).shareKey, formatShare(shares[r] as Share), { ex: SHARE_TTL_S })
+      .catch(() => failedWrites.push(r));
+  await Promise.all(regions.filter((r) => !(r in frozen)).map(write));
+  // the record says what each region holds now: a region whose write failed still holds its old share
+  const held = Object.fromEntries(
+    regions.filter((r) => !failedWrites.includes(r)).map((r) => [r, formatShare(shares[r] as Share)]),
+  );
+  await home.redis
+    .hset(recordKey, held)
+    .then(() => home.redis.expire(recordKey, SHARE_TTL_S))
+    .catch(() => undefined);
+  return { shares, unreachable: [...Object.keys(frozen), ...failedWrites] };
+}
+
+/**
+ * Each region's demand since the last run (read and reset with GETDEL); a region that cannot be
+ * reached is frozen at the share the record says it holds (an equal split when there is none).
+ */
+async function demandOf(
+  home: Store,
+  recordKey: string,
+  limit: Pick<Limit, "rate" | "burst">,
+  byRegion: Map<string, Store>,
+  demandKey: (region: string) => string,
+): Promise<{ demand: Record<string, number>; frozen: Record<string, Share> }> {
+  const regions = [...byRegion.keys()];
+  const [record, ...demands] = await Promise.all([
+    home.redis.hgetall(recordKey).then(asHash, (): Record<string, string> => ({})),
+    ...regions.map((r) =>
+      (byRegion.get(r) as Store).redis.getdel<string | number>(demandKey(r)).then(
+        (v) => Number(v ?? 0),
+        () => undefined,
+      ),
+    ),
+  ]);
+  const demand: Record<string, number> = {};
+  const frozen: Record<string, Share> = {};
+  const equal = { rate: Math.floor(limit.rate / regions.length), burst: Math.floor(limit.burst / regions.length) };
+  regions.forEach((r, i) => {
+    const d = demands[i];
+    if (d !== undefined) demand[r] = d;
+    else frozen[r] = parseShare(record[r]) ?? equal;
+  });
+  return { demand, frozen };
+}
 
 /**
  * Starts a rebalance from a request, at most once per interval per isolate (the Redis lock makes
  * it once per interval in the world); the cron trigger is the floor when traffic is quiet.
  */
-export function nudgeRebalance(config: Config, env: Env, now: number, defer: (work: Promise<unknown>) => void): void {
-  // a fresh isolate waits one interval first: it has seen no demand yet, and the cron covers it
-  if (lastNudge === 0) lastNudge = now;
-  if (now - lastNudge < config.rebalance_every) return;
-  lastNudge = now;
-  defer(rebalance(config, env).catch((e: unknown) => console.error(JSON.stringify({ event: "rebalance_error", message: (e as Error).message }))));
+export class RebalanceClock {
+  private lastNudge = 0;
+
+  nudge(config: Config, stores: Stores, now: number, defer: (work: Promise<unknown>) => void): void {
+    // a fresh isolate waits one interval first: it has seen no demand yet, and the cron covers it
+    if (this.lastNudge === 0) this.lastNudge = now;
+    if (now - this.lastNudge < config.rebalance_every) return;
+    this.lastNudge = now;
+    defer(
+      rebalance(config, stores).catch((e: unknown) =>
+        console.error(JSON.stringify({ event: "rebalance_error", message: (e as Error).message })),
+      ),
+    );
+  }
 }
 
 function parseShare(text: string | undefined): Share | undefined {

@@ -58,7 +58,12 @@ export function equalShare(rate: number, burst: number, regionCount: number): Sh
  * what the idle ones actually lack). Remainders go by the largest-remainder method. Sums to
  * exactly `total`.
  */
-function apportion(total: number, names: readonly string[], weights: Readonly<Record<string, number>>, floorFraction: number): Record<string, number> {
+function apportion(
+  total: number,
+  names: readonly string[],
+  weights: Readonly<Record<string, number>>,
+  floorFraction: number,
+): Record<string, number> {
   // at least one whole token each where there is enough to go round: a share of 0 admits nothing
   const floor = Math.min(Math.max(Math.floor(total * floorFraction), 1), Math.floor(total / names.length));
   const exact = new Map<string, number>();
@@ -81,7 +86,11 @@ function apportion(total: number, names: readonly string[], weights: Readonly<Re
   const values = names.map((n) => exact.get(n) as number);
   const whole = values.map(Math.floor);
   let rest = total - sum(whole);
-  const byRemainder = names.map((_, i) => i).sort((a, b) => (values[b] as number) - (whole[b] as number) - ((values[a] as number) - (whole[a] as number)) || a - b);
+  const byRemainder = names
+    .map((_, i) => i)
+    .sort(
+      (a, b) => (values[b] as number) - (whole[b] as number) - ((values[a] as number) - (whole[a] as number)) || a - b,
+    );
   for (const i of byRemainder) {
     if (rest <= 0) break;
     whole[i] = (whole[i] as number) + 1;

@@ -22,13 +22,18 @@ export function compilePattern(pattern: string, policy: PathPolicy = DEFAULT_PAT
   const match = normal.ok ? normal.path.match : pattern;
   const segments = match.split("/").filter((s) => s !== "");
   const prefix = segments[segments.length - 1] === "*";
-  return { segments: prefix ? segments.slice(0, -1) : segments, prefix, slash: !prefix && match.length > 1 && match.endsWith("/") };
+  return {
+    segments: prefix ? segments.slice(0, -1) : segments,
+    prefix,
+    slash: !prefix && match.length > 1 && match.endsWith("/"),
+  };
 }
 
 /** Tests a normalised match path (see `normalisePath`) against a compiled pattern. */
 export function matchesPattern(pattern: PathPattern, matchPath: string): boolean {
   const segments = matchPath.split("/").filter((s) => s !== "");
-  if (pattern.prefix ? segments.length < pattern.segments.length : segments.length !== pattern.segments.length) return false;
+  if (pattern.prefix ? segments.length < pattern.segments.length : segments.length !== pattern.segments.length)
+    return false;
   if (!pattern.prefix && matchPath.length > 1 && matchPath.endsWith("/") !== pattern.slash) return false;
   return pattern.segments.every((p, i) => p === "*" || p === segments[i]);
 }

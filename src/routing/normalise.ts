@@ -36,11 +36,16 @@ const PARAMETER = /;|%3B/;
  * @example normalisePath("/public/..;/admin") // { ok: true, path: { forward: "/public/..;/admin", match: "/admin" } }
  */
 export function normalisePath(raw: string, policy: PathPolicy = DEFAULT_PATH_POLICY): NormaliseResult {
-  if (raw.length > MAX_PATH_LENGTH) return { ok: false, status: 414, detail: `path longer than ${MAX_PATH_LENGTH} characters` };
+  if (raw.length > MAX_PATH_LENGTH)
+    return { ok: false, status: 414, detail: `path longer than ${MAX_PATH_LENGTH} characters` };
   const decoded = decodeUnreserved(raw.replaceAll("\\", "/"));
   if (!decoded.ok) return decoded;
   if (policy.parameters === "reject" && PARAMETER.test(decoded.text)) {
-    return { ok: false, status: 400, detail: 'path contains ";" (path parameters are refused: paths.parameters = "reject")' };
+    return {
+      ok: false,
+      status: 400,
+      detail: 'path contains ";" (path parameters are refused: paths.parameters = "reject")',
+    };
   }
   const forwardSegments = resolveSegments(decoded.text.split("/"));
   const trailingSlash = forwardSegments.length > 0 && /\/\.{0,2}$/.test(decoded.text);
@@ -77,7 +82,8 @@ function decodeUnreserved(path: string): { ok: true; text: string } | { ok: fals
       continue;
     }
     const hex = path.slice(i + 1, i + 3);
-    if (!/^[0-9A-Fa-f]{2}$/.test(hex)) return { ok: false, status: 400, detail: `invalid percent-encoding at position ${i}` };
+    if (!/^[0-9A-Fa-f]{2}$/.test(hex))
+      return { ok: false, status: 400, detail: `invalid percent-encoding at position ${i}` };
     const code = parseInt(hex, 16);
     if (code === 0) return { ok: false, status: 400, detail: "path contains an encoded NUL" };
     const char = String.fromCharCode(code);

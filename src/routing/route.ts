@@ -8,6 +8,8 @@ import { matchesPattern } from "./match.js";
 export function findRoute(routes: readonly Route[], method: string, matchPath: string): Route | undefined {
   const m = method.toUpperCase();
   return routes.find(
-    (r) => matchesPattern(r.pattern, matchPath) && (!r.methods || r.methods.includes(m) || (m === "HEAD" && r.methods.includes("GET"))),
+    (r) =>
+      matchesPattern(r.pattern, matchPath) &&
+      (!r.methods || r.methods.includes(m) || (m === "HEAD" && r.methods.includes("GET"))),
   );
 }

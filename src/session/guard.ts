@@ -1,14 +1,14 @@
-import type { Exchange } from "../gateway.js";
-import { identify, readPart } from "../keys/identify.js";
-import { homeStore } from "../region/index.js";
-import { problem } from "../shed/problem.js";
-import { StoreError } from "../store/deadline.js";
+import type { Route } from "../config/index.js";
+import { identify, readPart, type RequestFacts } from "../keys/identify.js";
+import { Problem } from "../problem.js";
+import type { Store } from "../store/redis.js";
 import { pollWhile } from "../util/poll.js";
 import { acquire, release, sessionRef, type Acquired } from "./lock.js";
 
+export type SessionSettings = NonNullable<Route["session"]>;
+
 export type SessionHold =
   | { kind: "none" }
-  | { kind: "busy"; response: Response }
   | { kind: "held"; headers: Record<string, string>; release: () => Promise<void>; ticket: SessionTicket };
 
 /** What a held lock travelling with a queued job needs to be released by the consumer. */
@@ -18,24 +18,37 @@ export interface SessionTicket {
   owner: string;
 }
 
+/** Where session locks live: the home region's Redis, under the deployment's prefix, per route. */
+export interface SessionPlace {
+  store: Store;
+  prefix: string;
+  route: string;
+}
+
 /**
  * Takes the request's session lock (routes keyed on the same session share it), waiting up to
  * `wait` for a busy one, polling with backoff. Held: the origin gets the grant's fencing token and
  * the session, and `release` gives the lock back (only if this request still holds it). Busy: a
- * 409 problem naming the session as busy. No session identity: no lock.
+ * 409 problem is thrown, naming the session as busy. No session identity: no lock.
  *
  * The lock is the principal's (`principal`, the IP by default): a session id is no secret (it
  * travels in headers, logs, URLs), and whoever knew another client's could otherwise hold that
  * client's session at 409 by keeping calls in flight under it.
  */
-export async function holdSession(x: Exchange): Promise<SessionHold> {
-  const settings = x.route.session;
-  if (!settings) return { kind: "none" };
-  const who = identify([settings.key], x.facts, "skip");
+export async function holdSession(
+  settings: SessionSettings,
+  facts: RequestFacts,
+  place: SessionPlace,
+): Promise<SessionHold> {
+  const who = identify([settings.key], facts, "skip");
   if (who.kind !== "id") return { kind: "none" };
-  const store = homeStore(x.env, x.config, x.region);
-  if (!store) throw new StoreError("unreachable", "no Upstash URL/token for the home region, where session locks live");
-  const ref = await sessionRef(store, x.config.key_prefix, x.route.name, sessionPrincipal(x, settings.principal), who.id);
+  const ref = await sessionRef(
+    place.store,
+    place.prefix,
+    place.route,
+    sessionPrincipal(facts, settings.principal),
+    who.id,
+  );
   const owner = crypto.randomUUID();
   // polls start at 20 ms and back off to 200 ms: a session's calls follow each other closely
   const a: Acquired = await pollWhile(
@@ -45,20 +58,17 @@ export async function holdSession(x: Exchange): Promise<SessionHold> {
     { startMs: 20, maxMs: 200, budgetMs: settings.wait },
   );
   if (a.kind === "busy") {
-    return {
-      kind: "busy",
-      response: problem({
-        status: 409,
-        title: "Session busy",
-        detail: `another side-effecting call of this session is in flight (fencing token ${a.fence}); calls of one session run one at a time`,
-        headers: { "Retry-After": String(Math.max(1, Math.ceil(Math.min(a.leftMs, 5_000) / 1000))) },
-        extensions: { lease_left_ms: a.leftMs },
-      }),
-    };
+    throw new Problem({
+      status: 409,
+      title: "Session busy",
+      detail: `another side-effecting call of this session is in flight (fencing token ${a.fence}); calls of one session run one at a time`,
+      headers: { "Retry-After": String(Math.max(1, Math.ceil(Math.min(a.leftMs, 5_000) / 1000))) },
+      extensions: { lease_left_ms: a.leftMs },
+    });
   }
   return {
     kind: "held",
-    headers: { "sluice-fencing-token": String(a.fence), "sluice-session": readPart(settings.key, x.facts) ?? "" },
+    headers: { "sluice-fencing-token": String(a.fence), "sluice-session": readPart(settings.key, facts) ?? "" },
     release: async () => {
       await release(ref, owner).catch(() => false);
     },
@@ -67,7 +77,20 @@ export async function holdSession(x: Exchange): Promise<SessionHold> {
 }
 
 /** Whose sessions these are: the configured identity, or the client IP when the request lacks it (as for idempotency keys). */
-function sessionPrincipal(x: Exchange, parts: readonly string[]): string {
-  const who = identify(parts, x.facts, "ip");
-  return who.kind === "id" ? who.id : x.facts.ip;
+function sessionPrincipal(facts: RequestFacts, parts: readonly string[]): string {
+  const who = identify(parts, facts, "ip");
+  return who.kind === "id" ? who.id : facts.ip;
+}
+
+/**
+ * What sluice tells the origin: the fencing token of the grant that lets the call through (the
+ * session's when the route has one, else the idempotency claim's), the session, the key.
+ */
+export function sluiceHeadersOf(
+  idem: Record<string, string>,
+  session: Record<string, string> | undefined,
+): Record<string, string> {
+  if (!session) return idem;
+  const { "sluice-fencing-token": idemToken, ...rest } = idem;
+  return { ...rest, ...(idemToken ? { "sluice-idempotency-fencing-token": idemToken } : {}), ...session };
 }

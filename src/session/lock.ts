@@ -1,7 +1,8 @@
 import sessionLua from "../../lua/session.lua";
-import { hashIdentifier } from "../keys/hash.js";
+import { asKeyHash, hashIdentifier } from "../keys/hash.js";
 import { LEDGER_MAXLEN } from "../idempotency/records.js";
 import { StoreError } from "../store/deadline.js";
+import { ledgerKey, sessionFenceKey, sessionLockKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 
 /** A session's lock: where it lives (home region's Redis) and how the ledger names it. */
@@ -15,7 +16,8 @@ export interface SessionRef {
   fenceHash: string;
 }
 
-export type Acquired = { kind: "granted"; fence: number; takeover: boolean } | { kind: "busy"; leftMs: number; fence: number };
+export type Acquired =
+  { kind: "granted"; fence: number; takeover: boolean } | { kind: "busy"; leftMs: number; fence: number };
 
 /**
  * The lock of one principal's session, shared by every route keyed on the same session identity
@@ -27,16 +29,36 @@ export type Acquired = { kind: "granted"; fence: number; takeover: boolean } | {
  * under that value (a per-principal counter would restart at 1, and whoever sent the session id
  * could push the counter an origin sees past the owner's, making all the owner's writes stale).
  */
-export async function sessionRef(store: Store, prefix: string, route: string, principal: string, identity: string): Promise<SessionRef> {
-  const [hash, fenceHash] = await Promise.all([hashIdentifier(JSON.stringify([principal, identity])), hashIdentifier(identity)]);
+export async function sessionRef(
+  store: Store,
+  prefix: string,
+  route: string,
+  principal: string,
+  identity: string,
+): Promise<SessionRef> {
+  const [hash, fenceHash] = await Promise.all([
+    hashIdentifier(JSON.stringify([principal, identity])),
+    hashIdentifier(identity),
+  ]);
   return { store, prefix, route, hash, fenceHash };
 }
 
-async function call(r: SessionRef, op: "acquire" | "release", owner: string, rest: Array<string | number>): Promise<unknown[]> {
-  const lock = `${r.prefix}:session:${r.hash}`;
-  const fence = `${r.prefix}:session:${r.fenceHash}:fence`;
-  const reply = await r.store.run(r.store.script(sessionLua), [lock, fence, `${r.prefix}:ledger`], [op, owner, r.route, r.hash, LEDGER_MAXLEN, ...rest]);
-  if (!Array.isArray(reply)) throw new StoreError("error", `unexpected reply from session.lua: ${JSON.stringify(reply).slice(0, 200)}`);
+async function call(
+  r: SessionRef,
+  op: "acquire" | "release",
+  owner: string,
+  rest: Array<string | number>,
+): Promise<unknown[]> {
+  // a ref may be rebuilt from a queue message (the consumer releases the lock): its hashes are checked before they name keys
+  const lock = sessionLockKey(r.prefix, asKeyHash(r.hash));
+  const fence = sessionFenceKey(r.prefix, asKeyHash(r.fenceHash));
+  const reply = await r.store.run(
+    r.store.script(sessionLua),
+    [lock, fence, ledgerKey(r.prefix)],
+    [op, owner, r.route, r.hash, LEDGER_MAXLEN, ...rest],
+  );
+  if (!Array.isArray(reply))
+    throw new StoreError("error", `unexpected reply from session.lua: ${JSON.stringify(reply).slice(0, 200)}`);
   return reply;
 }
 
@@ -46,7 +68,9 @@ async function call(r: SessionRef, op: "acquire" | "release", owner: string, res
  */
 export async function acquire(r: SessionRef, owner: string, leaseMs: number, last: boolean): Promise<Acquired> {
   const [kind, a, b] = await call(r, "acquire", owner, [leaseMs, last ? 1 : 0]);
-  return kind === "granted" ? { kind, fence: Number(a), takeover: Number(b) === 1 } : { kind: "busy", leftMs: Number(a), fence: Number(b) };
+  return kind === "granted"
+    ? { kind, fence: Number(a), takeover: Number(b) === 1 }
+    : { kind: "busy", leftMs: Number(a), fence: Number(b) };
 }
 
 /** Releases the lock, only if `owner` still holds it. */

@@ -25,6 +25,6 @@ export async function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> 
   try {
     return await Promise.race([work, expired]);
   } finally {
-    clearTimeout(timer);
+    if (timer !== undefined) clearTimeout(timer);
   }
 }

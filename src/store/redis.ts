@@ -2,7 +2,7 @@ import { Redis } from "@upstash/redis/cloudflare";
 import { StoreCircuit } from "./circuit.js";
 import { StoreError, withDeadline } from "./deadline.js";
 import { RttEstimator, type BudgetBounds } from "./rtt.js";
-import { runScript, scriptFor, type Script, type ScriptSender } from "./script.js";
+import { runScript, Script, type ScriptSender } from "./script.js";
 
 export type { Script } from "./script.js";
 export type { BudgetBounds } from "./rtt.js";
@@ -26,10 +26,12 @@ export interface Store {
   roundTripMs(): number | undefined;
 }
 
+/** Where a database is: its REST URL and token, or a client the caller made (`@upstash/redis`). */
+export type RedisConnection = { url: string; token: string } | Redis;
+
 export interface StoreOptions {
   name: string;
-  url: string;
-  token: string;
+  connection: RedisConnection;
   /**
    * How long a call may take. Bounds: the decision budget, adapted to the round trip this
    * isolate sees between them, and the store is skipped while its circuit is open. A number:
@@ -47,85 +49,156 @@ interface Database {
   loaded: Set<Script>;
 }
 
-const databases = new Map<string, Database>();
-const clients = new Map<string, Redis>();
-
 /**
- * A store for one Upstash database. Clients are kept per isolate and budget, so the HTTP
- * connection is reused across requests; the round-trip estimate, the circuit and the scripts
- * known to be loaded are kept per database.
- *
- * @example
- * const store = upstashStore({ name: "us", url, token, budget: { floorMs: 50, ceilingMs: 1000 } });
- * const reply = await store.run(store.script(decideLua), keys, args);
+ * What an isolate keeps of its databases between requests: clients per database and budget (so
+ * the HTTP connection is reused), and per database the round-trip estimate, the circuit and the
+ * scripts known to be loaded. One per `Runtime`.
  */
-export function upstashStore(opts: StoreOptions): Store {
-  const id = `${opts.url}\u0000${opts.token}`;
-  let db = databases.get(id);
-  if (!db) databases.set(id, (db = { rtt: new RttEstimator(), circuit: new StoreCircuit(), loaded: new Set() }));
-  const database = db;
-  const bounds = opts.budget;
-  const budgetMs = typeof bounds === "number" ? () => bounds : () => database.rtt.budget(bounds);
-  const gated = typeof bounds !== "number";
+export class StoreRegistry {
+  private readonly databases = new Map<string, Database>();
+  private readonly clients = new Map<string, Redis>();
+  private readonly scripts = new Map<string, Script>();
+  /** Ids for clients handed in by the caller: the same instance is the same database. */
+  private readonly given = new WeakMap<Redis, string>();
 
-  const clientKey = `${id}\u0000${typeof bounds === "number" ? bounds : `${bounds.floorMs}-${bounds.ceilingMs}`}`;
-  let redis = clients.get(clientKey);
-  if (!redis) {
-    redis = new Redis({
-      url: opts.url,
-      token: opts.token,
-      enableTelemetry: false,
-      automaticDeserialization: false,
-      // A retry cannot fit in a budget of tens of milliseconds: fail fast, let on_store_error decide.
-      retry: { retries: 0, backoff: () => 0 },
-      // A fresh timeout per HTTP request, of the store's budget at the time; a function signal
-      // makes an abort throw instead of resolving to the string "Aborted".
-      signal: () => AbortSignal.timeout(budgetMs()),
-    });
-    clients.set(clientKey, redis);
+  /**
+   * A store for one Upstash database.
+   *
+   * @example
+   * const store = registry.store({ name: "us", connection: { url, token }, budget: { floorMs: 50, ceilingMs: 1000 } });
+   * const reply = await store.run(store.script(decideLua), keys, args);
+   */
+  store(opts: StoreOptions): Store {
+    const id = this.idOf(opts.connection);
+    let db = this.databases.get(id);
+    if (!db) this.databases.set(id, (db = { rtt: new RttEstimator(), circuit: new StoreCircuit(), loaded: new Set() }));
+    const database = db;
+    const bounds = opts.budget;
+    const budgetMs = typeof bounds === "number" ? () => bounds : () => database.rtt.budget(bounds);
+    const client = this.clientFor(id, opts.connection, bounds, budgetMs);
+    return storeOf(opts.name, id, client, database, typeof bounds !== "number", budgetMs, (source) =>
+      this.script(source),
+    );
   }
-  const client = redis;
-  const send: ScriptSender = {
-    eval: (source, keys, args) => timed(database, () => client.eval(source, keys, args)),
-    evalsha: (sha, keys, args) => timed(database, () => client.evalsha(sha, keys, args)),
-    evalRo: (source, keys, args) => timed(database, () => client.evalRo(source, keys, args)),
-    evalshaRo: (sha, keys, args) => timed(database, () => client.evalshaRo(sha, keys, args)),
-  };
 
+  /** The one `Script` of this isolate for a source text (its SHA-1 computed once). */
+  script(source: string): Script {
+    let s = this.scripts.get(source);
+    if (!s) this.scripts.set(source, (s = new Script(source)));
+    return s;
+  }
+
+  private idOf(connection: RedisConnection): string {
+    if (isCredentials(connection)) return `${connection.url}\u0000${connection.token}`;
+    let id = this.given.get(connection);
+    if (!id) this.given.set(connection, (id = `client:${crypto.randomUUID()}`));
+    return id;
+  }
+
+  private clientFor(
+    id: string,
+    connection: RedisConnection,
+    bounds: BudgetBounds | number,
+    budgetMs: () => number,
+  ): Redis {
+    // a caller's own client keeps its own settings; the deadline around each call still bounds it
+    if (!isCredentials(connection)) return connection;
+    const clientKey = `${id}\u0000${typeof bounds === "number" ? bounds : `${bounds.floorMs}-${bounds.ceilingMs}`}`;
+    let redis = this.clients.get(clientKey);
+    if (!redis) {
+      redis = new Redis({
+        url: connection.url,
+        token: connection.token,
+        enableTelemetry: false,
+        automaticDeserialization: false,
+        // A retry cannot fit in a budget of tens of milliseconds: fail fast, let on_store_error decide.
+        retry: { retries: 0, backoff: () => 0 },
+        // A fresh timeout per HTTP request, of the store's budget at the time; a function signal
+        // makes an abort throw instead of resolving to the string "Aborted".
+        signal: () => AbortSignal.timeout(budgetMs()),
+      });
+      this.clients.set(clientKey, redis);
+    }
+    return redis;
+  }
+}
+
+/** A URL and token, not a client (a client of `@upstash/redis` and of its `/cloudflare` entry are different classes, so no `instanceof`). */
+function isCredentials(c: RedisConnection): c is { url: string; token: string } {
+  const fields = c as { url?: unknown; token?: unknown; eval?: unknown };
+  return typeof fields.url === "string" && typeof fields.token === "string" && typeof fields.eval !== "function";
+}
+
+/** How a store reaches its database: the client, the budget of a call, and whether the circuit may refuse it. */
+interface Line {
+  name: string;
+  client: Redis;
+  database: Database;
+  gated: boolean;
+  budgetMs: () => number;
+}
+
+function storeOf(
+  name: string,
+  id: string,
+  client: Redis,
+  database: Database,
+  gated: boolean,
+  budgetMs: () => number,
+  script: (source: string) => Script,
+): Store {
+  const line: Line = { name, client, database, gated, budgetMs };
   return {
-    name: opts.name,
+    name,
     id,
     redis: client,
-    script: scriptFor,
+    script,
     roundTripMs: () => database.rtt.smoothed?.srttMs,
-    async run(script, keys, args) {
-      const admission = gated ? database.circuit.admit(Date.now()) : "pass";
-      if (admission === "refuse") {
-        const left = Math.max(0, database.circuit.openUntilMs - Date.now());
-        throw new StoreError("circuit_open", `Redis of "${opts.name}" skipped after repeated failures; next probe in ${left} ms`);
-      }
-      const ms = budgetMs();
-      let gaveUp = false;
-      try {
-        const reply = await withDeadline(
-          runScript(send, database.loaded, script, keys, args.map(String), () => gaveUp),
-          ms,
-        );
-        database.circuit.succeeded();
-        return reply;
-      } catch (e) {
-        const error = asStoreError(e);
-        if (error.reason === "timeout") {
-          gaveUp = true;
-          database.rtt.timedOut(ms);
-        }
-        // An error reply is still an answer: the store is there.
-        if (error.reason === "error") database.circuit.succeeded();
-        else database.circuit.failed(Date.now(), admission === "probe");
-        throw error;
-      }
-    },
+    run: (s, keys, args) => runOn(line, s, keys, args),
   };
+}
+
+/**
+ * The one way sluice runs a Lua script: through the database's circuit (refused at once while
+ * it is open, for decision stores), within the call's budget, EVAL or EVALSHA as the database
+ * has seen the script, feeding the round-trip estimate and the circuit with the outcome.
+ */
+async function runOn(line: Line, script: Script, keys: string[], args: Array<string | number>): Promise<unknown> {
+  const { database, client } = line;
+  const admission = line.gated ? database.circuit.admit(Date.now()) : "pass";
+  if (admission === "refuse") {
+    const left = Math.max(0, database.circuit.openUntilMs - Date.now());
+    throw new StoreError(
+      "circuit_open",
+      `Redis of "${line.name}" skipped after repeated failures; next probe in ${left} ms`,
+    );
+  }
+  const send: ScriptSender = {
+    eval: (source, k, a) => timed(database, () => client.eval(source, k, a)),
+    evalsha: (sha, k, a) => timed(database, () => client.evalsha(sha, k, a)),
+    evalRo: (source, k, a) => timed(database, () => client.evalRo(source, k, a)),
+    evalshaRo: (sha, k, a) => timed(database, () => client.evalshaRo(sha, k, a)),
+  };
+  const ms = line.budgetMs();
+  let gaveUp = false;
+  try {
+    const reply = await withDeadline(
+      runScript(send, database.loaded, script, keys, args.map(String), () => gaveUp),
+      ms,
+    );
+    database.circuit.succeeded();
+    return reply;
+  } catch (e) {
+    const error = asStoreError(e);
+    if (error.reason === "timeout") {
+      gaveUp = true;
+      database.rtt.timedOut(ms);
+    }
+    // An error reply is still an answer: the store is there.
+    if (error.reason === "error") database.circuit.succeeded();
+    else database.circuit.failed(Date.now(), admission === "probe");
+    throw error;
+  }
 }
 
 /** Sends one request and feeds its round trip to the estimate when an answer came back. */
@@ -144,7 +217,8 @@ async function timed<T>(db: Database, send: () => Promise<T>): Promise<T> {
 function asStoreError(e: unknown): StoreError {
   if (e instanceof StoreError) return e;
   const message = e instanceof Error ? e.message : String(e);
-  if (e instanceof Error && (e.name === "AbortError" || e.name === "TimeoutError")) return new StoreError("timeout", message);
+  if (e instanceof Error && (e.name === "AbortError" || e.name === "TimeoutError"))
+    return new StoreError("timeout", message);
   if (e instanceof TypeError || /fetch|network|connect/i.test(message)) return new StoreError("unreachable", message);
   return new StoreError("error", message);
 }

@@ -24,15 +24,6 @@ export class Script {
   }
 }
 
-const scripts = new Map<string, Script>();
-
-/** The one `Script` of this isolate for a source text. */
-export function scriptFor(source: string): Script {
-  let s = scripts.get(source);
-  if (!s) scripts.set(source, (s = new Script(source)));
-  return s;
-}
-
 /** The ways to send a script, one request each (`_ro`: read-only scripts). */
 export interface ScriptSender {
   eval(source: string, keys: string[], args: string[]): Promise<unknown>;

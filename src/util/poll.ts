@@ -5,9 +5,18 @@
  *
  * @example const c = await pollWhile(await claim(), (c) => c.kind === "inflight", () => claim(), { startMs: 50, maxMs: 500, budgetMs: 2000 });
  */
-export async function pollWhile<T>(first: T, busy: (t: T) => boolean, again: (last: boolean) => Promise<T>, o: { startMs: number; maxMs: number; budgetMs: number }): Promise<T> {
+export async function pollWhile<T>(
+  first: T,
+  busy: (t: T) => boolean,
+  again: (last: boolean) => Promise<T>,
+  o: { startMs: number; maxMs: number; budgetMs: number },
+): Promise<T> {
   let t = first;
-  for (let pause = o.startMs, waited = 0; busy(t) && waited + pause <= o.budgetMs; waited += pause, pause = Math.min(pause * 2, o.maxMs)) {
+  for (
+    let pause = o.startMs, waited = 0;
+    busy(t) && waited + pause <= o.budgetMs;
+    waited += pause, pause = Math.min(pause * 2, o.maxMs)
+  ) {
     await new Promise((r) => setTimeout(r, pause));
     t = await again(waited + pause + Math.min(pause * 2, o.maxMs) > o.budgetMs);
   }

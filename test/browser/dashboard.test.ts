@@ -3,40 +3,48 @@ import { resolve } from "node:path";
 import type { Miniflare } from "miniflare";
 import { chromium, type Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "../integration/stack.js";
+import { call, useStack } from "../integration/stack.js";
 import { chromiumExecutable } from "../support/chromium.js";
 import { countColour, decodePng } from "../support/png.js";
 
 const ADMIN = "dashboard-token-0123456789";
 const SCREENSHOTS = resolve(".wrangler/screenshots");
 
-let stack: RedisStack;
-let origin: DemoOrigin;
+const rig = useStack({
+  sluice: {
+    key_prefix: "d",
+    routes: [
+      { name: "products", match: "/products/*", limits: [{ name: "per-ip", rate: 5, period: "1h" }] },
+      { name: "search", match: "/search", limits: [{ name: "site", key: "global", rate: 3, period: "1h" }] },
+    ],
+  },
+  bindings: { SLUICE_ADMIN_TOKEN: ADMIN },
+  listen: true,
+});
 let mf: Miniflare;
 let base: string;
 let browser: Browser;
 
 beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
-  mf = startWorker({
-    sluice: { key_prefix: "d", routes: [{ name: "products", match: "/products/*", limits: [{ name: "per-ip", rate: 5, period: "1h" }] }, { name: "search", match: "/search", limits: [{ name: "site", key: "global", rate: 3, period: "1h" }] }] },
-    origin: origin.url,
-    redisRestUrl: stack.bridge.url,
-    bindings: { SLUICE_ADMIN_TOKEN: ADMIN },
-    listen: true,
-  });
+  mf = rig.mf;
   base = (await mf.ready).origin;
   browser = await chromium.launch({
     executablePath: await chromiumExecutable(),
     headless: true,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    args: [
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
   });
   mkdirSync(SCREENSHOTS, { recursive: true });
 });
 afterAll(async () => {
   await browser?.close();
-  await mf?.dispose();
-  await Promise.all([stack?.stop(), origin?.close()]);
 });
 
 describe("the dashboard, in a real browser", () => {
@@ -76,7 +84,11 @@ describe("the dashboard, in a real browser", () => {
 
     await page.fill('#deny-form input[name="entry"]', "198.51.100.0/24");
     await page.click("#deny-form button");
-    await page.waitForFunction("document.querySelector('#lists')?.textContent?.includes('198.51.100.0/24')", undefined, { timeout: 10_000 });
+    await page.waitForFunction(
+      "document.querySelector('#lists')?.textContent?.includes('198.51.100.0/24')",
+      undefined,
+      { timeout: 10_000 },
+    );
     const lists = await call(mf, "/__sluice/lists", { headers: { authorization: `Bearer ${ADMIN}` } });
     expect(lists.json().entries).toEqual([expect.objectContaining({ kind: "deny", entry: "198.51.100.0/24" })]);
     await page.close();

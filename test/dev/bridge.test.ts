@@ -45,7 +45,9 @@ async function directGet(key: string): Promise<unknown> {
 }
 
 /** Records every HTTP request the client makes (URL and JSON body), still letting it through. */
-async function recordingFetches<T>(run: () => Promise<T>): Promise<{ value: T; calls: { path: string; body: unknown }[] }> {
+async function recordingFetches<T>(
+  run: () => Promise<T>,
+): Promise<{ value: T; calls: { path: string; body: unknown }[] }> {
   const calls: { path: string; body: unknown }[] = [];
   const realFetch = globalThis.fetch;
   const spy = vi.spyOn(globalThis, "fetch").mockImplementation((input, init) => {
@@ -66,9 +68,20 @@ describe("commands through the real client", () => {
   it("round-trips set/get, auto-pipelined by default: concurrent commands share one /pipeline request", async () => {
     const redis = client();
     const [a, b, c] = [key("a"), key("b"), key("c")];
-    const { value, calls } = await recordingFetches(() => Promise.all([redis.set(a, "1st"), redis.set(b, "2nd"), redis.set(c, "3rd")]));
+    const { value, calls } = await recordingFetches(() =>
+      Promise.all([redis.set(a, "1st"), redis.set(b, "2nd"), redis.set(c, "3rd")]),
+    );
     expect(value).toEqual(["OK", "OK", "OK"]);
-    expect(calls).toEqual([{ path: "/pipeline", body: [["set", a, "1st"], ["set", b, "2nd"], ["set", c, "3rd"]] }]);
+    expect(calls).toEqual([
+      {
+        path: "/pipeline",
+        body: [
+          ["set", a, "1st"],
+          ["set", b, "2nd"],
+          ["set", c, "3rd"],
+        ],
+      },
+    ]);
     expect(await redis.get(b)).toBe("2nd");
     expect(await directGet(c)).toBe("3rd");
   });
@@ -76,7 +89,11 @@ describe("commands through the real client", () => {
   it("serves single commands on / when auto-pipelining is off", async () => {
     const redis = client({ enableAutoPipelining: false });
     const k = key("single");
-    const { value, calls } = await recordingFetches(async () => [await redis.set(k, "v", { ex: 100 }), await redis.get(k), await redis.ttl(k)]);
+    const { value, calls } = await recordingFetches(async () => [
+      await redis.set(k, "v", { ex: 100 }),
+      await redis.get(k),
+      await redis.ttl(k),
+    ]);
     expect(value[0]).toBe("OK");
     expect(value[1]).toBe("v");
     expect(value[2]).toBeGreaterThan(90);
@@ -88,7 +105,10 @@ describe("commands through the real client", () => {
     const k = key("str");
     await direct.send(["SET", k, "not a number"]);
     await expect(client({ enableAutoPipelining: false }).incr(k)).rejects.toThrow(/not an integer/);
-    expect(await raw("/", ["incr", k])).toMatchObject({ status: 400, json: { error: expect.stringMatching(/^ERR value is not an integer/) } });
+    expect(await raw("/", ["incr", k])).toMatchObject({
+      status: 400,
+      json: { error: expect.stringMatching(/^ERR value is not an integer/) },
+    });
   });
 
   it("runs an explicit pipeline, with Redis errors kept in their slots", async () => {
@@ -114,11 +134,22 @@ describe("commands through the real client", () => {
 
   it("reports a runtime error inside a transaction in its slot, and a queueing error as EXECABORT", async () => {
     const t = key("t");
-    const runtime = await raw("/multi-exec", [["set", t, "x"], ["incr", t], ["get", t]]);
+    const runtime = await raw("/multi-exec", [
+      ["set", t, "x"],
+      ["incr", t],
+      ["get", t],
+    ]);
     expect(runtime.status).toBe(200);
-    expect(runtime.json).toEqual([{ result: "OK" }, { error: expect.stringMatching(/not an integer/) }, { result: "x" }]);
+    expect(runtime.json).toEqual([
+      { result: "OK" },
+      { error: expect.stringMatching(/not an integer/) },
+      { result: "x" },
+    ]);
     const queued = await raw("/multi-exec", [["set", t, "y"], ["nosuchcommand"]]);
-    expect(queued.json).toEqual([{ error: expect.stringMatching(/^EXECABORT/) }, { error: expect.stringMatching(/unknown command/) }]);
+    expect(queued.json).toEqual([
+      { error: expect.stringMatching(/^EXECABORT/) },
+      { error: expect.stringMatching(/unknown command/) },
+    ]);
     expect(await directGet(t)).toBe("x");
   });
 
@@ -134,7 +165,10 @@ describe("commands through the real client", () => {
   });
 
   it("refuses commands that would change or block the shared connection", async () => {
-    expect(await raw("/", ["MULTI"])).toMatchObject({ status: 400, json: { error: expect.stringMatching(/not supported/) } });
+    expect(await raw("/", ["MULTI"])).toMatchObject({
+      status: 400,
+      json: { error: expect.stringMatching(/not supported/) },
+    });
     expect(await raw("/pipeline", [["select", 1]])).toMatchObject({ status: 400 });
     expect(await raw("/", ["blpop", "x", 0])).toMatchObject({ status: 400 });
     // The connection is still in its normal state: a plain command answers normally.
@@ -145,10 +179,16 @@ describe("commands through the real client", () => {
 describe("response encoding", () => {
   it("base64-encodes every string at every depth, statuses included, and nothing else", async () => {
     const [k, list] = [key("k"), key("list")];
-    expect(await raw("/", ["set", k, "v"], { "Upstash-Encoding": "base64" })).toMatchObject({ json: { result: "T0s=" } });
+    expect(await raw("/", ["set", k, "v"], { "Upstash-Encoding": "base64" })).toMatchObject({
+      json: { result: "T0s=" },
+    });
     await raw("/", ["rpush", list, "OK", "é"]);
-    expect((await raw("/", ["lrange", list, 0, -1], { "Upstash-Encoding": "base64" })).json).toEqual({ result: ["T0s=", "w6k="] });
-    const lua = await raw("/", ["eval", "return {'OK', 1, {'x', false}, redis.status_reply('QUEUED')}", 0], { "Upstash-Encoding": "base64" });
+    expect((await raw("/", ["lrange", list, 0, -1], { "Upstash-Encoding": "base64" })).json).toEqual({
+      result: ["T0s=", "w6k="],
+    });
+    const lua = await raw("/", ["eval", "return {'OK', 1, {'x', false}, redis.status_reply('QUEUED')}", 0], {
+      "Upstash-Encoding": "base64",
+    });
     expect(lua.json).toEqual({ result: ["T0s=", 1, ["eA==", null], "UVVFVUVE"] });
     const bytes = await raw("/", ["eval", "return string.char(255, 0, 1)", 0], { "Upstash-Encoding": "base64" });
     expect(bytes.json).toEqual({ result: Buffer.from([255, 0, 1]).toString("base64") });
@@ -225,8 +265,13 @@ describe("scripts", () => {
 
   it("answers an EVALSHA of an unknown SHA with a NOSCRIPT error", async () => {
     const unknown = sha1(randomUUID());
-    expect(await raw("/", ["evalsha", unknown, 0])).toMatchObject({ status: 400, json: { error: expect.stringMatching(/^NOSCRIPT/) } });
-    expect((await raw("/pipeline", [["evalsha", unknown, 0]])).json).toEqual([{ error: expect.stringMatching(/^NOSCRIPT/) }]);
+    expect(await raw("/", ["evalsha", unknown, 0])).toMatchObject({
+      status: 400,
+      json: { error: expect.stringMatching(/^NOSCRIPT/) },
+    });
+    expect((await raw("/pipeline", [["evalsha", unknown, 0]])).json).toEqual([
+      { error: expect.stringMatching(/^NOSCRIPT/) },
+    ]);
   });
 
   it("runs a script with Upstash's allow-key-locking shebang flag, under its original SHA", async () => {
@@ -250,8 +295,12 @@ describe("scripts", () => {
 
 describe("HTTP behaviour", () => {
   it("rejects a wrong or missing token with 401 Unauthorized", async () => {
-    await expect(new Redis({ url: bridge.url, token: "wrong", enableTelemetry: false }).get("k")).rejects.toThrow(/Unauthorized/);
-    expect(await raw("/", ["get", "k"], { authorization: "Bearer wrong" })).toEqual(expect.objectContaining({ status: 401, json: { error: "Unauthorized" } }));
+    await expect(new Redis({ url: bridge.url, token: "wrong", enableTelemetry: false }).get("k")).rejects.toThrow(
+      /Unauthorized/,
+    );
+    expect(await raw("/", ["get", "k"], { authorization: "Bearer wrong" })).toEqual(
+      expect.objectContaining({ status: 401, json: { error: "Unauthorized" } }),
+    );
     expect(await raw("/", ["get", "k"], { authorization: `Bearer ${TOKEN}x` })).toMatchObject({ status: 401 });
     const missing = await fetch(bridge.url, { method: "POST", body: '["get","k"]' });
     expect(missing.status).toBe(401);
@@ -280,7 +329,10 @@ describe("HTTP behaviour", () => {
     expect(await get.json()).toEqual({ error: expect.any(String) });
     expect(await raw("/nope", ["get", "k"])).toMatchObject({ status: 404, json: { error: expect.any(String) } });
     const huge = JSON.stringify(["set", key("big"), "x".repeat(11 * 1024 * 1024)]);
-    expect(await raw("/", huge)).toMatchObject({ status: 413, json: { error: expect.stringMatching(/too large|larger/) } });
+    expect(await raw("/", huge)).toMatchObject({
+      status: 413,
+      json: { error: expect.stringMatching(/too large|larger/) },
+    });
   });
 
   it("sends an upstash-sync-token that moves on writes", async () => {
@@ -331,11 +383,26 @@ describe("fault switch and counters", () => {
   it("counts HTTP requests and the commands they carried, per name; the switch itself is not counted", async () => {
     await withBridge(async (b) => {
       const [k1, k2] = [key("c1"), key("c2")];
-      await raw("/pipeline", [["set", k1, "1"], ["set", k2, "2"], ["get", k1]], {}, b);
+      await raw(
+        "/pipeline",
+        [
+          ["set", k1, "1"],
+          ["set", k2, "2"],
+          ["get", k1],
+        ],
+        {},
+        b,
+      );
       await raw("/", ["get", k2], {}, b);
       await control(b, "delay");
       await control(b, "counts");
-      expect(b.counts()).toEqual({ requests: 2, refused: 0, hung: 0, commands: { set: 2, get: 2 }, requestsWith: { set: 1, get: 2 } });
+      expect(b.counts()).toEqual({
+        requests: 2,
+        refused: 0,
+        hung: 0,
+        commands: { set: 2, get: 2 },
+        requestsWith: { set: 1, get: 2 },
+      });
       expect(b.requests).toBe(2);
       expect(await control(b, "counts")).toEqual({ status: 200, json: { result: b.counts() } });
       // a snapshot does not move with the bridge
@@ -348,7 +415,10 @@ describe("fault switch and counters", () => {
 
   it("sets the latency from code and over HTTP, and refuses bad switches with a JSON 400 or 401", async () => {
     await withBridge(async (b) => {
-      expect(await control(b, "delay", { ms: 150 })).toEqual({ status: 200, json: { result: { mode: "normal", ms: 150 } } });
+      expect(await control(b, "delay", { ms: 150 })).toEqual({
+        status: 200,
+        json: { result: { mode: "normal", ms: 150 } },
+      });
       expect(b.fault).toEqual({ mode: "normal", latencyMs: 150 });
       const started = performance.now();
       expect((await raw("/", ["ping"], {}, b)).status).toBe(200);
@@ -356,7 +426,16 @@ describe("fault switch and counters", () => {
       b.setLatency(0);
       expect(await control(b, "delay")).toEqual({ status: 200, json: { result: { mode: "normal", ms: 0 } } });
       expect(() => b.setLatency(-1)).toThrow(RangeError);
-      for (const bad of [{ ms: -5 }, { ms: 1.5 }, { ms: "80" }, { mode: "slow" }, {}, { ms: 1, extra: true }, [80], "not json"]) {
+      for (const bad of [
+        { ms: -5 },
+        { ms: 1.5 },
+        { ms: "80" },
+        { mode: "slow" },
+        {},
+        { ms: 1, extra: true },
+        [80],
+        "not json",
+      ]) {
         const res = await control(b, "delay", bad);
         expect(res.status, JSON.stringify(bad)).toBe(400);
         expect(res.json).toEqual({ error: expect.stringMatching(/^ERR /) });
@@ -369,9 +448,14 @@ describe("fault switch and counters", () => {
 
   it("hang: reads and counts each request, runs nothing, answers nothing; back to normal drops the parked ones", async () => {
     await withBridge(async (b) => {
-      expect(await control(b, "delay", { mode: "hang" })).toMatchObject({ status: 200, json: { result: { mode: "hang" } } });
+      expect(await control(b, "delay", { mode: "hang" })).toMatchObject({
+        status: 200,
+        json: { result: { mode: "hang" } },
+      });
       const k = key("hung");
-      await expect(client({ retry: false, signal: () => AbortSignal.timeout(150) }, b).set(k, "v")).rejects.toThrow(/abort|timeout/i);
+      await expect(client({ retry: false, signal: () => AbortSignal.timeout(150) }, b).set(k, "v")).rejects.toThrow(
+        /abort|timeout/i,
+      );
       expect(await directGet(k)).toBeNull(); // never reached Redis
       expect(b.counts()).toMatchObject({ requests: 1, hung: 1, commands: { set: 1 } });
 
@@ -391,7 +475,10 @@ describe("fault switch and counters", () => {
 
   it("refuse: every Redis request fails at once, unanswered; the switch still answers and brings it back", async () => {
     await withBridge(async (b) => {
-      expect(await control(b, "delay", { mode: "refuse" })).toMatchObject({ status: 200, json: { result: { mode: "refuse" } } });
+      expect(await control(b, "delay", { mode: "refuse" })).toMatchObject({
+        status: 200,
+        json: { result: { mode: "refuse" } },
+      });
       const k = key("refused");
       await expect(client({ retry: false }, b).set(k, "v")).rejects.toThrow();
       await expect(raw("/", ["get", k], {}, b)).rejects.toThrow(TypeError); // fetch failed: no HTTP answer at all
@@ -400,7 +487,10 @@ describe("fault switch and counters", () => {
       expect(during.requests).toBeGreaterThanOrEqual(2);
       expect(during).toMatchObject({ refused: during.requests, hung: 0, commands: {} });
       expect(await directGet(k)).toBeNull();
-      expect(await control(b, "delay", { mode: "normal" })).toMatchObject({ status: 200, json: { result: { mode: "normal" } } });
+      expect(await control(b, "delay", { mode: "normal" })).toMatchObject({
+        status: 200,
+        json: { result: { mode: "normal" } },
+      });
       expect(await client({ retry: false }, b).set(k, "back")).toBe("OK");
       expect(b.counts()).toMatchObject({ requests: during.requests + 1, refused: during.refused });
     });
@@ -416,7 +506,10 @@ describe("Redis outage", () => {
       const redis = client({ retry: false }, outageBridge);
       expect(await redis.set("outage", "before")).toBe("OK");
       await own.stop();
-      for (const body of [["get", "outage"], ["set", "outage", "during"]]) {
+      for (const body of [
+        ["get", "outage"],
+        ["set", "outage", "during"],
+      ]) {
         const res = await raw("/", body, {}, outageBridge);
         expect(res.status).toBe(500);
         expect(res.json).toEqual({ error: expect.stringMatching(/ECONNREFUSED|closed/) });

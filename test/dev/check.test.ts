@@ -16,17 +16,25 @@ function configOf(sluice: unknown): Config {
   return r.config;
 }
 
-const REGIONS = { home_region: "us", regions: { us: { continents: ["NA"] }, eu: { continents: ["EU"] }, "ap-south": { continents: ["AS"] } } };
+const REGIONS = {
+  home_region: "us",
+  regions: { us: { continents: ["NA"] }, eu: { continents: ["EU"] }, "ap-south": { continents: ["AS"] } },
+};
 
 describe("regions without a database of their own", () => {
   it("reads the names a .dev.vars sets, comments and blank lines aside", () => {
-    expect(dotenvNames('# A=1\nUPSTASH_REDIS_REST_URL_EU="https://eu"\n\n  export B = 2\n=x\nnot a line\n')).toEqual(["UPSTASH_REDIS_REST_URL_EU", "B"]);
+    expect(dotenvNames('# A=1\nUPSTASH_REDIS_REST_URL_EU="https://eu"\n\n  export B = 2\n=x\nnot a line\n')).toEqual([
+      "UPSTASH_REDIS_REST_URL_EU",
+      "B",
+    ]);
   });
 
   it("names every region but home that has no UPSTASH_REDIS_REST_URL_<REGION>, upper-cased as the Worker reads it", () => {
     const config = configOf(REGIONS);
     expect(regionsWithoutDatabase(config, new Set(["UPSTASH_REDIS_REST_URL"]))).toEqual(["ap-south", "eu"]);
-    expect(regionsWithoutDatabase(config, new Set(["UPSTASH_REDIS_REST_URL_EU", "UPSTASH_REDIS_REST_URL_AP_SOUTH"]))).toEqual([]);
+    expect(
+      regionsWithoutDatabase(config, new Set(["UPSTASH_REDIS_REST_URL_EU", "UPSTASH_REDIS_REST_URL_AP_SOUTH"])),
+    ).toEqual([]);
     expect(regionsWithoutDatabase(configOf({}), new Set())).toEqual([]); // one region, the home one
   });
 
@@ -36,7 +44,9 @@ describe("regions without a database of their own", () => {
     expect(eu).toMatch(/home region's \("us"\) database/);
     expect(eu).toMatch(/~80 ms Frankfurt → Virginia/);
     expect(eu).toMatch(/regional buckets share that database/);
-    expect(configWarnings(configOf({ global_timeout_ms: 300 }), new Set())).toEqual([expect.stringMatching(/global_timeout_ms is deprecated and ignored/)]);
+    expect(configWarnings(configOf({ global_timeout_ms: 300 }), new Set())).toEqual([
+      expect.stringMatching(/global_timeout_ms is deprecated and ignored/),
+    ]);
     expect(configWarnings(configOf({}), new Set())).toEqual([]);
   });
 
@@ -59,8 +69,13 @@ describe("regions without a database of their own", () => {
         'continents = ["SA"]',
       ].join("\n"),
     );
-    writeFileSync(join(dir, ".dev.vars"), 'UPSTASH_REDIS_REST_URL_SA="https://sa.example"\nUPSTASH_REDIS_REST_TOKEN_SA="t"\n');
-    const run = spawnSync(process.execPath, ["--import", "tsx", "dev/check.ts", "--config", toml], { encoding: "utf8" });
+    writeFileSync(
+      join(dir, ".dev.vars"),
+      'UPSTASH_REDIS_REST_URL_SA="https://sa.example"\nUPSTASH_REDIS_REST_TOKEN_SA="t"\n',
+    );
+    const run = spawnSync(process.execPath, ["--import", "tsx", "dev/check.ts", "--config", toml], {
+      encoding: "utf8",
+    });
     expect(run.status, run.stderr).toBe(0);
     expect(run.stdout).toMatch(/: ok \(/);
     expect(run.stderr).toMatch(/warning: region "eu" has no database of its own/);
@@ -69,7 +84,19 @@ describe("regions without a database of their own", () => {
 
   it("an invalid max_timeout_ms is still an error (exit 1), naming the field", () => {
     const toml = join(dir, "bad.toml");
-    writeFileSync(toml, ['name = "t"', "[vars]", 'ORIGIN_URL = "https://origin.example"', "[vars.SLUICE]", "timeout_ms = 200", "max_timeout_ms = 100"].join("\n"));
-    expect(() => execFileSync(process.execPath, ["--import", "tsx", "dev/check.ts", "--config", toml], { stdio: "pipe" })).toThrow(/SLUICE\.max_timeout_ms: must be at least timeout_ms \(200\)/);
+    writeFileSync(
+      toml,
+      [
+        'name = "t"',
+        "[vars]",
+        'ORIGIN_URL = "https://origin.example"',
+        "[vars.SLUICE]",
+        "timeout_ms = 200",
+        "max_timeout_ms = 100",
+      ].join("\n"),
+    );
+    expect(() =>
+      execFileSync(process.execPath, ["--import", "tsx", "dev/check.ts", "--config", toml], { stdio: "pipe" }),
+    ).toThrow(/SLUICE\.max_timeout_ms: must be at least timeout_ms \(200\)/);
   });
 });

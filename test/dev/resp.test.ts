@@ -6,11 +6,15 @@ import { encodeCommand, replyToJs, RespClient, RespError, RespParser, type RespR
 describe("encodeCommand", () => {
   it("writes an array of bulk strings, byte lengths included", () => {
     const wire = encodeCommand(["SET", "k€", Buffer.from([0, 255]), 42]);
-    expect(wire.equals(Buffer.concat([
-      Buffer.from("*4\r\n$3\r\nSET\r\n$4\r\nk€\r\n$2\r\n"),
-      Buffer.from([0, 255]),
-      Buffer.from("\r\n$2\r\n42\r\n"),
-    ]))).toBe(true);
+    expect(
+      wire.equals(
+        Buffer.concat([
+          Buffer.from("*4\r\n$3\r\nSET\r\n$4\r\nk€\r\n$2\r\n"),
+          Buffer.from([0, 255]),
+          Buffer.from("\r\n$2\r\n42\r\n"),
+        ]),
+      ),
+    ).toBe(true);
   });
 });
 
@@ -40,7 +44,9 @@ describe("RespParser", () => {
   });
 
   it("keeps bulk strings binary-safe", () => {
-    const [reply] = new RespParser().push(Buffer.concat([Buffer.from("$3\r\n"), Buffer.from([0xff, 0x00, 0x0a]), Buffer.from("\r\n")]));
+    const [reply] = new RespParser().push(
+      Buffer.concat([Buffer.from("$3\r\n"), Buffer.from([0xff, 0x00, 0x0a]), Buffer.from("\r\n")]),
+    );
     expect(Buffer.isBuffer(reply) && [...reply]).toEqual([0xff, 0x00, 0x0a]);
   });
 
@@ -83,7 +89,14 @@ describe("RespClient", () => {
     const replies = await client.sendMany([["SET", "k", "v"], ["INCR", "n"], ["GET", "k"], ["BAD"]]);
     expect(replies.map(replyToJs)).toEqual(["OK", 7, "abc", { error: "ERR no" }]);
     expect(writes).toHaveLength(1);
-    expect(writes[0]?.toString()).toBe(Buffer.concat([encodeCommand(["SET", "k", "v"]), encodeCommand(["INCR", "n"]), encodeCommand(["GET", "k"]), encodeCommand(["BAD"])]).toString());
+    expect(writes[0]?.toString()).toBe(
+      Buffer.concat([
+        encodeCommand(["SET", "k", "v"]),
+        encodeCommand(["INCR", "n"]),
+        encodeCommand(["GET", "k"]),
+        encodeCommand(["BAD"]),
+      ]).toString(),
+    );
     client.close();
   });
 

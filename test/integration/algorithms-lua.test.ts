@@ -1,13 +1,15 @@
+import { compileLimits } from "../support/limits.js";
 import { readFileSync } from "node:fs";
-import { Redis } from "@upstash/redis";
+import type { Redis } from "@upstash/redis";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadConfig, type Limit } from "../../src/config/index.js";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { Limit } from "../../src/config/index.js";
 import { scriptCall, type ScriptMode } from "../../src/limiter/decide.js";
-import { modelOf, type Algorithm, type AlgoModel } from "../../src/limiter/algorithms.js";
-import { warmupTokens } from "../unit/warmup-model.js";
+import type { AlgoModel } from "../../src/limiter/algorithms.js";
+import { modelOf, type Algorithm } from "../../src/limiter/registry.js";
+import { warmupTokens } from "../support/warmup-model.js";
 import { withTestClock } from "../support/test-clock.js";
-import { startRedisStack, TOKEN, type RedisStack } from "./stack.js";
+import { fileRedis } from "./stack.js";
 
 /*
  * decide.lua's four algorithms against the reference models of src/limiter/algorithms.ts,
@@ -18,30 +20,28 @@ import { startRedisStack, TOKEN, type RedisStack } from "./stack.js";
 
 const SOURCE = readFileSync("lua/decide.lua", "utf8");
 
-let stack: RedisStack;
+const db = fileRedis();
 let redis: Redis;
 let sha: string;
 const script = withTestClock(SOURCE);
 beforeAll(async () => {
-  stack = await startRedisStack();
-  redis = new Redis({ url: stack.bridge.url, token: TOKEN, enableTelemetry: false, automaticDeserialization: false });
+  redis = db.redis;
   sha = await redis.scriptLoad(script);
 });
-afterAll(() => stack?.stop());
 
 type LimitDef = Record<string, unknown> & { algorithm: Algorithm };
 
-function compile(defs: LimitDef[]): Limit[] {
-  const r = loadConfig({
-    ORIGIN_URL: "https://o.example",
-    SLUICE: { routes: [{ name: "r", match: "/", limits: defs.map((d, i) => ({ name: `l${i}`, ...d })) }] },
-  });
-  if (!r.ok) throw r.error;
-  return r.config.routes[0]!.limits;
-}
+const compile = compileLimits;
 
 const modelFor = (l: Limit): AlgoModel =>
-  modelOf({ algorithm: l.algorithm, rate: l.rate, periodUs: l.period * 1000, burst: l.burst, maxDelayUs: l.max_delay * 1000, nodelay: l.nodelay });
+  modelOf({
+    algorithm: l.algorithm,
+    rate: l.rate,
+    periodUs: l.period * 1000,
+    burst: l.burst,
+    maxDelayUs: l.max_delay * 1000,
+    nodelay: l.nodelay,
+  });
 
 let run = 0;
 const freshKeys = (n: number) => {
@@ -60,12 +60,19 @@ function callOf(limits: Limit[], keys: string[], t: number, costs: number[], mod
   return { keys: call.keys, args: [...call.args, String(Math.floor(t / 1e6)), String(t % 1e6)] };
 }
 
-async function decide(limits: Limit[], keys: string[], t: number, costs: number[], mode: ScriptMode = "take"): Promise<number[]> {
+async function decide(
+  limits: Limit[],
+  keys: string[],
+  t: number,
+  costs: number[],
+  mode: ScriptMode = "take",
+): Promise<number[]> {
   const call = callOf(limits, keys, t, costs, mode);
   return (await redis.evalsha(sha, call.keys, call.args)) as number[];
 }
 
-type Step = { decide: [limits: Limit[], keys: string[], t: number, costs: number[], mode?: ScriptMode] } | { get: string };
+type Step =
+  { decide: [limits: Limit[], keys: string[], t: number, costs: number[], mode?: ScriptMode] } | { get: string };
 
 /** Several commands in one pipeline (one round trip, run in order, nothing else in between: this Redis is the file's own). */
 async function steps(list: Step[]): Promise<unknown[]> {
@@ -101,7 +108,11 @@ const leakyDef = fc.record(
   { requiredKeys: ["algorithm", "rate", "period", "burst"] },
 );
 const windowDef = (algorithm: "fixed_window" | "sliding_window") =>
-  fc.record({ algorithm: fc.constant(algorithm), rate: fc.integer({ min: 1, max: 30 }), period: fc.constantFrom(...PERIODS) });
+  fc.record({
+    algorithm: fc.constant(algorithm),
+    rate: fc.integer({ min: 1, max: 30 }),
+    period: fc.constantFrom(...PERIODS),
+  });
 const anyDef = fc.oneof(tokenDef, leakyDef, windowDef("fixed_window"), windowDef("sliding_window"));
 const withShadow = <T>(def: fc.Arbitrary<T>) => fc.tuple(def, fc.boolean()).map(([d, shadow]) => ({ ...d, shadow }));
 
@@ -137,7 +148,8 @@ function gapOf(a: Arrival, limits: Limit[], retries: number[] = []): number {
 }
 
 /** Mostly small costs, up to the limit's capacity (larger ones are refused at load). */
-const costsOf = (a: Arrival, limits: Limit[]) => limits.map((l, i) => Math.min(l.burst, 1 + Math.floor((a.costs[i] ?? 0) ** 3 * l.burst)));
+const costsOf = (a: Arrival, limits: Limit[]) =>
+  limits.map((l, i) => Math.min(l.burst, 1 + Math.floor((a.costs[i] ?? 0) ** 3 * l.burst)));
 
 interface Tally {
   admitted: number;
@@ -166,13 +178,30 @@ async function playRoute(limits: Limit[], arrivals: Arrival[], start: number): P
     const costs = costsOf(a, limits);
     const peeks = models.map((m, i) => m.peek(t, costs[i] as number));
     const admitted = peeks.every((p, i) => p.allowed || limits[i]!.shadow);
-    const got = await steps([...keys.map((k) => ({ get: k })), { decide: [limits, keys, t, costs] }, ...keys.map((k) => ({ get: k }))]);
-    const [before, reply, after] = [got.slice(0, keys.length), got[keys.length] as number[], got.slice(keys.length + 1)];
+    const got = await steps([
+      ...keys.map((k) => ({ get: k })),
+      { decide: [limits, keys, t, costs] },
+      ...keys.map((k) => ({ get: k })),
+    ]);
+    const [before, reply, after] = [
+      got.slice(0, keys.length),
+      got[keys.length] as number[],
+      got.slice(keys.length + 1),
+    ];
     const expected = [admitted ? 1 : 0];
     peeks.forEach((p, i) => {
       const state = admitted && p.allowed ? p.after : p.before;
       // the last three: no lease asked, none granted
-      expected.push(p.allowed ? 1 : 0, state.remaining, p.retryAfterMs, state.resetMs, admitted && !limits[i]!.shadow ? p.delayMs : 0, 0, 0, 0);
+      expected.push(
+        p.allowed ? 1 : 0,
+        state.remaining,
+        p.retryAfterMs,
+        state.resetMs,
+        admitted && !limits[i]!.shadow ? p.delayMs : 0,
+        0,
+        0,
+        0,
+      );
     });
     expect(reply, `at ${t - start} µs, costs ${costs.join(",")}`).toEqual(expected);
     // what was not charged is byte for byte what it was: every bucket when refused, a refusing shadow limit's when admitted
@@ -197,7 +226,9 @@ describe("decide.lua's algorithms against their reference models", () => {
     it(`${name}: admitted sets and every reply figure match the model exactly`, async () => {
       const seen: Tally = { admitted: 0, refused: 0, spared: 0, shadowed: 0 };
       await fc.assert(
-        fc.asyncProperty(def, arrivalsArb(1), startArb, async (d, arrivals, start) => tallyUp(seen, await playRoute(compile([d]), arrivals, start))),
+        fc.asyncProperty(def, arrivalsArb(1), startArb, async (d, arrivals, start) =>
+          tallyUp(seen, await playRoute(compile([d]), arrivals, start)),
+        ),
         { numRuns: 150 },
       );
       // the property saw both verdicts plenty of times
@@ -211,8 +242,11 @@ describe("decide.lua's algorithms against their reference models", () => {
   it("mixed routes (2-4 limits, any algorithms, some shadow) stay all-or-nothing in one call", async () => {
     const seen: Tally = { admitted: 0, refused: 0, spared: 0, shadowed: 0 };
     await fc.assert(
-      fc.asyncProperty(fc.array(withShadow(anyDef), { minLength: 2, maxLength: 4 }), arrivalsArb(4), startArb, async (defs, arrivals, start) =>
-        tallyUp(seen, await playRoute(compile(defs), arrivals, start)),
+      fc.asyncProperty(
+        fc.array(withShadow(anyDef), { minLength: 2, maxLength: 4 }),
+        arrivalsArb(4),
+        startArb,
+        async (defs, arrivals, start) => tallyUp(seen, await playRoute(compile(defs), arrivals, start)),
       ),
       { numRuns: 120 },
     );
@@ -255,42 +289,48 @@ describe("decide.lua's algorithms against their reference models", () => {
   it("a request costing more than what is left is refused and takes nothing (leaky: one whose slot is too far)", async () => {
     let checked = 0;
     await fc.assert(
-      fc.asyncProperty(anyDef, arrivalsArb(1), fc.double({ min: 0, max: 1, noNaN: true }), startArb, async (d, arrivals, extra, start) => {
-        const limits = compile([d]);
-        const l = limits[0] as Limit;
-        const [key] = freshKeys(1) as [string];
-        let t = start;
-        let retries: number[] = [];
-        for (const a of arrivals) {
-          t += gapOf(a, limits, retries);
-          const [, before, stored] = (await steps([{ decide: [limits, [key], t, costsOf(a, limits)] }, { decide: [limits, [key], t, [1], "peek"] }, { get: key }])) as [
-            number[],
-            number[],
-            string | null,
-          ];
-          retries = before[1] === 0 ? [before[3] as number] : [];
-          let cost: number;
-          if (l.algorithm === "leaky_bucket") {
-            // its own test ignores the cost: refused iff the request's slot lies beyond burst·T
-            // (or max_delay); then any cost is refused, and takes nothing
-            if (before[1] === 1) continue;
-            cost = 1 + Math.floor(extra * (l.burst - 1));
-          } else {
-            const left = before[2] as number;
-            if (left >= l.burst) continue; // nothing costs more than the capacity
-            cost = left + 1 + Math.floor(extra * (l.burst - left - 1));
+      fc.asyncProperty(
+        anyDef,
+        arrivalsArb(1),
+        fc.double({ min: 0, max: 1, noNaN: true }),
+        startArb,
+        async (d, arrivals, extra, start) => {
+          const limits = compile([d]);
+          const l = limits[0] as Limit;
+          const [key] = freshKeys(1) as [string];
+          let t = start;
+          let retries: number[] = [];
+          for (const a of arrivals) {
+            t += gapOf(a, limits, retries);
+            const [, before, stored] = (await steps([
+              { decide: [limits, [key], t, costsOf(a, limits)] },
+              { decide: [limits, [key], t, [1], "peek"] },
+              { get: key },
+            ])) as [number[], number[], string | null];
+            retries = before[1] === 0 ? [before[3] as number] : [];
+            let cost: number;
+            if (l.algorithm === "leaky_bucket") {
+              // its own test ignores the cost: refused iff the request's slot lies beyond burst·T
+              // (or max_delay); then any cost is refused, and takes nothing
+              if (before[1] === 1) continue;
+              cost = 1 + Math.floor(extra * (l.burst - 1));
+            } else {
+              const left = before[2] as number;
+              if (left >= l.burst) continue; // nothing costs more than the capacity
+              cost = left + 1 + Math.floor(extra * (l.burst - left - 1));
+            }
+            const [reply, after, stillPeek] = (await steps([
+              { decide: [limits, [key], t, [cost]] },
+              { get: key },
+              { decide: [limits, [key], t, [1], "peek"] },
+            ])) as [number[], string | null, number[]];
+            expect(reply.slice(0, 3), `cost ${cost} with ${before[2]} left`).toEqual([0, 0, before[2]]);
+            expect(after).toEqual(stored);
+            expect(stillPeek).toEqual(before);
+            checked++;
           }
-          const [reply, after, stillPeek] = (await steps([{ decide: [limits, [key], t, [cost]] }, { get: key }, { decide: [limits, [key], t, [1], "peek"] }])) as [
-            number[],
-            string | null,
-            number[],
-          ];
-          expect(reply.slice(0, 3), `cost ${cost} with ${before[2]} left`).toEqual([0, 0, before[2]]);
-          expect(after).toEqual(stored);
-          expect(stillPeek).toEqual(before);
-          checked++;
-        }
-      }),
+        },
+      ),
       { numRuns: 100 },
     );
     expect(checked).toBeGreaterThan(100);
@@ -341,7 +381,13 @@ describe("token bucket warm-up", () => {
     await fc.assert(
       fc.asyncProperty(warmDef, startArb, async (w, start) => {
         const W = w.warmup;
-        const def = { algorithm: "token_bucket" as const, rate: w.perSecond * w.period, period: `${w.period}s`, burst: w.burst, warmup: `${W}ms` };
+        const def = {
+          algorithm: "token_bucket" as const,
+          rate: w.perSecond * w.period,
+          period: `${w.period}s`,
+          burst: w.burst,
+          warmup: `${W}ms`,
+        };
         const limits = compile([def]);
         const l = { rate: def.rate, periodUs: w.period * 1_000_000, warmupUs: W * 1000 };
         const [key] = freshKeys(1) as [string];
@@ -354,7 +400,10 @@ describe("token bucket warm-up", () => {
             const expected = warmupTokens(l, k * step, (k + 1) * step) + (k === 0 ? 1 : 0);
             const got = countIn(admitted, s + k * step, s + (k + 1) * step);
             const slack = k < 6 ? tol(expected) : 1; // after W: the full rate, within the one request a boundary can shift
-            expect(Math.abs(got - expected), `interval ${k}: ${got} admitted, ${expected.toFixed(2)} expected`).toBeLessThan(slack);
+            expect(
+              Math.abs(got - expected),
+              `interval ${k}: ${got} admitted, ${expected.toFixed(2)} expected`,
+            ).toBeLessThan(slack);
           }
         };
 
@@ -370,7 +419,10 @@ describe("token bucket warm-up", () => {
         const second = await greedy(limits, key, s2, W / 2);
         const refilled = Math.min(w.burst, warmupTokens(l, W * 1000, W * 1000 + (s2 - last1)));
         const expected2 = refilled + warmupTokens(l, W * 1000, W * 1000 + (W / 2) * 1000);
-        expect(Math.abs(second.length - expected2), `warm after ${(s2 - last1) / 1000} ms idle: ${second.length} vs ${expected2.toFixed(2)}`).toBeLessThan(2);
+        expect(
+          Math.abs(second.length - expected2),
+          `warm after ${(s2 - last1) / 1000} ms idle: ${second.length} vs ${expected2.toFixed(2)}`,
+        ).toBeLessThan(2);
 
         // 3. idle for W or more since the last admitted request: cold again, the same ramp
         const last2 = second[second.length - 1] as number;

@@ -1,28 +1,28 @@
 import type { Miniflare } from "miniflare";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "./stack.js";
+import { beforeAll, describe, expect, it } from "vitest";
+import { call, type DemoOrigin, useStack } from "./stack.js";
 
 // One bucket of 50 that refills one token an hour: whatever the interleaving, 50 pass.
-const SLUICE = { timeout_ms: 5_000, routes: [{ name: "flash", match: "/flash", limits: [{ name: "site", key: "global", rate: 1, period: "1h", burst: 50 }] }] };
+const SLUICE = {
+  timeout_ms: 5_000,
+  routes: [
+    { name: "flash", match: "/flash", limits: [{ name: "site", key: "global", rate: 1, period: "1h", burst: 50 }] },
+  ],
+};
 
-let stack: RedisStack;
+const rig = useStack({ sluice: SLUICE, instances: 3 });
 let origin: DemoOrigin;
-let workers: Miniflare[] = [];
-
-beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
-  workers = [0, 1, 2].map(() => startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url }));
-  await Promise.all(workers.map((w) => w.ready));
-});
-afterAll(async () => {
-  await Promise.all(workers.map((w) => w.dispose()));
-  await Promise.all([stack?.stop(), origin?.close()]);
+let workers: readonly Miniflare[] = [];
+beforeAll(() => {
+  ({ origin, workers } = rig);
 });
 
 describe("concurrency", () => {
   it("300 concurrent requests through three Worker instances: exactly 50 reach the origin", async () => {
     const results = await Promise.all(
-      Array.from({ length: 300 }, (_, i) => call(workers[i % 3] as Miniflare, "/flash", { ip: `10.9.${i >> 8}.${i & 255}` })),
+      Array.from({ length: 300 }, (_, i) =>
+        call(workers[i % 3] as Miniflare, "/flash", { ip: `10.9.${i >> 8}.${i & 255}` }),
+      ),
     );
     const statuses = results.map((r) => r.status);
     expect(statuses.filter((s) => s === 200)).toHaveLength(50);
@@ -30,6 +30,8 @@ describe("concurrency", () => {
     expect(origin.seen.filter((s) => s.path === "/flash")).toHaveLength(50);
     // every instance took part
     for (let w = 0; w < 3; w++) expect(results.filter((_, i) => i % 3 === w).length).toBe(100);
-    expect(results.every((r) => r.headers.get("sluice-decision") === (r.status === 200 ? "allow" : "reject"))).toBe(true);
+    expect(results.every((r) => r.headers.get("sluice-decision") === (r.status === 200 ? "allow" : "reject"))).toBe(
+      true,
+    );
   });
 });

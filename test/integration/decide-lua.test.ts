@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
 import { scriptCall } from "../../src/limiter/decide.js";
-import { TokenBucketModel } from "../unit/token-bucket-model.js";
+import { TokenBucketModel } from "../support/token-bucket-model.js";
 import { withTestClock } from "../support/test-clock.js";
 import { fileRedis } from "./stack.js";
 
@@ -11,7 +11,9 @@ const SOURCE = readFileSync("lua/decide.lua", "utf8");
 
 const db = fileRedis();
 
-function compileLimits(defs: Array<{ rate: number; period: string; burst: number; cost: number; shadow: boolean }>): Limit[] {
+function compileLimits(
+  defs: Array<{ rate: number; period: string; burst: number; cost: number; shadow: boolean }>,
+): Limit[] {
   const r = loadConfig({
     ORIGIN_URL: "https://o.example",
     SLUICE: { routes: [{ name: "r", match: "/", limits: defs.map((d, i) => ({ name: `l${i}`, ...d })) }] },
@@ -21,7 +23,10 @@ function compileLimits(defs: Array<{ rate: number; period: string; burst: number
 }
 
 const callOf = (limits: Limit[], keys: string[], t: number) => {
-  const call = scriptCall(limits.map((limit, i) => ({ limit, key: keys[i] as string })), "take");
+  const call = scriptCall(
+    limits.map((limit, i) => ({ limit, key: keys[i] as string })),
+    "take",
+  );
   return { keys: call.keys, args: [...call.args, String(Math.floor(t / 1e6)), String(t % 1e6)] };
 };
 
@@ -43,8 +48,12 @@ describe("decide.lua against the reference model", () => {
         fc.array(limitArb, { minLength: 1, maxLength: 3 }),
         fc.array(fc.integer({ min: 0, max: 3_000_000 }), { minLength: 1, maxLength: 30 }),
         async (defs, gaps) => {
-          const limits = compileLimits(defs.map(({ costFraction, ...d }) => ({ ...d, cost: Math.max(1, Math.ceil(costFraction * d.burst)) })));
-          const models = limits.map((l) => new TokenBucketModel({ rate: l.rate, periodUs: l.period * 1000, burst: l.burst, cost: l.cost }));
+          const limits = compileLimits(
+            defs.map(({ costFraction, ...d }) => ({ ...d, cost: Math.max(1, Math.ceil(costFraction * d.burst)) })),
+          );
+          const models = limits.map(
+            (l) => new TokenBucketModel({ rate: l.rate, periodUs: l.period * 1000, burst: l.burst, cost: l.cost }),
+          );
           const keys = limits.map((_, i) => `prop:${run}:${i}`);
           run++;
           let t = 1_700_000_000_000_000;
@@ -59,7 +68,16 @@ describe("decide.lua against the reference model", () => {
             peeks.forEach((p, i) => {
               const state = admitted && p.allowed ? p.after : p.before;
               // eight figures per limit; no lease asked, none granted
-              expect(reply.slice(1 + 8 * i, 9 + 8 * i)).toEqual([p.allowed ? 1 : 0, state.remaining, p.retryAfterMs, state.resetMs, 0, 0, 0, 0]);
+              expect(reply.slice(1 + 8 * i, 9 + 8 * i)).toEqual([
+                p.allowed ? 1 : 0,
+                state.remaining,
+                p.retryAfterMs,
+                state.resetMs,
+                0,
+                0,
+                0,
+                0,
+              ]);
             });
           }
         },

@@ -1,3 +1,4 @@
+import { DECIDE_COMMANDS } from "../../src/limiter/commands.js";
 import { readFileSync } from "node:fs";
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -7,7 +8,7 @@ import { loadConfig, type Limit } from "../../src/config/index.js";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { scriptCall, type ScriptBucket, type ScriptMode } from "../../src/limiter/decide.js";
 import { MAX_OVERRIDES } from "../../src/limiter/overrides.js";
-import { call, commandCalls, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack, sleep } from "./stack.js";
+import { call, commandCalls, type RedisStack, sleep, useStack } from "./stack.js";
 
 /*
  * What a decision costs on Upstash, which bills every command a script runs (EVALSHA included):
@@ -16,16 +17,14 @@ import { call, commandCalls, startOrigin, startRedisStack, startWorker, type Dem
  * ARGV by the isolate, not read by the script on every decision.
  */
 
+const rig = useStack({ origin: false });
 let stack: RedisStack;
 let resp: RespClient;
-beforeAll(async () => {
-  stack = await startRedisStack();
+beforeAll(() => {
+  stack = rig.stack;
   resp = RespClient.fromUrl(stack.redis.url);
 });
-afterAll(async () => {
-  resp?.close();
-  await stack?.stop();
-});
+afterAll(() => resp?.close());
 
 /** Calls per command since `before`, without our own INFO, and with their sum: the billed commands. */
 async function billedSince(before: Record<string, number>): Promise<{ total: number; by: Record<string, number> }> {
@@ -47,7 +46,10 @@ describe("decide.lua's billed commands (the production script, run by EVALSHA)",
   let run = 0;
 
   function limitsOf(defs: Array<Record<string, unknown>>): Limit[] {
-    const r = loadConfig({ ORIGIN_URL: "https://o.example", SLUICE: { routes: [{ name: "r", match: "/", limits: defs.map((d, i) => ({ name: `l${i}`, ...d })) }] } });
+    const r = loadConfig({
+      ORIGIN_URL: "https://o.example",
+      SLUICE: { routes: [{ name: "r", match: "/", limits: defs.map((d, i) => ({ name: `l${i}`, ...d })) }] },
+    });
     if (!r.ok) throw r.error;
     return r.config.routes[0]!.limits;
   }
@@ -96,7 +98,13 @@ describe("decide.lua's billed commands (the production script, run by EVALSHA)",
   });
 
   it("a refusal and a peek write nothing: 3", async () => {
-    const buckets = fresh(limitsOf([{ rate: 1, period: "1h" }, { rate: 10, period: "1h" }, { rate: 10, period: "1h" }]));
+    const buckets = fresh(
+      limitsOf([
+        { rate: 1, period: "1h" },
+        { rate: 10, period: "1h" },
+        { rate: 10, period: "1h" },
+      ]),
+    );
     await evalsha(buckets);
     const refused = await measured(buckets);
     expect(refused.reply[0]).toBe(0);
@@ -131,27 +139,46 @@ describe("decide.lua's billed commands (the production script, run by EVALSHA)",
     it("apply without a read of the override hash (still 4), the client's own over everybody's", async () => {
       const until = (await nowMs()) + 60_000;
       const [b] = fresh(limit);
-      const m = await measured([{ ...b!, override: { everybody: `10:10:3600000:${until}`, own: `50:50:3600000:${until}` } }]);
+      const m = await measured([
+        { ...b!, override: { everybody: `10:10:3600000:${until}`, own: `50:50:3600000:${until}` } },
+      ]);
       expect(m.reply.slice(0, 3)).toEqual([1, 1, 49]);
       expect(m.by).toEqual({ evalsha: 1, time: 1, mget: 1, set: 1 });
       const [c] = fresh(limit);
-      expect((await evalsha([{ ...c!, override: { everybody: `10:10:3600000:${until}` } }])).slice(0, 3)).toEqual([1, 1, 9]);
+      expect((await evalsha([{ ...c!, override: { everybody: `10:10:3600000:${until}` } }])).slice(0, 3)).toEqual([
+        1, 1, 9,
+      ]);
     });
 
     it("are ignored once Redis's clock has passed their until_ms, whatever the caller's clock says", async () => {
       const now = await nowMs();
       const [b] = fresh(limit);
       // the client's own has expired by Redis's clock: everybody's applies
-      expect((await evalsha([{ ...b!, override: { everybody: `10:10:3600000:${now + 60_000}`, own: `50:50:3600000:${now - 1}` } }])).slice(0, 3)).toEqual([1, 1, 9]);
+      expect(
+        (
+          await evalsha([
+            { ...b!, override: { everybody: `10:10:3600000:${now + 60_000}`, own: `50:50:3600000:${now - 1}` } },
+          ])
+        ).slice(0, 3),
+      ).toEqual([1, 1, 9]);
       const [c] = fresh(limit);
-      expect((await evalsha([{ ...c!, override: { everybody: `10:10:3600000:${now - 1}` } }])).slice(0, 3)).toEqual([1, 1, 1]);
+      expect((await evalsha([{ ...c!, override: { everybody: `10:10:3600000:${now - 1}` } }])).slice(0, 3)).toEqual([
+        1, 1, 1,
+      ]);
     });
 
     it('"read": the script reads both fields from the hash itself, one HMGET more', async () => {
       const until = (await nowMs()) + 60_000;
       const [b] = fresh(limit);
       const hash = b!.key.slice(b!.key.lastIndexOf(":") + 1);
-      await resp.send(["HSET", "cost:r:overrides", "l0:*", `10:10:3600000:${until}`, `l0:${hash}`, `50:50:3600000:${until}`]);
+      await resp.send([
+        "HSET",
+        "cost:r:overrides",
+        "l0:*",
+        `10:10:3600000:${until}`,
+        `l0:${hash}`,
+        `50:50:3600000:${until}`,
+      ]);
       const m = await measured([{ ...b!, override: "read" }]);
       expect(m.reply.slice(0, 3)).toEqual([1, 1, 49]);
       expect(m.by).toEqual({ evalsha: 1, time: 1, hmget: 1, mget: 1, set: 1 });
@@ -181,18 +208,12 @@ describe("through the Worker", () => {
   };
   const ADMIN = "operator-token-0123456789";
   /** Commands decide.lua may run; the Worker's background work (lists, overrides, metrics) uses others. */
-  const SCRIPT = ["evalsha", "eval", "evalsha_ro", "eval_ro", "time", "mget", "get", "set", "del", "hmget", "incrby", "pexpire"];
+  const SCRIPT = DECIDE_COMMANDS;
 
-  let origin: DemoOrigin;
+  const workerRig = useStack({ sluice: SLUICE, bindings: { SLUICE_ADMIN_TOKEN: ADMIN }, stack: () => rig.stack });
   let mf: Miniflare;
-  beforeAll(async () => {
-    origin = await startOrigin();
-    mf = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } });
-    await mf.ready;
-  });
-  afterAll(async () => {
-    await mf?.dispose();
-    await origin?.close();
+  beforeAll(() => {
+    mf = workerRig.mf;
   });
 
   const scriptCommands = async (): Promise<Record<string, number>> => {
@@ -200,18 +221,30 @@ describe("through the Worker", () => {
     return Object.fromEntries(SCRIPT.map((c) => [c, all[c] ?? 0]));
   };
   const since = (before: Record<string, number>, after: Record<string, number>) =>
-    Object.fromEntries(Object.entries(after).map(([c, n]) => [c, n - (before[c] ?? 0)]).filter(([, n]) => n !== 0));
+    Object.fromEntries(
+      Object.entries(after)
+        .map(([c, n]) => [c, n - (before[c] ?? 0)])
+        .filter(([, n]) => n !== 0),
+    );
   const admin = (path: string, method: string, body: unknown) =>
-    call(mf, `/__sluice${path}`, { method, headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+    call(mf, `/__sluice${path}`, {
+      method,
+      headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
 
   it("a decision costs 4 billed commands with one limit and 6 with three, and reads no override hash", async () => {
     // each route's first decision finds no copy of its overrides yet: the script reads them, the copy loads meanwhile
     expect((await call(mf, "/one", { ip: "192.0.2.200" })).status).toBe(200);
     expect((await call(mf, "/three", { ip: "192.0.2.200" })).status).toBe(200);
     await sleep(100);
-    for (const [path, perDecision] of [["/one", { evalsha: 1, time: 1, mget: 1, set: 1 }], ["/three", { evalsha: 1, time: 1, mget: 1, set: 3 }]] as const) {
+    for (const [path, perDecision] of [
+      ["/one", { evalsha: 1, time: 1, mget: 1, set: 1 }],
+      ["/three", { evalsha: 1, time: 1, mget: 1, set: 3 }],
+    ] as const) {
       const before = await scriptCommands();
-      for (let i = 0; i < 10; i++) expect((await call(mf, path, { ip: `192.0.2.${i + 1}` })).headers.get("sluice-decision")).toBe("allow");
+      for (let i = 0; i < 10; i++)
+        expect((await call(mf, path, { ip: `192.0.2.${i + 1}` })).headers.get("sluice-decision")).toBe("allow");
       const used = since(before, await scriptCommands());
       expect(used, path).toEqual(Object.fromEntries(Object.entries(perDecision).map(([c, n]) => [c, n * 10])));
     }
@@ -221,7 +254,8 @@ describe("through the Worker", () => {
     expect((await call(mf, "/quota", { ip: "192.0.2.150" })).status).toBe(200);
     await sleep(100);
     const before = await scriptCommands();
-    for (let i = 0; i < 5; i++) expect((await call(mf, "/quota", { ip: "192.0.2.150" })).headers.get("ratelimit")).toMatch(/^"per-ip";r=1000;/);
+    for (let i = 0; i < 5; i++)
+      expect((await call(mf, "/quota", { ip: "192.0.2.150" })).headers.get("ratelimit")).toMatch(/^"per-ip";r=1000;/);
     expect(since(before, await scriptCommands())).toEqual({ evalsha_ro: 5, time: 5, mget: 5 });
   });
 
@@ -232,7 +266,19 @@ describe("through the Worker", () => {
     expect((await call(mf, "/tight", { ip })).status).toBe(429); // and the isolate now holds the bucket as closed
     await sleep(100);
     const before = await scriptCommands();
-    expect((await admin("/overrides", "PUT", { route: "tight", limit: "per-ip", rate: 10, burst: 10, period: "1s", identity: { ip }, ttl: "1m" })).status).toBe(200);
+    expect(
+      (
+        await admin("/overrides", "PUT", {
+          route: "tight",
+          limit: "per-ip",
+          rate: 10,
+          burst: 10,
+          period: "1s",
+          identity: { ip },
+          ttl: "1m",
+        })
+      ).status,
+    ).toBe(200);
     const set = Date.now();
     let status = 429;
     let polls = 0;
@@ -252,13 +298,19 @@ describe("through the Worker", () => {
 
   it(`a route with more than ${MAX_OVERRIDES} overrides is not copied: its decisions read the hash in the script, and the overrides still apply`, async () => {
     const until = Date.now() + 60_000;
-    const fields = Array.from({ length: MAX_OVERRIDES }, (_, i) => [`per-ip:${String(i).padStart(32, "0")}`, `3:3:3600000:${until}`]).flat();
+    const fields = Array.from({ length: MAX_OVERRIDES }, (_, i) => [
+      `per-ip:${String(i).padStart(32, "0")}`,
+      `3:3:3600000:${until}`,
+    ]).flat();
     await resp.send(["HSET", "c:crowded:overrides", "per-ip:*", `50:50:3600000:${until}`, ...fields]);
     expect((await call(mf, "/crowded", { ip: "192.0.2.150" })).status).toBe(200);
     await sleep(1_100); // the first copy was refused for its size; the next refresh only asks the size
     expect((await call(mf, "/crowded", { ip: "192.0.2.150" })).status).toBe(200);
     const before = await scriptCommands();
-    for (let i = 0; i < 5; i++) expect((await call(mf, "/crowded", { ip: `192.0.2.${160 + i}` })).headers.get("ratelimit")).toMatch(/^"per-ip";r=49;/);
+    for (let i = 0; i < 5; i++)
+      expect((await call(mf, "/crowded", { ip: `192.0.2.${160 + i}` })).headers.get("ratelimit")).toMatch(
+        /^"per-ip";r=49;/,
+      );
     expect(since(before, await scriptCommands())).toEqual({ evalsha: 5, time: 5, hmget: 5, mget: 5, set: 5 });
   });
 });

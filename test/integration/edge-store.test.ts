@@ -5,11 +5,11 @@
  * EVALSHA (the lists refresh and the metrics flush also reach the bridge, off the decision path).
  */
 import type { Miniflare } from "miniflare";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { BridgeCounts } from "../../dev/bridge.js";
 import { RespClient } from "../../dev/resp.js";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, sleep, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "./stack.js";
+import { call, sleep, startWorker, type DemoOrigin, type RedisStack, useStack } from "./stack.js";
 
 const SLUICE: SluiceInput = {
   key_prefix: "edge",
@@ -22,12 +22,13 @@ const SLUICE: SluiceInput = {
   ],
 };
 
+const rig = useStack();
 let stack: RedisStack;
 let origin: DemoOrigin;
 let workers: Miniflare[] = [];
 
-beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
+beforeAll(() => {
+  ({ stack, origin } = rig);
 });
 afterEach(async () => {
   stack.bridge.setMode("normal");
@@ -35,13 +36,12 @@ afterEach(async () => {
   await Promise.all(workers.map((w) => w.dispose()));
   workers = [];
 });
-afterAll(async () => {
-  await Promise.all([stack?.stop(), origin?.close()]);
-});
 
 /** Fresh Worker instances (each one isolate, nothing learnt yet), ready to serve. */
 async function freshWorkers(n: number, sluice: SluiceInput = SLUICE): Promise<Miniflare[]> {
-  const started = Array.from({ length: n }, () => startWorker({ sluice, origin: origin.url, redisRestUrl: stack.bridge.url }));
+  const started = Array.from({ length: n }, () =>
+    startWorker({ sluice, origin: origin.url, redisRestUrl: stack.bridge.url }),
+  );
   workers.push(...started);
   await Promise.all(started.map((w) => w.ready));
   return started;
@@ -66,7 +66,8 @@ describe("a far Redis is not a timeout", () => {
     stack.bridge.setLatency(80);
     const before = scriptRequests(stack.bridge.counts());
     const decisions: Array<string | null> = [];
-    for (let i = 0; i < 10; i++) decisions.push((await call(far, `/api/items/${i}`, { ip: "10.20.0.1" })).headers.get("sluice-decision"));
+    for (let i = 0; i < 10; i++)
+      decisions.push((await call(far, `/api/items/${i}`, { ip: "10.20.0.1" })).headers.get("sluice-decision"));
     // a fixed 50 ms budget would make every one of these `degraded`; the first call has the ceiling
     expect(decisions).toEqual(Array(10).fill("allow"));
     // decided by Redis (leases may take over once the bucket has been in use for a second)
@@ -90,7 +91,11 @@ describe("a far Redis is not a timeout", () => {
       const sent: Array<Promise<string | null>> = [];
       const started = Date.now();
       for (let i = 0; Date.now() - started < ms; i++) {
-        sent.push(call(far, `${path}${i}`, { ip }).then((r) => (r.status === 200 ? r.headers.get("sluice-decision") : String(r.status))));
+        sent.push(
+          call(far, `${path}${i}`, { ip }).then((r) =>
+            r.status === 200 ? r.headers.get("sluice-decision") : String(r.status),
+          ),
+        );
         await sleep(25);
       }
       const decisions = await Promise.all(sent);
@@ -103,13 +108,17 @@ describe("a far Redis is not a timeout", () => {
     const steady = await paced("/under/", "10.23.0.1", 1_500);
     expect(steady.decisions.every((d) => d === "allow")).toBe(true);
     const perDecision = (scriptRequests(stack.bridge.counts()) - before) / steady.decisions.length;
-    console.log(`far store (80 ms): a client at 40/s under 100/s, after 1.5 s of warm-up: ${perDecision.toFixed(2)} script requests per decision over ${steady.decisions.length} decisions`);
+    console.log(
+      `far store (80 ms): a client at 40/s under 100/s, after 1.5 s of warm-up: ${perDecision.toFixed(2)} script requests per decision over ${steady.decisions.length} decisions`,
+    );
     // without leases every decision is one script request
     expect(perDecision).toBeLessThan(0.6);
 
     const over = await paced("/over/", "10.23.0.2", 3_000);
     const admitted = over.decisions.filter((d) => d === "allow").length;
-    console.log(`far store (80 ms): a client at 40/s over 10/s burst 20 for ${over.seconds.toFixed(2)} s: admitted ${admitted} (bound ${Math.floor(20 + 10 * over.seconds)})`);
+    console.log(
+      `far store (80 ms): a client at 40/s over 10/s burst 20 for ${over.seconds.toFixed(2)} s: admitted ${admitted} (bound ${Math.floor(20 + 10 * over.seconds)})`,
+    );
     expect(over.decisions.some((d) => d === "degraded")).toBe(false);
     expect(admitted).toBeLessThanOrEqual(Math.floor(20 + 10 * over.seconds));
     expect(admitted).toBeGreaterThanOrEqual(20);
@@ -119,15 +128,18 @@ describe("a far Redis is not a timeout", () => {
 describe("a store that keeps failing is skipped", () => {
   it("hung Redis: once the circuit is open, requests stop reaching the bridge; back within a second of Redis", async () => {
     const [w] = (await freshWorkers(1)) as [Miniflare];
-    for (let i = 0; i < 5; i++) expect((await call(w, "/api/warm", { ip: "10.21.0.1" })).headers.get("sluice-decision")).toBe("allow");
+    for (let i = 0; i < 5; i++)
+      expect((await call(w, "/api/warm", { ip: "10.21.0.1" })).headers.get("sluice-decision")).toBe("allow");
 
     stack.bridge.setMode("hang");
     // three consecutive timeouts open the circuit (each waits its budget, backing off: 50, 100, 200 ms)
-    for (let i = 0; i < 3; i++) expect((await call(w, "/api/hung", { ip: "10.21.0.2" })).headers.get("sluice-decision")).toBe("degraded");
+    for (let i = 0; i < 3; i++)
+      expect((await call(w, "/api/hung", { ip: "10.21.0.2" })).headers.get("sluice-decision")).toBe("degraded");
 
     const open = stack.bridge.counts();
     const answers: Array<string | null> = [];
-    for (let i = 0; i < 20; i++) answers.push((await call(w, "/api/hung", { ip: "10.21.0.3" })).headers.get("sluice-decision"));
+    for (let i = 0; i < 20; i++)
+      answers.push((await call(w, "/api/hung", { ip: "10.21.0.3" })).headers.get("sluice-decision"));
     expect(answers).toEqual(Array(20).fill("degraded"));
     // without the circuit, each of the 20 would be one more request waiting out its budget;
     // with it, at most a probe per open period (250 ms, then 500, then 750) gets through
@@ -155,7 +167,9 @@ describe("cold isolates cost one round trip", () => {
     const fresh = await freshWorkers(4);
     const before = stack.bridge.counts();
     const results = await Promise.all(
-      Array.from({ length: 80 }, (_, i) => call(fresh[i % 4] as Miniflare, "/flash", { ip: `10.22.${i >> 8}.${i & 255}` })),
+      Array.from({ length: 80 }, (_, i) =>
+        call(fresh[i % 4] as Miniflare, "/flash", { ip: `10.22.${i >> 8}.${i & 255}` }),
+      ),
     );
     const after = stack.bridge.counts();
     const decisions = results.map((r) => r.headers.get("sluice-decision"));
@@ -165,11 +179,17 @@ describe("cold isolates cost one round trip", () => {
     const perDecision = (scriptRequests(after) - scriptRequests(before)) / 80;
     expect(perDecision).toBeLessThanOrEqual(1.05);
     // an isolate sends the SHA only once it has seen Redis run the script: no EVALSHA met NOSCRIPT
-    expect(String(await redisCommand(["INFO", "commandstats"]))).not.toMatch(/cmdstat_evalsha:[^\r\n]*(failed|rejected)_calls=[1-9]/);
+    expect(String(await redisCommand(["INFO", "commandstats"]))).not.toMatch(
+      /cmdstat_evalsha:[^\r\n]*(failed|rejected)_calls=[1-9]/,
+    );
     if (process.env.SLUICE_TEST_LOGS) {
       const all = (after.requests - before.requests) / 80;
-      const carried = Object.fromEntries(Object.entries(after.requestsWith).map(([name, n]) => [name, n - (before.requestsWith[name] ?? 0)]));
-      console.log(`cold burst: ${perDecision} script requests per decision; ${all} bridge requests per decision with the off-path ones, requests carrying ${JSON.stringify(carried)}`);
+      const carried = Object.fromEntries(
+        Object.entries(after.requestsWith).map(([name, n]) => [name, n - (before.requestsWith[name] ?? 0)]),
+      );
+      console.log(
+        `cold burst: ${perDecision} script requests per decision; ${all} bridge requests per decision with the off-path ones, requests carrying ${JSON.stringify(carried)}`,
+      );
     }
   });
 });

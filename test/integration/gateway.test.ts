@@ -1,8 +1,8 @@
-import { Redis } from "@upstash/redis";
+import type { Redis } from "@upstash/redis";
 import type { Miniflare } from "miniflare";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { bucketKey, hashIdentifier } from "../../src/keys/hash.js";
-import { call, commandCalls, startOrigin, startRedisStack, startWorker, TOKEN, type DemoOrigin, type RedisStack, sleep } from "./stack.js";
+import { call, commandCalls, startWorker, type DemoOrigin, type RedisStack, sleep, useStack } from "./stack.js";
 
 const SLUICE = {
   key_prefix: "t",
@@ -19,30 +19,28 @@ const SLUICE = {
       ],
     },
     { name: "paths", match: "/api/x", limits: [{ name: "per-ip", rate: 2, period: "1h" }] },
-    { name: "keyed", match: "/keyed", limits: [{ name: "per-key", key: ["header:x-api-key", "path"], rate: 1, period: "1h" }] },
+    {
+      name: "keyed",
+      match: "/keyed",
+      limits: [{ name: "per-key", key: ["header:x-api-key", "path"], rate: 1, period: "1h" }],
+    },
     { name: "echo", match: "/echo/*", limits: [{ name: "per-ip", rate: 1000, period: "1s" }] },
     { name: "canary", match: "/canary", limits: [{ name: "trial", rate: 1, period: "1h", shadow: true }] },
   ],
 };
 
+const rig = useStack({ sluice: SLUICE });
 let stack: RedisStack;
 let origin: DemoOrigin;
 let mf: Miniflare;
 let redis: Redis;
-
-beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
-  redis = new Redis({ url: stack.bridge.url, token: TOKEN, enableTelemetry: false, automaticDeserialization: false });
-  mf = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url });
-  await mf.ready;
-});
-afterAll(async () => {
-  await mf?.dispose();
-  await Promise.all([stack?.stop(), origin?.close()]);
+beforeAll(() => {
+  ({ stack, origin, mf, redis } = rig);
 });
 
 const hits = (path: string) => origin.seen.filter((s) => s.path === path).length;
-const keyOf = async (route: string, limit: string, identity: string, region = "home") => bucketKey("t", route, limit, await hashIdentifier(`${identity}@${region}`));
+const keyOf = async (route: string, limit: string, identity: string, region = "home") =>
+  bucketKey("t", route, limit, await hashIdentifier(`${identity}@${region}`));
 const tokensIn = async (key: string) => Number(String(await redis.get(key)).split(":")[0]);
 
 describe("token bucket through the Worker", () => {
@@ -137,7 +135,9 @@ describe("token bucket through the Worker", () => {
     expect((await call(mf, "/keyed", { ip: "198.51.100.9" })).status).toBe(200);
     expect((await call(mf, "/keyed", { ip: "198.51.100.9" })).status).toBe(429);
     // X-Forwarded-For is not an identity: changing it changes nothing
-    expect((await call(mf, "/keyed", { ip: "198.51.100.9", headers: { "x-forwarded-for": "1.1.1.1" } })).status).toBe(429);
+    expect((await call(mf, "/keyed", { ip: "198.51.100.9", headers: { "x-forwarded-for": "1.1.1.1" } })).status).toBe(
+      429,
+    );
   });
 
   it("an oversized or hostile identity is hashed and answered, never crashed on", async () => {
@@ -224,7 +224,11 @@ describe("forwarding", () => {
 
 describe("configuration errors", () => {
   it("answer every request with a 500 problem naming the field", async () => {
-    const bad = startWorker({ sluice: { routes: [{ name: "r", match: "/x", limits: [{ name: "l", rate: 0, period: "1s" }] }] }, origin: origin.url, redisRestUrl: stack.bridge.url });
+    const bad = startWorker({
+      sluice: { routes: [{ name: "r", match: "/x", limits: [{ name: "l", rate: 0, period: "1s" }] }] },
+      origin: origin.url,
+      redisRestUrl: stack.bridge.url,
+    });
     try {
       for (const path of ["/x", "/anything"]) {
         const r = await call(bad, path);

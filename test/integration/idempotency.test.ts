@@ -1,7 +1,7 @@
 import type { Miniflare } from "miniflare";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack, sleep } from "./stack.js";
+import { call, startWorker, type DemoOrigin, type RedisStack, sleep, useStack } from "./stack.js";
 
 const ADMIN = "admin-token-0123456789abcdef";
 const SLUICE: SluiceInput = {
@@ -20,26 +20,40 @@ const SLUICE: SluiceInput = {
   ],
 };
 
+const rig = useStack({
+  sluice: SLUICE,
+  instances: 3,
+  bindings: { SLUICE_ADMIN_TOKEN: ADMIN },
+  origin: { chaos: { failRate: 0.05, maxDelayMs: 40 } },
+});
 let stack: RedisStack;
 let origin: DemoOrigin;
-let workers: Miniflare[];
+let workers: readonly Miniflare[];
 let mf: Miniflare;
-
-beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin({ chaos: { failRate: 0.05, maxDelayMs: 40 } })]);
-  workers = [0, 1, 2].map(() => startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } }));
-  mf = workers[0] as Miniflare;
-  await Promise.all(workers.map((w) => w.ready));
-});
-afterAll(async () => {
-  await Promise.all(workers.map((w) => w.dispose()));
-  await Promise.all([stack?.stop(), origin?.close()]);
+beforeAll(() => {
+  ({ stack, origin, workers, mf } = rig);
 });
 
-const post = (w: Miniflare, path: string, key: string | undefined, body: string, headers: Record<string, string> = {}) =>
-  call(w, path, { method: "POST", body, headers: { "content-type": "application/json", ...(key === undefined ? {} : { "idempotency-key": key }), ...headers } });
+const post = (
+  w: Miniflare,
+  path: string,
+  key: string | undefined,
+  body: string,
+  headers: Record<string, string> = {},
+) =>
+  call(w, path, {
+    method: "POST",
+    body,
+    headers: {
+      "content-type": "application/json",
+      ...(key === undefined ? {} : { "idempotency-key": key }),
+      ...headers,
+    },
+  });
 const seenWith = (key: string) => origin.seen.filter((s) => s.headers["idempotency-key"] === key);
-const ledger = async () => (await call(mf, "/__sluice/ledger?count=1000", { headers: { authorization: `Bearer ${ADMIN}` } })).json().entries as Array<Record<string, string>>;
+const ledger = async () =>
+  (await call(mf, "/__sluice/ledger?count=1000", { headers: { authorization: `Bearer ${ADMIN}` } })).json()
+    .entries as Array<Record<string, string>>;
 /** The answer is stored after the response (waitUntil): ask until the replay comes back. */
 async function untilReplayed(path: string, key: string, body: string, headers: Record<string, string> = {}) {
   for (let i = 0; i < 40; i++) {
@@ -67,7 +81,11 @@ describe("one side effect per key", () => {
     expect(seenWith("order-1")).toHaveLength(1);
 
     // another principal with the same key is another request entirely
-    expect((await post(mf, "/orders", "order-1", '{"sku":"a","qty":1}', { "x-user": "u2" })).headers.get("idempotent-replayed")).toBeNull();
+    expect(
+      (await post(mf, "/orders", "order-1", '{"sku":"a","qty":1}', { "x-user": "u2" })).headers.get(
+        "idempotent-replayed",
+      ),
+    ).toBeNull();
     expect(seenWith("order-1")).toHaveLength(2);
   });
 
@@ -145,10 +163,21 @@ describe("origin failures", () => {
     const entry = (await ledger()).find((e) => e.event === "indeterminate" && e.route === "held");
     expect(entry).toBeDefined();
     const resolve = (body: Record<string, unknown>, token = ADMIN) =>
-      call(mf, "/__sluice/idempotency/resolve", { method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json", authorization: `Bearer ${token}` } });
-    expect((await resolve({ route: "held", key: entry!.key, action: "replay", status: 201, body: '{"resolved":true}' })).status).toBe(200);
+      call(mf, "/__sluice/idempotency/resolve", {
+        method: "POST",
+        body: JSON.stringify(body),
+        headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+      });
+    expect(
+      (await resolve({ route: "held", key: entry!.key, action: "replay", status: 201, body: '{"resolved":true}' }))
+        .status,
+    ).toBe(200);
     const replayed = await post(mf, "/held", "h-1", "{}");
-    expect([replayed.status, replayed.text, replayed.headers.get("idempotent-replayed")]).toEqual([201, '{"resolved":true}', "true"]);
+    expect([replayed.status, replayed.text, replayed.headers.get("idempotent-replayed")]).toEqual([
+      201,
+      '{"resolved":true}',
+      "true",
+    ]);
     expect((await resolve({ route: "held", key: entry!.key, action: "release" })).status).toBe(200);
     expect((await post(mf, "/held", "h-1", "{}")).status).toBe(200);
     expect(seenWith("h-1")).toHaveLength(2);
@@ -159,7 +188,11 @@ describe("origin failures", () => {
 describe("around the key", () => {
   it("derives a key from the canonical body when asked, ignoring listed fields", async () => {
     expect((await post(mf, "/derived", undefined, '{"to":"+100","text":"hi","sent_at":1}')).status).toBe(200);
-    const again = await untilReplayed("/derived", undefined as unknown as string, '{"text":"hi","to":"+100","sent_at":2}');
+    const again = await untilReplayed(
+      "/derived",
+      undefined as unknown as string,
+      '{"text":"hi","to":"+100","sent_at":2}',
+    );
     expect(again.headers.get("idempotent-replayed")).toBe("true");
     expect(origin.seen.filter((s) => s.path === "/derived")).toHaveLength(1);
   });
@@ -175,23 +208,38 @@ describe("around the key", () => {
 
   it("the ledger and the resolve route need the admin token", async () => {
     expect((await call(mf, "/__sluice/ledger")).status).toBe(401);
-    expect((await call(mf, "/__sluice/ledger", { headers: { authorization: `Bearer ${"x".repeat(ADMIN.length)}` } })).status).toBe(401);
+    expect(
+      (await call(mf, "/__sluice/ledger", { headers: { authorization: `Bearer ${"x".repeat(ADMIN.length)}` } })).status,
+    ).toBe(401);
     expect((await call(mf, "//__SLUICE/ledger")).status).toBe(401); // path tricks reach the admin API, never the origin
     const events = new Set((await ledger()).map((e) => e.event));
-    for (const e of ["claim", "complete", "release", "takeover", "indeterminate", "resolve_replay", "resolve_release"]) expect(events, e).toContain(e);
+    for (const e of ["claim", "complete", "release", "takeover", "indeterminate", "resolve_replay", "resolve_release"])
+      expect(events, e).toContain(e);
   });
 });
 
 describe("with the limits' Redis down", () => {
   it("fails open for the limits but still guards the side effect", async () => {
     const w = startWorker({
-      sluice: { key_prefix: "i2", timeout_ms: 300, on_store_error: "open", regions: { eu: { continents: ["EU"] } }, routes: [{ name: "pay", match: "/pay", idempotency: {}, limits: [{ name: "per-ip", rate: 5, period: "1m" }] }] },
+      sluice: {
+        key_prefix: "i2",
+        timeout_ms: 300,
+        on_store_error: "open",
+        regions: { eu: { continents: ["EU"] } },
+        routes: [{ name: "pay", match: "/pay", idempotency: {}, limits: [{ name: "per-ip", rate: 5, period: "1m" }] }],
+      },
       origin: origin.url,
       redisRestUrl: stack.bridge.url,
       bindings: { UPSTASH_REDIS_REST_URL_EU: "http://127.0.0.1:9", UPSTASH_REDIS_REST_TOKEN_EU: "x" },
     });
     try {
-      const fromEu = () => call(w, "/pay", { method: "POST", body: "{}", cf: { continent: "EU" }, headers: { "content-type": "application/json", "idempotency-key": "d-1" } });
+      const fromEu = () =>
+        call(w, "/pay", {
+          method: "POST",
+          body: "{}",
+          cf: { continent: "EU" },
+          headers: { "content-type": "application/json", "idempotency-key": "d-1" },
+        });
       const first = await fromEu();
       expect(first.headers.get("sluice-decision")).toBe("degraded");
       let dup = await fromEu();
@@ -210,9 +258,18 @@ describe("with the limits' Redis down", () => {
 describe("a duplicate storm", () => {
   it("100 keys × 30 concurrent duplicates over three Worker instances: one side effect per successful key", async () => {
     const keys = Array.from({ length: 100 }, (_, i) => `storm-${i}`);
-    const responses: Array<{ key: string; status: number; text: string; replayed: boolean; problem: boolean; fromOrigin: boolean }> = [];
+    const responses: Array<{
+      key: string;
+      status: number;
+      text: string;
+      replayed: boolean;
+      problem: boolean;
+      fromOrigin: boolean;
+    }> = [];
     for (let b = 0; b < keys.length; b += 10) {
-      const batch = keys.slice(b, b + 10).flatMap((key) => Array.from({ length: 30 }, (_, j) => ({ key, w: workers[j % 3] as Miniflare })));
+      const batch = keys
+        .slice(b, b + 10)
+        .flatMap((key) => Array.from({ length: 30 }, (_, j) => ({ key, w: workers[j % 3] as Miniflare })));
       const rs = await Promise.all(batch.map(({ key, w }) => post(w, `/chaos/${key}`, key, `{"key":"${key}"}`)));
       rs.forEach((r, i) =>
         responses.push({
@@ -253,7 +310,9 @@ describe("a duplicate storm", () => {
     const replays = responses.filter((r) => r.replayed).length;
     const conflicts = responses.filter((r) => r.status === 409).length;
     const originCalls = keys.reduce((n, k) => n + origin.seen.filter((s) => s.path === `/chaos/${k}`).length, 0);
-    console.log(`storm figures: ${responses.length} requests, ${keys.length} keys, ${originCalls} origin calls, ${succeededFirst} keys succeeded first time (each reached the origin exactly once), ${replays} replays, ${conflicts} 409s, ${retriedAfter500} keys retried after a 500 and reached the origin again, duplicates of a side effect: 0`);
+    console.log(
+      `storm figures: ${responses.length} requests, ${keys.length} keys, ${originCalls} origin calls, ${succeededFirst} keys succeeded first time (each reached the origin exactly once), ${replays} replays, ${conflicts} 409s, ${retriedAfter500} keys retried after a 500 and reached the origin again, duplicates of a side effect: 0`,
+    );
     expect(succeededFirst).toBeGreaterThan(80);
   }, 120_000);
 });

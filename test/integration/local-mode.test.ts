@@ -2,7 +2,7 @@ import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startRedis } from "../../dev/redis-process.js";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, sleep, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "./stack.js";
+import { call, sleep, startWorker, type DemoOrigin, type RedisStack, useStack } from "./stack.js";
 
 /*
  * on_store_error = "local" (the default) against "open" and "closed", with Redis hung (the bridge
@@ -15,12 +15,19 @@ const RATE = 10; // per second
 const BURST = 20;
 const routes = [
   { name: "api", match: "/api/*", limits: [{ name: "per-ip", rate: RATE, period: "1s", burst: BURST }] },
-  { name: "sale", match: "/sale", on_limit: "fallback" as const, fallback: { body: "sold out" }, limits: [{ name: "site", key: "global", rate: 1, period: "1m" }] },
+  {
+    name: "sale",
+    match: "/sale",
+    on_limit: "fallback" as const,
+    fallback: { body: "sold out" },
+    limits: [{ name: "site", key: "global", rate: 1, period: "1m" }],
+  },
   { name: "quota", match: "/quota", peek: "sale" },
   { name: "canary", match: "/canary", limits: [{ name: "strict", rate: 1, period: "1m", shadow: true }] },
 ];
 const sluice = (extra: Partial<SluiceInput>): SluiceInput => ({ timeout_ms: 100, routes, ...extra });
 
+const rig = useStack();
 let stack: RedisStack;
 let origin: DemoOrigin;
 let local: Miniflare;
@@ -28,18 +35,14 @@ let open: Miniflare;
 let closed: Miniflare;
 
 beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
-  const worker = (s: SluiceInput) => startWorker({ sluice: s, origin: origin.url, redisRestUrl: stack.bridge.url });
+  ({ stack, origin } = rig);
+  const worker = (s: SluiceInput) => rig.worker({ sluice: s });
   local = worker(sluice({})); // the default
   open = worker(sluice({ on_store_error: "open" }));
   closed = worker(sluice({ on_store_error: "closed" }));
   await Promise.all([local.ready, open.ready, closed.ready]);
   // every isolate has done its first requests (list refresh, script load) while Redis was well
   await Promise.all([local, open, closed].map((w) => call(w, "/api/warm", { ip: "10.9.9.9" })));
-});
-afterAll(async () => {
-  await Promise.all([local?.dispose(), open?.dispose(), closed?.dispose()]);
-  await Promise.all([stack?.stop(), origin?.close()]);
 });
 
 interface Run {
@@ -79,7 +82,11 @@ const figures: Record<string, { admitted: number; bound: number; elapsedMs: numb
 
 /** The three policies, side by side, each a client of its own. */
 async function outage(label: string, net: number): Promise<void> {
-  const [l, o, c] = await Promise.all([paced(local, `10.1.${net}.1`), paced(open, `10.2.${net}.1`), paced(closed, `10.3.${net}.1`)]);
+  const [l, o, c] = await Promise.all([
+    paced(local, `10.1.${net}.1`),
+    paced(open, `10.2.${net}.1`),
+    paced(closed, `10.3.${net}.1`),
+  ]);
 
   // local: a limit, never a 5xx; the admitted are degraded, the refused are 429s with a Retry-After
   expect(l.statuses.filter((s) => s >= 500)).toEqual([]);
@@ -134,7 +141,8 @@ describe("Redis stopped (connections refused)", () => {
       expect(quota.headers.get("ratelimit")).toMatch(/^"site";r=0;t=\d+$/);
     }
 
-    for (let i = 0; i < 3; i++) expect((await call(local, "/canary", { ip: "10.4.0.4" })).headers.get("sluice-decision")).toBe("degraded");
+    for (let i = 0; i < 3; i++)
+      expect((await call(local, "/canary", { ip: "10.4.0.4" })).headers.get("sluice-decision")).toBe("degraded");
   }, 30_000);
 
   it("back to Redis's decisions once it returns", async () => {
@@ -150,7 +158,10 @@ describe("Redis stopped (connections refused)", () => {
 
 describe("no Redis configured at all", () => {
   it("is a store error like any other: local buckets decide", async () => {
-    const none = startWorker({ sluice: { routes: [{ name: "r", match: "/*", limits: [{ name: "per-ip", rate: 1, period: "1m", burst: 2 }] }] }, origin: origin.url });
+    const none = startWorker({
+      sluice: { routes: [{ name: "r", match: "/*", limits: [{ name: "per-ip", rate: 1, period: "1m", burst: 2 }] }] },
+      origin: origin.url,
+    });
     try {
       const replies = [];
       for (let i = 0; i < 3; i++) replies.push(await call(none, "/x", { ip: "10.6.0.1" }));

@@ -1,7 +1,7 @@
 import type { Miniflare } from "miniflare";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack, sleep } from "./stack.js";
+import { call, startWorker, type DemoOrigin, type RedisStack, sleep, useStack } from "./stack.js";
 
 const ADMIN = "operator-token-0123456789";
 const SLUICE: SluiceInput = {
@@ -14,28 +14,38 @@ const SLUICE: SluiceInput = {
   ],
 };
 
+const rig = useStack({ sluice: SLUICE, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } });
 let stack: RedisStack;
 let origin: DemoOrigin;
 let mf: Miniflare;
-
-beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
-  mf = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } });
-  await mf.ready;
-});
-afterAll(async () => {
-  await mf?.dispose();
-  await Promise.all([stack?.stop(), origin?.close()]);
+beforeAll(() => {
+  ({ stack, origin, mf } = rig);
 });
 
 const auth = { authorization: `Bearer ${ADMIN}` };
 const admin = (path: string, method = "GET", body?: unknown) =>
-  call(mf, `/__sluice${path}`, { method, headers: { ...auth, ...(body ? { "content-type": "application/json" } : {}) }, body: body ? JSON.stringify(body) : undefined });
+  call(mf, `/__sluice${path}`, {
+    method,
+    headers: { ...auth, ...(body ? { "content-type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
 
 describe("the admin API's door", () => {
-  const routes = ["/config", "/ledger", "/metrics", "/overrides", "/lists", "/buckets/api/per-ip?ip=1.2.3.4", "/api/dashboard"];
+  const routes = [
+    "/config",
+    "/ledger",
+    "/metrics",
+    "/overrides",
+    "/lists",
+    "/buckets/api/per-ip?ip=1.2.3.4",
+    "/api/dashboard",
+  ];
   it.each(routes)("%s needs the token: none or a wrong one of the same length is a 401 problem", async (path) => {
-    const attempts: Array<Record<string, string>> = [{}, { authorization: `Bearer ${"y".repeat(ADMIN.length)}` }, { authorization: ADMIN }];
+    const attempts: Array<Record<string, string>> = [
+      {},
+      { authorization: `Bearer ${"y".repeat(ADMIN.length)}` },
+      { authorization: ADMIN },
+    ];
     // a client of its own per route: all these failures from one IP would be throttled (429) after 10
     const ip = `198.18.0.${routes.indexOf(path) + 1}`;
     for (const headers of attempts) {
@@ -93,7 +103,15 @@ describe("buckets and overrides", () => {
     await call(mf, "/api/b", { ip });
     expect((await call(mf, "/api/b", { ip })).status).toBe(429);
     // 10 a second instead of 2 an hour: the empty bucket refills within the second
-    const set = await admin("/overrides", "PUT", { route: "api", limit: "per-ip", rate: 10, burst: 10, period: "1s", identity: { ip }, ttl: "3s" });
+    const set = await admin("/overrides", "PUT", {
+      route: "api",
+      limit: "per-ip",
+      rate: 10,
+      burst: 10,
+      period: "1s",
+      identity: { ip },
+      ttl: "3s",
+    });
     expect(set.status).toBe(200);
     await sleep(1_050);
     expect((await call(mf, "/api/b", { ip })).status).toBe(200);
@@ -124,7 +142,9 @@ describe("buckets and overrides", () => {
 describe("deny and allow lists", () => {
   it("a CIDR on the deny list gets 403 within five seconds; an allow entry skips the limits of its routes", async () => {
     expect((await admin("/lists", "PUT", { kind: "deny", entry: "198.51.100.0/24", ttl: "1m" })).status).toBe(200);
-    expect((await admin("/lists", "PUT", { kind: "allow", entry: "192.0.2.9", ttl: "1m", routes: ["api"] })).status).toBe(200);
+    expect(
+      (await admin("/lists", "PUT", { kind: "allow", entry: "192.0.2.9", ttl: "1m", routes: ["api"] })).status,
+    ).toBe(200);
     let status = 0;
     for (let i = 0; i < 70 && status !== 403; i++) {
       status = (await call(mf, "/open", { ip: "198.51.100.23" })).status;
@@ -142,7 +162,8 @@ describe("shadow mode and metrics", () => {
   it("a shadow route forwards everything and counts what it would have refused", async () => {
     const seen = origin.seen.length;
     const decisions = [];
-    for (let i = 0; i < 4; i++) decisions.push((await call(mf, "/trial", { ip: "203.0.113.80" })).headers.get("sluice-decision"));
+    for (let i = 0; i < 4; i++)
+      decisions.push((await call(mf, "/trial", { ip: "203.0.113.80" })).headers.get("sluice-decision"));
     expect(decisions).toEqual(["allow", "shadow", "shadow", "shadow"]);
     expect(origin.seen.length).toBe(seen + 4);
   });
@@ -153,13 +174,16 @@ describe("shadow mode and metrics", () => {
     const samples = new Map<string, number>();
     for (const line of m.text.split("\n")) {
       if (line === "" || line.startsWith("# HELP ") || line.startsWith("# TYPE ")) continue;
-      const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? (-?[0-9.e+-]+)$/.exec(line);
+      const match =
+        /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? (-?[0-9.e+-]+)$/.exec(line);
       expect(match, line).not.toBeNull();
       samples.set(`${match![1]}${match![2] ?? ""}`, Number(match![3]));
     }
     expect(samples.get('sluice_decisions_total{route="trial",limit="per-ip",decision="shadow"}')).toBe(3);
     expect(samples.get('sluice_decisions_total{route="trial",limit="-",decision="allow"}')).toBe(1);
-    expect(samples.get('sluice_decisions_total{route="open",limit="deny-list",decision="reject"}')).toBeGreaterThanOrEqual(1);
+    expect(
+      samples.get('sluice_decisions_total{route="open",limit="deny-list",decision="reject"}'),
+    ).toBeGreaterThanOrEqual(1);
     expect(samples.get("sluice_redis_round_trips")).toBeGreaterThan(0);
   });
 });

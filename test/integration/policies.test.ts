@@ -1,9 +1,9 @@
 import { sign } from "hono/jwt";
 import type { Miniflare } from "miniflare";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { RespClient } from "../../dev/resp.js";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, commandCalls, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "./stack.js";
+import { call, commandCalls, startWorker, type DemoOrigin, type RedisStack, useStack } from "./stack.js";
 
 const SECRET = "test-jwt-secret-0123456789";
 const hour = { period: "1h" };
@@ -12,13 +12,50 @@ const SLUICE: SluiceInput = {
   timeout_ms: 1_000,
   routes: [
     { name: "me", match: "/me", limits: [{ name: "per-user", key: "jwt:sub", rate: 2, ...hour }] },
-    { name: "strict-me", match: "/strict-me", limits: [{ name: "per-user", key: "jwt:sub", rate: 2, ...hour, missing: "reject" }] },
-    { name: "plans", match: "/plans", limits: [{ name: "per-plan", key: "jwt:sub", tier: "jwt:plan", rates: { free: "2/1h", premium: "5/1h" }, rate: 1, ...hour }] },
+    {
+      name: "strict-me",
+      match: "/strict-me",
+      limits: [{ name: "per-user", key: "jwt:sub", rate: 2, ...hour, missing: "reject" }],
+    },
+    {
+      name: "plans",
+      match: "/plans",
+      limits: [
+        {
+          name: "per-plan",
+          key: "jwt:sub",
+          tier: "jwt:plan",
+          rates: { free: "2/1h", premium: "5/1h" },
+          rate: 1,
+          ...hour,
+        },
+      ],
+    },
     { name: "quota", match: "/quota", peek: "plans" },
-    { name: "weighted", match: "/weighted", limits: [{ name: "units", key: "ip", rate: 10, ...hour, cost: "header:x-cost", max_cost: 5 }] },
-    { name: "keyed", match: "/keyed", limits: [{ name: "per-key", key: "header:x-api-key", rate: 1, ...hour, missing: "skip" }] },
-    { name: "paced", match: "/paced", limits: [{ name: "smooth", key: "ip", algorithm: "leaky_bucket", rate: 2, period: "1s", burst: 3, max_delay: "2s" }] },
-    { name: "bursty", match: "/bursty", limits: [{ name: "smooth", key: "ip", algorithm: "leaky_bucket", rate: 10, period: "1s", burst: 3, nodelay: true }] },
+    {
+      name: "weighted",
+      match: "/weighted",
+      limits: [{ name: "units", key: "ip", rate: 10, ...hour, cost: "header:x-cost", max_cost: 5 }],
+    },
+    {
+      name: "keyed",
+      match: "/keyed",
+      limits: [{ name: "per-key", key: "header:x-api-key", rate: 1, ...hour, missing: "skip" }],
+    },
+    {
+      name: "paced",
+      match: "/paced",
+      limits: [
+        { name: "smooth", key: "ip", algorithm: "leaky_bucket", rate: 2, period: "1s", burst: 3, max_delay: "2s" },
+      ],
+    },
+    {
+      name: "bursty",
+      match: "/bursty",
+      limits: [
+        { name: "smooth", key: "ip", algorithm: "leaky_bucket", rate: 10, period: "1s", burst: 3, nodelay: true },
+      ],
+    },
     {
       name: "mixed",
       match: "/mixed",
@@ -32,23 +69,20 @@ const SLUICE: SluiceInput = {
   ],
 };
 
+const rig = useStack({ sluice: SLUICE, bindings: { SLUICE_JWT_SECRET: SECRET } });
 let stack: RedisStack;
 let origin: DemoOrigin;
 let mf: Miniflare;
-
-beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
-  mf = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url, bindings: { SLUICE_JWT_SECRET: SECRET } });
-  await mf.ready;
-});
-afterAll(async () => {
-  await mf?.dispose();
-  await Promise.all([stack?.stop(), origin?.close()]);
+beforeAll(() => {
+  ({ stack, origin, mf } = rig);
 });
 
 const now = () => Math.floor(Date.now() / 1000);
-const token = (claims: Record<string, unknown>, secret = SECRET) => sign({ exp: now() + 600, ...claims }, secret, "HS256");
-const bearer = async (claims: Record<string, unknown>, secret?: string) => ({ authorization: `Bearer ${await token(claims, secret)}` });
+const token = (claims: Record<string, unknown>, secret = SECRET) =>
+  sign({ exp: now() + 600, ...claims }, secret, "HS256");
+const bearer = async (claims: Record<string, unknown>, secret?: string) => ({
+  authorization: `Bearer ${await token(claims, secret)}`,
+});
 
 describe("JWT identities", () => {
   it("a valid token keys the bucket on its claim, whatever the IP", async () => {
@@ -60,7 +94,10 @@ describe("JWT identities", () => {
   });
 
   it.each([
-    ["expired", async () => ({ authorization: `Bearer ${await sign({ sub: "alice", exp: now() - 60 }, SECRET, "HS256")}` })],
+    [
+      "expired",
+      async () => ({ authorization: `Bearer ${await sign({ sub: "alice", exp: now() - 60 }, SECRET, "HS256")}` }),
+    ],
     ["signed with another key", () => bearer({ sub: "alice" }, "not-the-secret")],
     ["not a JWT", async () => ({ authorization: "Bearer not.a.jwt" })],
     ["not a bearer token", async () => ({ authorization: "Basic YTpi" })],
@@ -90,8 +127,17 @@ describe("JWT identities", () => {
 describe("JWKS", () => {
   it("verifies RS256 tokens against the keys at jwks_url", async () => {
     const { createServer } = await import("node:http");
-    const pair = (await crypto.subtle.generateKey({ name: "RSASSA-PKCS1-v1_5", modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: "SHA-256" }, true, ["sign", "verify"])) as CryptoKeyPair;
-    const publicJwk = { ...(await crypto.subtle.exportKey("jwk", pair.publicKey)), kid: "k1", alg: "RS256", use: "sig" };
+    const pair = (await crypto.subtle.generateKey(
+      { name: "RSASSA-PKCS1-v1_5", modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: "SHA-256" },
+      true,
+      ["sign", "verify"],
+    )) as CryptoKeyPair;
+    const publicJwk = {
+      ...(await crypto.subtle.exportKey("jwk", pair.publicKey)),
+      kid: "k1",
+      alg: "RS256",
+      use: "sig",
+    };
     const privateJwk = { ...(await crypto.subtle.exportKey("jwk", pair.privateKey)), kid: "k1", alg: "RS256" };
     let fetched = 0;
     const server = createServer((_, res) => {
@@ -163,7 +209,10 @@ describe("weighted costs", () => {
 describe("leaky bucket in the Worker", () => {
   it("spaces requests at the rate: each waits for its slot, and past the burst they are refused", async () => {
     const results = await Promise.all(Array.from({ length: 5 }, () => call(mf, "/paced", { ip: "10.0.5.1" })));
-    const delays = results.filter((r) => r.status === 200).map((r) => Number(r.headers.get("sluice-delay-ms") ?? 0)).sort((a, b) => a - b);
+    const delays = results
+      .filter((r) => r.status === 200)
+      .map((r) => Number(r.headers.get("sluice-delay-ms") ?? 0))
+      .sort((a, b) => a - b);
     // slot k is k × 500 ms after the first, less the moments between the arrivals
     expect(delays).toHaveLength(4);
     delays.forEach((d, k) => {

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RespClient } from "../../dev/resp.js";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { bucketKey, hashIdentifier } from "../../src/keys/hash.js";
-import { call, startOrigin, startRedisStack, startWorker, TOKEN, type DemoOrigin, type RedisStack, sleep } from "./stack.js";
+import { call, startWorker, TOKEN, type DemoOrigin, type RedisStack, sleep, useStack } from "./stack.js";
 
 const regions = { us: { continents: ["NA"] }, eu: { continents: ["EU"], colos: ["DME"] }, ap: { continents: ["AS"] } };
 const SLUICE: SluiceInput = {
@@ -14,7 +14,11 @@ const SLUICE: SluiceInput = {
   regions,
   routes: [
     { name: "regional", match: "/regional", limits: [{ name: "per-ip", rate: 1, period: "1h", burst: 2 }] },
-    { name: "world", match: "/world", limits: [{ name: "all", key: "global", rate: 1, period: "1h", burst: 3, scope: "global" }] },
+    {
+      name: "world",
+      match: "/world",
+      limits: [{ name: "all", key: "global", rate: 1, period: "1h", burst: 3, scope: "global" }],
+    },
     {
       name: "mixed",
       match: "/mixed",
@@ -31,13 +35,20 @@ const SLUICE: SluiceInput = {
         { name: "site", key: "global", rate: 1, period: "1h", burst: 10, scope: "global" },
       ],
     },
-    { name: "provider", match: "/provider", limits: [{ name: "sms", key: "global", rate: 90, period: "1h", scope: "split" }] },
+    {
+      name: "provider",
+      match: "/provider",
+      limits: [{ name: "sms", key: "global", rate: 90, period: "1h", scope: "split" }],
+    },
   ],
 };
 const EU = { continent: "EU", colo: "FRA" };
 const US = { continent: "NA", colo: "IAD" };
 const AP = { continent: "AS", colo: "NRT" };
 
+// the EU region's own Redis; the home one comes with the origin
+const euRig = useStack({ origin: false });
+const rig = useStack();
 let home: RedisStack;
 let eu: RedisStack;
 let origin: DemoOrigin;
@@ -48,20 +59,20 @@ let euResp: RespClient;
 const bindingsFor = (euUrl: string) => ({ UPSTASH_REDIS_REST_URL_EU: euUrl, UPSTASH_REDIS_REST_TOKEN_EU: TOKEN });
 
 beforeAll(async () => {
-  [home, eu, origin] = await Promise.all([startRedisStack(), startRedisStack(), startOrigin()]);
+  ({ stack: home, origin } = rig);
+  eu = euRig.stack;
   homeResp = RespClient.fromUrl(home.redis.url);
   euResp = RespClient.fromUrl(eu.redis.url);
-  mf = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: home.bridge.url, bindings: bindingsFor(eu.bridge.url) });
+  mf = rig.worker({ sluice: SLUICE, bindings: bindingsFor(eu.bridge.url) });
   await mf.ready;
 });
-afterAll(async () => {
+afterAll(() => {
   homeResp?.close();
   euResp?.close();
-  await mf?.dispose();
-  await Promise.all([home?.stop(), eu?.stop(), origin?.close()]);
 });
 
-const keys = async (r: RespClient, pattern: string) => ((await r.send(["KEYS", pattern])) as Buffer[]).map(String).sort();
+const keys = async (r: RespClient, pattern: string) =>
+  ((await r.send(["KEYS", pattern])) as Buffer[]).map(String).sort();
 const get = async (r: RespClient, key: string) => {
   const v = await r.send(["GET", key]);
   return v === null ? null : String(v);
@@ -100,7 +111,9 @@ describe("scope = global", () => {
     const refusedEu = await call(mf, "/world", { ip: "203.0.113.33", cf: EU });
     const refusedUs = await call(mf, "/world", { ip: "203.0.113.34", cf: US });
     expect([refusedEu.status, refusedUs.status]).toEqual([429, 429]);
-    expect(await keys(homeResp, "g:world:*")).toEqual([bucketKey("g", "world", "all", await hashIdentifier(JSON.stringify([["global", "*"]])))]);
+    expect(await keys(homeResp, "g:world:*")).toEqual([
+      bucketKey("g", "world", "all", await hashIdentifier(JSON.stringify([["global", "*"]]))),
+    ]);
     expect(await keys(euResp, "g:world:*")).toEqual([]);
   });
 
@@ -125,7 +138,8 @@ describe("scope = global", () => {
   it("in the home region, regional and global limits go in one call to one Redis", async () => {
     // requests carrying the script: the isolate's off-path ones (its copy of the route's overrides,
     // the lists, the metrics) are not part of a decision
-    const calls = (b: RedisStack["bridge"]) => (b.counts().requestsWith.evalsha ?? 0) + (b.counts().requestsWith.eval ?? 0);
+    const calls = (b: RedisStack["bridge"]) =>
+      (b.counts().requestsWith.evalsha ?? 0) + (b.counts().requestsWith.eval ?? 0);
     const before = calls(home.bridge);
     expect((await call(mf, "/home-mixed", { ip: "203.0.113.50", cf: US })).status).toBe(200);
     expect(calls(home.bridge) - before).toBe(1);
@@ -147,7 +161,8 @@ describe("scope = split", () => {
 
     await sleep(3_100);
     await (await mf.getWorker()).scheduled({ cron: "* * * * *" });
-    const share = async (r: RespClient, region: string) => (await get(r, `g:provider:sms:share:${region}`))?.split(":").map(Number) as [number, number];
+    const share = async (r: RespClient, region: string) =>
+      (await get(r, `g:provider:sms:share:${region}`))?.split(":").map(Number) as [number, number];
     const [euRate, euBurst] = await share(euResp, "eu");
     const [usRate, usBurst] = await share(homeResp, "us");
     const [apRate, apBurst] = await share(homeResp, "ap");
@@ -167,9 +182,19 @@ describe("scope = split", () => {
   });
 
   it("a region the rebalancer cannot reach keeps its last share, and the others split only what is left", async () => {
-    const record = async () => Object.fromEntries(((await homeResp.send(["HGETALL", "g:provider:sms:shares"])) as Buffer[]).map(String).reduce<string[][]>((acc, v, i) => (i % 2 ? (acc[acc.length - 1]!.push(v), acc) : [...acc, [v]]), []));
+    const record = async () =>
+      Object.fromEntries(
+        ((await homeResp.send(["HGETALL", "g:provider:sms:shares"])) as Buffer[])
+          .map(String)
+          .reduce<string[][]>((acc, v, i) => (i % 2 ? (acc[acc.length - 1]!.push(v), acc) : [...acc, [v]]), []),
+      );
     const before = await record();
-    const cutOff = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: home.bridge.url, bindings: bindingsFor("http://127.0.0.1:9") });
+    const cutOff = startWorker({
+      sluice: SLUICE,
+      origin: origin.url,
+      redisRestUrl: home.bridge.url,
+      bindings: bindingsFor("http://127.0.0.1:9"),
+    });
     try {
       for (let i = 0; i < 20; i++) await call(cutOff, "/provider", { ip: `10.5.0.${i}`, cf: US });
       await sleep(3_100);
@@ -186,7 +211,12 @@ describe("scope = split", () => {
   });
 
   it("requests nudge the rebalancer through waitUntil, at most once per interval, without the cron", async () => {
-    const nudged = startWorker({ sluice: { ...SLUICE, key_prefix: "n" }, origin: origin.url, redisRestUrl: home.bridge.url, bindings: bindingsFor(eu.bridge.url) });
+    const nudged = startWorker({
+      sluice: { ...SLUICE, key_prefix: "n" },
+      origin: origin.url,
+      redisRestUrl: home.bridge.url,
+      bindings: bindingsFor(eu.bridge.url),
+    });
     try {
       await call(nudged, "/provider", { ip: "10.6.0.1", cf: EU }); // a fresh isolate waits one interval
       await sleep(300);
@@ -206,13 +236,19 @@ describe("scope = split", () => {
   });
 
   it("a far home Redis: the budget follows its round trip, for global limits from a far region and at home alike", async () => {
-    const far = startWorker({ sluice: { ...SLUICE, key_prefix: "far", timeout_ms: 50, on_store_error: "open" }, origin: origin.url, redisRestUrl: home.bridge.url, bindings: bindingsFor(eu.bridge.url) });
+    const far = startWorker({
+      sluice: { ...SLUICE, key_prefix: "far", timeout_ms: 50, on_store_error: "open" },
+      origin: origin.url,
+      redisRestUrl: home.bridge.url,
+      bindings: bindingsFor(eu.bridge.url),
+    });
     home.bridge.setLatency(120);
     try {
       const r = await call(far, "/world", { ip: "203.0.113.60", cf: EU });
       expect(r.headers.get("sluice-decision")).toBe("allow"); // 120 ms > timeout_ms: the first call has the ceiling
       // the same database from home: no budget per region any more, one per store, from its round trip
-      for (const ip of ["203.0.113.61", "203.0.113.62"]) { // the bucket holds 3
+      for (const ip of ["203.0.113.61", "203.0.113.62"]) {
+        // the bucket holds 3
         expect((await call(far, "/world", { ip, cf: US })).headers.get("sluice-decision")).toBe("allow");
       }
     } finally {

@@ -1,9 +1,9 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Miniflare } from "miniflare";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, startRedisStack, startWorker, type RedisStack, sleep } from "./stack.js";
+import { call, sleep, useStack } from "./stack.js";
 
 const ADMIN = "session-admin-token-0123";
 const session = (extra: Record<string, unknown> = {}) => ({ key: "header:x-session-id", ...extra });
@@ -63,29 +63,39 @@ async function startFencedOrigin(): Promise<FencedOrigin> {
   return o;
 }
 
-let stack: RedisStack;
-let origin: FencedOrigin;
-let workers: Miniflare[];
-let mf: Miniflare;
-
-beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startFencedOrigin()]);
-  workers = [0, 1, 2].map(() => startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } }));
-  mf = workers[0] as Miniflare;
-  await Promise.all(workers.map((w) => w.ready));
+const rig = useStack({
+  sluice: SLUICE,
+  instances: 3,
+  bindings: { SLUICE_ADMIN_TOKEN: ADMIN },
+  origin: async () => {
+    const o = await startFencedOrigin();
+    // the same object, not a copy: the origin counts `overlaps` on it
+    return Object.assign(o, { close: () => new Promise<void>((r) => o.server.close(() => r())) });
+  },
 });
-afterAll(async () => {
-  await Promise.all(workers.map((w) => w.dispose()));
-  await Promise.all([stack?.stop(), new Promise((r) => origin?.server.close(r))]);
+let origin: FencedOrigin;
+let workers: readonly Miniflare[];
+let mf: Miniflare;
+beforeAll(() => {
+  ({ origin, workers, mf } = rig);
 });
 
 const post = (w: Miniflare, path: string, sessionId: string, headers: Record<string, string> = {}) =>
-  call(w, path, { method: "POST", body: "{}", headers: { "content-type": "application/json", "x-session-id": sessionId, ...headers } });
-const ledger = async () => (await call(mf, "/__sluice/ledger?count=2000", { headers: { authorization: `Bearer ${ADMIN}` } })).json().entries as Array<Record<string, string>>;
+  call(w, path, {
+    method: "POST",
+    body: "{}",
+    headers: { "content-type": "application/json", "x-session-id": sessionId, ...headers },
+  });
+const ledger = async () =>
+  (await call(mf, "/__sluice/ledger?count=2000", { headers: { authorization: `Bearer ${ADMIN}` } })).json()
+    .entries as Array<Record<string, string>>;
 
 describe("exclusive sessions", () => {
   it("two different calls of one session through different Workers: one reaches the origin, the other is refused", async () => {
-    const both = await Promise.all([post(workers[0]!, "/orders?delay=300", "s-1"), sleep(50).then(() => post(workers[1]!, "/payments?delay=300", "s-1"))]);
+    const both = await Promise.all([
+      post(workers[0]!, "/orders?delay=300", "s-1"),
+      sleep(50).then(() => post(workers[1]!, "/payments?delay=300", "s-1")),
+    ]);
     // whichever took the lock first went through; the other was refused
     const a = both.find((r) => r.status === 200);
     const b = both.find((r) => r.status === 409);
@@ -104,7 +114,9 @@ describe("exclusive sessions", () => {
   it("20 sessions × 10 parallel calls with wait: no overlap within a session, full parallelism across them", async () => {
     const sessions = Array.from({ length: 20 }, (_, i) => `p-${i}`);
     const started = Date.now();
-    const results = await Promise.all(sessions.flatMap((s) => Array.from({ length: 10 }, (_, j) => post(workers[j % 3]!, `/patient/${j}?delay=50`, s))));
+    const results = await Promise.all(
+      sessions.flatMap((s) => Array.from({ length: 10 }, (_, j) => post(workers[j % 3]!, `/patient/${j}?delay=50`, s))),
+    );
     const wall = Date.now() - started;
     expect(results.filter((r) => r.status !== 200).map((r) => `${r.status} ${r.text.slice(0, 120)}`)).toEqual([]);
     const calls = origin.calls.filter((c) => c.session.startsWith("p-"));
@@ -119,8 +131,14 @@ describe("exclusive sessions", () => {
     }
     const serial = calls.reduce((n, c) => n + (c.end - c.start), 0);
     // the most sessions at the origin at one moment: calls of different sessions do run together
-    const concurrent = Math.max(...calls.map((c) => new Set(calls.filter((d) => d.start <= c.start && d.end > c.start).map((d) => d.session)).size));
-    console.log(`session figures: 20 sessions × 10 calls, overlaps within a session ${origin.overlaps}, up to ${concurrent} sessions at the origin at once, wall ${wall} ms vs ${serial} ms of origin time serially (${(serial / wall).toFixed(1)}× parallel)`);
+    const concurrent = Math.max(
+      ...calls.map(
+        (c) => new Set(calls.filter((d) => d.start <= c.start && d.end > c.start).map((d) => d.session)).size,
+      ),
+    );
+    console.log(
+      `session figures: 20 sessions × 10 calls, overlaps within a session ${origin.overlaps}, up to ${concurrent} sessions at the origin at once, wall ${wall} ms vs ${serial} ms of origin time serially (${(serial / wall).toFixed(1)}× parallel)`,
+    );
     expect(concurrent).toBeGreaterThanOrEqual(5);
     expect(wall).toBeLessThan(serial / 1.5);
   }, 60_000);
@@ -166,6 +184,13 @@ describe("exclusive sessions", () => {
 
   it("every grant, release, takeover and refusal is in the ledger", async () => {
     const events = new Set((await ledger()).map((e) => e.event));
-    for (const e of ["session_grant", "session_release", "session_takeover", "session_refused", "session_stale_release"]) expect(events, e).toContain(e);
+    for (const e of [
+      "session_grant",
+      "session_release",
+      "session_takeover",
+      "session_refused",
+      "session_stale_release",
+    ])
+      expect(events, e).toContain(e);
   });
 });

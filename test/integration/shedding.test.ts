@@ -1,7 +1,7 @@
 import type { Miniflare } from "miniflare";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack, sleep } from "./stack.js";
+import { call, startWorker, type DemoOrigin, type RedisStack, sleep, useStack } from "./stack.js";
 
 const once = [{ name: "once", key: "path", rate: 1, period: "1h" }];
 const SLUICE: SluiceInput = {
@@ -10,7 +10,13 @@ const SLUICE: SluiceInput = {
   routes: [
     { name: "shop", match: "/shop/*", on_limit: "fallback", limits: once },
     { name: "brief", match: "/brief/*", on_limit: "fallback", fallback_ttl: "1s", limits: once },
-    { name: "sale", match: "/sale/*", on_limit: "fallback", fallback: { status: 200, content_type: "text/html", body: "<h1>Sold out</h1>" }, limits: once },
+    {
+      name: "sale",
+      match: "/sale/*",
+      on_limit: "fallback",
+      fallback: { status: 200, content_type: "text/html", body: "<h1>Sold out</h1>" },
+      limits: once,
+    },
     {
       name: "sms",
       match: "/sms",
@@ -19,26 +25,35 @@ const SLUICE: SluiceInput = {
       queue: { max_body: 64, headers: ["content-type", "x-campaign"], max_retries: 2 },
       limits: [{ name: "provider", key: "global", rate: 10, period: "1s", burst: 5 }],
     },
-    { name: "flaky", match: "/flaky", on_limit: "queue", queue: { max_retries: 2 }, limits: [{ name: "one", key: "global", rate: 5, period: "1s", burst: 1 }] },
-    { name: "fragile", match: "/fragile", breaker: { window: "10s", min_requests: 4, error_ratio: 0.5, cooldown: "1s", probes: 2 } },
-    { name: "shielded", match: "/shielded", fallback: { status: 200, content_type: "text/plain", body: "back soon" }, breaker: { min_requests: 2, cooldown: "5s" } },
+    {
+      name: "flaky",
+      match: "/flaky",
+      on_limit: "queue",
+      queue: { max_retries: 2 },
+      limits: [{ name: "one", key: "global", rate: 5, period: "1s", burst: 1 }],
+    },
+    {
+      name: "fragile",
+      match: "/fragile",
+      breaker: { window: "10s", min_requests: 4, error_ratio: 0.5, cooldown: "1s", probes: 2 },
+    },
+    {
+      name: "shielded",
+      match: "/shielded",
+      fallback: { status: 200, content_type: "text/plain", body: "back soon" },
+      breaker: { min_requests: 2, cooldown: "5s" },
+    },
     { name: "shared", match: "/shared", breaker: { min_requests: 2, cooldown: "5s", shared: true } },
     { name: "slow", match: "/slow", origin_timeout: "200ms" },
   ],
 };
 
+const rig = useStack({ sluice: SLUICE, queues: true });
 let stack: RedisStack;
 let origin: DemoOrigin;
 let mf: Miniflare;
-
-beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
-  mf = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url, queues: true });
-  await mf.ready;
-});
-afterAll(async () => {
-  await mf?.dispose();
-  await Promise.all([stack?.stop(), origin?.close()]);
+beforeAll(() => {
+  ({ stack, origin, mf } = rig);
 });
 
 const hits = (path: string) => origin.seen.filter((s) => s.path === path).length;
@@ -109,7 +124,13 @@ describe("on_limit = fallback", () => {
 describe("on_limit = queue", () => {
   it("queues what the limit sheds and delivers every job exactly once, never faster than the limit", async () => {
     const sent = await Promise.all(
-      Array.from({ length: 40 }, (_, i) => call(mf, "/sms", { method: "POST", body: `msg-${i}`, headers: { "content-type": "text/plain", "x-campaign": "promo", "x-secret": "drop" } })),
+      Array.from({ length: 40 }, (_, i) =>
+        call(mf, "/sms", {
+          method: "POST",
+          body: `msg-${i}`,
+          headers: { "content-type": "text/plain", "x-campaign": "promo", "x-secret": "drop" },
+        }),
+      ),
     );
     const direct = sent.filter((r) => r.status === 200);
     const queued = sent.filter((r) => r.status === 202);
@@ -127,7 +148,9 @@ describe("on_limit = queue", () => {
     const jobIds = seen.map((s) => s.headers["sluice-job-id"]).filter(Boolean);
     expect(new Set(jobIds).size).toBe(queued.length);
     const delivered = seen.filter((s) => s.headers["sluice-job-id"]);
-    expect(delivered.every((s) => s.headers["x-campaign"] === "promo" && s.headers["x-secret"] === undefined)).toBe(true);
+    expect(delivered.every((s) => s.headers["x-campaign"] === "promo" && s.headers["x-secret"] === undefined)).toBe(
+      true,
+    );
 
     // a token bucket of 10/s with burst 5 admits at most 5 + 10·w in any window of w seconds
     const times = seen.map((s) => s.at).sort((a, b) => a - b);
@@ -138,19 +161,28 @@ describe("on_limit = queue", () => {
 
     const perSecond = Math.max(...times.map((t) => times.filter((u) => u >= t && u < t + 1_000).length));
     const seconds = ((times.at(-1) as number) - (times[0] as number)) / 1000;
-    console.log(`queue figures: ${sent.length} messages, ${direct.length} direct, ${queued.length} queued, ${seen.length} delivered, duplicates ${seen.length - new Set(seen.map((s) => s.body)).size}, most in any 1 s window ${perSecond} (limit 10/s, burst 5), ${(seen.length / seconds).toFixed(1)} msg/s over ${seconds.toFixed(1)} s`);
+    console.log(
+      `queue figures: ${sent.length} messages, ${direct.length} direct, ${queued.length} queued, ${seen.length} delivered, duplicates ${seen.length - new Set(seen.map((s) => s.body)).size}, most in any 1 s window ${perSecond} (limit 10/s, burst 5), ${(seen.length / seconds).toFixed(1)} msg/s over ${seconds.toFixed(1)} s`,
+    );
 
     const status = await call(mf, queued[0]!.headers.get("location")!);
     expect(status.json()).toMatchObject({ status: "delivered", origin_status: 200, route: "sms" });
   });
 
   it("refuses to queue a body over max_body with a 413 problem", async () => {
-    const results = await Promise.all(Array.from({ length: 8 }, () => call(mf, "/sms", { method: "POST", body: "x".repeat(100) })));
-    expect(results.some((r) => r.status === 413 && r.headers.get("content-type") === "application/problem+json")).toBe(true);
+    const results = await Promise.all(
+      Array.from({ length: 8 }, () => call(mf, "/sms", { method: "POST", body: "x".repeat(100) })),
+    );
+    expect(results.some((r) => r.status === 413 && r.headers.get("content-type") === "application/problem+json")).toBe(
+      true,
+    );
   });
 
   it("retries a failing origin with backoff, then marks the job failed and dead-letters it", async () => {
-    const [first, second] = await Promise.all([call(mf, "/flaky?status=500", { method: "POST", body: "a" }), call(mf, "/flaky?status=500", { method: "POST", body: "b" })]);
+    const [first, second] = await Promise.all([
+      call(mf, "/flaky?status=500", { method: "POST", body: "a" }),
+      call(mf, "/flaky?status=500", { method: "POST", body: "b" }),
+    ]);
     const job = [first, second].find((r) => r.status === 202);
     expect(job).toBeDefined();
     const location = job!.headers.get("location")!;
@@ -159,7 +191,12 @@ describe("on_limit = queue", () => {
       await sleep(100);
       status = (await call(mf, location)).json();
     }
-    expect(status, JSON.stringify(status)).toMatchObject({ status: "failed", origin_status: 500, failures: 3, dead_letter: true });
+    expect(status, JSON.stringify(status)).toMatchObject({
+      status: "failed",
+      origin_status: 500,
+      failures: 3,
+      dead_letter: true,
+    });
     const jobId = job!.json().job_id;
     expect(origin.seen.filter((s) => s.headers["sluice-job-id"] === jobId)).toHaveLength(3); // 1 + max_retries
   });

@@ -38,26 +38,8 @@ export async function startRedisStack(): Promise<RedisStack> {
  *
  * @example const db = fileRedis(); // then db.redis.get(key), db.stack.bridge.counts()
  */
-export function fileRedis(): { readonly stack: RedisStack; readonly redis: Redis } {
-  let stack: RedisStack | undefined;
-  let redis: Redis | undefined;
-  beforeAll(async () => {
-    stack = await startRedisStack();
-    redis = new Redis({ url: stack.bridge.url, token: TOKEN, enableTelemetry: false, automaticDeserialization: false });
-  });
-  afterAll(() => stack?.stop());
-  const started = <T>(v: T | undefined): T => {
-    if (v === undefined) throw new Error("the file's Redis stack starts in beforeAll");
-    return v;
-  };
-  return {
-    get stack() {
-      return started(stack);
-    },
-    get redis() {
-      return started(redis);
-    },
-  };
+export function fileRedis(): Pick<StackRig, "stack" | "redis"> {
+  return useStack({ origin: false });
 }
 
 export { startOrigin, type DemoOrigin };
@@ -91,7 +73,11 @@ export function startWorker(opts: WorkerOptions): Miniflare {
     bindings,
     ...(opts.listen ? { host: "127.0.0.1", port: 0 } : {}),
     // the Worker's own log lines (one per refused decision) would drown the test output
-    ...(process.env.SLUICE_TEST_LOGS ? {} : { handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => (out.resume(), err.resume()) }),
+    ...(process.env.SLUICE_TEST_LOGS
+      ? {}
+      : {
+          handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => (out.resume(), err.resume()),
+        }),
     ...(opts.queues
       ? {
           queueProducers: { SLUICE_QUEUE: { queueName: "sluice-shed" }, SLUICE_DLQ: { queueName: "sluice-shed-dlq" } },
@@ -104,11 +90,149 @@ export function startWorker(opts: WorkerOptions): Miniflare {
   });
 }
 
+/** What a file or describe block needs around its tests; see {@link useStack}. */
+export interface UseStackOptions {
+  /** The Worker's config. Without it no Worker starts here (a test can still start one with `worker()`). */
+  sluice?: SluiceInput | string;
+  bindings?: Record<string, string>;
+  queues?: boolean;
+  listen?: boolean;
+  /** Identical Workers of that config against the one Redis, as several edge isolates; 1 by default. */
+  instances?: number;
+  /** The demo origin's options, or false for none (the overload below takes an origin of the file's own). */
+  origin?: Parameters<typeof startOrigin>[0] | false;
+  /** Use this Redis stack (the file's, from an outer useStack) instead of starting one; it is left running. */
+  stack?: () => RedisStack;
+}
+
+/** Anything `useStack` can shut down after the tests. */
+export interface Closable {
+  url: string;
+  close(): Promise<void>;
+}
+
+/** The started pieces; each field throws if read before the hooks have run (at collection time). */
+export interface StackRig<O extends Closable = DemoOrigin> {
+  readonly stack: RedisStack;
+  readonly origin: O;
+  /** The first (usually the only) Worker of `sluice`. */
+  readonly mf: Miniflare;
+  /** All `instances` Workers of `sluice`. */
+  readonly workers: readonly Miniflare[];
+  /** An Upstash client through the stack's bridge, replies as Redis sent them. */
+  readonly redis: Redis;
+  /**
+   * One more Worker on this Redis and origin (override either in `opts`), disposed with the rest.
+   * Nothing of the `sluice` Worker's options is inherited: give its bindings again if it needs them.
+   */
+  worker(opts: Omit<WorkerOptions, "origin"> & Partial<Pick<WorkerOptions, "origin">>): Miniflare;
+}
+
+/**
+ * Registers beforeAll/afterAll hooks where it is called (a file's top level, or a describe block)
+ * that start a Redis stack, an origin and the Workers of `sluice` (ready before the first test),
+ * and dispose the Workers, then stop the rest, after the last one.
+ *
+ * @example
+ * const rig = useStack({ sluice: SLUICE, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } });
+ * it("...", async () => expect((await call(rig.mf, "/x")).status).toBe(200));
+ */
+export function useStack(opts?: UseStackOptions): StackRig;
+/** With an origin the file starts itself (`origin.url` is where the Workers forward). */
+export function useStack<O extends Closable>(
+  opts: Omit<UseStackOptions, "origin"> & { origin: () => Promise<O> },
+): StackRig<O>;
+export function useStack(
+  opts: Omit<UseStackOptions, "origin"> & { origin?: UseStackOptions["origin"] | (() => Promise<Closable>) } = {},
+): StackRig<Closable> {
+  let stack: RedisStack | undefined;
+  let origin: Closable | undefined;
+  let redis: Redis | undefined;
+  const workers: Miniflare[] = [];
+  // Workers from `worker()`: kept apart so that `workers` stays the `sluice` instances only
+  const extras: Miniflare[] = [];
+  const ownsStack = opts.stack === undefined;
+
+  const started = <T>(v: T | undefined, what: string): T => {
+    if (v === undefined) throw new Error(`useStack: ${what} is started in beforeAll (and only if asked for)`);
+    return v;
+  };
+  const startAnOrigin = (): Promise<Closable | undefined> => {
+    if (opts.origin === false) return Promise.resolve(undefined);
+    if (typeof opts.origin === "function") return opts.origin();
+    return startOrigin(opts.origin);
+  };
+
+  const rig: StackRig<Closable> = {
+    get stack() {
+      return started(stack, "the Redis stack");
+    },
+    get origin() {
+      return started(origin, "the origin");
+    },
+    get mf() {
+      return started(workers[0], "the sluice Worker");
+    },
+    get workers() {
+      return workers;
+    },
+    get redis() {
+      redis ??= new Redis({
+        url: rig.stack.bridge.url,
+        token: TOKEN,
+        enableTelemetry: false,
+        automaticDeserialization: false,
+      });
+      return redis;
+    },
+    worker(w) {
+      // an explicit `redisRestUrl: undefined` is a Worker with no Redis configured
+      const redisRestUrl = "redisRestUrl" in w ? w.redisRestUrl : rig.stack.bridge.url;
+      const mf = startWorker({ ...w, origin: w.origin ?? rig.origin.url, redisRestUrl });
+      extras.push(mf);
+      return mf;
+    },
+  };
+
+  beforeAll(async () => {
+    // settled one by one, so that what did start is stopped in afterAll when the other fails
+    const [s, o] = await Promise.allSettled([
+      opts.stack ? Promise.resolve(opts.stack()) : startRedisStack(),
+      startAnOrigin(),
+    ]);
+    if (s.status === "fulfilled") stack = s.value;
+    if (o.status === "fulfilled") origin = o.value;
+    if (s.status === "rejected") throw s.reason;
+    if (o.status === "rejected") throw o.reason;
+    if (opts.sluice === undefined) return;
+    const { sluice, bindings, queues, listen } = opts;
+    for (let i = 0; i < (opts.instances ?? 1); i++) {
+      workers.push(
+        startWorker({ sluice, origin: rig.origin.url, redisRestUrl: rig.stack.bridge.url, bindings, queues, listen }),
+      );
+    }
+    await Promise.all(workers.map((w) => w.ready));
+  });
+  afterAll(async () => {
+    const disposed = await Promise.allSettled([...workers, ...extras].map((w) => w.dispose()));
+    const stopped = await Promise.allSettled([ownsStack ? stack?.stop() : undefined, origin?.close()]);
+    const failed = [...disposed, ...stopped].find((r) => r.status === "rejected");
+    if (failed) throw failed.reason;
+  });
+  return rig;
+}
+
 /** A request as Cloudflare would deliver it: from a given client IP, at a given place. */
 export async function call(
   mf: Miniflare,
   path: string,
-  init: { method?: string; ip?: string; headers?: Record<string, string>; body?: string; cf?: Record<string, unknown> } = {},
+  init: {
+    method?: string;
+    ip?: string;
+    headers?: Record<string, string>;
+    body?: string;
+    cf?: Record<string, unknown>;
+  } = {},
 ) {
   const res = await mf.dispatchFetch(`http://sluice.test${path}`, {
     method: init.method ?? "GET",
@@ -126,7 +250,9 @@ export async function commandCalls(stack: RedisStack): Promise<Record<string, nu
   const client = RespClient.fromUrl(stack.redis.url);
   try {
     const info = String(await client.send(["INFO", "commandstats"]));
-    return Object.fromEntries([...info.matchAll(/cmdstat_([a-z|_-]+):calls=(\d+)/g)].map((m) => [m[1] as string, Number(m[2])]));
+    return Object.fromEntries(
+      [...info.matchAll(/cmdstat_([a-z|_-]+):calls=(\d+)/g)].map((m) => [m[1] as string, Number(m[2])]),
+    );
   } finally {
     client.close();
   }

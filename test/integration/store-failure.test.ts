@@ -1,11 +1,12 @@
-import { Redis } from "@upstash/redis";
+import type { Redis } from "@upstash/redis";
 import type { Miniflare } from "miniflare";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { startRedis } from "../../dev/redis-process.js";
-import { call, commandCalls, startOrigin, startRedisStack, startWorker, TOKEN, type DemoOrigin, type RedisStack } from "./stack.js";
+import { call, commandCalls, startWorker, type DemoOrigin, type RedisStack, useStack } from "./stack.js";
 
 const routes = [{ name: "r", match: "/*", limits: [{ name: "per-ip", rate: 1000, period: "1s" }] }];
 
+const rig = useStack();
 let stack: RedisStack;
 let origin: DemoOrigin;
 let open: Miniflare;
@@ -13,16 +14,11 @@ let closed: Miniflare;
 let redis: Redis;
 
 beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
-  redis = new Redis({ url: stack.bridge.url, token: TOKEN, enableTelemetry: false, automaticDeserialization: false });
+  ({ stack, origin, redis } = rig);
   // max_timeout_ms = timeout_ms: a fixed budget (no adapting, the first call included), as these tests need
-  open = startWorker({ sluice: { timeout_ms: 100, max_timeout_ms: 100, on_store_error: "open", routes }, origin: origin.url, redisRestUrl: stack.bridge.url });
-  closed = startWorker({ sluice: { timeout_ms: 100, max_timeout_ms: 100, on_store_error: "closed", routes }, origin: origin.url, redisRestUrl: stack.bridge.url });
+  open = rig.worker({ sluice: { timeout_ms: 100, max_timeout_ms: 100, on_store_error: "open", routes } });
+  closed = rig.worker({ sluice: { timeout_ms: 100, max_timeout_ms: 100, on_store_error: "closed", routes } });
   await Promise.all([open.ready, closed.ready]);
-});
-afterAll(async () => {
-  await Promise.all([open?.dispose(), closed?.dispose()]);
-  await Promise.all([stack?.stop(), origin?.close()]);
 });
 
 async function scriptCalls(): Promise<{ evalsha: number; eval: number; http: number }> {

@@ -5,11 +5,19 @@
  * skipped the exactness checks a configured limit gets.
  */
 import type { Miniflare } from "miniflare";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { RespClient } from "../../dev/resp.js";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { hashIdentifier } from "../../src/keys/hash.js";
-import { call, commandCalls, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "../integration/stack.js";
+import {
+  call,
+  commandCalls,
+  startRedisStack,
+  startWorker,
+  type DemoOrigin,
+  type RedisStack,
+  useStack,
+} from "../integration/stack.js";
 
 const ADMIN = "security-admin-token-0123456789";
 const PREFIX = "sa";
@@ -18,22 +26,20 @@ const SLUICE: SluiceInput = {
   timeout_ms: 1_000,
   routes: [
     { name: "Checkout", match: "/checkout/*", limits: [{ name: "PerIP", rate: 2, period: "1h" }] },
-    { name: "windows", match: "/windows/*", limits: [{ name: "sliding", algorithm: "sliding_window", rate: 10, period: "1s" }] },
+    {
+      name: "windows",
+      match: "/windows/*",
+      limits: [{ name: "sliding", algorithm: "sliding_window", rate: 10, period: "1s" }],
+    },
   ],
 };
 
+const rig = useStack({ sluice: SLUICE, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } });
 let stack: RedisStack;
 let origin: DemoOrigin;
 let mf: Miniflare;
-
-beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
-  mf = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } });
-  await mf.ready;
-});
-afterAll(async () => {
-  await mf?.dispose();
-  await Promise.all([stack?.stop(), origin?.close()]);
+beforeAll(() => {
+  ({ stack, origin, mf } = rig);
 });
 
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
@@ -129,7 +135,8 @@ describe("admin names keep their case", () => {
 describe("authentication failures are throttled per client", () => {
   it("10 wrong bearer tokens, then the right one from the same IP is a 429; another IP gets in", async () => {
     const attacker = "198.51.100.7";
-    for (let i = 0; i < 10; i++) expect((await admin("/config", { ip: attacker, token: `guess-${i}` })).status).toBe(401);
+    for (let i = 0; i < 10; i++)
+      expect((await admin("/config", { ip: attacker, token: `guess-${i}` })).status).toBe(401);
     const right = await admin("/config", { ip: attacker });
     expect(right.status).toBe(429);
     expect(right.headers.get("content-type")).toBe("application/problem+json");
@@ -173,7 +180,9 @@ describe("authentication failures are throttled per client", () => {
 
   it("guesses sent all at once: no more than 10 of them are compared", async () => {
     const ip = "198.51.100.12";
-    const statuses = (await Promise.all(Array.from({ length: 30 }, (_, i) => admin("/config", { ip, token: `guess-${i}` })))).map((r) => r.status);
+    const statuses = (
+      await Promise.all(Array.from({ length: 30 }, (_, i) => admin("/config", { ip, token: `guess-${i}` })))
+    ).map((r) => r.status);
     expect(statuses.filter((s) => s === 401).length).toBeLessThanOrEqual(10);
     expect(statuses.filter((s) => s !== 401 && s !== 429)).toEqual([]);
     expect((await admin("/config", { ip })).status).toBe(429);
@@ -181,7 +190,12 @@ describe("authentication failures are throttled per client", () => {
 
   it("Redis down: no 500, the throttle stays on in the isolate, and a new client is still counted", async () => {
     const own = await startRedisStack();
-    const worker = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: own.bridge.url, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } });
+    const worker = startWorker({
+      sluice: SLUICE,
+      origin: origin.url,
+      redisRestUrl: own.bridge.url,
+      bindings: { SLUICE_ADMIN_TOKEN: ADMIN },
+    });
     try {
       await worker.ready;
       const get = (ip: string, token: string) => call(worker, "/__sluice/config", { ip, headers: bearer(token) });
@@ -202,7 +216,8 @@ describe("authentication failures are throttled per client", () => {
 });
 
 describe("overrides are checked for exactness like configured limits", () => {
-  const put = (body: Record<string, unknown>) => admin("/overrides", { method: "PUT", body: { route: "Checkout", limit: "PerIP", ttl: "1m", ...body } });
+  const put = (body: Record<string, unknown>) =>
+    admin("/overrides", { method: "PUT", body: { route: "Checkout", limit: "PerIP", ttl: "1m", ...body } });
 
   it("a rate, burst or period decide.lua cannot count exactly is a 400 naming the field, and nothing is stored", async () => {
     // 7 per 100000 days: one token is 8.64e15 µs-units, 7 of them pass Number.MAX_SAFE_INTEGER
@@ -221,6 +236,8 @@ describe("overrides are checked for exactness like configured limits", () => {
     expect((await admin("/overrides")).json().overrides).toEqual([]);
 
     expect((await put({ rate: 7, period: "1d" })).status).toBe(200); // an exact one still goes in
-    expect((await admin("/overrides", { method: "DELETE", body: { route: "Checkout", limit: "PerIP" } })).status).toBe(200);
+    expect((await admin("/overrides", { method: "DELETE", body: { route: "Checkout", limit: "PerIP" } })).status).toBe(
+      200,
+    );
   });
 });

@@ -3,16 +3,21 @@
  * path as the origin saw it, query, variant) it came from, and never when it was personal.
  */
 import type { Miniflare } from "miniflare";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, sleep, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "../integration/stack.js";
+import { call, sleep, useStack } from "../integration/stack.js";
 
 const perPath = [{ name: "once", key: "path", rate: 1, period: "1h" }];
 const SLUICE: SluiceInput = {
   key_prefix: "sf",
   timeout_ms: 2_000,
   routes: [
-    { name: "page", match: "/page/*", on_limit: "fallback", limits: [{ name: "once", key: "ip", rate: 1, period: "1h" }] },
+    {
+      name: "page",
+      match: "/page/*",
+      on_limit: "fallback",
+      limits: [{ name: "once", key: "ip", rate: 1, period: "1h" }],
+    },
     { name: "acct", match: "/acct/*", on_limit: "fallback", limits: perPath },
     { name: "shop", match: "/shop/*", on_limit: "fallback", limits: perPath },
   ],
@@ -21,23 +26,25 @@ const SLUICE: SluiceInput = {
 const SHARED_COOKIES: SluiceInput = {
   key_prefix: "sfc",
   timeout_ms: 2_000,
-  routes: [{ name: "cookie-shared", match: "/shared-acct/*", on_limit: "fallback", fallback_cookies: "shared", limits: perPath }],
+  routes: [
+    {
+      name: "cookie-shared",
+      match: "/shared-acct/*",
+      on_limit: "fallback",
+      fallback_cookies: "shared",
+      limits: perPath,
+    },
+  ],
 };
 
-let stack: RedisStack;
-let origin: DemoOrigin;
+const rig = useStack({ sluice: SLUICE });
 let mf: Miniflare;
 let sharedCookies: Miniflare;
 
 beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
-  mf = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url });
-  sharedCookies = startWorker({ sluice: SHARED_COOKIES, origin: origin.url, redisRestUrl: stack.bridge.url });
-  await Promise.all([mf.ready, sharedCookies.ready]);
-});
-afterAll(async () => {
-  await Promise.all([mf?.dispose(), sharedCookies?.dispose()]);
-  await Promise.all([stack?.stop(), origin?.close()]);
+  mf = rig.mf;
+  sharedCookies = rig.worker({ sluice: SHARED_COOKIES });
+  await sharedCookies.ready;
 });
 
 type Answer = Awaited<ReturnType<typeof call>>;
@@ -101,16 +108,23 @@ describe("4. responses to authenticated requests are not shared", () => {
     const pub = await call(mf, path, { ip: A, headers: { authorization: "Bearer alice" } });
     expect(pub.headers.get("sluice-decision"), show(pub)).toBe("allow");
     const shared = await untilFallback(() => call(mf, path, { ip: B }));
-    expect(shared.headers.get("sluice-decision"), `a public answer is a fallback copy: ${show(shared)}`).toBe("fallback");
+    expect(shared.headers.get("sluice-decision"), `a public answer is a fallback copy: ${show(shared)}`).toBe(
+      "fallback",
+    );
     expect(shared.text).toBe(pub.text);
 
     // fallback_cookies = "shared": the cookie page is kept, the Authorization one still is not
     const cookiePage = await at(sharedCookies, "http://sluice.test/shared-acct/home", A, { cookie: "session=alice" });
     expect(cookiePage.headers.get("sluice-decision"), show(cookiePage)).toBe("allow");
     const cookieCopy = await untilFallback(() => at(sharedCookies, "http://sluice.test/shared-acct/home", B));
-    expect(cookieCopy.headers.get("sluice-decision"), `fallback_cookies = "shared" keeps the cookie request's copy: ${show(cookieCopy)}`).toBe("fallback");
+    expect(
+      cookieCopy.headers.get("sluice-decision"),
+      `fallback_cookies = "shared" keeps the cookie request's copy: ${show(cookieCopy)}`,
+    ).toBe("fallback");
     expect(cookieCopy.text).toBe(cookiePage.text);
-    const authPage = await at(sharedCookies, "http://sluice.test/shared-acct/auth", A, { authorization: "Bearer alice" });
+    const authPage = await at(sharedCookies, "http://sluice.test/shared-acct/auth", A, {
+      authorization: "Bearer alice",
+    });
     expect(authPage.headers.get("sluice-decision"), show(authPage)).toBe("allow");
     await sleep(400);
     const authCopy = await at(sharedCookies, "http://sluice.test/shared-acct/auth", B);

@@ -8,7 +8,7 @@ import type { AddressInfo } from "node:net";
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, sleep, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "../integration/stack.js";
+import { call, sleep, startWorker, type DemoOrigin, type RedisStack, useStack } from "../integration/stack.js";
 import { portOf, rawRequest, type RawHeader, type RawResponse } from "../support/raw-http.js";
 
 const ADMIN = "security-admin-token-0123456789";
@@ -75,6 +75,7 @@ async function startInterimOrigin(): Promise<InterimOrigin> {
   };
 }
 
+const rig = useStack({ sluice: SLUICE, queues: true, listen: true, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } });
 let stack: RedisStack;
 let origin: DemoOrigin;
 let interimOrigin: InterimOrigin;
@@ -83,10 +84,15 @@ let interimWorker: Miniflare;
 let port: number;
 
 beforeAll(async () => {
-  [stack, origin, interimOrigin] = await Promise.all([startRedisStack(), startOrigin(), startInterimOrigin()]);
-  mf = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url, queues: true, listen: true, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } });
+  ({ stack, origin, mf } = rig);
+  interimOrigin = await startInterimOrigin();
+  // started and stopped here rather than by the rig: the Worker goes before its origin does
   interimWorker = startWorker({
-    sluice: { key_prefix: "sgi", timeout_ms: 2_000, routes: [{ name: "interim", match: "/interim", methods: ["POST"], idempotency: { on_origin_error: "release" } }] },
+    sluice: {
+      key_prefix: "sgi",
+      timeout_ms: 2_000,
+      routes: [{ name: "interim", match: "/interim", methods: ["POST"], idempotency: { on_origin_error: "release" } }],
+    },
     origin: interimOrigin.url,
     redisRestUrl: stack.bridge.url,
   });
@@ -94,12 +100,16 @@ beforeAll(async () => {
   await interimWorker.ready;
 });
 afterAll(async () => {
-  await Promise.all([mf?.dispose(), interimWorker?.dispose()]);
-  await Promise.all([stack?.stop(), origin?.close(), interimOrigin?.close()]);
+  await interimWorker?.dispose();
+  await interimOrigin?.close();
 });
 
-const raw = (method: string, target: string, headers: RawHeader[], extra: { body?: string | Buffer; chunked?: boolean; awaitContinueMs?: number; timeoutMs?: number } = {}) =>
-  rawRequest({ port, method, target, headers, ...extra });
+const raw = (
+  method: string,
+  target: string,
+  headers: RawHeader[],
+  extra: { body?: string | Buffer; chunked?: boolean; awaitContinueMs?: number; timeoutMs?: number } = {},
+) => rawRequest({ port, method, target, headers, ...extra });
 const show = (r: RawResponse) => `${r.status} ${r.headers["sluice-decision"] ?? "-"} ${r.text.slice(0, 300)}`;
 const seenWith = (key: string) => origin.seen.filter((s) => s.headers["idempotency-key"] === key);
 
@@ -119,7 +129,9 @@ describe("1. Expect: 100-continue never runs a side effect twice", () => {
         { body, awaitContinueMs: 1_000 },
       );
     const first = await send();
-    console.log(`Expect: 100-continue: interim responses sluice's listener sent the client: ${JSON.stringify(first.interim)}; final ${first.status}`);
+    console.log(
+      `Expect: 100-continue: interim responses sluice's listener sent the client: ${JSON.stringify(first.interim)}; final ${first.status}`,
+    );
     expect(first.status, `first answer: ${show(first)}`).toBe(200);
     expect(first.json()).toMatchObject({ origin: "demo", path: "/orders", body });
     const seen = seenWith("k-expect-1");
@@ -142,17 +154,26 @@ describe("1. Expect: 100-continue never runs a side effect twice", () => {
     const failures: string[] = [];
     for (const kind of ["continue", "processing", "early-hints"]) {
       const key = `k-interim-${kind}`;
-      const send = () => call(interimWorker, `/interim?interim=${kind}`, { method: "POST", ip: "203.0.113.12", body: '{"a":1}', headers: { "content-type": "application/json", "idempotency-key": key } });
+      const send = () =>
+        call(interimWorker, `/interim?interim=${kind}`, {
+          method: "POST",
+          ip: "203.0.113.12",
+          body: '{"a":1}',
+          headers: { "content-type": "application/json", "idempotency-key": key },
+        });
       const first = await send();
       await sleep(300); // let a stored answer or a settled claim land
       const second = await send();
       const answers = `first ${first.status} ${first.headers.get("sluice-decision")} ${first.text.slice(0, 200)} | second ${second.status} ${second.headers.get("sluice-decision")} ${second.text.slice(0, 200)}`;
       const hits = interimOrigin.hits.get(key) ?? 0;
-      console.log(`interim ${kind}: origin calls ${hits}; first ${first.status} ${first.headers.get("sluice-decision")}; retry ${second.status} ${second.headers.get("sluice-decision")} replayed=${second.headers.get("idempotent-replayed")}`);
+      console.log(
+        `interim ${kind}: origin calls ${hits}; first ${first.status} ${first.headers.get("sluice-decision")}; retry ${second.status} ${second.headers.get("sluice-decision")} replayed=${second.headers.get("idempotent-replayed")}`,
+      );
       if (hits !== 1) failures.push(`${kind}: origin called ${hits} times (${answers})`);
       if (first.status === 500 || second.status === 500) failures.push(`${kind}: a 500 (${answers})`);
       const replay = second.headers.get("idempotent-replayed") === "true";
-      if (!replay && second.status !== 409) failures.push(`${kind}: the retry is neither a replay nor a 409 (${answers})`);
+      if (!replay && second.status !== 409)
+        failures.push(`${kind}: the retry is neither a replay nor a 409 (${answers})`);
     }
     expect(failures).toEqual([]);
   });
@@ -190,17 +211,33 @@ describe("8. bodies are bounded while they are read", () => {
     const big = Buffer.alloc(12 * MIB, "a");
     const ip: RawHeader = ["CF-Connecting-IP", "203.0.113.81"];
 
-    const keyed = await raw("POST", "/upload", [ip, ["Content-Type", "application/octet-stream"], ["Idempotency-Key", "big-1"], ["X-Case", "keyed"]], { body: big, chunked: true, timeoutMs: 60_000 });
-    console.log(`chunked 12 MB with a key: ${keyed.status} after ${keyed.bytesSentBeforeAnswer} of ${big.length} body+head bytes sent`);
+    const keyed = await raw(
+      "POST",
+      "/upload",
+      [ip, ["Content-Type", "application/octet-stream"], ["Idempotency-Key", "big-1"], ["X-Case", "keyed"]],
+      { body: big, chunked: true, timeoutMs: 60_000 },
+    );
+    console.log(
+      `chunked 12 MB with a key: ${keyed.status} after ${keyed.bytesSentBeforeAnswer} of ${big.length} body+head bytes sent`,
+    );
     expect(keyed.status, `12 MB chunked with a key: ${show(keyed)}`).toBe(413);
     await sleep(300);
-    expect(origin.seen.filter((s) => s.headers["x-case"] === "keyed"), "the origin must never see the refused body").toHaveLength(0);
+    expect(
+      origin.seen.filter((s) => s.headers["x-case"] === "keyed"),
+      "the origin must never see the refused body",
+    ).toHaveLength(0);
 
     // the queue route: spend its one token, then a chunked body one byte over max_body while shed
-    const spend = await raw("POST", "/bulk", [ip, ["Content-Type", "text/plain"], ["X-Case", "bulk-spend"]], { body: "x" });
+    const spend = await raw("POST", "/bulk", [ip, ["Content-Type", "text/plain"], ["X-Case", "bulk-spend"]], {
+      body: "x",
+    });
     expect(spend.status, show(spend)).toBe(200);
     const over = Buffer.alloc(QUEUE_MAX_BODY + 1, "b");
-    const queued = await raw("POST", "/bulk", [ip, ["Content-Type", "text/plain"], ["X-Case", "bulk-over"]], { body: over, chunked: true, timeoutMs: 30_000 });
+    const queued = await raw("POST", "/bulk", [ip, ["Content-Type", "text/plain"], ["X-Case", "bulk-over"]], {
+      body: over,
+      chunked: true,
+      timeoutMs: 30_000,
+    });
     expect(queued.status, `100 KiB + 1 chunked to a shed queue route: ${show(queued)}`).toBe(413);
     await sleep(500); // a job's status is written after the response
     const { RespClient } = await import("../../dev/resp.js");
@@ -212,10 +249,18 @@ describe("8. bodies are bounded while they are read", () => {
       redis.close();
     }
     await sleep(3_000); // a job would have been delivered by now (2 s bucket)
-    expect(origin.seen.filter((s) => s.headers["x-case"] === "bulk-over"), "nothing may be delivered").toHaveLength(0);
+    expect(
+      origin.seen.filter((s) => s.headers["x-case"] === "bulk-over"),
+      "nothing may be delivered",
+    ).toHaveLength(0);
 
     // no key: sluice needs no body, so it does not read one; the origin gets all of it
-    const streamed = await raw("POST", "/upload", [ip, ["Content-Type", "application/octet-stream"], ["X-Case", "streamed"]], { body: big, chunked: true, timeoutMs: 60_000 });
+    const streamed = await raw(
+      "POST",
+      "/upload",
+      [ip, ["Content-Type", "application/octet-stream"], ["X-Case", "streamed"]],
+      { body: big, chunked: true, timeoutMs: 60_000 },
+    );
     expect(streamed.status, `12 MB chunked without a key: ${show(streamed)}`).toBe(200);
     const seen = origin.seen.filter((s) => s.headers["x-case"] === "streamed");
     expect(seen).toHaveLength(1);

@@ -4,10 +4,10 @@
  * its owner's session, and path parameters (`;`) that carry a request past its route.
  */
 import type { Miniflare } from "miniflare";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { hashIdentifier } from "../../src/keys/hash.js";
-import { call, sleep, startOrigin, startRedisStack, startWorker, type DemoOrigin, type RedisStack } from "../integration/stack.js";
+import { call, sleep, type DemoOrigin, useStack } from "../integration/stack.js";
 
 const ADMIN = "policies-admin-token-0123456789";
 const once = [{ name: "once", key: "ip", rate: 1, period: "1h" }];
@@ -23,28 +23,24 @@ const ROUTES: SluiceInput["routes"] = [
 const SLUICE: SluiceInput = { key_prefix: "sp", timeout_ms: 2_000, routes: ROUTES };
 const REJECTING: SluiceInput = { key_prefix: "sr", timeout_ms: 2_000, routes: ROUTES, paths: { parameters: "reject" } };
 
-let stack: RedisStack;
+const bindings = { SLUICE_ADMIN_TOKEN: ADMIN };
+const rig = useStack({ sluice: SLUICE, bindings });
 let origin: DemoOrigin;
 let mf: Miniflare;
 let rejecting: Miniflare;
 
 beforeAll(async () => {
-  [stack, origin] = await Promise.all([startRedisStack(), startOrigin()]);
-  const bindings = { SLUICE_ADMIN_TOKEN: ADMIN };
-  mf = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url, bindings });
-  rejecting = startWorker({ sluice: REJECTING, origin: origin.url, redisRestUrl: stack.bridge.url, bindings });
-  await Promise.all([mf.ready, rejecting.ready]);
-});
-afterAll(async () => {
-  await Promise.all([mf?.dispose(), rejecting?.dispose()]);
-  await Promise.all([stack?.stop(), origin?.close()]);
+  ({ origin, mf } = rig);
+  rejecting = rig.worker({ sluice: REJECTING, bindings });
+  await rejecting.ready;
 });
 
 const hits = (path: string) => origin.seen.filter((r) => r.path === path).length;
 
 describe("breaker: one client cannot open a route's breaker for everybody", () => {
   const VICTIM = "192.0.2.7";
-  const fail = (path: string, ip: string, times: number) => Promise.all(Array.from({ length: times }, () => call(mf, `${path}?status=500`, { ip })));
+  const fail = (path: string, ip: string, times: number) =>
+    Promise.all(Array.from({ length: times }, () => call(mf, `${path}?status=500`, { ip })));
 
   it("50 failing requests from one IP never open it for another IP; failures from four IPs do", async () => {
     for (let i = 0; i < 50; i++) {
@@ -69,7 +65,8 @@ describe("breaker: one client cannot open a route's breaker for everybody", () =
 
   it("one IP's flood of successes cannot hold it closed while four IPs see failures", async () => {
     for (let i = 0; i < 50; i++) expect((await call(mf, "/brittle", { ip: "192.0.2.67" })).status).toBe(200);
-    for (const ip of ["198.51.100.11", "198.51.100.12", "198.51.100.13", "198.51.100.14"]) await fail("/brittle", ip, 5);
+    for (const ip of ["198.51.100.11", "198.51.100.12", "198.51.100.13", "198.51.100.14"])
+      await fail("/brittle", ip, 5);
     const shed = await call(mf, "/brittle", { ip: VICTIM });
     expect(shed.status).toBe(503); // 20 failures of 25 counted outcomes, not 20 of 70
   });
@@ -79,15 +76,23 @@ describe("sessions: a session id does not reach another principal's lock", () =>
   const VICTIM = "192.0.2.10";
   const ATTACKER = "192.0.2.99";
   const post = (path: string, ip: string, sessionId: string, headers: Record<string, string> = {}) =>
-    call(mf, path, { method: "POST", ip, body: "{}", headers: { "content-type": "application/json", "x-session-id": sessionId, ...headers } });
+    call(mf, path, {
+      method: "POST",
+      ip,
+      body: "{}",
+      headers: { "content-type": "application/json", "x-session-id": sessionId, ...headers },
+    });
   /** Starts a slow call (500 ms at the origin) and returns once it is at the origin: from then on its lock is held. */
   async function holding(path: string, ip: string, sessionId: string, headers: Record<string, string> = {}) {
     const seen = origin.seen.length;
     const done = post(`${path}?delay=500`, ip, sessionId, headers);
-    for (let i = 0; i < 200 && !origin.seen.slice(seen).some((r) => r.headers["x-session-id"] === sessionId); i++) await sleep(5);
+    for (let i = 0; i < 200 && !origin.seen.slice(seen).some((r) => r.headers["x-session-id"] === sessionId); i++)
+      await sleep(5);
     return { done };
   }
-  const ledger = async () => (await call(mf, "/__sluice/ledger?count=2000", { headers: { authorization: `Bearer ${ADMIN}` } })).json().entries as Array<Record<string, string>>;
+  const ledger = async () =>
+    (await call(mf, "/__sluice/ledger?count=2000", { headers: { authorization: `Bearer ${ADMIN}` } })).json()
+      .entries as Array<Record<string, string>>;
 
   beforeAll(async () => {
     await post("/orders", VICTIM, "warm-up"); // the first call loads the Lua script: keep it out of the timing
@@ -95,7 +100,10 @@ describe("sessions: a session id does not reach another principal's lock", () =>
 
   it("the victim's held session: its own second call is refused, the attacker's call with its id is not", async () => {
     const held = await holding("/orders", VICTIM, "victim-s");
-    const [attacker, again] = await Promise.all([post("/orders", ATTACKER, "victim-s"), post("/orders", VICTIM, "victim-s")]);
+    const [attacker, again] = await Promise.all([
+      post("/orders", ATTACKER, "victim-s"),
+      post("/orders", VICTIM, "victim-s"),
+    ]);
     expect(again.status).toBe(409); // still one call at a time within the victim's own session
     expect(again.json()).toMatchObject({ title: "Session busy" });
     expect(attacker.status, attacker.text).toBe(200); // not held at 409 by the victim's lock
@@ -117,7 +125,10 @@ describe("sessions: a session id does not reach another principal's lock", () =>
 
   it("the attacker holding a call under the victim's id does not block the victim", async () => {
     const held = await holding("/orders", ATTACKER, "victim-t");
-    const [victim, attackerAgain] = await Promise.all([post("/orders", VICTIM, "victim-t"), post("/orders", ATTACKER, "victim-t")]);
+    const [victim, attackerAgain] = await Promise.all([
+      post("/orders", VICTIM, "victim-t"),
+      post("/orders", ATTACKER, "victim-t"),
+    ]);
     expect(victim.status, victim.text).toBe(200);
     expect(attackerAgain.status).toBe(409); // the attacker only ever holds its own lock
     expect((await held.done).status).toBe(200);

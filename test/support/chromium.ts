@@ -29,10 +29,14 @@ export async function chromiumExecutable(): Promise<string> {
   }
   if (existsSync(SYSTEM_CHROMIUM)) return SYSTEM_CHROMIUM;
   if (process.platform !== "linux" || process.arch !== "x64") {
-    throw new Error(`no Chromium at ${SYSTEM_CHROMIUM}, and @sparticuz/chromium has a Linux x86-64 build only (this is ${process.platform}-${process.arch}): set CHROMIUM_PATH`);
+    throw new Error(
+      `no Chromium at ${SYSTEM_CHROMIUM}, and @sparticuz/chromium has a Linux x86-64 build only (this is ${process.platform}-${process.arch}): set CHROMIUM_PATH`,
+    );
   }
   const entry = createRequire(import.meta.url).resolve("@sparticuz/chromium"); // <pkg>/build/cjs/index.cjs
-  const { version } = JSON.parse(readFileSync(join(dirname(entry), "..", "..", "package.json"), "utf8")) as { version: string };
+  const { version } = JSON.parse(readFileSync(join(dirname(entry), "..", "..", "package.json"), "utf8")) as {
+    version: string;
+  };
   const into = join(tmpdir(), `sparticuz-chromium-${version}`);
   mkdirSync(into, { recursive: true });
   const { default: packaged } = await import("@sparticuz/chromium");

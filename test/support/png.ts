@@ -32,12 +32,22 @@ export function decodePng(buf: Buffer): { width: number; height: number; rgba: U
       const b = prev[x] as number;
       const c = x >= channels ? (prev[x - channels] as number) : 0;
       const p = a + b - c;
-      const pa = Math.abs(p - a), pb = Math.abs(p - b), pc = Math.abs(p - c);
+      const pa = Math.abs(p - a),
+        pb = Math.abs(p - b),
+        pc = Math.abs(p - c);
       const add = [0, a, b, (a + b) >> 1, pa <= pb && pa <= pc ? a : pb <= pc ? b : c][filter] as number;
       line[x] = ((line[x] as number) + add) & 0xff;
     }
     for (let x = 0; x < width; x++) {
-      out.set([line[x * channels] as number, line[x * channels + 1] as number, line[x * channels + 2] as number, channels === 4 ? (line[x * channels + 3] as number) : 255], (y * width + x) * 4);
+      out.set(
+        [
+          line[x * channels] as number,
+          line[x * channels + 1] as number,
+          line[x * channels + 2] as number,
+          channels === 4 ? (line[x * channels + 3] as number) : 255,
+        ],
+        (y * width + x) * 4,
+      );
     }
     prev = line;
   }
@@ -48,7 +58,12 @@ export function decodePng(buf: Buffer): { width: number; height: number; rgba: U
 export function countColour(img: { rgba: Uint8Array }, [r, g, b]: [number, number, number], tolerance = 24): number {
   let n = 0;
   for (let i = 0; i < img.rgba.length; i += 4) {
-    if (Math.abs((img.rgba[i] as number) - r) <= tolerance && Math.abs((img.rgba[i + 1] as number) - g) <= tolerance && Math.abs((img.rgba[i + 2] as number) - b) <= tolerance) n++;
+    if (
+      Math.abs((img.rgba[i] as number) - r) <= tolerance &&
+      Math.abs((img.rgba[i + 1] as number) - g) <= tolerance &&
+      Math.abs((img.rgba[i + 2] as number) - b) <= tolerance
+    )
+      n++;
   }
   return n;
 }

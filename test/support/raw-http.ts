@@ -62,12 +62,16 @@ export const portOf = (url: URL | string) => Number(new URL(String(url)).port);
 export function rawRequest(req: RawRequest): Promise<RawResponse> {
   const lines = (req.headers ?? []).map((h) => (typeof h === "string" ? h : `${h[0]}: ${h[1]}`));
   const has = (name: string) => lines.some((l) => l.slice(0, l.indexOf(":")).trim().toLowerCase() === name);
-  const body = req.body === undefined ? undefined : typeof req.body === "string" ? Buffer.from(req.body, "utf8") : req.body;
+  const body =
+    req.body === undefined ? undefined : typeof req.body === "string" ? Buffer.from(req.body, "utf8") : req.body;
   if (!has("host")) lines.unshift(`Host: ${req.host ?? "127.0.0.1"}:${req.port}`);
   if (!has("connection")) lines.push("Connection: close");
   if (body !== undefined && req.chunked && !has("transfer-encoding")) lines.push("Transfer-Encoding: chunked");
   if (body !== undefined && !req.chunked && !has("content-length")) lines.push(`Content-Length: ${body.length}`);
-  const head = Buffer.from(`${req.method} ${req.target} HTTP/1.1\r\n${lines.map((l) => `${l}\r\n`).join("")}\r\n`, "latin1");
+  const head = Buffer.from(
+    `${req.method} ${req.target} HTTP/1.1\r\n${lines.map((l) => `${l}\r\n`).join("")}\r\n`,
+    "latin1",
+  );
 
   const pieces: Buffer[] = [];
   if (body !== undefined) {
@@ -79,7 +83,8 @@ export function rawRequest(req: RawRequest): Promise<RawResponse> {
       }
       pieces.push(Buffer.from("0\r\n\r\n"));
     } else if (body.length > 0) {
-      for (let at = 0; at < body.length; at += 64 * 1024) pieces.push(body.subarray(at, Math.min(body.length, at + 64 * 1024)));
+      for (let at = 0; at < body.length; at += 64 * 1024)
+        pieces.push(body.subarray(at, Math.min(body.length, at + 64 * 1024)));
     }
   }
   return exchange(req, head, pieces);
@@ -92,8 +97,16 @@ function exchange(req: RawRequest, head: Buffer, pieces: Buffer[]): Promise<RawR
     const socket: Socket = connect({ host: "127.0.0.1", port: req.port });
     let buf: Buffer = Buffer.alloc(0);
     const interim: number[] = [];
-    let final: { status: number; reason: string; rawHeaders: Array<[string, string]>; framing: "none" | "length" | "chunked" | "close"; length: number } | undefined;
-    let bodyParts: Buffer[] = [];
+    let final:
+      | {
+          status: number;
+          reason: string;
+          rawHeaders: Array<[string, string]>;
+          framing: "none" | "length" | "chunked" | "close";
+          length: number;
+        }
+      | undefined;
+    const bodyParts: Buffer[] = [];
     let chunkState: { need: number } | undefined; // bytes of the current chunk still to come (+2 for its CRLF)
     let settled = false;
     let sent = 0;
@@ -104,7 +117,11 @@ function exchange(req: RawRequest, head: Buffer, pieces: Buffer[]): Promise<RawR
     const wake = () => waiters.splice(0).forEach((w) => w());
 
     const timer = setTimeout(() => {
-      fail(new Error(`raw HTTP ${req.method} ${req.target}: no complete response within ${timeoutMs} ms (received ${buf.length} unparsed bytes${final ? `, final status ${final.status} with ${bodyParts.reduce((n, b) => n + b.length, 0)} body bytes` : ""}; interim ${JSON.stringify(interim)}; sent ${sent} bytes${writeError ? `; write error ${writeError}` : ""}): ${preview(buf)}`));
+      fail(
+        new Error(
+          `raw HTTP ${req.method} ${req.target}: no complete response within ${timeoutMs} ms (received ${buf.length} unparsed bytes${final ? `, final status ${final.status} with ${bodyParts.reduce((n, b) => n + b.length, 0)} body bytes` : ""}; interim ${JSON.stringify(interim)}; sent ${sent} bytes${writeError ? `; write error ${writeError}` : ""}): ${preview(buf)}`,
+        ),
+      );
     }, timeoutMs);
 
     function fail(e: Error) {
@@ -144,7 +161,9 @@ function exchange(req: RawRequest, head: Buffer, pieces: Buffer[]): Promise<RawR
           try {
             return JSON.parse(text) as T;
           } catch {
-            throw new Error(`raw HTTP ${req.method} ${req.target}: status ${final!.status}, body is not JSON: ${text.slice(0, 300)}`);
+            throw new Error(
+              `raw HTTP ${req.method} ${req.target}: status ${final!.status}, body is not JSON: ${text.slice(0, 300)}`,
+            );
           }
         },
       });
@@ -160,7 +179,12 @@ function exchange(req: RawRequest, head: Buffer, pieces: Buffer[]): Promise<RawR
           const lines = buf.subarray(0, end).toString("latin1").split("\r\n");
           buf = buf.subarray(end + 4);
           const m = /^HTTP\/1\.[01] (\d{3})(?: (.*))?$/.exec(lines[0] ?? "");
-          if (!m) return fail(new Error(`raw HTTP ${req.method} ${req.target}: not an HTTP/1.x status line: ${JSON.stringify(lines[0])}`));
+          if (!m)
+            return fail(
+              new Error(
+                `raw HTTP ${req.method} ${req.target}: not an HTTP/1.x status line: ${JSON.stringify(lines[0])}`,
+              ),
+            );
           const status = Number(m[1]);
           const rawHeaders = lines.slice(1).map((l): [string, string] => {
             const colon = l.indexOf(":");
@@ -175,7 +199,14 @@ function exchange(req: RawRequest, head: Buffer, pieces: Buffer[]): Promise<RawR
           const get = (n: string) => rawHeaders.find(([k]) => k.toLowerCase() === n)?.[1];
           const te = get("transfer-encoding");
           const cl = get("content-length");
-          const framing = isHead || status === 204 || status === 304 ? "none" : te && /chunked/i.test(te) ? "chunked" : cl !== undefined ? "length" : "close";
+          const framing =
+            isHead || status === 204 || status === 304
+              ? "none"
+              : te && /chunked/i.test(te)
+                ? "chunked"
+                : cl !== undefined
+                  ? "length"
+                  : "close";
           final = { status, reason: m[2] ?? "", rawHeaders, framing, length: Number(cl ?? 0) };
           wake();
           if (framing === "none") return finish();
@@ -204,7 +235,10 @@ function exchange(req: RawRequest, head: Buffer, pieces: Buffer[]): Promise<RawR
         const eol = buf.indexOf("\r\n");
         if (eol < 0) return;
         const size = parseInt(buf.subarray(0, eol).toString("latin1").split(";")[0] as string, 16);
-        if (Number.isNaN(size)) return fail(new Error(`raw HTTP ${req.method} ${req.target}: bad chunk size line ${preview(buf.subarray(0, eol))}`));
+        if (Number.isNaN(size))
+          return fail(
+            new Error(`raw HTTP ${req.method} ${req.target}: bad chunk size line ${preview(buf.subarray(0, eol))}`),
+          );
         if (size === 0) {
           // trailers (usually none), then an empty line
           const rest = buf.subarray(eol + 2);
@@ -223,13 +257,25 @@ function exchange(req: RawRequest, head: Buffer, pieces: Buffer[]): Promise<RawR
     socket.on("end", () => {
       if (final?.framing === "close") return finish();
       // a server may reset the connection after answering early: whatever arrived is parsed above
-      setImmediate(() => fail(new Error(`raw HTTP ${req.method} ${req.target}: connection closed before a complete response (interim ${JSON.stringify(interim)}, final ${final?.status ?? "none"}, sent ${sent} bytes): ${preview(buf)}`)));
+      setImmediate(() =>
+        fail(
+          new Error(
+            `raw HTTP ${req.method} ${req.target}: connection closed before a complete response (interim ${JSON.stringify(interim)}, final ${final?.status ?? "none"}, sent ${sent} bytes): ${preview(buf)}`,
+          ),
+        ),
+      );
     });
     socket.on("error", (e: NodeJS.ErrnoException) => {
       // EPIPE / ECONNRESET while we are still writing a body the server refused: keep what was read
       writeError = e.code ?? e.message;
       if (final && final.framing === "close") return finish();
-      setImmediate(() => fail(new Error(`raw HTTP ${req.method} ${req.target}: socket error ${e.code ?? e.message} before a complete response (interim ${JSON.stringify(interim)}, final ${final?.status ?? "none"}, sent ${sent} bytes): ${preview(buf)}`)));
+      setImmediate(() =>
+        fail(
+          new Error(
+            `raw HTTP ${req.method} ${req.target}: socket error ${e.code ?? e.message} before a complete response (interim ${JSON.stringify(interim)}, final ${final?.status ?? "none"}, sent ${sent} bytes): ${preview(buf)}`,
+          ),
+        ),
+      );
     });
 
     const until = (cond: () => boolean, ms: number) =>

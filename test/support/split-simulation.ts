@@ -73,7 +73,8 @@ export function simulateSplit(s: SplitScenario): SplitResult {
     for (let sec = 0; sec < s.seconds; sec++) {
       const cut = s.cutOff && s.cutOff.region === region && sec >= s.cutOff.fromSecond;
       const perSecond = cut && s.cutOff?.demand !== undefined ? s.cutOff.demand : (s.demand[region] as number);
-      for (let k = 0; k < perSecond; k++) events.push({ t: sec * US + Math.floor(((k + (i + 1) / (regions.length + 1)) * US) / perSecond), region });
+      for (let k = 0; k < perSecond; k++)
+        events.push({ t: sec * US + Math.floor(((k + (i + 1) / (regions.length + 1)) * US) / perSecond), region });
     }
   });
   events.sort((a, b) => a.t - b.t);

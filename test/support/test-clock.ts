@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { expect } from "vitest";
 
 const CLOCK = "redis.call('TIME')";
@@ -16,3 +17,8 @@ export function withTestClock(source: string): string {
 
 /** The two trailing ARGV entries `withTestClock` reads, for a time `t` in µs. */
 export const clockArgs = (t: number): [string, string] => [String(Math.floor(t / 1e6)), String(t % 1e6)];
+
+/** The production decide.lua with the test clock (`withTestClock`), as its SHA once `redis` has loaded it. */
+export async function loadDecideWithTestClock(redis: { scriptLoad(script: string): Promise<string> }): Promise<string> {
+  return redis.scriptLoad(withTestClock(readFileSync("lua/decide.lua", "utf8")));
+}

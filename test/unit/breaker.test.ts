@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { CircuitBreaker, clientCap } from "../../src/shed/breaker.js";
+import { CircuitBreaker, clientCap } from "../../src/breaker/circuit-breaker.js";
 
 // client_share 0.25 of min_requests 4: one event per client counts
 const settings = { window: 10_000, min_requests: 4, error_ratio: 0.5, cooldown: 1_000, probes: 2, client_share: 0.25 };
@@ -52,6 +52,18 @@ describe("CircuitBreaker", () => {
     b.record(ip(1), false, 10, 3_010, true);
     expect(b.state).toBe("open");
     expect(b.admit(3_500).pass).toBe(false);
+  });
+
+  it("a probe that never reached the origin (refused by the limits) gives its place back, so half-open still closes", () => {
+    const b = new CircuitBreaker(settings);
+    for (let i = 0; i < 4; i++) b.record(ip(i), false, 10, 0, false);
+    expect(b.admit(1_000)).toEqual({ pass: true, probe: true });
+    expect(b.admit(1_001)).toEqual({ pass: true, probe: true });
+    b.probeUnused(); // the second probe was answered with a 429: the origin never saw it
+    expect(b.admit(1_002)).toEqual({ pass: true, probe: true });
+    b.record(ip(1), true, 10, 1_010, true);
+    b.record(ip(2), true, 10, 1_020, true);
+    expect(b.state).toBe("closed");
   });
 });
 

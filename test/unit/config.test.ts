@@ -4,7 +4,9 @@ import { parseDuration } from "../../src/config/duration.js";
 
 const ORIGIN_URL = "https://api.example.com";
 const limit = { name: "per-ip", key: "ip", rate: 100, period: "1s" };
-const withLimit = (over: Record<string, unknown>) => ({ routes: [{ name: "r", match: "/api/*", limits: [{ ...limit, ...over }] }] });
+const withLimit = (over: Record<string, unknown>) => ({
+  routes: [{ name: "r", match: "/api/*", limits: [{ ...limit, ...over }] }],
+});
 
 function errorOf(vars: { ORIGIN_URL?: unknown; SLUICE?: unknown }): string {
   const r = loadConfig(vars);
@@ -16,9 +18,22 @@ describe("configuration", () => {
   it("fills defaults the contract names", () => {
     const r = loadConfig({ ORIGIN_URL, SLUICE: withLimit({}) });
     if (!r.ok) throw r.error;
-    expect(r.config).toMatchObject({ key_prefix: "sluice", timeout_ms: 50, on_store_error: "local", rebalance_every: 5000 });
+    expect(r.config).toMatchObject({
+      key_prefix: "sluice",
+      timeout_ms: 50,
+      on_store_error: "local",
+      rebalance_every: 5000,
+    });
     const l = r.config.routes[0]!.limits[0]!;
-    expect(l).toMatchObject({ burst: 100, cost: 1, algorithm: "token_bucket", scope: "region", shadow: false, key: ["ip"], period: 1000 });
+    expect(l).toMatchObject({
+      burst: 100,
+      cost: 1,
+      algorithm: "token_bucket",
+      scope: "region",
+      shadow: false,
+      key: ["ip"],
+      period: 1000,
+    });
   });
 
   it("accepts SLUICE as JSON text", () => {
@@ -35,8 +50,22 @@ describe("configuration", () => {
     [{ ORIGIN_URL, SLUICE: withLimit({ name: "bad name" }) }, "SLUICE.routes[0].limits[0].name"],
     [{ ORIGIN_URL, SLUICE: { on_store_error: "maybe" } }, "SLUICE.on_store_error"],
     [{ ORIGIN_URL, SLUICE: withLimit({ scope: "planet" }) }, "SLUICE.routes[0].limits[0].scope"],
-    [{ ORIGIN_URL, SLUICE: { ...withLimit({ scope: "split", rate: 2, burst: 2 }), regions: { eu: {}, ap: {} } } }, "SLUICE.routes[0].limits[0].scope"],
-    [{ ORIGIN_URL, SLUICE: { routes: [{ name: "a", match: "/a" }, { name: "a", match: "/b" }] } }, "SLUICE.routes[1].name"],
+    [
+      { ORIGIN_URL, SLUICE: { ...withLimit({ scope: "split", rate: 2, burst: 2 }), regions: { eu: {}, ap: {} } } },
+      "SLUICE.routes[0].limits[0].scope",
+    ],
+    [
+      {
+        ORIGIN_URL,
+        SLUICE: {
+          routes: [
+            { name: "a", match: "/a" },
+            { name: "a", match: "/b" },
+          ],
+        },
+      },
+      "SLUICE.routes[1].name",
+    ],
     [{ ORIGIN_URL, SLUICE: { routes: [{ name: "a", match: "no-slash" }] } }, "SLUICE.routes[0].match"],
     [{ ORIGIN_URL, SLUICE: "{not json" }, "SLUICE"],
     [{ ORIGIN_URL: "ftp://x", SLUICE: {} }, "ORIGIN_URL"],
@@ -51,8 +80,19 @@ describe("configuration", () => {
   });
 
   it("parses durations", () => {
-    expect([parseDuration("500ms"), parseDuration("1s"), parseDuration("1m"), parseDuration("1h"), parseDuration("1d")]).toEqual([500, 1000, 60_000, 3_600_000, 86_400_000]);
-    expect([parseDuration("0s"), parseDuration("1w"), parseDuration("-1s"), parseDuration("1.5s")]).toEqual([undefined, undefined, undefined, undefined]);
+    expect([
+      parseDuration("500ms"),
+      parseDuration("1s"),
+      parseDuration("1m"),
+      parseDuration("1h"),
+      parseDuration("1d"),
+    ]).toEqual([500, 1000, 60_000, 3_600_000, 86_400_000]);
+    expect([parseDuration("0s"), parseDuration("1w"), parseDuration("-1s"), parseDuration("1.5s")]).toEqual([
+      undefined,
+      undefined,
+      undefined,
+      undefined,
+    ]);
   });
 });
 
@@ -61,9 +101,16 @@ describe("JWT identities outside limits", () => {
     ["an idempotency principal", { idempotency: { principal: "jwt:sub" } }],
     ["a session key", { session: { key: "jwt:sid" } }],
   ])("%s on a JWT claim needs a secret to verify tokens with", (_, extra) => {
-    const r = loadConfig({ ORIGIN_URL, SLUICE: { routes: [{ name: "r", match: "/api/*", ...extra }] }, hasSecret: () => false });
+    const r = loadConfig({
+      ORIGIN_URL,
+      SLUICE: { routes: [{ name: "r", match: "/api/*", ...extra }] },
+      hasSecret: () => false,
+    });
     expect(r.ok).toBe(false);
     if (!r.ok) expect(r.error.message).toMatch(/^SLUICE\.routes\[0\]: .*SLUICE_JWT_SECRET/);
-    expect(loadConfig({ ORIGIN_URL, SLUICE: { routes: [{ name: "r", match: "/api/*", ...extra }] }, hasSecret: () => true }).ok).toBe(true);
+    expect(
+      loadConfig({ ORIGIN_URL, SLUICE: { routes: [{ name: "r", match: "/api/*", ...extra }] }, hasSecret: () => true })
+        .ok,
+    ).toBe(true);
   });
 });

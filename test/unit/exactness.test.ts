@@ -10,7 +10,8 @@ const DAY_MS = 86_400_000;
 function countableExactly(f: BucketFigures): boolean {
   const periodUs = BigInt(f.periodMs) * 1000n;
   if (periodUs > MAX) return false;
-  if (f.algorithm === "fixed_window" || f.algorithm === "sliding_window") return BigInt(f.rate) * BigInt(f.periodMs) <= MAX;
+  if (f.algorithm === "fixed_window" || f.algorithm === "sliding_window")
+    return BigInt(f.rate) * BigInt(f.periodMs) <= MAX;
   const unit = periodUs / gcd(periodUs, BigInt(f.rate));
   return BigInt(f.burst) * unit <= MAX;
 }
@@ -26,7 +27,12 @@ describe("exactnessProblem", () => {
   it("agrees with exact integer arithmetic for every figure a configuration or an override can hold", () => {
     const count = fc.oneof(fc.integer({ min: 1, max: 1_000 }), fc.integer({ min: 1, max: 1_000_000_000 }));
     // periods as parseDuration makes them: up to 999999999 of ms, s, m, h or d
-    const periodMs = fc.tuple(fc.oneof(fc.integer({ min: 1, max: 1_000 }), fc.integer({ min: 1, max: 999_999_999 })), fc.constantFrom(1, 1_000, 60_000, 3_600_000, DAY_MS)).map(([n, unit]) => n * unit);
+    const periodMs = fc
+      .tuple(
+        fc.oneof(fc.integer({ min: 1, max: 1_000 }), fc.integer({ min: 1, max: 999_999_999 })),
+        fc.constantFrom(1, 1_000, 60_000, 3_600_000, DAY_MS),
+      )
+      .map(([n, unit]) => n * unit);
     fc.assert(
       fc.property(fc.constantFrom(...ALGORITHMS), count, count, periodMs, (algorithm, rate, burst, ms) => {
         const figures = { algorithm, rate, burst, periodMs: ms };
@@ -38,12 +44,27 @@ describe("exactnessProblem", () => {
 
   it("names the figure at fault", () => {
     // a tier of 1000 per 999999999 days: 8.64e19 µs, far past 2^53, which decide.lua stores garbled
-    expect(exactnessProblem({ algorithm: "token_bucket", rate: 1000, burst: 1000, periodMs: 999_999_999 * DAY_MS })?.field).toBe("period");
+    expect(
+      exactnessProblem({ algorithm: "token_bucket", rate: 1000, burst: 1000, periodMs: 999_999_999 * DAY_MS })?.field,
+    ).toBe("period");
     // 7 per 100000 days: a token is 8.64e15 units (7 is prime to the period), seven of them overflow
-    expect(exactnessProblem({ algorithm: "leaky_bucket", rate: 7, burst: 7, periodMs: 100_000 * DAY_MS })?.field).toBe("burst");
-    expect(exactnessProblem({ algorithm: "token_bucket", rate: 1000, burst: 7, periodMs: 100_000 * DAY_MS })).toBeUndefined(); // the rate divides it
-    expect(exactnessProblem({ algorithm: "sliding_window", rate: 1_000_000_000, burst: 1_000_000_000, periodMs: 200 * DAY_MS })?.field).toBe("rate");
-    expect(exactnessProblem({ algorithm: "fixed_window", rate: 1_000, burst: 1_000, periodMs: 200 * DAY_MS })).toBeUndefined();
+    expect(exactnessProblem({ algorithm: "leaky_bucket", rate: 7, burst: 7, periodMs: 100_000 * DAY_MS })?.field).toBe(
+      "burst",
+    );
+    expect(
+      exactnessProblem({ algorithm: "token_bucket", rate: 1000, burst: 7, periodMs: 100_000 * DAY_MS }),
+    ).toBeUndefined(); // the rate divides it
+    expect(
+      exactnessProblem({
+        algorithm: "sliding_window",
+        rate: 1_000_000_000,
+        burst: 1_000_000_000,
+        periodMs: 200 * DAY_MS,
+      })?.field,
+    ).toBe("rate");
+    expect(
+      exactnessProblem({ algorithm: "fixed_window", rate: 1_000, burst: 1_000, periodMs: 200 * DAY_MS }),
+    ).toBeUndefined();
     expect(exactnessProblem({ algorithm: "token_bucket", rate: 100, burst: 50, periodMs: 1_000 })).toBeUndefined();
   });
 });
@@ -52,7 +73,17 @@ describe("the configuration checks tier rates like the limit's own", () => {
   const ORIGIN_URL = "https://api.example.com";
   const tiered = (rates: Record<string, string>, algorithm = "token_bucket") => ({
     ORIGIN_URL,
-    SLUICE: { routes: [{ name: "r", match: "/api/*", limits: [{ name: "per-user", key: "header:x-user", algorithm, rate: 10, period: "1s", tier: "header:x-plan", rates }] }] },
+    SLUICE: {
+      routes: [
+        {
+          name: "r",
+          match: "/api/*",
+          limits: [
+            { name: "per-user", key: "header:x-user", algorithm, rate: 10, period: "1s", tier: "header:x-plan", rates },
+          ],
+        },
+      ],
+    },
   });
   const errorOf = (vars: { ORIGIN_URL: string; SLUICE: unknown }) => {
     const r = loadConfig(vars);
@@ -64,7 +95,9 @@ describe("the configuration checks tier rates like the limit's own", () => {
     expect(e?.field).toBe("SLUICE.routes[0].limits[0].rates.free");
     expect(e?.message).toMatch(/^SLUICE\.routes\[0\]\.limits\[0\]\.rates\.free: tier "free": .*exactly/);
     expect(errorOf(tiered({ free: "7/100000d" }))?.field).toBe("SLUICE.routes[0].limits[0].rates.free");
-    expect(errorOf(tiered({ bulk: "1000000000/200d" }, "sliding_window"))?.field).toBe("SLUICE.routes[0].limits[0].rates.bulk");
+    expect(errorOf(tiered({ bulk: "1000000000/200d" }, "sliding_window"))?.field).toBe(
+      "SLUICE.routes[0].limits[0].rates.bulk",
+    );
   });
 
   it("accepts tier rates that count exactly", () => {
@@ -72,9 +105,15 @@ describe("the configuration checks tier rates like the limit's own", () => {
   });
 
   it("names the limit's own field as before", () => {
-    const own = (over: Record<string, unknown>) => errorOf({ ORIGIN_URL, SLUICE: { routes: [{ name: "r", match: "/a", limits: [{ name: "l", rate: 10, period: "1s", ...over }] }] } })?.field;
+    const own = (over: Record<string, unknown>) =>
+      errorOf({
+        ORIGIN_URL,
+        SLUICE: { routes: [{ name: "r", match: "/a", limits: [{ name: "l", rate: 10, period: "1s", ...over }] }] },
+      })?.field;
     expect(own({ rate: 7, period: "100000d" })).toBe("SLUICE.routes[0].limits[0].burst");
-    expect(own({ algorithm: "sliding_window", rate: 1_000_000_000, period: "200d" })).toBe("SLUICE.routes[0].limits[0].rate");
+    expect(own({ algorithm: "sliding_window", rate: 1_000_000_000, period: "200d" })).toBe(
+      "SLUICE.routes[0].limits[0].rate",
+    );
     expect(own({ rate: 1_000_000_000, burst: 1, period: "999999999d" })).toBe("SLUICE.routes[0].limits[0].period");
   });
 });

@@ -14,7 +14,8 @@ interface TestBucket {
 
 const bucketsOf = (costs: number[]): TestBucket[] =>
   costs.map((cost, i) => ({ id: `store\u0000p:r${i % 2}:l${i}:h`, cost, capacity: 400, holds: i % 2 === 0 }));
-const tableOf = (capacity: number) => new LeaseTable<TestBucket>((b) => ({ id: b.id, cost: b.cost, capacity: b.capacity, holdsLeases: b.holds }), capacity);
+const tableOf = (capacity: number) =>
+  new LeaseTable<TestBucket>((b) => ({ id: b.id, cost: b.cost, capacity: b.capacity, holdsLeases: b.holds }), capacity);
 
 type Step =
   | { kind: "grant"; bucket: number; tokens: number; ms: number; rtt: number; epoch: number }
@@ -25,9 +26,22 @@ type Step =
 
 const stepArb = (n: number): fc.Arbitrary<Step> =>
   fc.oneof(
-    fc.record({ kind: fc.constant("grant" as const), bucket: fc.nat(n - 1), tokens: fc.integer({ min: 0, max: 12 }), ms: fc.integer({ min: 0, max: 1500 }), rtt: fc.integer({ min: 0, max: 120 }), epoch: fc.integer({ min: 1, max: 4 }) }),
-    fc.record({ kind: fc.constant("admit" as const), route: fc.uniqueArray(fc.nat(n - 1), { minLength: 1, maxLength: 3 }) }),
-    fc.record({ kind: fc.constant("admit" as const), route: fc.uniqueArray(fc.nat(n - 1), { minLength: 1, maxLength: 3 }) }),
+    fc.record({
+      kind: fc.constant("grant" as const),
+      bucket: fc.nat(n - 1),
+      tokens: fc.integer({ min: 0, max: 12 }),
+      ms: fc.integer({ min: 0, max: 1500 }),
+      rtt: fc.integer({ min: 0, max: 120 }),
+      epoch: fc.integer({ min: 1, max: 4 }),
+    }),
+    fc.record({
+      kind: fc.constant("admit" as const),
+      route: fc.uniqueArray(fc.nat(n - 1), { minLength: 1, maxLength: 3 }),
+    }),
+    fc.record({
+      kind: fc.constant("admit" as const),
+      route: fc.uniqueArray(fc.nat(n - 1), { minLength: 1, maxLength: 3 }),
+    }),
     fc.record({ kind: fc.constant("advance" as const), ms: fc.integer({ min: 0, max: 700 }) }),
     fc.record({ kind: fc.constant("sweep" as const) }),
     fc.record({ kind: fc.constant("drop" as const), route: fc.nat(1) }),
@@ -36,66 +50,71 @@ const stepArb = (n: number): fc.Arbitrary<Step> =>
 describe("the lease table", () => {
   it("over any interleaving of grants, local admissions, give-backs, drops and expiries: admitted + returned + expired + live == granted, and admitted never exceeds granted", () => {
     fc.assert(
-      fc.property(fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 1, maxLength: 5 }), fc.integer({ min: 1, max: 6 }), fc.array(stepArb(5), { maxLength: 80 }), (costs, capacity, steps) => {
-        const buckets = bucketsOf(costs);
-        const table = tableOf(capacity);
-        let now = 1_000_000;
-        let granted = 0;
-        let admitted = 0;
-        const back: Record<GiveBackReason, number> = { expired: 0, evicted: 0, dropped: 0 };
-        const collect = (gs: Array<GiveBack<TestBucket>>) => {
-          for (const g of gs) {
-            expect(g.close.left).toBeGreaterThan(0);
-            expect(g.close.left).toBeLessThanOrEqual(g.close.granted);
-            back[g.reason] += g.close.left;
-          }
-        };
-        const live = () => buckets.reduce((sum, b) => sum + table.tokens(b, now), 0);
-        const accounted = () => admitted + back.expired + back.evicted + back.dropped + live();
-        const check = (swept: boolean) => {
-          // between sweeps, expired leases wait in the table to be given back: not live, not yet returned
-          if (swept) expect(accounted()).toBe(granted);
-          else expect(accounted()).toBeLessThanOrEqual(granted);
-          expect(admitted).toBeLessThanOrEqual(granted);
-          expect(table.totals.granted).toBe(granted);
-          expect(table.totals.admitted).toBe(admitted);
-        };
-        for (const s of steps) {
-          if (s.kind === "grant") {
-            const b = buckets[s.bucket % buckets.length] as TestBucket;
-            table.settle(b, 0, { tokens: s.tokens, ms: s.ms, epoch: s.epoch }, now, now + s.rtt);
-            now += s.rtt;
-            granted += s.tokens;
-          } else if (s.kind === "admit") {
-            const route = [...new Set(s.route.map((i) => buckets[i % buckets.length] as TestBucket))];
-            const before = route.map((b) => table.tokens(b, now));
-            const levels = table.admit(route, now);
-            if (levels) {
-              route.forEach((b, i) => {
-                expect(before[i]).toBeGreaterThanOrEqual(b.cost);
-                expect(levels[i]?.tokens).toBe((before[i] as number) - b.cost);
-              });
-              admitted += route.reduce((sum, b) => sum + b.cost, 0);
-            } else {
-              // all or nothing: a route not covered takes nothing from any of its leases
-              expect(route.map((b) => table.tokens(b, now))).toEqual(before);
-              expect(route.some((b, i) => (before[i] as number) < b.cost)).toBe(true);
+      fc.property(
+        fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 1, maxLength: 5 }),
+        fc.integer({ min: 1, max: 6 }),
+        fc.array(stepArb(5), { maxLength: 80 }),
+        (costs, capacity, steps) => {
+          const buckets = bucketsOf(costs);
+          const table = tableOf(capacity);
+          let now = 1_000_000;
+          let granted = 0;
+          let admitted = 0;
+          const back: Record<GiveBackReason, number> = { expired: 0, evicted: 0, dropped: 0 };
+          const collect = (gs: Array<GiveBack<TestBucket>>) => {
+            for (const g of gs) {
+              expect(g.close.left).toBeGreaterThan(0);
+              expect(g.close.left).toBeLessThanOrEqual(g.close.granted);
+              back[g.reason] += g.close.left;
             }
-          } else if (s.kind === "advance") {
-            now += s.ms;
-          } else if (s.kind === "drop") {
-            table.dropRoute(`p:r${s.route}:`);
-          } else {
-            collect(table.takeGiveBacks(now));
+          };
+          const live = () => buckets.reduce((sum, b) => sum + table.tokens(b, now), 0);
+          const accounted = () => admitted + back.expired + back.evicted + back.dropped + live();
+          const check = (swept: boolean) => {
+            // between sweeps, expired leases wait in the table to be given back: not live, not yet returned
+            if (swept) expect(accounted()).toBe(granted);
+            else expect(accounted()).toBeLessThanOrEqual(granted);
+            expect(admitted).toBeLessThanOrEqual(granted);
+            expect(table.totals.granted).toBe(granted);
+            expect(table.totals.admitted).toBe(admitted);
+          };
+          for (const s of steps) {
+            if (s.kind === "grant") {
+              const b = buckets[s.bucket % buckets.length] as TestBucket;
+              table.settle(b, 0, { tokens: s.tokens, ms: s.ms, epoch: s.epoch }, now, now + s.rtt);
+              now += s.rtt;
+              granted += s.tokens;
+            } else if (s.kind === "admit") {
+              const route = [...new Set(s.route.map((i) => buckets[i % buckets.length] as TestBucket))];
+              const before = route.map((b) => table.tokens(b, now));
+              const levels = table.admit(route, now);
+              if (levels) {
+                route.forEach((b, i) => {
+                  expect(before[i]).toBeGreaterThanOrEqual(b.cost);
+                  expect(levels[i]?.tokens).toBe((before[i] as number) - b.cost);
+                });
+                admitted += route.reduce((sum, b) => sum + b.cost, 0);
+              } else {
+                // all or nothing: a route not covered takes nothing from any of its leases
+                expect(route.map((b) => table.tokens(b, now))).toEqual(before);
+                expect(route.some((b, i) => (before[i] as number) < b.cost)).toBe(true);
+              }
+            } else if (s.kind === "advance") {
+              now += s.ms;
+            } else if (s.kind === "drop") {
+              table.dropRoute(`p:r${s.route}:`);
+            } else {
+              collect(table.takeGiveBacks(now));
+            }
+            check(s.kind === "sweep");
           }
-          check(s.kind === "sweep");
-        }
-        // once every lease has expired, nothing is live: every token granted was admitted or given back
-        now += 10_000;
-        collect(table.takeGiveBacks(now));
-        expect(live()).toBe(0);
-        expect(admitted + back.expired + back.evicted + back.dropped).toBe(granted);
-      }),
+          // once every lease has expired, nothing is live: every token granted was admitted or given back
+          now += 10_000;
+          collect(table.takeGiveBacks(now));
+          expect(live()).toBe(0);
+          expect(admitted + back.expired + back.evicted + back.dropped).toBe(granted);
+        },
+      ),
       { numRuns: 500 },
     );
   });
@@ -106,7 +125,9 @@ describe("the lease table", () => {
     table.settle(b, 0, { tokens: 5, ms: 1000, epoch: 7 }, 10_000, 10_040); // valid until 10 000 + 1 000 − 2 × 40 − 10
     expect(table.admit([b], 10_909)?.[0]?.tokens).toBe(4);
     expect(table.admit([b], 10_910)).toBeUndefined();
-    expect(table.takeGiveBacks(10_910)).toEqual([{ bucket: b, close: { epoch: 7, granted: 5, left: 4 }, reason: "expired" }]);
+    expect(table.takeGiveBacks(10_910)).toEqual([
+      { bucket: b, close: { epoch: 7, granted: 5, left: 4 }, reason: "expired" },
+    ]);
   });
 
   it("a grant already over when it arrives is given back at once", () => {
@@ -164,7 +185,9 @@ describe("the lease table", () => {
     table.settle(a, 0, { tokens: 3, ms: 1_000, epoch: 1 }, 0, 1);
     table.settle(b, 0, { tokens: 2, ms: 1_000, epoch: 1 }, 1, 2);
     expect(table.tokens(a, 2)).toBe(0);
-    expect(table.takeGiveBacks(2)).toEqual([{ bucket: a, close: { epoch: 1, granted: 3, left: 3 }, reason: "evicted" }]);
+    expect(table.takeGiveBacks(2)).toEqual([
+      { bucket: a, close: { epoch: 1, granted: 3, left: 3 }, reason: "evicted" },
+    ]);
   });
 
   it("putBack returns a replayed admission's tokens to a live lease", () => {
@@ -197,7 +220,10 @@ describe("demand", () => {
 
 describe("the `lease` field of a limit", () => {
   const limitOf = (def: Record<string, unknown>) => {
-    const r = loadConfig({ ORIGIN_URL: "https://o.example", SLUICE: { routes: [{ name: "r", match: "/", limits: [{ name: "l", rate: 10, period: "1s", ...def }] }] } });
+    const r = loadConfig({
+      ORIGIN_URL: "https://o.example",
+      SLUICE: { routes: [{ name: "r", match: "/", limits: [{ name: "l", rate: 10, period: "1s", ...def }] }] },
+    });
     return r.ok ? r.config.routes[0]!.limits[0]!.lease : r.error.message;
   };
 
@@ -205,13 +231,21 @@ describe("the `lease` field of a limit", () => {
     expect(limitOf({})).toBe(true);
     expect(limitOf({ algorithm: "fixed_window" })).toBe(true);
     expect(limitOf({ lease: false })).toBe(false);
-    for (const def of [{ algorithm: "sliding_window" }, { algorithm: "leaky_bucket" }, { warmup: "1s" }, { cost: "header:x-cost", max_cost: 5 }, { tier: "header:x-plan", rates: { a: "5/1s" } }]) {
+    for (const def of [
+      { algorithm: "sliding_window" },
+      { algorithm: "leaky_bucket" },
+      { warmup: "1s" },
+      { cost: "header:x-cost", max_cost: 5 },
+      { tier: "header:x-plan", rates: { a: "5/1s" } },
+    ]) {
       expect(limitOf(def), JSON.stringify(def)).toBe(false);
     }
   });
 
   it("cannot be asked for where it cannot apply", () => {
-    expect(limitOf({ algorithm: "sliding_window", lease: true })).toMatch(/^SLUICE\.routes\[0\]\.limits\[0\]\.lease: applies to token_bucket/);
+    expect(limitOf({ algorithm: "sliding_window", lease: true })).toMatch(
+      /^SLUICE\.routes\[0\]\.limits\[0\]\.lease: applies to token_bucket/,
+    );
     expect(limitOf({ scope: "split", lease: true })).toMatch(/\.lease: /);
   });
 });

@@ -7,12 +7,25 @@ import { rateLimitHeaders, retryAfterSeconds } from "../../src/limiter/headers.j
 import type { LimitOutcome } from "../../src/limiter/types.js";
 
 function limits(...defs: Array<Record<string, unknown>>): Limit[] {
-  const r = loadConfig({ ORIGIN_URL: "https://o.example", SLUICE: { routes: [{ name: "r", match: "/", limits: defs }] } });
+  const r = loadConfig({
+    ORIGIN_URL: "https://o.example",
+    SLUICE: { routes: [{ name: "r", match: "/", limits: defs }] },
+  });
   if (!r.ok) throw r.error;
   return r.config.routes[0]!.limits;
 }
 
-const outcome = (limit: Limit, over: Partial<LimitOutcome>): LimitOutcome => ({ limit, key: "k", cost: limit.cost, allowed: true, remaining: 0, retryAfterMs: 0, resetMs: 0, delayMs: 0, ...over });
+const outcome = (limit: Limit, over: Partial<LimitOutcome>): LimitOutcome => ({
+  limit,
+  key: "k",
+  cost: limit.cost,
+  allowed: true,
+  remaining: 0,
+  retryAfterMs: 0,
+  resetMs: 0,
+  delayMs: 0,
+  ...over,
+});
 
 describe("RateLimit headers", () => {
   const [perIp, site, shadow] = limits(
@@ -22,9 +35,15 @@ describe("RateLimit headers", () => {
   ) as [Limit, Limit, Limit];
 
   it("report the limit closest to exhaustion, in the draft's structured form", () => {
-    const h = rateLimitHeaders([outcome(perIp, { remaining: 3, resetMs: 470 }), outcome(site, { remaining: 4000, resetMs: 12_000 })]);
+    const h = rateLimitHeaders([
+      outcome(perIp, { remaining: 3, resetMs: 470 }),
+      outcome(site, { remaining: 4000, resetMs: 12_000 }),
+    ]);
     expect(h).toEqual({ "RateLimit-Policy": '"per-ip";q=100;w=1;burst=50', RateLimit: '"per-ip";r=3;t=1' });
-    const h2 = rateLimitHeaders([outcome(perIp, { remaining: 40, resetMs: 100 }), outcome(site, { remaining: 2, resetMs: 59_001 })]);
+    const h2 = rateLimitHeaders([
+      outcome(perIp, { remaining: 40, resetMs: 100 }),
+      outcome(site, { remaining: 2, resetMs: 59_001 }),
+    ]);
     expect(h2).toEqual({ "RateLimit-Policy": '"site";q=5000;w=60', RateLimit: '"site";r=2;t=60' });
   });
 
@@ -34,11 +53,15 @@ describe("RateLimit headers", () => {
 
   it("scale a sub-second period to whole seconds", () => {
     const [half] = limits({ name: "half", rate: 10, period: "500ms" }) as [Limit];
-    expect(rateLimitHeaders([outcome(half, { remaining: 5, resetMs: 250 })])["RateLimit-Policy"]).toBe('"half";q=20;w=1');
+    expect(rateLimitHeaders([outcome(half, { remaining: 5, resetMs: 250 })])["RateLimit-Policy"]).toBe(
+      '"half";q=20;w=1',
+    );
   });
 
   it("Retry-After rounds up to whole seconds, at least one", () => {
-    expect([retryAfterSeconds(1), retryAfterSeconds(1000), retryAfterSeconds(1001), retryAfterSeconds(0)]).toEqual([1, 1, 2, 1]);
+    expect([retryAfterSeconds(1), retryAfterSeconds(1000), retryAfterSeconds(1001), retryAfterSeconds(0)]).toEqual([
+      1, 1, 2, 1,
+    ]);
   });
 });
 
@@ -76,7 +99,9 @@ describe("identities and keys", () => {
   });
 
   it("take the IP only from CF-Connecting-IP, never X-Forwarded-For", () => {
-    expect(clientIp(new Headers({ "x-forwarded-for": "6.6.6.6", "cf-connecting-ip": "203.0.113.5" }))).toBe("203.0.113.5");
+    expect(clientIp(new Headers({ "x-forwarded-for": "6.6.6.6", "cf-connecting-ip": "203.0.113.5" }))).toBe(
+      "203.0.113.5",
+    );
     expect(clientIp(new Headers({ "x-forwarded-for": "6.6.6.6" }))).toBe("unknown");
   });
 
@@ -91,10 +116,15 @@ describe("identities and keys", () => {
       ["global", "*"],
     ]);
     const missing = id(identify(["header:x-api-key"], facts({ "cf-connecting-ip": "1.2.3.4" })));
-    expect(missing).not.toBe(id(identify(["header:x-api-key"], facts({ "cf-connecting-ip": "1.2.3.4", "x-api-key": "1.2.3.4" }))));
+    expect(missing).not.toBe(
+      id(identify(["header:x-api-key"], facts({ "cf-connecting-ip": "1.2.3.4", "x-api-key": "1.2.3.4" }))),
+    );
     expect(JSON.parse(missing)).toEqual([["header:x-api-key", "missing->ip", "1.2.3.4"]]);
     expect(identify(["header:x-api-key"], facts({}), "skip")).toEqual({ kind: "skip" });
-    expect(identify(["ip", "header:x-api-key"], facts({}), "reject")).toEqual({ kind: "missing", part: "header:x-api-key" });
+    expect(identify(["ip", "header:x-api-key"], facts({}), "reject")).toEqual({
+      kind: "missing",
+      part: "header:x-api-key",
+    });
     expect(id(identify(["jwt:sub"], { ...facts({}), claims: { sub: "u1" } }, "reject"))).toBe('[["jwt:sub","u1"]]');
   });
 
@@ -109,10 +139,14 @@ describe("identities and keys", () => {
 });
 
 describe("regions", async () => {
-  const { chooseRegion, regionCredentials, allRegions } = await import("../../src/region/index.js");
+  const { chooseRegion, envConnections, allRegions } = await import("../../src/region/index.js");
   const config = {
     home_region: "us",
-    regions: { us: { continents: ["NA", "SA"], colos: [] }, eu: { continents: ["EU", "AF"], colos: ["DME"] }, ap: { continents: ["AS"], colos: ["SIN"] } },
+    regions: {
+      us: { continents: ["NA", "SA"], colos: [] },
+      eu: { continents: ["EU", "AF"], colos: ["DME"] },
+      ap: { continents: ["AS"], colos: ["SIN"] },
+    },
   };
 
   it("are chosen by colo first, then continent, else home", () => {
@@ -125,9 +159,16 @@ describe("regions", async () => {
   });
 
   it("use their own secrets, or the home region's when they have none", () => {
-    const env = { UPSTASH_REDIS_REST_URL: "https://home", UPSTASH_REDIS_REST_TOKEN: "h", UPSTASH_REDIS_REST_URL_EU: "https://eu", UPSTASH_REDIS_REST_TOKEN_EU: "e" };
-    expect(regionCredentials(env, config, "eu")).toEqual({ url: "https://eu", token: "e" });
-    expect(regionCredentials(env, config, "ap")).toEqual({ url: "https://home", token: "h" });
-    expect(regionCredentials(env, config, "us")).toEqual({ url: "https://home", token: "h" });
+    const env = {
+      UPSTASH_REDIS_REST_URL: "https://home",
+      UPSTASH_REDIS_REST_TOKEN: "h",
+      UPSTASH_REDIS_REST_URL_EU: "https://eu",
+      UPSTASH_REDIS_REST_TOKEN_EU: "e",
+    };
+    const connect = envConnections(env, config.home_region);
+    expect(connect("eu")).toEqual({ url: "https://eu", token: "e" });
+    expect(connect("ap")).toEqual({ url: "https://home", token: "h" });
+    expect(connect("us")).toEqual({ url: "https://home", token: "h" });
+    expect(envConnections({}, "us")("us")).toBeUndefined();
   });
 });

@@ -1,6 +1,7 @@
+import { compileLimits } from "../support/limits.js";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { loadConfig, type Limit } from "../../src/config/index.js";
+import type { Limit } from "../../src/config/index.js";
 import { LocalBuckets, type LocalBucket } from "../../src/limiter/local.js";
 import type { LimitOutcome } from "../../src/limiter/types.js";
 
@@ -12,14 +13,14 @@ import type { LimitOutcome } from "../../src/limiter/types.js";
  * honest retry-afters, all or nothing across limits, peeks that charge nothing, bounded memory.
  */
 
-function compile(defs: Array<Record<string, unknown>>): Limit[] {
-  const r = loadConfig({ ORIGIN_URL: "https://o.example", SLUICE: { routes: [{ name: "r", match: "/", limits: defs.map((d, i) => ({ name: `l${i}`, ...d })) }] } });
-  if (!r.ok) throw r.error;
-  return r.config.routes[0]!.limits;
-}
+const compile = compileLimits;
 
 const bucketsOf = (limits: Limit[], client = "c", costs: number[] = []): LocalBucket[] =>
-  limits.map((limit, i) => ({ limit, key: `sluice:r:${limit.name}:${client}`, params: { rate: limit.rate, period: limit.period, burst: limit.burst, cost: costs[i] ?? limit.cost } }));
+  limits.map((limit, i) => ({
+    limit,
+    key: `sluice:r:${limit.name}:${client}`,
+    params: { rate: limit.rate, period: limit.period, burst: limit.burst, cost: costs[i] ?? limit.cost },
+  }));
 
 const only = (o: LimitOutcome[]): LimitOutcome => o[0] as LimitOutcome;
 
@@ -47,7 +48,12 @@ class CountedTokens {
     if (allowed) this.scaled -= need;
     const ceil = (a: bigint, b: bigint) => (a <= 0n ? 0n : (a + b - 1n) / b);
     const toMs = (scaledUs: bigint) => Number(ceil(ceil(scaledUs, rate), 1000n));
-    return { allowed, remaining: Number(this.scaled / P), retryAfterMs: allowed ? 0 : toMs(need - this.scaled), resetMs: toMs(cap - this.scaled) };
+    return {
+      allowed,
+      remaining: Number(this.scaled / P),
+      retryAfterMs: allowed ? 0 : toMs(need - this.scaled),
+      resetMs: toMs(cap - this.scaled),
+    };
   }
 }
 
@@ -65,24 +71,52 @@ class AdmissionLog {
   }
 }
 
-const arrivals = fc.array(fc.record({ gap: fc.double({ min: 0, max: 1, noNaN: true }), cost: fc.double({ min: 0, max: 1, noNaN: true }), kind: fc.constantFrom(0, 1, 1, 2) }), { minLength: 1, maxLength: 60 });
+const arrivals = fc.array(
+  fc.record({
+    gap: fc.double({ min: 0, max: 1, noNaN: true }),
+    cost: fc.double({ min: 0, max: 1, noNaN: true }),
+    kind: fc.constantFrom(0, 1, 1, 2),
+  }),
+  { minLength: 1, maxLength: 60 },
+);
 /** Gaps (ms): none, up to 1.5 emission intervals (faster than the rate on average), up to 1.5 periods. */
-const gapOf = (a: { gap: number; kind: number }, l: Limit) => (a.kind === 0 ? 0 : Math.floor(a.gap * 1.5 * (a.kind === 1 ? l.period / l.rate : l.period)));
+const gapOf = (a: { gap: number; kind: number }, l: Limit) =>
+  a.kind === 0 ? 0 : Math.floor(a.gap * 1.5 * (a.kind === 1 ? l.period / l.rate : l.period));
 const costOf = (a: { cost: number }, capacity: number) => Math.min(capacity, 1 + Math.floor(a.cost ** 3 * capacity));
 
-const tokenDef = fc.record({ algorithm: fc.constant("token_bucket"), rate: fc.integer({ min: 1, max: 50 }), period: fc.constantFrom(...PERIODS), burst: fc.integer({ min: 1, max: 30 }) });
+const tokenDef = fc.record({
+  algorithm: fc.constant("token_bucket"),
+  rate: fc.integer({ min: 1, max: 50 }),
+  period: fc.constantFrom(...PERIODS),
+  burst: fc.integer({ min: 1, max: 30 }),
+});
 const leakyDef = fc.record(
-  { algorithm: fc.constant("leaky_bucket"), rate: fc.integer({ min: 1, max: 50 }), period: fc.constantFrom(...PERIODS), burst: fc.integer({ min: 1, max: 30 }), max_delay: fc.constantFrom("1ms", "300ms", "1s", "1h"), nodelay: fc.boolean() },
+  {
+    algorithm: fc.constant("leaky_bucket"),
+    rate: fc.integer({ min: 1, max: 50 }),
+    period: fc.constantFrom(...PERIODS),
+    burst: fc.integer({ min: 1, max: 30 }),
+    max_delay: fc.constantFrom("1ms", "300ms", "1s", "1h"),
+    nodelay: fc.boolean(),
+  },
   { requiredKeys: ["algorithm", "rate", "period", "burst"] },
 );
-const windowDef = (algorithm: string) => fc.record({ algorithm: fc.constant(algorithm), rate: fc.integer({ min: 1, max: 30 }), period: fc.constantFrom(...PERIODS) });
+const windowDef = (algorithm: string) =>
+  fc.record({
+    algorithm: fc.constant(algorithm),
+    rate: fc.integer({ min: 1, max: 30 }),
+    period: fc.constantFrom(...PERIODS),
+  });
 const anyDef = fc.oneof(tokenDef, leakyDef, windowDef("fixed_window"), windowDef("sliding_window"));
 
 /** What a naive model says of a request: the verdict and the outcome figures it models. */
 type NaiveSays = Pick<LimitOutcome, "allowed"> & Partial<Pick<LimitOutcome, "remaining" | "retryAfterMs" | "resetMs">>;
 
 /** Plays random arrivals on one limit against the local buckets and a naive model of it: every figure the model gives must match. */
-function playAgainst(def: fc.Arbitrary<Record<string, unknown>>, naiveOf: (l: Limit) => { take(ms: number, cost: number): NaiveSays }): void {
+function playAgainst(
+  def: fc.Arbitrary<Record<string, unknown>>,
+  naiveOf: (l: Limit) => { take(ms: number, cost: number): NaiveSays },
+): void {
   let refused = 0;
   fc.assert(
     fc.property(def, arrivals, (d, list) => {
@@ -157,7 +191,9 @@ describe("local buckets keep what a limit promises", () => {
           expect(d.verdict === "reject").toBe(enforcedRefusal);
           if (d.verdict === "reject") {
             // nothing taken: the same instant looks exactly as before
-            expect(local.decide(buckets, now, "peek").outcomes.map((o) => o.remaining)).toEqual(before.outcomes.map((o) => o.remaining));
+            expect(local.decide(buckets, now, "peek").outcomes.map((o) => o.remaining)).toEqual(
+              before.outcomes.map((o) => o.remaining),
+            );
             if (d.outcomes.some((o) => o.allowed)) spared++;
           } else if (d.verdict === "shadow") shadowed++;
         }
@@ -195,8 +231,11 @@ describe("local buckets keep what a limit promises", () => {
   it("a tier's figures get a bucket of their own: changing tier never resets the one emptied", () => {
     const [limit] = compile([{ rate: 2, period: "1m", tier: "header:x-plan", rates: { gold: "5/1m" } }]) as [Limit];
     const local = new LocalBuckets();
-    const asTier = (rate: number): LocalBucket[] => [{ limit, key: "sluice:r:l0:c", params: { rate, period: 60_000, burst: rate, cost: 1 } }];
-    const admitted = (rate: number, n: number) => Array.from({ length: n }, () => local.decide(asTier(rate), T0).verdict).filter((v) => v !== "reject").length;
+    const asTier = (rate: number): LocalBucket[] => [
+      { limit, key: "sluice:r:l0:c", params: { rate, period: 60_000, burst: rate, cost: 1 } },
+    ];
+    const admitted = (rate: number, n: number) =>
+      Array.from({ length: n }, () => local.decide(asTier(rate), T0).verdict).filter((v) => v !== "reject").length;
     expect(admitted(2, 4)).toBe(2);
     expect(admitted(5, 8)).toBe(5);
     expect(admitted(2, 4)).toBe(0); // back on the small tier: still empty
@@ -205,7 +244,8 @@ describe("local buckets keep what a limit promises", () => {
 
 describe("local buckets are bounded", () => {
   const [limit] = compile([{ rate: 1, period: "1m", burst: 1 }]) as [Limit];
-  const take = (local: LocalBuckets, client: string, now: number) => local.decide(bucketsOf([limit], client), now).verdict;
+  const take = (local: LocalBuckets, client: string, now: number) =>
+    local.decide(bucketsOf([limit], client), now).verdict;
 
   it("past capacity the least recently used bucket goes (and starts full again)", () => {
     const local = new LocalBuckets(3, 1_000);

@@ -15,7 +15,12 @@ describe("splitShares", () => {
         fc.array(fc.nat({ max: 1_000_000 }), { minLength: 1, maxLength: 8 }),
         (rate, burst, demands) => {
           const regions = demands.map((_, i) => `r${i}`);
-          const shares = splitShares({ rate, burst, regions, demand: Object.fromEntries(regions.map((r, i) => [r, demands[i] as number])) });
+          const shares = splitShares({
+            rate,
+            burst,
+            regions,
+            demand: Object.fromEntries(regions.map((r, i) => [r, demands[i] as number])),
+          });
           const rates = regions.map((r) => shares[r]!.rate);
           const bursts = regions.map((r) => shares[r]!.burst);
           expect(rates.reduce((a, b) => a + b)).toBeLessThanOrEqual(rate);
@@ -33,7 +38,13 @@ describe("splitShares", () => {
     const s = splitShares({ rate: 400, burst: 40, regions: ["a", "b", "c"], demand: { a: 300, b: 100, c: 0 } });
     expect(s.a!.rate).toBeGreaterThan(s.b!.rate * 2.5);
     expect(s.c!.rate).toBe(8); // 2% floor
-    const f = splitShares({ rate: 400, burst: 40, regions: ["a", "b", "c"], demand: { a: 0, b: 0, c: 1000 }, frozen: { a: { rate: 50, burst: 5 } } });
+    const f = splitShares({
+      rate: 400,
+      burst: 40,
+      regions: ["a", "b", "c"],
+      demand: { a: 0, b: 0, c: 1000 },
+      frozen: { a: { rate: 50, burst: 5 } },
+    });
     expect(f.a).toEqual({ rate: 50, burst: 5 });
     expect(f.b!.rate + f.c!.rate).toBe(350);
   });

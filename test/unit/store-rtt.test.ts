@@ -119,7 +119,9 @@ describe("decisionBudget: the bounds from the configuration", () => {
   });
 
   it("refuses a ceiling below the floor, naming the field; accepts global_timeout_ms and ignores it", () => {
-    expect(bounds({ timeout_ms: 200, max_timeout_ms: 100 })).toMatch(/^SLUICE\.max_timeout_ms: must be at least timeout_ms \(200\)/);
+    expect(bounds({ timeout_ms: 200, max_timeout_ms: 100 })).toMatch(
+      /^SLUICE\.max_timeout_ms: must be at least timeout_ms \(200\)/,
+    );
     expect(bounds({ global_timeout_ms: 300 })).toEqual({ floorMs: 50, ceilingMs: 1_000 });
   });
 });

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { runScript, Script, scriptFor, type ScriptSender } from "../../src/store/script.js";
+import { runScript, Script, type ScriptSender } from "../../src/store/script.js";
+import { StoreRegistry } from "../../src/store/redis.js";
 
 const SOURCE = "#!lua flags=allow-key-locking\nreturn ARGV[1]";
 const sha1 = (text: string) => createHash("sha1").update(text, "utf8").digest("hex");
@@ -24,7 +25,12 @@ function fakeDatabase() {
     if (!held.has(sha)) throw new Error("NOSCRIPT No matching script. Please use EVAL.");
     return args[0];
   };
-  const sender: ScriptSender = { eval: evalAs("eval"), evalsha: evalshaAs("evalsha"), evalRo: evalAs("eval_ro"), evalshaRo: evalshaAs("evalsha_ro") };
+  const sender: ScriptSender = {
+    eval: evalAs("eval"),
+    evalsha: evalshaAs("evalsha"),
+    evalRo: evalAs("eval_ro"),
+    evalshaRo: evalshaAs("evalsha_ro"),
+  };
   return {
     sender,
     sent,
@@ -107,7 +113,10 @@ describe("runScript", () => {
   });
 
   it("keeps one Script per source text in an isolate", () => {
-    expect(scriptFor(SOURCE)).toBe(scriptFor(SOURCE));
-    expect(scriptFor(SOURCE)).not.toBe(scriptFor(`${SOURCE}\n`));
+    const registry = new StoreRegistry();
+    expect(registry.script(SOURCE)).toBe(registry.script(SOURCE));
+    expect(registry.script(SOURCE)).not.toBe(registry.script(`${SOURCE}\n`));
+    // another runtime's registry has its own
+    expect(new StoreRegistry().script(SOURCE)).not.toBe(registry.script(SOURCE));
   });
 });

@@ -1,0 +1,34 @@
+// Lists the functions in src/ longer than the project's limit ("no function over about 40 lines
+// without a reason"), and fails when there is one: run by `npm run lint`.
+import { readFileSync, readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import ts from "typescript";
+
+const LIMIT = 45;
+
+function sources(dir) {
+  return readdirSync(dir).flatMap((name) => {
+    const path = join(dir, name);
+    if (statSync(path).isDirectory()) return sources(path);
+    return path.endsWith(".ts") && !path.endsWith(".test.ts") ? [path] : [];
+  });
+}
+
+const long = [];
+for (const file of sources("src")) {
+  const sf = ts.createSourceFile(file, readFileSync(file, "utf8"), ts.ScriptTarget.ES2022, true);
+  const visit = (node) => {
+    if (ts.isFunctionLike(node) && "body" in node && node.body) {
+      const from = sf.getLineAndCharacterOfPosition(node.getStart()).line;
+      const to = sf.getLineAndCharacterOfPosition(node.getEnd()).line;
+      const name = node.name?.getText() ?? node.parent?.name?.getText?.() ?? "<anonymous>";
+      if (to - from + 1 > LIMIT) long.push(`${file}:${from + 1} ${name}: ${to - from + 1} lines`);
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(sf);
+}
+if (long.length > 0) {
+  console.error(`functions over ${LIMIT} lines:\n${long.join("\n")}`);
+  process.exit(1);
+}

@@ -1,0 +1,91 @@
+// @ts-check
+/**
+ * `npm run build`: the npm package in dist/, from the public entry src/index.ts.
+ *   dist/index.js    one ESM file (esbuild): src/ bundled, lua/*.lua inlined as string constants,
+ *                    every package import (hono, @upstash/redis, zod) left as an import
+ *   dist/...d.ts     the declarations (tsc, tsconfig.build.json), one per module, laid out as src/
+ * Then it checks what it wrote: an import of an undeclared package, or a `.lua` module left in
+ * the JS or the types, fails the build rather than the consumer's.
+ */
+import { execFileSync } from "node:child_process";
+import { readFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join, relative, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const dist = join(root, "dist");
+const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+
+/** @param {string} message */
+function fail(message) {
+  console.error(`build: ${message}`);
+  process.exit(1);
+}
+
+// a stale module from an earlier layout of src/ would otherwise ship with the new ones
+rmSync(dist, { recursive: true, force: true });
+
+const result = await build({
+  absWorkingDir: root,
+  entryPoints: ["src/index.ts"],
+  outfile: "dist/index.js",
+  bundle: true,
+  format: "esm",
+  // Workers, Node and bundlers alike: no Node built-ins are assumed, none are shimmed
+  platform: "neutral",
+  target: "es2022",
+  // the consumer's bundler minifies; a readable dist/ is what a stack trace points into
+  minify: false,
+  // the Lua scripts become string constants, so a consumer needs no wrangler Text rule
+  loader: { ".lua": "text" },
+  // peers (hono, @upstash/redis) must be the app's own copies, and zod is a dependency (its types
+  // are in the public SluiceConfig): one copy each, resolved by the consumer's bundler
+  packages: "external",
+  metafile: true,
+  logLevel: "warning",
+});
+
+const declared = new Set([...Object.keys(pkg.dependencies ?? {}), ...Object.keys(pkg.peerDependencies ?? {})]);
+/** "@scope/name/sub" or "name/sub" -> the package's name */
+const packageOf = (/** @type {string} */ spec) =>
+  spec
+    .split("/")
+    .slice(0, spec.startsWith("@") ? 2 : 1)
+    .join("/");
+for (const output of Object.values(result.metafile.outputs)) {
+  for (const { path } of output.imports) {
+    if (path.endsWith(".lua")) fail(`${path} was left as an import: the Lua scripts must be inlined`);
+    if (!declared.has(packageOf(path)))
+      fail(`dist imports "${path}", which is neither a dependency nor a peer dependency`);
+  }
+}
+
+// Declarations only (esbuild wrote the JS). tsconfig.build.json's noCheck: `npm run typecheck`
+// (and `npm test`) type-check src/ already; the build only has to write the types out.
+const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
+try {
+  execFileSync(process.execPath, [tsc, "-p", join(root, "tsconfig.build.json")], { cwd: root, stdio: "inherit" });
+} catch {
+  fail("tsc could not write the declarations");
+}
+
+/** @param {string} dir @returns {string[]} */
+const filesUnder = (dir) =>
+  readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? filesUnder(join(dir, e.name)) : [join(dir, e.name)],
+  );
+const written = filesUnder(dist);
+const declarations = written.filter((f) => f.endsWith(".d.ts"));
+// an exported type that mentions a Lua import would send the consumer's tsc looking for lua/
+const luaImport = /(?:from\s+|import\s*\(\s*|require\s*\(\s*)["'][^"']*\.lua["']/;
+for (const file of written) {
+  if (luaImport.test(readFileSync(file, "utf8"))) fail(`${relative(root, file)} imports a .lua module`);
+}
+if (!declarations.some((f) => relative(dist, f) === "index.d.ts")) fail("dist/index.d.ts was not written");
+
+const kb = (/** @type {number} */ n) => `${(n / 1024).toFixed(1)} kB`;
+const jsSize = statSync(join(dist, "index.js")).size;
+const typesSize = declarations.reduce((sum, f) => sum + statSync(f).size, 0);
+console.log(`dist/index.js ${kb(jsSize)}; ${declarations.length} declaration files, ${kb(typesSize)}`);

@@ -1,0 +1,49 @@
+import { Hono, type Context } from "hono";
+import { peekBucket } from "../limiter/decide.js";
+import type { AdminEnv } from "./context.js";
+import { bucketAddress, type BucketAddress } from "./identity.js";
+
+/**
+ * `/__sluice/buckets/{route}/{limit}?ip=…`, the client named by its key parts as query
+ * parameters and `region=` (default home): `GET` reads the bucket without spending (`remaining`,
+ * `would_allow`, `retry_after_ms`, `reset_ms`), `DELETE` resets it.
+ */
+export function bucketsApp(): Hono<AdminEnv> {
+  const app = new Hono<AdminEnv>();
+
+  app.get("/:route/:limit", async (c) => {
+    const a = await addressOf(c);
+    const o = await peekBucket({ limit: a.limit, key: a.key, store: a.store });
+    return c.json({
+      route: a.route.name,
+      limit: a.limit.name,
+      region: a.region,
+      key: a.key,
+      remaining: o.remaining,
+      would_allow: o.allowed,
+      retry_after_ms: o.retryAfterMs,
+      reset_ms: o.resetMs,
+    });
+  });
+
+  app.delete("/:route/:limit", async (c) => {
+    const a = await addressOf(c);
+    await a.store.redis.del(a.key);
+    return c.json({
+      reset: a.key,
+      note: "isolates that cached this bucket as closed keep refusing until its retry time",
+    });
+  });
+
+  return app;
+}
+
+function addressOf(c: Context<AdminEnv, "/:route/:limit">): Promise<BucketAddress> {
+  return bucketAddress(
+    c.get("config"),
+    c.get("stores"),
+    c.req.param("route"),
+    c.req.param("limit"),
+    new URL(c.req.url).searchParams,
+  );
+}

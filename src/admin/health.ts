@@ -1,0 +1,40 @@
+import { Hono } from "hono";
+import { allRegions, type Stores } from "../region/index.js";
+import type { AdminEnv } from "./context.js";
+
+/** One region's Redis as health reports it: reachable or not, and how long its PING took. */
+interface RegionHealth {
+  region: string;
+  reachable: boolean;
+  rtt_ms?: number;
+  error?: string;
+}
+
+/**
+ * `GET /__sluice/health`: without a valid credential `{ "status": "up" }` (no Redis call, for load
+ * balancers); with the token or a dashboard session, each region's Redis with one PING each
+ * (no URLs or secrets), `503` when one is unreachable.
+ */
+export function healthApp(): Hono<AdminEnv> {
+  const app = new Hono<AdminEnv>();
+  app.get("/", async (c) => {
+    if (!c.get("authorised")) return c.json({ status: "up" });
+    const stores = c.get("stores");
+    const regions = await Promise.all(allRegions(c.get("config")).map((name) => ping(stores, name)));
+    const ok = regions.every((r) => r.reachable);
+    return c.json({ ok, regions }, ok ? 200 : 503);
+  });
+  return app;
+}
+
+async function ping(stores: Stores, region: string): Promise<RegionHealth> {
+  const store = stores.offPath(region);
+  if (!store) return { region, reachable: false, error: "no Redis configured" };
+  const started = Date.now();
+  try {
+    await store.redis.ping();
+    return { region, reachable: true, rtt_ms: Date.now() - started };
+  } catch {
+    return { region, reachable: false, rtt_ms: Date.now() - started };
+  }
+}

@@ -1,0 +1,86 @@
+import { Hono } from "hono";
+import { z } from "zod";
+import { LEDGER_MAXLEN, refFromHash, resolve } from "../idempotency/records.js";
+import { asKeyHash } from "../keys/hash.js";
+import { Problem } from "../problem.js";
+import { ledgerKey } from "../store/layout.js";
+import { required, type AdminEnv } from "./context.js";
+import { jsonBody } from "./validate.js";
+
+const NO_HOME = "no Redis configured for the home region";
+
+/** `GET /__sluice/ledger?count=100`: the idempotency (and session) ledger, newest first. */
+export function ledgerApp(): Hono<AdminEnv> {
+  const app = new Hono<AdminEnv>();
+  app.get("/", async (c) => {
+    const store = required(c.get("stores").offPath(), "Ledger unavailable", NO_HOME);
+    const count = Math.min(LEDGER_MAXLEN, Math.max(1, Number(c.req.query("count") ?? 100) || 100));
+    const entries = (await store.redis.xrevrange(ledgerKey(c.get("config").key_prefix), "+", "-", count)) as unknown;
+    return c.json({ entries: ledgerEntries(entries) });
+  });
+  return app;
+}
+
+const resolveBody = z
+  .object({
+    route: z.string().min(1).max(63),
+    key: z.string().regex(/^[0-9a-f]{32}$/, "must be a key hash as the ledger shows it"),
+    action: z.enum(["release", "replay"]),
+    status: z.number().int().min(100).max(599).optional(),
+    content_type: z.string().max(200).optional(),
+    body: z
+      .string()
+      .max(1024 * 1024)
+      .optional(),
+  })
+  .strict();
+
+/**
+ * `POST /__sluice/idempotency/resolve`: an operator resolves an indeterminate key, by the hash the
+ * ledger shows: `release` lets the next request run, `replay` answers duplicates with the given
+ * `status`, `body` and `content_type`.
+ */
+export function idempotencyApp(): Hono<AdminEnv> {
+  const app = new Hono<AdminEnv>();
+  app.post("/resolve", jsonBody(resolveBody), async (c) => {
+    const config = c.get("config");
+    const b = c.req.valid("json");
+    const route = config.routes.find((r) => r.name === b.route && r.idempotency);
+    if (!route?.idempotency) {
+      throw new Problem({ status: 404, title: "No such route", detail: `no route "${b.route}" with idempotency` });
+    }
+    const store = required(c.get("stores").offPath(), "Store unavailable", NO_HOME);
+    const ref = refFromHash(store, config.key_prefix, route.name, asKeyHash(b.key));
+    const answer = b.action === "replay" ? replayAnswer(b, route.idempotency.ttl) : undefined;
+    if (!(await resolve(ref, b.action, answer))) {
+      throw new Problem({
+        status: 404,
+        title: "No such key",
+        detail: "nothing is recorded under that key (expired, or never claimed)",
+      });
+    }
+    return c.json({ ok: true, route: route.name, key: b.key, action: b.action });
+  });
+  return app;
+}
+
+/** What duplicates are answered with after a `replay` resolution (the body stored as base64, as the gateway stores answers). */
+function replayAnswer(b: z.output<typeof resolveBody>, ttlMs: number) {
+  const headers: Array<[string, string]> = [["content-type", b.content_type ?? "application/json"]];
+  return { status: b.status ?? 200, headers, body: btoa(b.body ?? ""), ttlMs };
+}
+
+/** XREVRANGE as the client gives it without deserialisation: [[id, [field, value, ...]], ...]. */
+function ledgerEntries(reply: unknown): Array<Record<string, string>> {
+  if (!Array.isArray(reply)) {
+    // a client that deserialises gives { id: { field: value } }
+    const byId = (reply ?? {}) as Record<string, Record<string, string>>;
+    return Object.entries(byId).map(([id, fields]) => ({ id, ...fields }));
+  }
+  return reply.map((entry) => {
+    const [id, fields] = entry as [string, string[]];
+    const out: Record<string, string> = { id: String(id) };
+    for (let i = 0; i + 1 < fields.length; i += 2) out[String(fields[i])] = String(fields[i + 1]);
+    return out;
+  });
+}

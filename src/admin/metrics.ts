@@ -1,0 +1,25 @@
+import { Hono } from "hono";
+import { minuteOf, prometheus, type MetricsBuffer } from "../metrics/index.js";
+import { asHash } from "../store/replies.js";
+import { metricsKeys } from "../store/layout.js";
+import { deferOf, required, type AdminEnv } from "./context.js";
+
+/**
+ * `GET /__sluice/metrics`: the decision counts in the Prometheus text format. This isolate's
+ * counts not yet written are flushed first, so a scrape right after traffic sees it.
+ */
+export function metricsApp(metrics: MetricsBuffer): Hono<AdminEnv> {
+  const app = new Hono<AdminEnv>();
+  app.get("/", async (c) => {
+    const config = c.get("config");
+    const stores = c.get("stores");
+    await metrics.flush(config, stores, deferOf(c), true);
+    const home = required(stores.offPath(), "Metrics unavailable", "no Redis for the home region");
+    const k = metricsKeys(config.key_prefix, minuteOf(Date.now()));
+    const [total, minute] = await Promise.all([home.redis.hgetall(k.total), home.redis.hgetall(k.minute)]);
+    return c.text(prometheus(asHash(total), asHash(minute)), 200, {
+      "content-type": "text/plain; version=0.0.4; charset=utf-8",
+    });
+  });
+  return app;
+}

@@ -1,0 +1,130 @@
+import { Hono } from "hono";
+import { z } from "zod";
+import type { Config, Limit } from "../config/index.js";
+import { parseDuration } from "../config/duration.js";
+import { exactnessProblem } from "../config/exactness.js";
+import { Problem } from "../problem.js";
+import { allRegions, type Stores } from "../region/index.js";
+import { asHash } from "../store/replies.js";
+import { overridesKey } from "../store/layout.js";
+import type { Store } from "../store/redis.js";
+import { adminHandlers, type AdminEnv } from "./context.js";
+import { findLimit, overrideFieldFor } from "./identity.js";
+import { badRequest, duration, jsonBody } from "./validate.js";
+
+const overrideBody = z
+  .object({
+    route: z.string(),
+    limit: z.string(),
+    rate: z.number().int().positive().max(1_000_000_000),
+    burst: z.number().int().positive().max(1_000_000_000).optional(),
+    period: duration.optional(),
+    /** The client, as key parts (`{ "ip": "203.0.113.9" }`); absent: everybody. */
+    identity: z.record(z.string(), z.string()).optional(),
+    region: z.string().optional(),
+    ttl: duration,
+  })
+  .strict();
+type OverrideBody = z.output<typeof overrideBody>;
+
+const removalBody = z
+  .object({
+    route: z.string(),
+    limit: z.string(),
+    identity: z.record(z.string(), z.string()).optional(),
+    region: z.string().optional(),
+  })
+  .strict();
+
+const setOverride = adminHandlers.createHandlers(jsonBody(overrideBody), async (c) => {
+  const config = c.get("config");
+  const o = c.req.valid("json");
+  const limit = limitOf(config, o.route, o.limit, `no limit "${o.limit}" in a route "${o.route}"`);
+  const periodMs = o.period ? (parseDuration(o.period) as number) : limit.period;
+  checkExact(limit, o, periodMs);
+  const field = await overrideFieldFor(config, limit, o.identity, o.region);
+  const ms = parseDuration(o.ttl) as number;
+  const until = Date.now() + ms;
+  const value = `${o.rate}:${o.burst ?? o.rate}:${periodMs}:${until}`;
+  const key = overridesKey(config.key_prefix, o.route);
+  await Promise.all(distinctStores(config, c.get("stores")).map((s) => writeField(s, key, field, value, ms)));
+  return c.json({ ok: true, key, field, value, expires_at: new Date(until).toISOString() });
+});
+
+const listOverrides = adminHandlers.createHandlers(async (c) => {
+  const config = c.get("config");
+  const home = c.get("stores").offPath();
+  const out: Array<Record<string, unknown>> = [];
+  for (const r of config.routes) {
+    const hash = home ? asHash(await home.redis.hgetall(overridesKey(config.key_prefix, r.name))) : {};
+    out.push(...inForce(r.name, hash, Date.now()));
+  }
+  return c.json({ overrides: out });
+});
+
+const removeOverride = adminHandlers.createHandlers(jsonBody(removalBody), async (c) => {
+  const config = c.get("config");
+  const b = c.req.valid("json");
+  const limit = limitOf(config, b.route, b.limit, "no such route or limit");
+  const field = await overrideFieldFor(config, limit, b.identity, b.region);
+  const key = overridesKey(config.key_prefix, b.route);
+  await Promise.all(distinctStores(config, c.get("stores")).map((s) => s.redis.hdel(key, field)));
+  return c.json({ ok: true, removed: field });
+});
+
+/**
+ * `/__sluice/overrides`: `PUT` sets the rate (and burst, period) of a limit for one client, or for
+ * everybody without `identity`, until `ttl` runs out, in every region's Redis; `GET` lists the
+ * overrides in force (as the home region holds them); `DELETE` removes one.
+ */
+export function overridesApp(): Hono<AdminEnv> {
+  return new Hono<AdminEnv>()
+    .put("/", ...setOverride)
+    .get("/", ...listOverrides)
+    .delete("/", ...removeOverride);
+}
+
+/** The overrides of one route's hash (`field` → `rate:burst:period_ms:until_ms`) that have not run out. */
+function inForce(route: string, hash: Record<string, string>, now: number): Array<Record<string, unknown>> {
+  return Object.entries(hash).flatMap(([field, v]) => {
+    const [rate, burst, period, until] = v.split(":").map(Number);
+    if ((until ?? 0) <= now) return [];
+    return [{ route, field, rate, burst, period_ms: period, expires_at: new Date(until ?? 0).toISOString() }];
+  });
+}
+
+function limitOf(config: Config, route: string, limit: string, detail: string): Limit {
+  const found = findLimit(config, route, limit);
+  if (!found) throw new Problem({ status: 404, title: "No such limit", detail });
+  return found.limit;
+}
+
+/**
+ * An override is checked like a configured limit: figures the decision script cannot count
+ * exactly are a 400 naming the field. The burst defaults to the rate, so a burst the body does
+ * not have is named as the rate it came from.
+ */
+function checkExact(limit: Limit, o: OverrideBody, periodMs: number): void {
+  const inexact = exactnessProblem({ algorithm: limit.algorithm, rate: o.rate, burst: o.burst ?? o.rate, periodMs });
+  if (!inexact) return;
+  throw badRequest(
+    `${inexact.field === "burst" && o.burst === undefined ? "rate" : inexact.field}: ${inexact.message}`,
+  );
+}
+
+/** Sets one field; the hash lives as long as its longest override (its TTL is raised, never cut). */
+async function writeField(store: Store, key: string, field: string, value: string, ttlMs: number): Promise<void> {
+  await store.redis.hset(key, { [field]: value });
+  const left = await store.redis.pttl(key);
+  if (left < ttlMs) await store.redis.pexpire(key, ttlMs);
+}
+
+/** Every distinct Redis of the deployment (regions without secrets of their own share the home one). */
+function distinctStores(config: Config, stores: Stores): Store[] {
+  const seen = new Map<string, Store>();
+  for (const r of allRegions(config)) {
+    const s = stores.offPath(r);
+    if (s && !seen.has(s.id)) seen.set(s.id, s);
+  }
+  return [...seen.values()];
+}

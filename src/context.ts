@@ -1,0 +1,118 @@
+import type { Config, Route } from "./config/index.js";
+import type { Env } from "./env.js";
+import type { RequestFacts } from "./keys/identify.js";
+import type { Bucket, Defer } from "./limiter/decide.js";
+import type { Decision } from "./limiter/types.js";
+import type { ForwardTarget, OriginReply } from "./origin/forward.js";
+import type { DecisionHeader } from "./problem.js";
+import type { Stores } from "./region/index.js";
+import type { Runtime } from "./runtime.js";
+
+/** One limit's state after the decision, as a handler sees it in `c.get("sluice")`. */
+export interface LimitState {
+  name: string;
+  allowed: boolean;
+  /** Whole tokens left. */
+  remaining: number;
+  /** Seconds until the bucket is full again (as `RateLimit`'s `t`). */
+  reset: number;
+  /** The same, in ms. */
+  resetMs: number;
+  /** When refused: ms until the request could pass (-1: never). */
+  retryAfterMs: number;
+}
+
+/** What sluice decided about the request, for the handler (`c.get("sluice")`). */
+export interface SluiceDecision {
+  /** What `Sluice-Decision` says (so far: later steps may still answer with a replay). */
+  verdict: DecisionHeader;
+  region: string;
+  /** The route (or the middleware's `name`) the request was decided under. */
+  route?: string;
+  limits: LimitState[];
+  /** The grant's fencing token, when an idempotency key or session lock was taken. */
+  fencingToken?: string;
+  idempotencyKey?: string;
+}
+
+/** The variables sluice puts on Hono's context. */
+export interface SluiceVariables {
+  sluice: SluiceDecision;
+}
+
+/** What a decision is counted and logged under. */
+export interface DecisionMeta {
+  route: string;
+  /** The limit that decided (refused, or would have in shadow mode), or "-". */
+  limit: string;
+  /** The hashed identifier of the refused bucket. */
+  blockedId?: string;
+  rttMs?: number;
+}
+
+/** The rate-limit step's decision, kept for what runs after the response. */
+export interface LimitRun {
+  decision: Decision;
+  buckets: Bucket[];
+  /** Decided without Redis's answer (Redis failed; `open` or `local`). */
+  degraded: boolean;
+  peek: boolean;
+  delayMs: number;
+}
+
+/**
+ * What the steps of one request share: created by the gateway's first middleware (or by a
+ * standalone middleware for itself), filled in as the request goes. Steps take the narrow parts
+ * they need from it and hand them to functions that know nothing of Hono.
+ */
+export interface Scope {
+  runtime: Runtime;
+  config: Config;
+  region: string;
+  stores: Stores;
+  facts: RequestFacts;
+  defer: Defer;
+  /** The Worker's bindings: secrets (the JWT's HMAC key) and the queue producer. */
+  env: Env;
+  /** The matched route; none: the request is forwarded without limits. */
+  route?: Route;
+  /** The path the origin is asked for (the forward form of the normalised path). */
+  forwardPath: string;
+  /** Where allowed requests go (the gateway); none: to the app's own handler. */
+  target?: ForwardTarget;
+  /** Set once the decision is to be counted: a matched route, or a deny-list refusal. */
+  meta?: DecisionMeta;
+  /** What `Sluice-Decision` says, as the steps have it so far. */
+  decision: DecisionHeader;
+  allowListed: boolean;
+  limits?: LimitRun;
+  /** Headers sluice tells the origin: fencing token, Idempotency-Key, Sluice-Session. */
+  sluiceHeaders: Record<string, string>;
+  /** The origin's reply (the gateway's forwarding) and how long it took. */
+  reply?: OriginReply & { latencyMs: number };
+}
+
+/** Hono's environment for apps that use sluice: the variables it sets. */
+export interface SluiceEnv {
+  Variables: SluiceVariables & { sluiceScope: Scope };
+}
+
+/** The handler's view of a scope. */
+export function publicDecision(scope: Scope): SluiceDecision {
+  const outcomes = scope.limits?.decision.outcomes ?? [];
+  return {
+    verdict: scope.decision,
+    region: scope.region,
+    route: scope.route?.name,
+    limits: outcomes.map((o) => ({
+      name: o.limit.name,
+      allowed: o.allowed,
+      remaining: o.remaining,
+      reset: Math.ceil(Math.max(0, o.resetMs) / 1000),
+      resetMs: o.resetMs,
+      retryAfterMs: o.retryAfterMs,
+    })),
+    fencingToken: scope.sluiceHeaders["sluice-fencing-token"],
+    idempotencyKey: scope.sluiceHeaders["idempotency-key"],
+  };
+}

@@ -1,0 +1,110 @@
+import type { Context, MiddlewareHandler } from "hono";
+import type { Config } from "../config/index.js";
+import { publicDecision, type Scope, type SluiceEnv } from "../context.js";
+import type { Env } from "../env.js";
+import { clientIp } from "../keys/identify.js";
+import type { Defer } from "../limiter/decide.js";
+import { Problem } from "../problem.js";
+import { chooseRegion, envConnections, type Connect } from "../region/index.js";
+import { normalisePath } from "../routing/normalise.js";
+import { findRoute } from "../routing/route.js";
+import type { Runtime } from "../runtime.js";
+
+/** `ctx.waitUntil` where the runtime gives one (always, on Workers); otherwise work just runs. */
+export function deferrer(c: Context): Defer {
+  try {
+    const ctx = c.executionCtx;
+    return (work) => ctx.waitUntil(work);
+  } catch {
+    return (work) => void work;
+  }
+}
+
+/** Where a scope's request stands before any step: its configuration, region and normalised path. */
+export interface ScopeInput {
+  runtime: Runtime;
+  config: Config;
+  connect: Connect;
+  env: Env;
+}
+
+/**
+ * The scope of one request: the region that decides it (from `request.cf`), its path in normal
+ * form (a path that cannot be normalised is a 400 problem), the route it matches (none: no
+ * limits) and the facts its identities are read from.
+ */
+export function newScope(c: Context, input: ScopeInput, matchRoutes: boolean): Scope {
+  const { runtime, config, connect, env } = input;
+  const request = c.req.raw;
+  const region = chooseRegion(config, request.cf as { colo?: string; continent?: string } | undefined);
+  const url = new URL(request.url);
+  const ip = clientIp(request.headers);
+  const normal = normalisePath(url.pathname, config.paths);
+  const scope: Scope = {
+    runtime,
+    config,
+    region,
+    stores: runtime.stores(connect, config),
+    facts: { ip, matchPath: normal.ok ? normal.path.match : "/", headers: request.headers, url },
+    defer: deferrer(c),
+    env,
+    forwardPath: normal.ok ? normal.path.forward : "/",
+    decision: "allow",
+    allowListed: false,
+    sluiceHeaders: {},
+  };
+  if (!normal.ok)
+    throw new ScopedProblem(scope, { status: normal.status, title: "Bad request path", detail: normal.detail });
+  if (matchRoutes) scope.route = findRoute(config.routes, request.method, normal.path.match);
+  return scope;
+}
+
+/** A problem found while the scope was being made: the scope still tells the region it is stamped with. */
+export class ScopedProblem extends Problem {
+  constructor(
+    readonly scope: Scope,
+    init: ConstructorParameters<typeof Problem>[0],
+  ) {
+    super(init);
+  }
+}
+
+/**
+ * The gateway's first step: the configuration of the environment (a bad one is a 500 problem
+ * naming the field, on every request), then the request's scope, on the context for every step
+ * after it.
+ */
+export function gatewayScope(runtime: Runtime): MiddlewareHandler<SluiceEnv & { Bindings: Env }> {
+  return async (c, next) => {
+    const loaded = runtime.configs.of(c.env);
+    if (!loaded.ok) {
+      const { field, problem } = loaded.error;
+      throw new Problem({
+        status: 500,
+        title: "Invalid sluice configuration",
+        detail: loaded.error.message,
+        extensions: { field, problem },
+      });
+    }
+    const config = loaded.config;
+    let scope: Scope;
+    try {
+      scope = newScope(c, { runtime, config, connect: envConnections(c.env, config.home_region), env: c.env }, true);
+    } catch (e) {
+      if (e instanceof ScopedProblem) c.set("sluiceScope", e.scope);
+      throw e;
+    }
+    if (config.originUrl) {
+      scope.target = {
+        origin: config.originUrl,
+        path: scope.forwardPath,
+        clientIp: scope.facts.ip,
+        timeoutMs: scope.route?.origin_timeout,
+      };
+    }
+    if (scope.route) scope.meta = { route: scope.route.name, limit: "-" };
+    c.set("sluiceScope", scope);
+    c.set("sluice", publicDecision(scope));
+    await next();
+  };
+}

@@ -1,0 +1,155 @@
+/**
+ * sluice as middleware for a Hono app of your own.
+ *
+ * @example
+ * import { Hono } from "hono";
+ * import { rateLimit, idempotency } from "sluice";
+ * const app = new Hono();
+ * app.use("/api/*", rateLimit({ limits: [{ name: "per-ip", key: "ip", rate: 10, period: "1s", burst: 20 }] }));
+ * app.post("/orders", idempotency({ required: true }), (c) => c.json({ created: true }, 201));
+ */
+import type { MiddlewareHandler } from "hono";
+import { GATEWAY_STEPS } from "./app.js";
+import { loadConfig } from "./config/index.js";
+import type { SluiceInput } from "./config/schema.js";
+import type { SluiceEnv } from "./context.js";
+import { usesJwt, verifyBearer } from "./keys/jwt.js";
+import { accessListsStep } from "./middleware/access-lists/index.js";
+import { breakerStep } from "./middleware/breaker/index.js";
+import { idempotencyStep } from "./middleware/idempotency/index.js";
+import { rateLimitStep } from "./middleware/rate-limit/index.js";
+import { sessionStep } from "./middleware/session/index.js";
+import { compileOptions, SHARED_FIELDS, standalone, type SharedOptions } from "./middleware/standalone.js";
+import type { Step } from "./middleware/step.js";
+import { verifyJwtStep } from "./middleware/verify-jwt/index.js";
+import { forwardToOrigin } from "./gateway/forward.js";
+import { Problem } from "./problem.js";
+import { isolateRuntime } from "./runtime.js";
+
+export type { SharedOptions } from "./middleware/standalone.js";
+export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "./context.js";
+export type { SluiceInput as SluiceConfig } from "./config/schema.js";
+export { ConfigError } from "./config/index.js";
+export { Problem } from "./problem.js";
+export { Runtime } from "./runtime.js";
+export { createApp } from "./app.js";
+
+type RouteInput = NonNullable<SluiceInput["routes"]>[number];
+/** A limit, exactly as in `wrangler.toml`'s `[[vars.SLUICE.routes.limits]]`. */
+export type LimitOptions = NonNullable<RouteInput["limits"]>[number];
+
+export interface RateLimitOptions extends SharedOptions {
+  limits: LimitOptions[];
+  /** Names the buckets in Redis (`{key_prefix}:{name}:{limit}:{hash}`) and the metrics; default "app". */
+  name?: string;
+  /** Decide and count, never refuse (how a new limit is rolled out). */
+  shadow?: boolean;
+  /** Report the buckets without spending (a quota endpoint). */
+  peek?: boolean;
+  /** The requests' priority: a name, or `header:<name>` / `jwt:<claim>` holding one (README, Priorities). */
+  priority?: RouteInput["priority"];
+}
+
+/**
+ * Rate limits for the routes it is mounted on: every limit decided in one Redis call, all or
+ * nothing; a refusal is a 429 problem with `Retry-After` and `RateLimit` headers; the handler
+ * finds the decision in `c.get("sluice")`.
+ */
+export function rateLimit(options: RateLimitOptions): MiddlewareHandler<SluiceEnv> {
+  const { limits, name = "app", shadow, peek, priority } = options;
+  const config = compileOptions("rateLimit", options, { name, limits, shadow, peek, priority });
+  const route = config.routes[0];
+  // limits keyed on JWT claims verify the token themselves, unless verifyJwt() ran before
+  return standalone(config, options, route && usesJwt(route) ? [verifyJwtStep, rateLimitStep] : [rateLimitStep]);
+}
+
+export type IdempotencyOptions = SharedOptions & NonNullable<RouteInput["idempotency"]> & { name?: string };
+
+/**
+ * One side effect per `Idempotency-Key`: the first request runs, duplicates get its stored
+ * answer (`Idempotent-Replayed: true`), a duplicate in flight gets 409, a key reused with another
+ * body 422; the handler finds the fencing token in `c.get("sluice").fencingToken`.
+ */
+export function idempotency(options: IdempotencyOptions = {}): MiddlewareHandler<SluiceEnv> {
+  const { name = "app", ...rest } = options;
+  const config = compileOptions("idempotency", options, { name, idempotency: routeFields(rest) }, "idempotency");
+  return standalone(config, options, [idempotencyStep]);
+}
+
+export type SessionOptions = SharedOptions & NonNullable<RouteInput["session"]> & { name?: string };
+
+/** One side-effecting call per session at a time (a 409 problem for the second), with a fencing token. */
+export function session(options: SessionOptions): MiddlewareHandler<SluiceEnv> {
+  const { name = "app", ...rest } = options;
+  const config = compileOptions("session", options, { name, session: routeFields(rest) }, "session");
+  return standalone(config, options, [sessionStep]);
+}
+
+export type BreakerOptions = SharedOptions &
+  NonNullable<RouteInput["breaker"]> & { name?: string; fallback?: RouteInput["fallback"] };
+
+/** A circuit breaker around the handler: while the handler keeps failing (5xx, slow), 503 (or `fallback`) without calling it. */
+export function breaker(options: BreakerOptions = {}): MiddlewareHandler<SluiceEnv> {
+  const { name = "app", fallback, ...rest } = options;
+  const config = compileOptions("breaker", options, { name, breaker: routeFields(rest), fallback }, "breaker");
+  return standalone(config, options, [breakerStep]);
+}
+
+/** The deny and allow lists managed with the admin API: a denied client gets 403. */
+export function accessLists(options: SharedOptions & { name?: string } = {}): MiddlewareHandler<SluiceEnv> {
+  const config = compileOptions("accessLists", options, { name: options.name ?? "app" });
+  return standalone(config, options, [accessListsStep]);
+}
+
+export interface VerifyJwtOptions extends SharedOptions {
+  /** The HMAC key; default: the Worker's variable named by `jwt.secret_env` (SLUICE_JWT_SECRET). */
+  secret?: string;
+  /** A request without a token is a 401 (default: it goes on without claims). */
+  required?: boolean;
+}
+
+/**
+ * Verifies the bearer token (HMAC secret, or `jwt.jwks_url`) and puts its claims in
+ * `c.get("jwtPayload")`, where limits keyed on `jwt:<claim>` read them.
+ */
+export function verifyJwt(options: VerifyJwtOptions = {}): MiddlewareHandler<SluiceEnv> {
+  const config = compileOptions("verifyJwt", options, { name: "app" });
+  return async (c, next) => {
+    const env = (c.env ?? {}) as Record<string, unknown>;
+    const secret = options.secret ?? env[config.jwt?.secret_env ?? "SLUICE_JWT_SECRET"];
+    const verified = await verifyBearer(c.req.raw, config.jwt, secret, (options.runtime ?? isolateRuntime()).jwks);
+    const unauthorized = (detail: string) =>
+      new Problem({
+        status: 401,
+        title: "Invalid token",
+        detail,
+        headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' },
+      });
+    if (!verified.ok) throw unauthorized(verified.detail);
+    if (!verified.claims && options.required) throw unauthorized("a bearer token is required");
+    if (verified.claims) c.set("jwtPayload" as never, verified.claims as never);
+    await next();
+  };
+}
+
+/**
+ * The whole gateway as one middleware, configured like `[vars.SLUICE]`: routes matched on the
+ * normalised path, lists, breakers, limits with their shedding, idempotency, sessions. With
+ * `origin`, allowed requests are forwarded there; without, they go on to the app's handlers.
+ */
+export function sluice(
+  config: SluiceInput,
+  options: SharedOptions & { origin?: string } = {},
+): MiddlewareHandler<SluiceEnv> {
+  const loaded = loadConfig({ ORIGIN_URL: options.origin, SLUICE: config, originOptional: true });
+  if (!loaded.ok) throw loaded.error;
+  const compiled = loaded.config;
+  const steps: Step[] = compiled.originUrl ? [...GATEWAY_STEPS, (c) => forwardToOrigin(c)] : GATEWAY_STEPS;
+  return standalone(compiled, options, steps, { matchRoutes: true });
+}
+
+/** Optional fields left out, so the schema's defaults apply. */
+function routeFields(fields: Record<string, unknown>): Record<string, unknown> {
+  const shared = new Set<string>(["redis", "runtime", ...SHARED_FIELDS]);
+  return Object.fromEntries(Object.entries(fields).filter(([k, v]) => v !== undefined && !shared.has(k)));
+}

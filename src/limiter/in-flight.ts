@@ -1,0 +1,62 @@
+import type { Bucket } from "./decide.js";
+import type { OverrideCopies } from "./overrides.js";
+import { groupByStore, runDecide } from "./script-call.js";
+import type { Decision, LimitOutcome } from "./types.js";
+
+/*
+ * In-flight slots (concurrency limits; README, In-flight caps). A request takes one slot per
+ * concurrency limit in its decision (decide.lua's "take", all or nothing with the route's other
+ * limits), named by its bucket's `slot` id, and frees them once its response has been delivered:
+ * decide.lua's "release" mode (or the isolate's own buckets, for a local decision). A slot never
+ * released (an isolate gone mid-request) expires with its lease.
+ */
+
+/** The slots an admitted decision took: its concurrency limits that allowed (a refusal, a peek or a shadow refusal holds none). */
+export function heldSlots(d: Decision): LimitOutcome[] {
+  if (d.verdict === "reject") return [];
+  return d.outcomes.filter((o) => o.slot !== undefined && o.allowed);
+}
+
+/** Frees slots in the Redis that holds each (the decision's own stores), one "release" call per Redis. */
+export async function releaseSlots(
+  buckets: readonly Bucket[],
+  held: readonly LimitOutcome[],
+  overrides: OverrideCopies,
+): Promise<void> {
+  const mine = buckets.filter((b) => held.some((o) => o.key === b.key && o.limit === b.limit && o.slot === b.slot));
+  if (mine.length === 0) return;
+  const now = Date.now();
+  await Promise.all(groupByStore(mine).map((g) => runDecide(g, "release", (b) => overrides.input(b, now))));
+}
+
+/**
+ * The same bytes as `body`, calling `settled` once when they have all been handed on, when the
+ * body errs, or when the reader cancels (a client that went away).
+ */
+export function whenSettled(body: ReadableStream<Uint8Array>, settled: () => void): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
+  let done = false;
+  const settle = () => {
+    if (done) return;
+    done = true;
+    settled();
+  };
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const chunk = await reader.read();
+        if (chunk.done) {
+          settle();
+          controller.close();
+        } else controller.enqueue(chunk.value);
+      } catch (e) {
+        settle();
+        controller.error(e);
+      }
+    },
+    async cancel(reason) {
+      settle();
+      await reader.cancel(reason);
+    },
+  });
+}

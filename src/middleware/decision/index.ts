@@ -1,0 +1,61 @@
+import type { Context, MiddlewareHandler } from "hono";
+import type { DecisionMeta, Scope, SluiceEnv } from "../../context.js";
+import { Problem, type DecisionHeader } from "../../problem.js";
+
+/**
+ * What the client is told: `Sluice-Decision` (from the problem that ended the request, else
+ * from the steps), and `Sluice-Region`.
+ */
+export function decisionOf(c: Context<SluiceEnv>, scope: Scope | undefined): DecisionHeader {
+  if (c.error instanceof Problem) return c.error.decision;
+  // in the gateway an exception is sluice's own failure; in an app, the handler's: sluice let it through
+  if (c.error && (!scope || scope.target)) return "reject";
+  return scope?.decision ?? "allow";
+}
+
+/**
+ * Stamps `Sluice-Decision` and `Sluice-Region` on the response, and, for a decision that counts
+ * (a matched route, a deny-list refusal), counts it for the metrics once and writes one structured
+ * log line for every decision but `allow`. Runs after every step, as the outermost middleware.
+ */
+export function stamp(c: Context<SluiceEnv>, scope: Scope | undefined): void {
+  const decision = decisionOf(c, scope);
+  const region = scope?.region ?? "unknown";
+  if (scope?.meta) record(scope, scope.meta, decision);
+  let res = c.res;
+  try {
+    res.headers.set("Sluice-Decision", decision);
+  } catch {
+    // a response straight from fetch() has immutable headers: copy it once
+    c.res = undefined;
+    c.res = res = new Response(res.body, res);
+    res.headers.set("Sluice-Decision", decision);
+  }
+  res.headers.set("Sluice-Region", region);
+}
+
+export function record(scope: Scope, meta: DecisionMeta, decision: DecisionHeader): void {
+  const { runtime, config, stores, defer, region } = scope;
+  runtime.metrics.count(meta.route, meta.limit, decision, { rttMs: meta.rttMs, blockedId: meta.blockedId });
+  if (decision !== "allow") {
+    console.log(
+      JSON.stringify({
+        event: "decision",
+        decision,
+        route: meta.route,
+        limit: meta.limit,
+        region,
+        id: meta.blockedId ?? null,
+      }),
+    );
+  }
+  runtime.metrics.flush(config, stores, defer);
+}
+
+/** The gateway's outermost middleware: every step runs inside it, and it stamps what they decided. */
+export function decisions(): MiddlewareHandler<SluiceEnv> {
+  return async (c, next) => {
+    await next();
+    stamp(c, c.get("sluiceScope"));
+  };
+}

@@ -1,0 +1,170 @@
+import { describe, expect, it } from "vitest";
+import { background, countedApp, gate, middlewareRig } from "../../../test/support/middleware-rig.js";
+import { idempotency, type IdempotencyOptions } from "../../index.js";
+
+/** idempotency() in an app of its own, in Node, against a real Redis behind the Upstash-REST bridge. */
+const rig = middlewareRig("idem");
+const options = (extra: IdempotencyOptions = {}): IdempotencyOptions => rig.options(extra);
+
+interface Created {
+  n: number;
+  got: unknown;
+  fence?: string;
+  key?: string;
+}
+
+const IP = "198.51.100.20";
+const post = (key: string | undefined, body: string, ip = IP): RequestInit => ({
+  method: "POST",
+  body,
+  headers: {
+    "CF-Connecting-IP": ip,
+    "content-type": "application/json",
+    ...(key === undefined ? {} : { "Idempotency-Key": key }),
+  },
+});
+
+/** An app whose POST /orders reads the JSON body and answers 201 with what it saw; `calls` counts its runs. */
+function ordersApp(opts: IdempotencyOptions, before?: () => Promise<void>) {
+  return countedApp(
+    idempotency(opts),
+    async (c, n) => {
+      await before?.();
+      const got: unknown = c.req.method === "POST" ? await c.req.json() : null;
+      const { fencingToken, idempotencyKey } = c.get("sluice");
+      return c.json({ n, got, fence: fencingToken, key: idempotencyKey } satisfies Created, 201);
+    },
+    { path: "/orders", method: ["GET", "POST"] },
+  );
+}
+
+describe("idempotency()", () => {
+  it("runs the handler once per key; the duplicate gets the stored answer, replayed", async () => {
+    const { app, calls } = ordersApp(options());
+    const bg = background();
+    const first = await app.request("/orders", post("order-1", '{"sku":"a","qty":1}'), {}, bg.ctx);
+    expect(first.status).toBe(201);
+    expect(first.headers.get("Sluice-Decision")).toBe("allow");
+    expect(first.headers.get("Idempotent-Replayed")).toBeNull();
+    const firstText = await first.text();
+    const created = JSON.parse(firstText) as Created;
+    // the handler read the body the middleware had already read to fingerprint it
+    expect(created.got).toEqual({ sku: "a", qty: 1 });
+    expect(created.key).toBe("order-1");
+    expect(Number(created.fence)).toBeGreaterThan(0);
+    await bg.settled();
+
+    const again = background();
+    const replay = await app.request("/orders", post("order-1", '{"sku":"a","qty":1}'), {}, again.ctx);
+    expect(replay.status).toBe(201);
+    expect(await replay.text()).toBe(firstText);
+    expect(replay.headers.get("Idempotent-Replayed")).toBe("true");
+    expect(replay.headers.get("Sluice-Decision")).toBe("replay");
+    expect(replay.headers.get("content-type")).toMatch(/^application\/json/);
+    expect(calls.n).toBe(1);
+  });
+
+  it("gives every new key a higher fencing token", async () => {
+    const { app } = ordersApp(options());
+    const fences: number[] = [];
+    for (const key of ["f-1", "f-2", "f-3"]) {
+      const res = await app.request("/orders", post(key, "{}"));
+      expect(res.status).toBe(201);
+      fences.push(Number(((await res.json()) as Created).fence));
+    }
+    expect(fences[1]).toBeGreaterThan(fences[0] ?? Infinity);
+    expect(fences[2]).toBeGreaterThan(fences[1] ?? Infinity);
+  });
+
+  it("answers a duplicate of a request still in flight with 409 and Retry-After", async () => {
+    const g = gate();
+    const { app, calls } = ordersApp(options(), g.wait);
+    const first = app.request("/orders", post("slow-1", '{"a":1}'));
+    await g.reached();
+    const dup = await app.request("/orders", post("slow-1", '{"a":1}'));
+    expect(dup.status).toBe(409);
+    expect(dup.headers.get("content-type")).toBe("application/problem+json");
+    expect(dup.headers.get("Retry-After")).toBe("1");
+    expect(dup.headers.get("Sluice-Decision")).toBe("reject");
+    expect(((await dup.json()) as { title: string }).title).toBe("Request in flight");
+    g.open();
+    expect((await first).status).toBe(201);
+    expect(calls.n).toBe(1);
+  });
+
+  it("refuses the same key with another body with 422", async () => {
+    const { app, calls } = ordersApp(options());
+    const bg = background();
+    const first = await app.request("/orders", post("reuse-1", '{"amount":1}'), {}, bg.ctx);
+    expect(first.status).toBe(201);
+    await first.text();
+    await bg.settled();
+    const other = await app.request("/orders", post("reuse-1", '{"amount":1000}'));
+    expect(other.status).toBe(422);
+    expect(((await other.json()) as { title: string }).title).toBe("Idempotency-Key reused");
+    expect(calls.n).toBe(1);
+  });
+
+  it("with required = true, refuses a request without a key with 400", async () => {
+    const { app, calls } = ordersApp(options({ required: true }));
+    const res = await app.request("/orders", post(undefined, '{"a":1}'));
+    expect(res.status).toBe(400);
+    expect(res.headers.get("content-type")).toBe("application/problem+json");
+    expect(((await res.json()) as { title: string }).title).toBe("Idempotency-Key required");
+    expect(calls.n).toBe(0);
+  });
+
+  it("lets a request without a key through unguarded when keys are optional", async () => {
+    const { app, calls } = ordersApp(options());
+    expect((await app.request("/orders", post(undefined, '{"a":1}'))).status).toBe(201);
+    expect((await app.request("/orders", post(undefined, '{"a":1}'))).status).toBe(201);
+    expect(calls.n).toBe(2);
+  });
+
+  it("frees the key when the handler throws, so the retry runs the handler again", async () => {
+    const { app, calls } = countedApp(
+      idempotency(options()),
+      (c, n) => {
+        if (n === 1) throw new Error("payment provider exploded");
+        return c.json({ paid: true }, 201);
+      },
+      { path: "/pay", method: "POST" },
+    );
+    app.onError((_e, c) => c.text("handler failed", 500));
+    const bg = background();
+    const failed = await app.request("/pay", post("pay-1", '{"eur":5}'), {}, bg.ctx);
+    expect(failed.status).toBe(500);
+    await failed.text();
+    await bg.settled();
+    const retry = await app.request("/pay", post("pay-1", '{"eur":5}'));
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get("Idempotent-Replayed")).toBeNull();
+    expect(calls.n).toBe(2);
+  });
+
+  it('holds the key as indeterminate when the handler answers 5xx under on_origin_error = "hold"', async () => {
+    const { app, calls } = countedApp(
+      idempotency(options({ on_origin_error: "hold" })),
+      (c) => c.text("upstream timeout", 502),
+      { path: "/pay", method: "POST" },
+    );
+    const bg = background();
+    const failed = await app.request("/pay", post("hold-1", '{"eur":5}'), {}, bg.ctx);
+    expect(failed.status).toBe(502);
+    await failed.text();
+    await bg.settled();
+    const retry = await app.request("/pay", post("hold-1", '{"eur":5}'));
+    expect(retry.status).toBe(409);
+    expect(retry.headers.get("Retry-After")).toBe("60");
+    expect(((await retry.json()) as { title: string }).title).toBe("Outcome indeterminate");
+    expect(calls.n).toBe(1);
+  });
+
+  it("lets methods it does not guard (GET) through to the handler", async () => {
+    const { app, calls } = ordersApp(options());
+    const res = await app.request("/orders", { headers: { "CF-Connecting-IP": IP, "Idempotency-Key": "read-1" } });
+    expect(res.status).toBe(201);
+    expect(((await res.json()) as Created).got).toBeNull();
+    expect(calls.n).toBe(1);
+  });
+});

@@ -1,0 +1,194 @@
+import type { Context } from "hono";
+import { countRefusal } from "../../access/bans.js";
+import type { Route } from "../../config/index.js";
+import { publicDecision, type LimitRun, type Scope, type SluiceEnv } from "../../context.js";
+import { BadLimitInput, bucketsFor, keyedBuckets } from "../../limiter/buckets.js";
+import { decide, giveBack, madeWithoutRedis, type Bucket } from "../../limiter/decide.js";
+import { rateLimitHeaders } from "../../limiter/headers.js";
+import { heldSlots, releaseSlots, whenSettled } from "../../limiter/in-flight.js";
+import { settle, settlements } from "../../limiter/response-cost.js";
+import type { Decision } from "../../limiter/types.js";
+import { Problem } from "../../problem.js";
+import { StoreError } from "../../store/deadline.js";
+import { shed, withHeaders } from "../shedding/index.js";
+import type { Step } from "../step.js";
+import { limitedRoute } from "../verify-jwt/index.js";
+
+/**
+ * Every limit of the route, decided in one Redis call per database (or from the isolate's
+ * leases), all or nothing. A refusal is shed as the route's `on_limit` says; an admission goes on
+ * (after its leaky-bucket slot, if it has one) and its response gets the `RateLimit` headers. A
+ * request later answered by a replay gives back what it was charged. The in-flight slots of its
+ * concurrency limits are freed once its response body has been delivered (or the client went
+ * away), at once when a later step answered instead.
+ */
+export const rateLimitStep: Step = async (c, scope, next) => {
+  const route = scope.route;
+  if (!route || scope.allowListed) return next();
+  const limited = limitedRoute(scope, route);
+  if (limited.limits.length === 0) return next();
+  const peek = route.peek !== false;
+  const run = await decideLimits(scope, limited, peek);
+  scope.limits = run;
+  if (!run) {
+    scope.decision = "degraded";
+    c.set("sluice", publicDecision(scope));
+    return next();
+  }
+  const { decision } = run;
+  if (!run.degraded && limited.limits.some((l) => l.scope === "split"))
+    scope.runtime.rebalance.nudge(scope.config, scope.stores, Date.now(), scope.defer);
+  if (decision.verdict === "reject" && !peek) {
+    // every refusal counts towards a ban, from the blocked-bucket cache too, however it is shed
+    countRefusal(scope, decision.blocking);
+    return shed(c, scope, decision);
+  }
+  if (decision.verdict === "shadow" && scope.meta)
+    scope.meta.limit = decision.outcomes.find((o) => !o.allowed)?.limit.name ?? "-";
+  scope.decision = run.degraded ? "degraded" : peek || decision.verdict === "reject" ? "allow" : decision.verdict;
+  c.set("sluice", publicDecision(scope));
+  // leaky buckets hand out slots: the request waits for its own before it goes
+  if (run.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, run.delayMs));
+  const release = slotRelease(scope, run);
+  try {
+    await next();
+  } catch (e) {
+    if (release) scope.defer(release());
+    throw e;
+  }
+  afterResponse(c, scope, run, release);
+};
+
+/**
+ * The decision, or `undefined` when Redis failed and the deployment fails open. Redis failing
+ * under `on_store_error = "local"` is decided by this isolate alone; under `closed` it is a 503.
+ */
+async function decideLimits(scope: Scope, limited: Route, peek: boolean): Promise<LimitRun | undefined> {
+  const { config, region, stores, facts, runtime } = scope;
+  const mode = peek ? "peek" : "take";
+  let buckets: Bucket[] = [];
+  try {
+    buckets = await bucketsFor(limited, facts, config, {
+      region,
+      regional: stores.decision(region),
+      home: stores.home(),
+    });
+    const started = Date.now();
+    const decision = await decide(buckets, runtime.decisions, started, scope.defer, mode);
+    if (!madeWithoutRedis(decision) && scope.meta) scope.meta.rttMs = Date.now() - started;
+    return { decision, buckets, degraded: false, peek, delayMs: delayOf(decision, peek) };
+  } catch (e) {
+    if (e instanceof BadLimitInput)
+      throw new Problem({
+        status: 400,
+        title: "Bad request for limit",
+        detail: e.message,
+        extensions: { limit: e.limit },
+      });
+    if (!(e instanceof StoreError)) throw e;
+    storeTrouble(e, scope);
+    if (config.on_store_error !== "local") return undefined;
+    // idempotency and sessions still apply: only the limits are decided here, by this isolate
+    const keyed = buckets.length > 0 ? buckets : await keyedBuckets(limited, facts, config, region);
+    const decision = runtime.localBuckets.decide(keyed, Date.now(), mode);
+    return { decision, buckets, degraded: true, peek, delayMs: delayOf(decision, peek) };
+  }
+}
+
+function delayOf(decision: Decision, peek: boolean): number {
+  return peek ? 0 : Math.max(0, ...decision.outcomes.map((o) => o.delayMs));
+}
+
+/** Logs a store failure; under `on_store_error = "closed"` it is the 503 the client gets. */
+function storeTrouble(e: StoreError, scope: Scope): void {
+  const { config, region, route } = scope;
+  console.error(
+    JSON.stringify({
+      event: "store_error",
+      reason: e.reason,
+      region,
+      route: route?.name,
+      on_store_error: config.on_store_error,
+      message: e.message,
+    }),
+  );
+  if (config.on_store_error !== "closed") return;
+  throw new Problem({
+    status: 503,
+    title: "Rate limiter unavailable",
+    detail: `the rate limit store did not answer (${e.reason}) and this deployment fails closed`,
+    headers: { "Retry-After": "1" },
+  });
+}
+
+/**
+ * A response the request went on to get carries the `RateLimit` headers (and the leaky bucket's
+ * wait); one a later step answered (a replay, a refusal) does not, and a replay gives back its
+ * charge: it never reached the origin. A local decision charged nothing in Redis to give back.
+ */
+function afterResponse(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, release?: Release): void {
+  // a replay told by this scope (the gateway), or by an idempotency() middleware of its own
+  if (scope.decision === "replay" || c.res.headers.get("Sluice-Decision") === "replay") {
+    // the refund frees the slots too; a local decision's are this isolate's to free
+    if (!run.degraded)
+      scope.defer(
+        giveBack(run.buckets, run.decision, scope.runtime.leases, scope.runtime.overrides).catch(() => undefined),
+      );
+    else if (release) scope.defer(release());
+    return;
+  }
+  if (c.error) {
+    if (release) scope.defer(release());
+    return;
+  }
+  settleResponseCost(c, scope, run);
+  const extra = rateLimitHeaders(run.decision.outcomes);
+  if (run.delayMs > 0) extra["Sluice-Delay-Ms"] = String(run.delayMs);
+  withHeaders(c.res, extra);
+  if (release) releaseWhenDelivered(c, scope, release);
+}
+
+/**
+ * Limits charged from the response (README, Cost from the response): the figure the origin
+ * reported in a header is known with the headers, so it is settled at once (deferred); a response
+ * that reports nothing keeps the reserve. A local decision's reserve stays with the isolate.
+ */
+function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun): void {
+  if (run.degraded || run.peek) return;
+  const due = settlements(run.buckets, run.decision, c.res.headers);
+  if (due.length > 0) scope.defer(settle(due, scope.runtime.overrides).catch(() => undefined));
+}
+
+/** Frees a request's in-flight slots, once however often called. */
+type Release = () => Promise<void>;
+
+/** The release of the slots a decision took (none: undefined): in their Redis, or in this isolate for a local decision. */
+function slotRelease(scope: Scope, run: LimitRun): Release | undefined {
+  const held = heldSlots(run.decision);
+  if (held.length === 0) return undefined;
+  const { localBuckets, overrides } = scope.runtime;
+  let released: Promise<void> | undefined;
+  return () => {
+    released ??= run.degraded
+      ? Promise.resolve(localBuckets.release(held))
+      : releaseSlots(run.buckets, held, overrides).catch(() => undefined);
+    return released;
+  };
+}
+
+/**
+ * Frees the slots when the response body has been delivered: read to its end, failed, or
+ * cancelled by a client that went away; at once for a response without a body. The release is
+ * handed to `defer` now (ctx.waitUntil), so it runs even though it comes after the response.
+ */
+function releaseWhenDelivered(c: Context<SluiceEnv>, scope: Scope, release: Release): void {
+  const res = c.res;
+  if (!res.body) {
+    scope.defer(release());
+    return;
+  }
+  let delivered: () => void = () => undefined;
+  const done = new Promise<void>((resolve) => (delivered = resolve));
+  c.res = new Response(whenSettled(res.body, delivered), res);
+  scope.defer(done.then(release));
+}

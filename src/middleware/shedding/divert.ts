@@ -1,0 +1,38 @@
+import type { Context } from "hono";
+import type { Route } from "../../config/index.js";
+import type { Scope } from "../../context.js";
+import { sendToOrigin, type OriginReply } from "../../origin/forward.js";
+
+/**
+ * Sends a refused request to the route's `divert_url` instead of answering it 429, built exactly
+ * as a request to the origin (`sendToOrigin`: same path and query, client-address headers from
+ * the trusted IP, `Sluice-*` stripped), within `divert_timeout`. Nothing sluice tells the origin
+ * (fencing token, Idempotency-Key, session) goes with it: no claim was taken for it, since the
+ * limits run before idempotency and sessions (and the schema gives a divert route neither).
+ *
+ * Returns the divert origin's response, or `undefined` when it gave none worth relaying
+ * (unreachable, too slow, a 5xx, no final response): the refusal then falls back.
+ */
+export async function divert(c: Context, scope: Scope, route: Route): Promise<Response | undefined> {
+  // the schema requires divert_url with on_limit = "divert": without one there is nowhere to go
+  if (!route.divertUrl) return undefined;
+  const reply = await sendToOrigin(c.req.raw, {
+    origin: route.divertUrl,
+    path: scope.forwardPath,
+    clientIp: scope.facts.ip,
+    timeoutMs: route.divert_timeout,
+  });
+  if (relayable(reply)) return reply.response;
+  // a 5xx body nobody reads would hold the connection open until it is collected
+  await reply.response.body?.cancel().catch(() => undefined);
+  return undefined;
+}
+
+/**
+ * Whether the divert origin's reply is an answer for the client. Stricter than `originFailed`:
+ * an interim-only (`unrelayable`) reply is no answer either, and the client is better served by
+ * the fallback than by a 502 about an origin it never asked for.
+ */
+function relayable(reply: OriginReply): boolean {
+  return reply.outcome === "answered" && reply.response.status < 500;
+}

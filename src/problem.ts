@@ -1,0 +1,63 @@
+import { HTTPException } from "hono/http-exception";
+import type { ContentfulStatusCode } from "hono/utils/http-status";
+
+/** The decisions sluice reports in `Sluice-Decision` (`diverted`: answered by the route's `divert_url`). */
+export type DecisionHeader = "allow" | "reject" | "fallback" | "queued" | "replay" | "shadow" | "diverted" | "degraded";
+
+export interface ProblemInit {
+  status: number;
+  title: string;
+  detail: string;
+  /** Extension members (RFC 9457 §3.2), e.g. `limit` and `retry_after_ms`. */
+  extensions?: Record<string, string | number>;
+  headers?: Record<string, string>;
+}
+
+const TYPE_BASE = "https://sluice.dev/problems/";
+
+/**
+ * An RFC 9457 problem response. `type` names the problem so clients can branch on it; the
+ * title is fixed per type and the detail says what happened to this request.
+ *
+ * @example problem({ status: 429, title: "Too many requests", detail: "...", extensions: { limit: "per-ip" } })
+ */
+export function problem(init: ProblemInit): Response {
+  const type =
+    TYPE_BASE +
+    init.title
+      .toLowerCase()
+      .replace(/[^a-z0-9]+/g, "-")
+      .replace(/^-|-$/g, "");
+  const body = JSON.stringify({
+    type,
+    title: init.title,
+    status: init.status,
+    detail: init.detail,
+    ...init.extensions,
+  });
+  return new Response(body, {
+    status: init.status,
+    headers: { "content-type": "application/problem+json", "cache-control": "no-store", ...init.headers },
+  });
+}
+
+/**
+ * The one way sluice refuses a request: thrown by any step, answered by `onError` (or by Hono's
+ * default handler in an app of the user's own, which answers an `HTTPException` with its
+ * response). It carries its RFC 9457 body and the decision the client is told in `Sluice-Decision`.
+ *
+ * @example throw new Problem({ status: 403, title: "Forbidden", detail: "this client is on the deny list" });
+ */
+export class Problem extends HTTPException {
+  constructor(
+    readonly init: ProblemInit,
+    readonly decision: DecisionHeader = "reject",
+  ) {
+    super(init.status as ContentfulStatusCode, { message: `${init.title}: ${init.detail}` });
+  }
+
+  /** A fresh response each time (a body can be read once). */
+  override getResponse(): Response {
+    return problem(this.init);
+  }
+}

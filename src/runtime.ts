@@ -1,0 +1,68 @@
+import { ListCache } from "./access/lists.js";
+import { AuthThrottle } from "./admin/throttle.js";
+import { Breakers } from "./breaker/breakers.js";
+import { ConfigCache } from "./config/cache.js";
+import { JwksCache } from "./keys/jwt.js";
+import { BlockedBuckets } from "./limiter/blocked.js";
+import type { IsolateState } from "./limiter/decide.js";
+import { LeaseBroker } from "./limiter/lease-broker.js";
+import { LocalBuckets } from "./limiter/local.js";
+import { OverrideCopies } from "./limiter/overrides.js";
+import { MetricsBuffer } from "./metrics/index.js";
+import { RebalanceClock } from "./region/rebalance.js";
+import { Stores, type Connect } from "./region/index.js";
+import type { Config } from "./config/index.js";
+import { StoreRegistry } from "./store/redis.js";
+
+/** Bound on each per-isolate table, so a flood of distinct clients cannot grow an isolate's memory. */
+const ENTRIES = 10_000;
+
+/**
+ * What one isolate keeps between requests, and never shares with another isolate: created once
+ * per isolate by the Worker (or by the first middleware that needs it), and by tests that want a
+ * fresh one. Nothing else in `src/` keeps state in a module variable: it is all here.
+ */
+export class Runtime {
+  /** The validated configuration of each environment seen (a new `SLUICE` value is validated anew). */
+  readonly configs = new ConfigCache();
+  /** Redis clients, round-trip estimates, circuits and loaded scripts, per database. */
+  readonly registry = new StoreRegistry();
+  /** Buckets known to be closed until a time: refused without a Redis call. */
+  readonly blocked = new BlockedBuckets(ENTRIES);
+  /** Buckets this isolate enforces on its own while Redis fails (`on_store_error = "local"`). */
+  readonly localBuckets = new LocalBuckets(ENTRIES);
+  /** Tokens Redis has debited for this isolate, spent without a round trip (README, Leases). */
+  readonly leases = new LeaseBroker(ENTRIES);
+  /** Runtime overrides of limits, copied from Redis and refreshed in the background. */
+  readonly overrides = new OverrideCopies(1_000);
+  /** Deny and allow lists, copied from Redis and refreshed in the background. */
+  readonly lists = new ListCache();
+  /** One circuit breaker per route. */
+  readonly breakers = new Breakers();
+  /** Decision counts waiting to be flushed to Redis. */
+  readonly metrics = new MetricsBuffer();
+  /** Keys of the JWKS endpoint, fetched at most every ten minutes. */
+  readonly jwks = new JwksCache();
+  /** When this isolate last started a rebalance of `split` limits. */
+  readonly rebalance = new RebalanceClock();
+  /** Failed admin logins per client, when Redis cannot count them. */
+  readonly authThrottle = new AuthThrottle(ENTRIES);
+
+  /** What a decision needs of the isolate. */
+  get decisions(): IsolateState {
+    return { blocked: this.blocked, leases: this.leases, overrides: this.overrides };
+  }
+
+  /** The deployment's databases, reached through `connect`. */
+  stores(connect: Connect, config: Pick<Config, "home_region" | "timeout_ms" | "max_timeout_ms">): Stores {
+    return new Stores(this.registry, connect, config);
+  }
+}
+
+let shared: Runtime | undefined;
+
+/** The isolate's runtime, for middleware not given one of their own. */
+export function isolateRuntime(): Runtime {
+  shared ??= new Runtime();
+  return shared;
+}

@@ -1,0 +1,286 @@
+/**
+ * The Redis key layout, in one place: every key name sluice reads or writes is built here, and
+ * `LAYOUT` says what each kind of key holds and how long it lives (the README's "Redis layout"
+ * tables are checked against it by test/unit/layout.test.ts). Key names are part of the public
+ * contract: existing deployments hold data under them, so a name never changes.
+ *
+ * Client input reaches a key name only as a `KeyHash` (what `hashIdentifier` returns): every slot
+ * that holds something a client chose takes that type, so a raw value does not compile. The other
+ * parts are the configured `key_prefix`, route, limit and region names, all validated at load to
+ * letters, digits, `_`, `.`, `-` (never a colon), which keeps every kind distinguishable by its
+ * segments (a hash is 32 hex digits, so it never reads as `lease`, `fence` or `overrides`).
+ */
+import type { KeyHash } from "../keys/hash.js";
+
+/** Which Redis holds a kind of key. */
+export type LayoutStore = "home" | "region" | "every region" | "by scope";
+
+export interface LayoutEntry {
+  /** The key's name as the README writes it (two for a kind written in pairs). */
+  readonly patterns: readonly [string, ...string[]];
+  /** `by scope`: the region's Redis, the home region's for `global` limits. */
+  readonly store: LayoutStore;
+  readonly holds: string;
+  readonly ttl: string;
+}
+
+/**
+ * Every kind of key, worded as in the README's tables (cell for cell, so the test can compare
+ * them). The bucket is described in prose above those tables, not in a row.
+ */
+export const LAYOUT = {
+  bucket: {
+    patterns: ["{key_prefix}:{route}:{limit}:{hash}"],
+    store: "by scope",
+    holds: "one short string per bucket, by algorithm",
+    ttl: "the time until it would be back to its initial state",
+  },
+  share: {
+    patterns: ["{key_prefix}:{route}:{limit}:share:{region}"],
+    store: "region",
+    holds: "`rate:burst`, the region's share",
+    ttl: "7 days, rewritten every rebalance",
+  },
+  demand: {
+    patterns: ["{key_prefix}:{route}:{limit}:demand:{region}"],
+    store: "region",
+    holds: "tokens asked for since the last rebalance (`INCRBY`; read with `GETDEL`)",
+    ttl: "1 hour",
+  },
+  shareRecord: {
+    patterns: ["{key_prefix}:{route}:{limit}:shares"],
+    store: "home",
+    holds: "hash region → `rate:burst`, what each region holds",
+    ttl: "7 days",
+  },
+  rebalanceLock: {
+    patterns: ["{key_prefix}:rebalance:lock"],
+    store: "home",
+    holds: "the rebalancer's lock (`SET NX PX`)",
+    ttl: "`rebalance_every`",
+  },
+  job: {
+    patterns: ["{key_prefix}:job:{sha256(id)}"],
+    store: "home",
+    holds: "a queued job's status (JSON)",
+    ttl: "the route's `queue.status_ttl`",
+  },
+  jobLease: {
+    patterns: ["{key_prefix}:job:{sha256(id)}:lease"],
+    store: "home",
+    holds: "held while a consumer delivers the job",
+    ttl: "`origin_timeout` + 5 s",
+  },
+  breaker: {
+    patterns: ["{key_prefix}:{route}:breaker"],
+    store: "region",
+    holds: "a shared breaker's open-until time",
+    ttl: "the cool-down",
+  },
+  overrides: {
+    patterns: ["{key_prefix}:{route}:overrides"],
+    store: "every region",
+    holds:
+      "hash of overrides: `{limit}:{hash}` / `{limit}:*` → `rate:burst:period_ms:until_ms`; copied by each isolate (`HGETALL` at most every 0.8 s per route in use), read by the script (`HMGET`) only when the copy is older than 1 s or the hash holds more than 1 000 fields",
+    ttl: "the longest override's time",
+  },
+  lists: {
+    patterns: ["{key_prefix}:lists"],
+    store: "home",
+    holds: "hash of deny/allow entries (JSON, each with its own expiry)",
+    ttl: "30 days, renewed on every change",
+  },
+  banRefusals: {
+    patterns: ["{key_prefix}:{route}:{limit}:refusals:{sha256(entry)}"],
+    store: "home",
+    holds: "refusals of one client by a limit with `ban`, in the current window (`INCR`)",
+    ttl: "the ban's `within`, from the first refusal",
+  },
+  banLevel: {
+    patterns: ["{key_prefix}:{route}:{limit}:ban:{sha256(entry)}"],
+    store: "home",
+    holds: "the client's ban level: how many times the limit has banned it (`INCR`)",
+    ttl: "24 hours after its last ban, or twice the longest `for` when that is longer",
+  },
+  adminAuth: {
+    patterns: ["{key_prefix}:admin-auth:{sha256(ip)}"],
+    store: "home",
+    holds: "failed admin authentications of one client in the current window (`INCR`)",
+    ttl: "1 minute, from the first attempt",
+  },
+  metricsMinute: {
+    patterns: ["{key_prefix}:metrics:m:{minute}", "{key_prefix}:metrics:blocked:{minute}"],
+    store: "home",
+    holds: "per-minute counts and refused identifiers",
+    ttl: "2 hours",
+  },
+  metricsTotal: {
+    patterns: ["{key_prefix}:metrics:total"],
+    store: "home",
+    holds: "all-time counts",
+    ttl: "30 days, renewed on every flush",
+  },
+  idempotencyRecord: {
+    patterns: ["{key_prefix}:idem:{route}:{sha256(principal, key)}"],
+    store: "home",
+    holds: "hash: state, owner, fence, fingerprint, lease, stored answer",
+    ttl: "`ttl`",
+  },
+  idempotencyFence: {
+    patterns: ["{key_prefix}:idem:{route}:fence:{sha256(principal)}"],
+    store: "home",
+    holds: "the fencing counter of a principal",
+    ttl: "30 days, renewed on every grant",
+  },
+  sessionLock: {
+    patterns: ["{key_prefix}:session:{sha256([principal, identity])}"],
+    store: "home",
+    holds: "hash: owner, fence, lease",
+    ttl: "the lease plus a minute",
+  },
+  sessionFence: {
+    patterns: ["{key_prefix}:session:{sha256(identity)}:fence"],
+    store: "home",
+    holds: "the fencing counter of a session identity, whatever the principal",
+    ttl: "30 days, renewed on every grant",
+  },
+  ledger: {
+    patterns: ["{key_prefix}:ledger"],
+    store: "home",
+    holds: "stream of idempotency and session events",
+    ttl: "capped at ~10 000 entries",
+  },
+} as const satisfies Record<string, LayoutEntry>;
+
+export type LayoutKind = keyof typeof LAYOUT;
+
+/** `{key_prefix}:{route}:`, how every key of one route starts (what a route's caches are forgotten by). */
+export function routeKeyPrefix(prefix: string, route: string): string {
+  return `${prefix}:${route}:`;
+}
+
+/** `routeKeyPrefix` read back from a bucket key, for code that holds only the key (prefix and route never hold a colon). */
+export function routeKeyPrefixOf(bucket: string): string {
+  return bucket.slice(0, bucket.lastIndexOf(":", bucket.lastIndexOf(":") - 1) + 1);
+}
+
+/** A bucket: one per route, limit and client (the client only as the hash of its identifier). */
+export function bucketKey(prefix: string, route: string, limit: string, hash: KeyHash): string {
+  return `${routeKeyPrefix(prefix, route)}${limit}:${hash}`;
+}
+
+/** A region's share of a `split` limit and the demand it saw since the last rebalance (both in that region's Redis). */
+export function shareKeys(
+  prefix: string,
+  route: string,
+  limit: string,
+  region: string,
+): { shareKey: string; demandKey: string } {
+  const base = `${routeKeyPrefix(prefix, route)}${limit}`;
+  return { shareKey: `${base}:share:${region}`, demandKey: `${base}:demand:${region}` };
+}
+
+/** What each region holds of a `split` limit, as the rebalancer last wrote it (home). */
+export function shareRecordKey(prefix: string, route: string, limit: string): string {
+  return `${routeKeyPrefix(prefix, route)}${limit}:shares`;
+}
+
+/** The rebalancer's lock, so that one isolate at a time rebalances (home). */
+export function rebalanceLockKey(prefix: string): string {
+  return `${prefix}:rebalance:lock`;
+}
+
+/** A queued job's status (home); the job id reaches it hashed. */
+export function jobKey(prefix: string, idHash: KeyHash): string {
+  return `${prefix}:job:${idHash}`;
+}
+
+/** Held while a consumer delivers the job, so a message delivered twice reaches the origin once. */
+export function jobLeaseKey(prefix: string, idHash: KeyHash): string {
+  return `${jobKey(prefix, idHash)}:lease`;
+}
+
+/** A route's shared breaker: its open-until time, in the region's Redis. */
+export function breakerKey(prefix: string, route: string): string {
+  return `${routeKeyPrefix(prefix, route)}breaker`;
+}
+
+const OVERRIDES = "overrides";
+
+/** A route's overrides hash (the same in every region's Redis). */
+export function overridesKey(prefix: string, route: string): string {
+  return `${routeKeyPrefix(prefix, route)}${OVERRIDES}`;
+}
+
+/** The overrides hash of the route a bucket key belongs to. */
+export function overridesKeyOfBucket(bucket: string): string {
+  return `${routeKeyPrefixOf(bucket)}${OVERRIDES}`;
+}
+
+/**
+ * A field of the overrides hash: one client's (`{limit}:{bucket hash}`, the bucket key's tail) or,
+ * without a hash, everybody's (`{limit}:*`). Fields, not keys, but the script reads them by name.
+ */
+export function overrideField(limit: string, hash?: KeyHash): string {
+  return `${limit}:${hash ?? "*"}`;
+}
+
+/** The deny and allow lists (home). */
+export function listsKey(prefix: string): string {
+  return `${prefix}:lists`;
+}
+
+/**
+ * One client's refusals by a limit with `ban`, counted towards its next ban (home). The client is
+ * named by its deny-list entry (`203.0.113.9`, `header:x-api-key=k1`), which reaches it hashed.
+ */
+export function banRefusalsKey(prefix: string, route: string, limit: string, entryHash: KeyHash): string {
+  return `${routeKeyPrefix(prefix, route)}${limit}:refusals:${entryHash}`;
+}
+
+/** How many times a limit has banned one client, while its ban history lasts (home); the entry reaches it hashed. */
+export function banLevelKey(prefix: string, route: string, limit: string, entryHash: KeyHash): string {
+  return `${routeKeyPrefix(prefix, route)}${limit}:ban:${entryHash}`;
+}
+
+/** One client's failed admin authentications in the current window (home); the IP reaches it hashed. */
+export function adminAuthKey(prefix: string, ipHash: KeyHash): string {
+  return `${prefix}:admin-auth:${ipHash}`;
+}
+
+/** The metrics of minute `minute` (epoch ms / 60 000): counts and refused identifiers; and the all-time counts (home). */
+export function metricsKeys(prefix: string, minute: number): { minute: string; blocked: string; total: string } {
+  return {
+    minute: `${prefix}:metrics:m:${minute}`,
+    blocked: `${prefix}:metrics:blocked:${minute}`,
+    total: `${prefix}:metrics:total`,
+  };
+}
+
+/** One idempotency key's record (home), named by sha256(principal, key). */
+export function idempotencyRecordKey(prefix: string, route: string, keyHash: KeyHash): string {
+  return `${prefix}:idem:${route}:${keyHash}`;
+}
+
+/**
+ * The fencing counter of one principal's idempotency keys on a route (home). `"-"` names a key
+ * that is never written, for calls that must fill the script's slot but never fence (resolutions).
+ */
+export function idempotencyFenceKey(prefix: string, route: string, principalHash: KeyHash | "-"): string {
+  return `${prefix}:idem:${route}:fence:${principalHash}`;
+}
+
+/** One principal's session lock (home), named by sha256([principal, session identity]). */
+export function sessionLockKey(prefix: string, lockHash: KeyHash): string {
+  return `${prefix}:session:${lockHash}`;
+}
+
+/** The fencing counter of a session identity, whatever the principal (home). */
+export function sessionFenceKey(prefix: string, identityHash: KeyHash): string {
+  return `${prefix}:session:${identityHash}:fence`;
+}
+
+/** The stream every idempotency and session outcome is appended to (home). */
+export function ledgerKey(prefix: string): string {
+  return `${prefix}:ledger`;
+}

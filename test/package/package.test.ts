@@ -1,0 +1,194 @@
+/**
+ * sluice as an npm package, end to end: `npm run build`, `npm pack`, the tarball installed into
+ * a copy of examples/hono-app (offline; see install.ts), the copy type-checked against the
+ * packaged declarations, then the example's own tests (its README's `npm test`: wrangler's
+ * bundle in workerd) against a real Redis behind the Upstash-REST bridge. dist/ and the tarball
+ * are made here, never committed.
+ */
+import { spawn } from "node:child_process";
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { join, relative } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startRedisStack, TOKEN, type RedisStack } from "../integration/stack.js";
+import { installExample } from "./install.js";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+
+/** What src/index.ts exports: the values, then the types. */
+const VALUES = [
+  "rateLimit",
+  "idempotency",
+  "session",
+  "breaker",
+  "accessLists",
+  "verifyJwt",
+  "sluice",
+  "createApp",
+  "Runtime",
+  "Problem",
+  "ConfigError",
+];
+const TYPES = [
+  "SluiceEnv",
+  "SluiceDecision",
+  "SluiceVariables",
+  "LimitState",
+  "SluiceConfig",
+  "SharedOptions",
+  "LimitOptions",
+  "RateLimitOptions",
+  "IdempotencyOptions",
+  "SessionOptions",
+  "BreakerOptions",
+  "VerifyJwtOptions",
+];
+
+/** A Lua script imported rather than inlined, in JS or in declarations. */
+const LUA_IMPORT = /(?:from\s+|import\s*\(\s*)["'][^"']*\.lua["']/;
+
+/**
+ * Runs a command to its end and gives its stdout; rejects with all its output when it fails.
+ * Async, so the Redis stack starts meanwhile.
+ */
+function run(command: string, args: string[], opts: { cwd: string; env?: NodeJS.ProcessEnv }): Promise<string> {
+  return new Promise((done, fail) => {
+    const child = spawn(command, args, {
+      cwd: opts.cwd,
+      env: opts.env ?? process.env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let output = "";
+    child.stdout.on("data", (d: Buffer) => ((stdout += d.toString()), (output += d.toString())));
+    child.stderr.on("data", (d: Buffer) => (output += d.toString()));
+    child.on("error", fail);
+    child.on("close", (code) =>
+      code === 0 ? done(stdout) : fail(new Error(`${command} ${args.join(" ")} exited ${code}:\n${output}`)),
+    );
+  });
+}
+
+/** A promise awaited later, in its own test: its failure is reported there, not as unhandled. */
+function later<T>(promise: Promise<T>): Promise<T> {
+  promise.catch(() => undefined);
+  return promise;
+}
+
+const filesUnder = (dir: string): string[] =>
+  readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? filesUnder(join(dir, e.name)) : [join(dir, e.name)],
+  );
+
+/** A consumer's module naming every public export (types as types, values as values) for tsc to check. */
+const publicApiModule = () =>
+  [
+    "// Written by test/package/package.test.ts: every public name of sluice, imported as an app would.",
+    `import { ${VALUES.join(", ")} } from "sluice";`,
+    `import type { ${TYPES.join(", ")} } from "sluice";`,
+    `export const values = [${VALUES.join(", ")}] as const;`,
+    `export type Types = [${TYPES.join(", ")}];`,
+    "",
+  ].join("\n");
+
+describe("the npm package", () => {
+  let work: string | undefined;
+  let tarball: string;
+  let appDir: string;
+  let installed: string;
+  let stack: RedisStack | undefined;
+  let typecheck: Promise<string>;
+  let exampleTests: Promise<string>;
+  let report: string;
+
+  beforeAll(async () => {
+    const redis = later(startRedisStack());
+    try {
+      // Inside the repo (.wrangler/ is ignored by git, lint and tsc), so that the copy of the example
+      // finds wrangler, vitest and typescript in the repo's node_modules by Node's own resolution.
+      const parent = join(root, ".wrangler", "package-test");
+      mkdirSync(parent, { recursive: true });
+      work = mkdtempSync(join(parent, "run-"));
+      await run("npm", ["run", "build"], { cwd: root });
+      // the build just ran: --ignore-scripts keeps prepack from running it again
+      const packed = await run("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", work], {
+        cwd: root,
+      });
+      const [{ filename }] = JSON.parse(packed) as [{ filename: string }];
+      tarball = join(work, filename);
+
+      // laid out as in the repo, so the example's `file:../../sluice-<version>.tgz` names the tarball
+      appDir = join(work, "examples", "hono-app");
+      const source = join(root, "examples", "hono-app");
+      cpSync(source, appDir, {
+        recursive: true,
+        filter: (path) => !/^(node_modules|\.wrangler|package-lock\.json)(\/|$)/.test(relative(source, path)),
+      });
+      installExample({ repoRoot: root, appDir, tarball });
+      installed = join(appDir, "node_modules", "sluice");
+      writeFileSync(join(appDir, "src", "public-api.ts"), publicApiModule());
+    } finally {
+      stack = await redis;
+    }
+
+    // The two slow checks run side by side (two cores), each awaited by its test below.
+    // skipLibCheck off: the packaged declarations themselves are checked, with Workers' types only
+    const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
+    typecheck = later(run(process.execPath, [tsc, "-p", appDir, "--skipLibCheck", "false"], { cwd: appDir }));
+    report = join(work, "example-tests.json");
+    // the nested vitest must not take this one's worker settings for its own
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("VITEST")));
+    const vitest = join(root, "node_modules", "vitest", "vitest.mjs");
+    exampleTests = later(
+      run(process.execPath, [vitest, "run", "--reporter=default", "--reporter=json", `--outputFile.json=${report}`], {
+        cwd: appDir,
+        env: { ...env, NO_COLOR: "1", UPSTASH_REDIS_REST_URL: stack.bridge.url, UPSTASH_REDIS_REST_TOKEN: TOKEN },
+      }),
+    );
+  }, 120_000);
+
+  afterAll(async () => {
+    // a check still running (its test failed first) must not outlive the files it reads
+    await Promise.allSettled([typecheck, exampleTests]);
+    await stack?.stop();
+    if (work) rmSync(work, { recursive: true, force: true });
+  });
+
+  it("packs the built package only: dist/, package.json, README.md", async () => {
+    const entries = (await run("tar", ["-tzf", tarball], { cwd: root })).trim().split("\n");
+    expect(entries).toContain("package/dist/index.js");
+    expect(entries).toContain("package/dist/index.d.ts");
+    expect(entries).toContain("package/package.json");
+    expect(entries.filter((e) => !/^package\/(dist\/.+\.(js|d\.ts)|package\.json|README\.md)$/.test(e))).toEqual([]);
+  });
+
+  it("inlines the Lua scripts: no .lua import in the JS or the types", () => {
+    const js = readFileSync(join(installed, "dist", "index.js"), "utf8");
+    // the scripts' own text is there, as string constants
+    expect(js).toContain("redis.call('TIME')");
+    for (const file of filesUnder(join(installed, "dist"))) {
+      expect(LUA_IMPORT.test(readFileSync(file, "utf8")), relative(installed, file)).toBe(false);
+    }
+    // and nothing that is the app's is bundled: the peers and zod stay imports
+    const imported = [...js.matchAll(/^import .* from "([^"]+)";$/gm)].map((m) => m[1] ?? "");
+    expect(imported.filter((spec) => !/^(hono|@upstash\/redis|zod)(\/|$)/.test(spec))).toEqual([]);
+  });
+
+  it("exports the public values from dist/index.js, as installed", async () => {
+    const mod = (await import(pathToFileURL(join(installed, "dist", "index.js")).href)) as Record<string, unknown>;
+    for (const name of VALUES) expect(typeof mod[name], name).toBe("function");
+  });
+
+  it("declares the public API in dist/index.d.ts: the example type-checks against it, declarations included", async () => {
+    await typecheck;
+  });
+
+  it("runs the example's own tests: wrangler's bundle in workerd, against Redis", async () => {
+    await exampleTests;
+    const result = JSON.parse(readFileSync(report, "utf8")) as { numPassedTests: number; numTotalTests: number };
+    // all of them ran: without the Redis bindings they would be skipped, which also exits 0
+    expect(result.numTotalTests).toBeGreaterThanOrEqual(3);
+    expect(result.numPassedTests).toBe(result.numTotalTests);
+  });
+});

@@ -1,0 +1,198 @@
+import { readFileSync } from "node:fs";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import type { Limit } from "../../src/config/index.js";
+import { sluiceSchema } from "../../src/config/schema.js";
+import { FixedWindow, LeakyBucket, SlidingWindow, TokenBucket } from "../../src/limiter/algorithms.js";
+import type { Bucket } from "../../src/limiter/decide.js";
+import { leasable, leaseTerms } from "../../src/limiter/lease-broker.js";
+import { algorithm, ALGORITHM_NAMES, leasableShape, refusalCacheable } from "../../src/limiter/registry.js";
+import { scriptCall } from "../../src/limiter/script-call.js";
+import type { Store } from "../../src/store/redis.js";
+
+/*
+ * The registry against what each place decided on its own before it existed (the oracles below
+ * are those rules as they were written), and against decide.lua's own numbering.
+ */
+
+const LUA = readFileSync("lua/decide.lua", "utf8");
+
+const OLD_CODES = { token_bucket: 1, leaky_bucket: 2, fixed_window: 3, sliding_window: 4 } as const;
+/** What came after the registry: concurrency (README, In-flight caps). */
+const NEW_CODES = { concurrency: 5 } as const;
+type OldAlgorithm = keyof typeof OLD_CODES;
+/** The plainest valid limit of an algorithm. */
+const plain = (algorithm: string) =>
+  algorithm === "concurrency" ? { limit: 1, lease: "1s", algorithm } : { rate: 1, period: "1s", algorithm };
+type OldLimit = Pick<
+  Limit,
+  "algorithm" | "warmup" | "scope" | "costHeader" | "tier" | "shadow" | "max_delay" | "nodelay"
+>;
+const oldLeasableShape = (l: {
+  algorithm: string;
+  warmup?: number;
+  scope: string;
+  costHeader?: string;
+  tier?: string;
+}) =>
+  (l.algorithm === "fixed_window" || (l.algorithm === "token_bucket" && l.warmup === undefined)) &&
+  l.scope !== "split" &&
+  l.costHeader === undefined &&
+  l.tier === undefined;
+const oldCacheable = (l: OldLimit) =>
+  !l.shadow && l.scope !== "split" && l.warmup === undefined && l.costHeader === undefined && l.tier === undefined;
+const oldScriptArgs = (l: OldLimit) =>
+  l.algorithm === "token_bucket"
+    ? [(l.warmup ?? 0) * 1000, 0]
+    : l.algorithm === "leaky_bucket"
+      ? [l.max_delay * 1000, l.nodelay ? 1 : 0]
+      : [0, 0];
+const OLD_MODELS = {
+  token_bucket: TokenBucket,
+  leaky_bucket: LeakyBucket,
+  fixed_window: FixedWindow,
+  sliding_window: SlidingWindow,
+} as const;
+const OLD_LEASE_MESSAGE =
+  "applies to token_bucket (without warmup) and fixed_window limits that are not split, with a fixed cost, no tier and no reserve";
+
+interface RawLimit {
+  algorithm: keyof typeof OLD_CODES;
+  rate: number;
+  burst?: number;
+  warmup?: string;
+  max_delay?: string;
+  nodelay?: boolean;
+  scope: "region" | "global" | "split";
+  shadow: boolean;
+  headerCost: boolean;
+  tiered: boolean;
+  lease?: boolean;
+}
+
+/** The issues the schema raised for one limit, in the order it did before the registry. */
+function oldIssues(r: RawLimit): Array<[string, string]> {
+  const issues: Array<[string, string]> = [];
+  const burst = r.burst ?? r.rate;
+  const maxDelay = r.max_delay === "2s" ? 2_000 : 1_000;
+  const shape = {
+    ...r,
+    warmup: r.warmup === undefined ? undefined : 3_000,
+    costHeader: r.headerCost ? "x-cost" : undefined,
+    tier: r.tiered ? "header:x-plan" : undefined,
+  };
+  if ((r.algorithm === "fixed_window" || r.algorithm === "sliding_window") && burst !== r.rate)
+    issues.push(["burst", `does not apply to ${r.algorithm}: the window holds \`rate\``]);
+  if (r.warmup !== undefined && r.algorithm !== "token_bucket") issues.push(["warmup", "applies to token_bucket only"]);
+  if ((r.nodelay || maxDelay !== 1_000) && r.algorithm !== "leaky_bucket")
+    issues.push([r.nodelay ? "nodelay" : "max_delay", "applies to leaky_bucket only"]);
+  if ((r.lease ?? oldLeasableShape(shape)) && !oldLeasableShape(shape)) issues.push(["lease", OLD_LEASE_MESSAGE]);
+  return issues;
+}
+
+function limitInput(r: RawLimit): Record<string, unknown> {
+  const { headerCost, tiered, ...rest } = r;
+  const input: Record<string, unknown> = { name: "l", ...rest };
+  if (headerCost) Object.assign(input, { cost: "header:x-cost", max_cost: 1 });
+  if (tiered) Object.assign(input, { tier: "header:x-plan", rates: { free: "5/1s" } });
+  for (const k of Object.keys(input)) if (input[k] === undefined) delete input[k];
+  return input;
+}
+
+const ALGORITHM_LIST = Object.keys(OLD_CODES) as Array<keyof typeof OLD_CODES>;
+// settings left out half the time, so that valid limits of every algorithm come up often
+const maybe = <T>(a: fc.Arbitrary<T>) => fc.option(a, { nil: undefined, freq: 2 });
+const rarely = fc.constantFrom(false, false, false, true);
+const rawLimit: fc.Arbitrary<RawLimit> = fc.record(
+  {
+    algorithm: fc.constantFrom(...ALGORITHM_LIST),
+    rate: fc.integer({ min: 2, max: 20 }),
+    burst: maybe(fc.integer({ min: 1, max: 20 })),
+    warmup: maybe(fc.constant("3s")),
+    max_delay: maybe(fc.constantFrom("1s", "2s")),
+    nodelay: maybe(fc.boolean()),
+    scope: fc.constantFrom("region" as const, "global" as const, "split" as const),
+    shadow: rarely,
+    headerCost: rarely,
+    tiered: rarely,
+    lease: maybe(fc.boolean()),
+  },
+  { requiredKeys: ["algorithm", "rate", "scope", "shadow", "headerCost", "tiered"] },
+);
+/** The plainest limit of each algorithm, and its usual variants, always tried. */
+const EXAMPLES: RawLimit[] = ALGORITHM_LIST.flatMap((algorithm) => [
+  { algorithm, rate: 10, scope: "region", shadow: false, headerCost: false, tiered: false },
+  { algorithm, rate: 10, scope: "global", shadow: true, headerCost: false, tiered: false },
+  { algorithm, rate: 10, scope: "region", shadow: false, headerCost: true, tiered: false },
+  { algorithm, rate: 10, scope: "split", shadow: false, headerCost: false, tiered: true },
+]);
+
+const parse = (limit: Record<string, unknown>) =>
+  sluiceSchema.safeParse({ routes: [{ name: "r", match: "/a", limits: [limit] }] });
+
+describe("the algorithm registry", () => {
+  it("has an entry for every algorithm of the schema, and the schema knows every entry", () => {
+    const r = parse({ name: "l", ...plain("no_such_algorithm") });
+    expect(r.success).toBe(false);
+    const message = r.error?.issues[0]?.message ?? "";
+    const offered = [...message.matchAll(/"([a-z_]+)"/g)].map((m) => m[1]);
+    expect(offered.sort()).toEqual([...ALGORITHM_NAMES].sort());
+    for (const name of ALGORITHM_NAMES) expect(parse({ name: "l", ...plain(name) }).success, name).toBe(true);
+  });
+
+  it("numbers the algorithms as decide.lua documents them, one number each, in the order of its table", () => {
+    const header = LUA.slice(LUA.indexOf("Algorithms (ARGV algo):"), LUA.indexOf("\nLeases ("));
+    const documented = Object.fromEntries(
+      [...header.matchAll(/^ {2}(\d+) ([a-z_]+) /gm)].map((m) => [m[2], Number(m[1])]),
+    );
+    const codes = Object.fromEntries(ALGORITHM_NAMES.map((n) => [n, algorithm(n).code]));
+    expect(codes).toEqual(documented);
+    expect(codes).toEqual({ ...OLD_CODES, ...NEW_CODES });
+    expect(new Set(Object.values(codes)).size).toBe(ALGORITHM_NAMES.length);
+    // the script picks an algorithm by its index in this table
+    const table = /local algorithms = \{([^}]*)\}/.exec(LUA)?.[1]?.split(",") ?? [];
+    expect(table.length).toBe(ALGORITHM_NAMES.length);
+    expect([...Object.values(codes)].sort()).toEqual(ALGORITHM_NAMES.map((_, i) => i + 1));
+  });
+
+  it("validates, defaults, sends, caches, leases and models every limit as before", () => {
+    fc.assert(
+      fc.property(rawLimit, (raw) => {
+        const r = parse({ ...limitInput(raw), period: "1s" });
+        const issues = r.success ? [] : r.error.issues.map((i) => [i.path.slice(4).join("."), i.message]);
+        expect(issues, JSON.stringify(raw)).toEqual(oldIssues(raw));
+        if (!r.success) return;
+        const l = r.data.routes[0]?.limits[0] as Limit & { algorithm: OldAlgorithm };
+        expect(l.lease).toBe(raw.lease ?? oldLeasableShape(l));
+        expect(leasableShape(l)).toBe(oldLeasableShape(l));
+        expect(leasable(l)).toBe(l.lease && !l.shadow && oldLeasableShape(l));
+        expect(refusalCacheable(l)).toBe(oldCacheable(l));
+
+        const bucket = { limit: l, key: "p:r:l:h", store: { id: "s" } as Store } satisfies Bucket;
+        const terms = leaseTerms(bucket);
+        if (leasable(l))
+          expect(terms).toEqual({
+            id: "s\u0000p:r:l:h",
+            cost: l.cost,
+            capacity: l.algorithm === "token_bucket" ? l.burst : l.rate,
+            holdsLeases: l.algorithm === "token_bucket",
+          });
+        else expect(terms).toBeUndefined();
+
+        // ARGV of the limit: algo, ..., p1, p2 at 0 and 8, 9 of its seventeen
+        const args = scriptCall([bucket], "take").args.slice(3).map(Number);
+        expect([args[0], args[8], args[9]]).toEqual([OLD_CODES[l.algorithm], ...oldScriptArgs(l)]);
+
+        const model = algorithm(l.algorithm).model({
+          rate: l.rate,
+          periodUs: l.period * 1000,
+          burst: l.burst,
+          maxDelayUs: l.max_delay * 1000,
+          nodelay: l.nodelay,
+        });
+        expect(model).toBeInstanceOf(OLD_MODELS[l.algorithm]);
+      }),
+      { numRuns: 2_000, examples: EXAMPLES.map((e) => [e]) },
+    );
+  });
+});
