@@ -87,7 +87,7 @@ export class OverrideCopies {
       const c = this.copyOf(b);
       if (c.loading || now - c.tried < REFRESH_AFTER_MS) continue;
       c.tried = now;
-      c.loading = reload(c, changed).finally(() => (c.loading = undefined));
+      c.loading = reload(c, now, changed).finally(() => (c.loading = undefined));
       defer(c.loading);
     }
   }
@@ -122,8 +122,8 @@ export class OverrideCopies {
 
 const copyId = (store: Store, key: string) => `${store.id}\u0000${key}`;
 
-async function reload(c: Copy, changed: (routePrefix: string) => void): Promise<void> {
-  const asked = Date.now();
+/** `asked` is the caller's clock when the refresh started: the copy's age counts from then. */
+async function reload(c: Copy, asked: number, changed: (routePrefix: string) => void): Promise<void> {
   try {
     // past the cap only the size is asked (HLEN), until the hash is back under it
     if (c.fields === "too many" && Number(await c.store.redis.hlen(c.key)) > MAX_OVERRIDES) {

@@ -280,6 +280,8 @@ describe("through three Worker instances", () => {
     expect(burst.every((r) => r.status === 200 || r.status === 429)).toBe(true);
     expect(burst.every((r) => r.headers.get("sluice-decision") === (r.status === 200 ? "allow" : "reject"))).toBe(true);
     expect(admitted).toBeLessThanOrEqual(400 - warmDecisions + Math.floor((Date.now() - started) / 3_600_000));
+    // the leases the burst left behind: theirs are the give-backs still to come
+    const heldAfter = (await stored(key)).held;
 
     // what an isolate still held when its clients stopped comes back when its lease expires (at
     // most 1.5 s), and then goes to whoever asks: nothing was lost, nothing was spent twice
@@ -290,18 +292,20 @@ describe("through three Worker instances", () => {
     const refilled = Math.floor((Date.now() - started) / 3_600_000); // 1 per hour
     if (process.env.SLUICE_TEST_LOGS) {
       console.log(
-        `leases in use: warm ${warmDecisions} decisions, ${warmRequests} script requests; ${held.held} tokens held for leases at the burst; ` +
+        `leases in use: warm ${warmDecisions} decisions, ${warmRequests} script requests; ${held.held} tokens held for leases at the burst, ${heldAfter} after it; ` +
           `burst admitted ${admitted} of ${400 - warmDecisions} left; ${givenBack} given back by expired leases, ${drained} admitted after; origin saw ${reached("/flash")}`,
       );
     }
     expect(drained).toBe(givenBack);
-    // never more than the bucket; at most what the leases held at the burst is lost (a give-back
-    // that reaches Redis after its epoch ended is dropped, by design: lost, never spent twice;
-    // on an idle machine none is, and exactly the bucket reaches the origin)
+    // never more than the bucket; at most what leases held (before the burst, and after it: the
+    // burst renews them) is lost (a give-back that reaches Redis after its epoch ended is dropped,
+    // by design: lost, never spent twice; on an idle machine none is, and exactly the bucket
+    // reaches the origin)
+    const mayBeLost = held.held + heldAfter;
     expect(admitted + drained).toBeLessThanOrEqual(400 - warmDecisions + refilled);
-    expect(admitted + drained).toBeGreaterThanOrEqual(400 - warmDecisions + refilled - held.held);
+    expect(admitted + drained).toBeGreaterThanOrEqual(400 - warmDecisions + refilled - mayBeLost);
     expect(reached("/flash")).toBeLessThanOrEqual(400 + refilled);
-    expect(reached("/flash")).toBeGreaterThanOrEqual(400 + refilled - held.held);
+    expect(reached("/flash")).toBeGreaterThanOrEqual(400 + refilled - mayBeLost);
   });
 
   it("leases expire and their leftovers are given back: the bucket is restored to exactly what was admitted (token bucket and fixed window)", async () => {
