@@ -16,7 +16,11 @@ const luaText: Plugin = {
  * a loaded machine bends them, so `npm test` runs them in a second pass, one file at a time, after
  * the rest (`SLUICE_TESTS=timed`).
  */
-const TIMED = ["test/integration/edge-store.test.ts", "test/integration/leases.test.ts"];
+const TIMED = [
+  "test/integration/adaptive.test.ts",
+  "test/integration/edge-store.test.ts",
+  "test/integration/leases.test.ts",
+];
 const timedPass = process.env.SLUICE_TESTS === "timed";
 
 export default defineConfig({

@@ -48,6 +48,8 @@ export interface RateLimitOptions extends SharedOptions {
   peek?: boolean;
   /** The requests' priority: a name, or `header:<name>` / `jwt:<claim>` holding one (README, Priorities). */
   priority?: RouteInput["priority"];
+  /** An in-flight limit for the handlers after it that follows their latency (README, Adaptive limit). */
+  adaptive?: RouteInput["adaptive"];
 }
 
 /**
@@ -56,8 +58,8 @@ export interface RateLimitOptions extends SharedOptions {
  * finds the decision in `c.get("sluice")`.
  */
 export function rateLimit(options: RateLimitOptions): MiddlewareHandler<SluiceEnv> {
-  const { limits, name = "app", shadow, peek, priority } = options;
-  const config = compileOptions("rateLimit", options, { name, limits, shadow, peek, priority });
+  const { limits, name = "app", shadow, peek, priority, adaptive } = options;
+  const config = compileOptions("rateLimit", options, { name, limits, shadow, peek, priority, adaptive });
   const route = config.routes[0];
   // limits keyed on JWT claims verify the token themselves, unless verifyJwt() ran before
   return standalone(config, options, route && usesJwt(route) ? [verifyJwtStep, rateLimitStep] : [rateLimitStep]);

@@ -1,4 +1,5 @@
 import { ListCache } from "./access/lists.js";
+import { AdaptiveReports } from "./adaptive/reports.js";
 import { AuthThrottle } from "./admin/throttle.js";
 import { Breakers } from "./breaker/breakers.js";
 import { ConfigCache } from "./config/cache.js";
@@ -45,6 +46,8 @@ export class Runtime {
   readonly jwks = new JwksCache();
   /** When this isolate last started a rebalance of `split` limits. */
   readonly rebalance = new RebalanceClock();
+  /** What the origins of adaptive routes did, waiting to be reported to their region's Redis. */
+  readonly adaptive = new AdaptiveReports();
   /** Failed admin logins per client, when Redis cannot count them. */
   readonly authThrottle = new AuthThrottle(ENTRIES);
 

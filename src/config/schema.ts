@@ -13,6 +13,7 @@ import {
 } from "../limiter/registry.js";
 import { compiledFigures, figureProblems } from "../limiter/figures.js";
 import { PRIORITIES, RESERVABLE, type Reserve } from "../limiter/priority.js";
+import { parseResponseSource } from "../limiter/response-figures.js";
 
 /** Names end up inside Redis key names and headers: keep them to a safe alphabet. */
 const name = z
@@ -143,10 +144,17 @@ const banSettings = z
 /** The key parts a ban can name as a deny-list entry: one per client, never everybody or a path. */
 const bannable = (key: string[]) => key.length === 1 && key[0] !== "global" && key[0] !== "path";
 
-/** `cost = { response = "header:<name>", reserve, max }`: taken at admission, settled to what the origin reports. */
+/**
+ * `cost = { response = "header:<name>" | "json:<path>" | "sse:<path>", reserve, max }`: taken at
+ * admission, settled to what the origin reports (src/limiter/response-figures.ts; `trailer:` is
+ * refused there by name).
+ */
 const responseCost = z
   .object({
-    response: z.string().regex(/^header:[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be "header:<name>" (a response header)'),
+    response: z.string().superRefine((text, ctx) => {
+      const source = parseResponseSource(text);
+      if (typeof source === "string") ctx.addIssue({ code: "custom", message: source });
+    }),
     reserve: z.number().int().positive(),
     max: z.number().int().positive().max(1_000_000_000),
   })
@@ -228,10 +236,8 @@ const limit = z
   .transform((l) => {
     const costHeader = typeof l.cost === "string" ? l.cost.slice(7).toLowerCase() : undefined;
     const fromResponse = typeof l.cost === "object" ? l.cost : undefined;
-    const responseCost = fromResponse && {
-      header: fromResponse.response.slice(7).toLowerCase(),
-      max: fromResponse.max,
-    };
+    const source = fromResponse && parseResponseSource(fromResponse.response);
+    const responseCost = fromResponse && typeof source === "object" ? { ...source, max: fromResponse.max } : undefined;
     return {
       ...l,
       ...compiledFigures(l),
@@ -390,6 +396,37 @@ const sessionSettings = z
   .strict()
   .transform((s) => ({ ...s, principal: Array.isArray(s.principal) ? s.principal : [s.principal], wait: s.wait ?? 0 }));
 
+/**
+ * A route's `adaptive` in-flight limit for its origin (README, Adaptive limit; src/adaptive/):
+ * the limit moves with the origin's latency at `latency` (a percentile) towards `target`, or,
+ * without one, towards `tolerance` times the latency it learns the origin has unloaded.
+ */
+const adaptiveSettings = z
+  .object({
+    latency: z.enum(["p50", "p75", "p90", "p95", "p99"]).default("p90"),
+    target: duration.optional(),
+    initial: z.number().int().positive().max(MAX_IN_FLIGHT).default(10),
+    min: z.number().int().positive().max(MAX_IN_FLIGHT).default(1),
+    max: z.number().int().positive().max(MAX_IN_FLIGHT).default(200),
+    /** How often the limit is recomputed from what the region's isolates reported. */
+    interval: duration.default(1_000),
+    /** How long an in-flight slot is held at most (default: the route's origin_timeout and 5 s more). */
+    lease: duration.optional(),
+    tolerance: z.number().min(1).max(10).default(1.5),
+    reserve: reserve.optional(),
+  })
+  .strict()
+  .superRefine((a, ctx) => {
+    const issue = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
+    if (a.min > a.max) issue("min", `${a.min} is above max ${a.max}`);
+    if (a.initial < a.min || a.initial > a.max) issue("initial", `must be within min ${a.min} and max ${a.max}`);
+    if (a.interval < 100 || a.interval > 60_000) issue("interval", "must be from 100ms to 1m");
+    if (a.target !== undefined && a.target < 1) issue("target", "must be at least 1ms");
+  });
+
+/** The name of the concurrency limit an `adaptive` route gets (a route's own limits may not take it). */
+export const ADAPTIVE_LIMIT = "adaptive";
+
 const route = z
   .object({
     name,
@@ -427,22 +464,43 @@ const route = z
     session: sessionSettings.optional(),
     /** One side effect per Idempotency-Key (see README, Idempotency). */
     idempotency: idempotencySettings.optional(),
+    /** An in-flight limit for the route's origin that follows its latency (README, Adaptive limit). */
+    adaptive: adaptiveSettings.optional(),
     limits: z.array(limit).default([]),
   })
   .strict()
   .superRefine((r, ctx) => {
     const seen = new Set<string>();
     r.limits.forEach((l, i) => {
-      if (seen.has(l.name))
+      if (seen.has(l.name) || (r.adaptive && l.name === ADAPTIVE_LIMIT))
         ctx.addIssue({
           code: "custom",
           path: ["limits", i, "name"],
-          message: `duplicate limit name "${l.name}" in route "${r.name}"`,
+          message: seen.has(l.name)
+            ? `duplicate limit name "${l.name}" in route "${r.name}"`
+            : `"${ADAPTIVE_LIMIT}" is the name of the route's adaptive limit: give this one another`,
         });
       seen.add(l.name);
     });
     divertProblems(r).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message }));
+  })
+  .transform((r) => (r.adaptive ? { ...r, limits: [...r.limits, adaptiveLimit(r.adaptive, r.origin_timeout)] } : r));
+
+/**
+ * The concurrency limit an adaptive route is decided with: one bucket per region (`global` key,
+ * `region` scope), `initial` slots until the region's Redis holds a learnt figure, which reaches
+ * the script as an override of this bucket (src/adaptive/).
+ */
+function adaptiveLimit(a: z.output<typeof adaptiveSettings>, originTimeoutMs: number) {
+  return limit.parse({
+    name: ADAPTIVE_LIMIT,
+    key: "global",
+    algorithm: "concurrency",
+    limit: a.initial,
+    lease: `${a.lease ?? originTimeoutMs + 5_000}ms`,
+    ...(a.reserve ? { reserve: a.reserve } : {}),
   });
+}
 
 /**
  * A divert route's fields go together, and it takes no idempotency key or session lock: a

@@ -1,4 +1,5 @@
 import type { Bucket } from "./decide.js";
+import { observeBody } from "./observe-body.js";
 import type { OverrideCopies } from "./overrides.js";
 import { groupByStore, runDecide } from "./script-call.js";
 import type { Decision, LimitOutcome } from "./types.js";
@@ -34,29 +35,5 @@ export async function releaseSlots(
  * body errs, or when the reader cancels (a client that went away).
  */
 export function whenSettled(body: ReadableStream<Uint8Array>, settled: () => void): ReadableStream<Uint8Array> {
-  const reader = body.getReader();
-  let done = false;
-  const settle = () => {
-    if (done) return;
-    done = true;
-    settled();
-  };
-  return new ReadableStream<Uint8Array>({
-    async pull(controller) {
-      try {
-        const chunk = await reader.read();
-        if (chunk.done) {
-          settle();
-          controller.close();
-        } else controller.enqueue(chunk.value);
-      } catch (e) {
-        settle();
-        controller.error(e);
-      }
-    },
-    async cancel(reason) {
-      settle();
-      await reader.cancel(reason);
-    },
-  });
+  return observeBody(body, { onEnd: settled });
 }

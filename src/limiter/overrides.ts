@@ -101,6 +101,16 @@ export class OverrideCopies {
     return { everybody: c.fields.get(overrideField(limit)), own: c.fields.get(name) };
   }
 
+  /**
+   * Puts a value this isolate wrote itself (the adaptive limit, src/adaptive/) into its copy of
+   * the bucket's override hash, so that its next decisions use it before the next refresh; the
+   * refresh then brings what every writer wrote. A copy it does not hold is left to the refresh.
+   */
+  patch(b: OverrideAddress, field: string, value: string): void {
+    const c = this.copies.get(copyId(b.store, overridesKeyOf(b.key)));
+    if (c?.fields instanceof Map) c.fields.set(field, value);
+  }
+
   /** Copies kept (for tests and metrics). */
   get size(): number {
     return this.copies.size;

@@ -9,6 +9,7 @@ import {
   type AlgoLimit,
   type AlgoModel,
 } from "./algorithms.js";
+import type { ResponseSource } from "./response-figures.js";
 
 /**
  * Every algorithm sluice knows, and what each place that treats them differently needs to know:
@@ -159,7 +160,7 @@ export interface LimitShape extends AlgorithmSettings {
   shadow: boolean;
   costHeader?: string;
   /** `cost = { response = ... }`: charged what the origin reports; never leased nor cached (a debt comes after the refusal is cached). */
-  responseCost?: { header: string; max: number };
+  responseCost?: ResponseSource & { max: number };
   tier?: string;
   /** Capacity kept for higher priorities (./priority.ts). */
   reserve?: Readonly<Record<string, number>>;

@@ -84,6 +84,13 @@ export const LAYOUT = {
       "hash of overrides: `{limit}:{hash}` / `{limit}:*` → `rate:burst:period_ms:until_ms`; copied by each isolate (`HGETALL` at most every 0.8 s per route in use), read by the script (`HMGET`) only when the copy is older than 1 s or the hash holds more than 1 000 fields",
     ttl: "the longest override's time",
   },
+  adaptive: {
+    patterns: ["{key_prefix}:{route}:adaptive:state:{hash}"],
+    store: "region",
+    holds:
+      "hash: an adaptive route's limit, the latency it learnt, and the current window's reports (a latency histogram); the limit reaches decisions as the override `adaptive:{hash}`",
+    ttl: "10 minutes, renewed on every report",
+  },
   lists: {
     patterns: ["{key_prefix}:lists"],
     store: "home",
@@ -206,6 +213,11 @@ export function breakerKey(prefix: string, route: string): string {
 }
 
 const OVERRIDES = "overrides";
+
+/** The state of a route's adaptive limit in one region (its bucket's hash names the region): src/adaptive/. */
+export function adaptiveStateKey(prefix: string, route: string, hash: KeyHash): string {
+  return `${routeKeyPrefix(prefix, route)}adaptive:state:${hash}`;
+}
 
 /** A route's overrides hash (the same in every region's Redis). */
 export function overridesKey(prefix: string, route: string): string {

@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { asKeyHash, hashIdentifier, type KeyHash } from "../../src/keys/hash.js";
 import {
   LAYOUT,
+  adaptiveStateKey,
   adminAuthKey,
   banLevelKey,
   banRefusalsKey,
@@ -58,6 +59,7 @@ const built: Record<LayoutKind, string[]> = {
   jobLease: [jobLeaseKey(prefix, h.id)],
   breaker: [breakerKey(prefix, route)],
   overrides: [overridesKey(prefix, route)],
+  adaptive: [adaptiveStateKey(prefix, route, h.bucket)],
   lists: [listsKey(prefix)],
   banRefusals: [banRefusalsKey(prefix, route, limit, h.entry)],
   banLevel: [banLevelKey(prefix, route, limit, h.entry)],
@@ -115,6 +117,7 @@ describe("Redis layout: every key as documented", () => {
       jobLease: ["sluice:job:11111111111111111111111111111111:lease"],
       breaker: ["sluice:checkout:breaker"],
       overrides: ["sluice:checkout:overrides"],
+      adaptive: ["sluice:checkout:adaptive:state:0123456789abcdef0123456789abcdef"],
       lists: ["sluice:lists"],
       banRefusals: ["sluice:checkout:per-ip:refusals:77777777777777777777777777777777"],
       banLevel: ["sluice:checkout:per-ip:ban:77777777777777777777777777777777"],
@@ -208,6 +211,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
     const hash = await hashIdentifier(hostile);
     const keys = [
       bucketKey(prefix, route, limit, hash),
+      adaptiveStateKey(prefix, route, hash),
       jobKey(prefix, hash),
       jobLeaseKey(prefix, hash),
       adminAuthKey(prefix, hash),
@@ -232,6 +236,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
     );
     expect(hashedKinds.sort()).toEqual(
       [
+        "adaptive",
         "adminAuth",
         "banLevel",
         "banRefusals",
@@ -257,6 +262,8 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       // @ts-expect-error a client value is not a KeyHash
       () => bucketKey(prefix, route, limit, raw),
       // @ts-expect-error a client value is not a KeyHash
+      () => adaptiveStateKey(prefix, route, raw),
+      // @ts-expect-error a client value is not a KeyHash
       () => jobKey(prefix, raw),
       // @ts-expect-error a client value is not a KeyHash
       () => jobLeaseKey(prefix, raw),
@@ -277,7 +284,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       // @ts-expect-error a client value is not a KeyHash
       () => overrideField(limit, raw),
     ];
-    expect(refused).toHaveLength(11);
+    expect(refused).toHaveLength(12);
   });
 
   it("accepts text as a hash only when it is one (32 hex digits)", () => {

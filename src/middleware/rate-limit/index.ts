@@ -1,12 +1,15 @@
 import type { Context } from "hono";
 import { countRefusal } from "../../access/bans.js";
 import type { Route } from "../../config/index.js";
+import { ADAPTIVE_LIMIT } from "../../config/schema.js";
+import { originFailed } from "../../origin/forward.js";
 import { publicDecision, type LimitRun, type Scope, type SluiceEnv } from "../../context.js";
 import { BadLimitInput, bucketsFor, keyedBuckets } from "../../limiter/buckets.js";
 import { decide, giveBack, madeWithoutRedis, type Bucket } from "../../limiter/decide.js";
 import { rateLimitHeaders } from "../../limiter/headers.js";
-import { heldSlots, releaseSlots, whenSettled } from "../../limiter/in-flight.js";
-import { settle, settlements } from "../../limiter/response-cost.js";
+import { heldSlots, releaseSlots } from "../../limiter/in-flight.js";
+import { observeBody } from "../../limiter/observe-body.js";
+import { BodyCosts, chargedFromResponse, headerSettlements, settle } from "../../limiter/response-cost.js";
 import type { Decision } from "../../limiter/types.js";
 import { Problem } from "../../problem.js";
 import { StoreError } from "../../store/deadline.js";
@@ -50,6 +53,7 @@ export const rateLimitStep: Step = async (c, scope, next) => {
   // leaky buckets hand out slots: the request waits for its own before it goes
   if (run.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, run.delayMs));
   const release = slotRelease(scope, run);
+  const started = Date.now();
   try {
     await next();
   } catch (e) {
@@ -57,7 +61,34 @@ export const rateLimitStep: Step = async (c, scope, next) => {
     throw e;
   }
   afterResponse(c, scope, run, release);
+  reportToAdaptive(c, scope, run, Date.now() - started);
 };
+
+/**
+ * A response of an adaptive route is a sample of its origin (src/adaptive/): the gateway's own
+ * measure of the origin when it forwarded (none when a later step answered instead, a replay or a
+ * conflict), or, in an app, how long the handlers after this middleware took.
+ */
+function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, elapsedMs: number): void {
+  const route = scope.route;
+  if (!route?.adaptive || run.degraded || run.peek || run.decision.verdict === "reject") return;
+  const at = run.decision.outcomes.findIndex((o) => o.limit.name === ADAPTIVE_LIMIT && o.allowed);
+  const bucket = run.buckets.find((b) => b.limit.name === ADAPTIVE_LIMIT);
+  const outcome = run.decision.outcomes[at];
+  if (!bucket || !outcome || (scope.target && !scope.reply)) return;
+  const status = c.res.status;
+  const sample = scope.reply
+    ? { latencyMs: scope.reply.latencyMs, failed: originFailed(scope.reply) || status === 429 }
+    : { latencyMs: elapsedMs, failed: status >= 500 || status === 429 };
+  const { runtime, config } = scope;
+  runtime.adaptive.record(
+    { bucket, outcome, route, prefix: config.key_prefix },
+    sample,
+    Date.now(),
+    scope.defer,
+    runtime.overrides,
+  );
+}
 
 /**
  * The decision, or `undefined` when Redis failed and the deployment fails open. Redis failing
@@ -141,22 +172,35 @@ function afterResponse(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, relea
     if (release) scope.defer(release());
     return;
   }
-  settleResponseCost(c, scope, run);
+  const bodyCost = settleResponseCost(c, scope, run);
   const extra = rateLimitHeaders(run.decision.outcomes);
   if (run.delayMs > 0) extra["Sluice-Delay-Ms"] = String(run.delayMs);
   withHeaders(c.res, extra);
-  if (release) releaseWhenDelivered(c, scope, release);
+  watchDelivery(c, scope, [...(bodyCost ? [bodyCost] : []), ...(release ? [{ finish: release }] : [])]);
+}
+
+/** Something done once the response body has been delivered (see watchDelivery), seeing its chunks on the way. */
+interface DeliveryWatch {
+  onChunk?: (chunk: Uint8Array) => void;
+  finish: () => Promise<void>;
 }
 
 /**
  * Limits charged from the response (README, Cost from the response): the figure the origin
- * reported in a header is known with the headers, so it is settled at once (deferred); a response
- * that reports nothing keeps the reserve. A local decision's reserve stays with the isolate.
+ * reported in a header is known with the headers, so it is settled at once (deferred); one in the
+ * body (json:, sse:) is read as the body passes and settled once it is done, by the watch returned.
+ * A response that reports nothing keeps the reserve. A local decision's reserve stays with the isolate.
  */
-function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun): void {
-  if (run.degraded || run.peek) return;
-  const due = settlements(run.buckets, run.decision, c.res.headers);
-  if (due.length > 0) scope.defer(settle(due, scope.runtime.overrides).catch(() => undefined));
+function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun): DeliveryWatch | undefined {
+  if (run.degraded || run.peek) return undefined;
+  const charged = chargedFromResponse(run.buckets, run.decision);
+  if (charged.length === 0) return undefined;
+  const { overrides } = scope.runtime;
+  const due = headerSettlements(charged, c.res.headers);
+  if (due.length > 0) scope.defer(settle(due, overrides).catch(() => undefined));
+  const body = BodyCosts.of(charged, c.res.headers);
+  if (!body) return undefined;
+  return { onChunk: (chunk) => body.push(chunk), finish: () => settle(body.due(), overrides).catch(() => undefined) };
 }
 
 /** Frees a request's in-flight slots, once however often called. */
@@ -177,18 +221,24 @@ function slotRelease(scope: Scope, run: LimitRun): Release | undefined {
 }
 
 /**
- * Frees the slots when the response body has been delivered: read to its end, failed, or
- * cancelled by a client that went away; at once for a response without a body. The release is
- * handed to `defer` now (ctx.waitUntil), so it runs even though it comes after the response.
+ * Runs the watches (the slots' release, a cost read from the body) when the response body has been
+ * delivered: read to its end, failed, or cancelled by a client that went away; at once for a
+ * response without a body. The body is wrapped once for all of them, its bytes passed on as they
+ * come and unchanged. The work is handed to `defer` now (ctx.waitUntil), so it runs even though it
+ * comes after the response.
  */
-function releaseWhenDelivered(c: Context<SluiceEnv>, scope: Scope, release: Release): void {
+function watchDelivery(c: Context<SluiceEnv>, scope: Scope, watches: readonly DeliveryWatch[]): void {
+  if (watches.length === 0) return;
   const res = c.res;
+  // each finishes whatever another does (a throw included): a failed settle never keeps a slot held
+  const finish = () => Promise.allSettled(watches.map(async (w) => w.finish())).then(() => undefined);
   if (!res.body) {
-    scope.defer(release());
+    scope.defer(finish());
     return;
   }
   let delivered: () => void = () => undefined;
   const done = new Promise<void>((resolve) => (delivered = resolve));
-  c.res = new Response(whenSettled(res.body, delivered), res);
-  scope.defer(done.then(release));
+  const onChunk = (chunk: Uint8Array) => watches.forEach((w) => w.onChunk?.(chunk));
+  c.res = new Response(observeBody(res.body, { onChunk, onEnd: delivered }), res);
+  scope.defer(done.then(finish));
 }

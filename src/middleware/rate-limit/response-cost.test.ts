@@ -117,3 +117,164 @@ describe("rateLimit() with cost = { response = ... }", () => {
     );
   });
 });
+
+/*
+ * A figure in the body (json:, sse:): read as the body passes to the client, settled once it has
+ * been delivered. The handler answers as the request's x-body asks.
+ */
+const bodyLimits = (response: string, reserve = 100): RateLimitOptions["limits"] => [
+  {
+    name: "tpd",
+    key: "header:x-api-key",
+    rate: 1000,
+    period: "1d",
+    burst: 1000,
+    cost: { response, reserve, max: 5000 },
+  },
+];
+
+const usage = (n: number) => ({ id: "c1", choices: [], usage: { prompt_tokens: 1, total_tokens: n } });
+/** An OpenAI-style stream reporting `total` in its last chunk (none: no usage at all), cut mid-line across writes. */
+const sseText = (total?: number) =>
+  'data: {"id":"c1","choices":[{"delta":{"content":"Hel"}}],"usage":null}\r\n\r\n' +
+  'data: {"id":"c1","choices":[{"delta":{"content":"lo"}}],"usage":null}\r\n\r\n' +
+  (total === undefined ? "" : `data: ${JSON.stringify(usage(total))}\r\n\r\n`) +
+  "data: [DONE]\r\n\r\n";
+
+/** A body written in pieces of `size` bytes, a tick apart, so that lines and events are split across chunks. */
+function trickle(text: string, size = 17, hold?: Promise<void>): ReadableStream<Uint8Array> {
+  const all = new TextEncoder().encode(text);
+  let at = 0;
+  return new ReadableStream<Uint8Array>({
+    async pull(c) {
+      await new Promise((r) => setTimeout(r, 1));
+      if (at >= all.length) {
+        await hold;
+        return c.close();
+      }
+      c.enqueue(all.slice(at, (at += size)));
+    },
+  });
+}
+
+const SSE = { "content-type": "text/event-stream" };
+
+/** The response, its body read (delivered), as the runtime would deliver it to a client. */
+async function read(res: Response | Promise<Response>): Promise<Response> {
+  const r = await res;
+  await r.arrayBuffer();
+  return r;
+}
+
+function bodyApp(limits: RateLimitOptions["limits"], hold?: Promise<void>) {
+  return countedApp(rateLimit(rig.options({ limits })), (c) => {
+    const n = Number(c.req.header("x-usage") ?? "") || undefined;
+    // what tpd has left, whichever limit the RateLimit header shows
+    c.header("x-tpd-left", String(c.get("sluice")?.limits.find((l) => l.name === "tpd")?.remaining));
+    switch (c.req.header("x-body")) {
+      case "json":
+        return c.json(n === undefined ? { id: "c1" } : usage(n));
+      case "json-big":
+        return c.json({ pad: "x".repeat(1 << 20), ...usage(n ?? 0) });
+      case "sse-open":
+        return new Response(trickle(sseText(n), 17, hold), { headers: SSE });
+      default:
+        return new Response(trickle(sseText(n)), { headers: SSE });
+    }
+  });
+}
+
+const asking2 = (body: string, usageFigure?: number) =>
+  from("198.51.100.41", {
+    "x-api-key": "k",
+    "x-body": body,
+    ...(usageFigure ? { "x-usage": String(usageFigure) } : {}),
+  });
+
+describe("rateLimit() with cost = { response = json: or sse: }", () => {
+  it("json: passes the body on unchanged and settles to the figure at the path once it has been read", async () => {
+    const { app } = bodyApp(bodyLimits("json:usage.total_tokens"));
+    const bg = background();
+    const res = await app.request("/", asking2("json", 250), {}, bg.ctx);
+    expect(await res.json()).toEqual(usage(250));
+    await bg.settled();
+    // 1000 - 250, less this request's reserve of 100
+    expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(650);
+  });
+
+  it("json: keeps the reserve of a body without the field, and of one past the 1 MiB cap", async () => {
+    const { app } = bodyApp(bodyLimits("json:usage.total_tokens"));
+    const bg = background();
+    expect(await (await app.request("/", asking2("json"), {}, bg.ctx)).json()).toEqual({ id: "c1" });
+    const big = await (await app.request("/", asking2("json-big", 700), {}, bg.ctx)).text();
+    // the client got the whole body, and its figure, but sluice stopped reading at the cap
+    expect(big.length).toBeGreaterThan(1 << 20);
+    expect((JSON.parse(big) as ReturnType<typeof usage>).usage.total_tokens).toBe(700);
+    await bg.settled();
+    expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(1000 - 3 * 100);
+  });
+
+  it("sse: holds the reserve while the stream runs, settles to its last usage after, bytes unchanged", async () => {
+    let open!: () => void;
+    const { app } = bodyApp(bodyLimits("sse:usage.total_tokens"), new Promise<void>((r) => (open = r)));
+    const bg = background();
+    const res = await app.request("/", asking2("sse-open", 321), {}, bg.ctx);
+    expect(res.headers.get("content-type")).toBe("text/event-stream");
+    const text = res.text();
+    // every event has passed, but the stream is still open: the charge is still the reserve
+    await new Promise((r) => setTimeout(r, 150));
+    // (its body read too: a body's settle, and so bg.settled(), waits for its delivery)
+    expect(remainingOf(await read(app.request("/", asking2("json"), {}, bg.ctx)))).toBe(800);
+    open();
+    expect(await text).toBe(sseText(321));
+    await bg.settled();
+    // 1000 - 321 - 100 (the json request that reported nothing), less this one's reserve
+    expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(479);
+  });
+
+  it("sse: keeps the reserve of a stream that reports no usage", async () => {
+    const { app } = bodyApp(bodyLimits("sse:usage.total_tokens"));
+    const bg = background();
+    expect(await (await app.request("/", asking2("sse"), {}, bg.ctx)).text()).toBe(sseText());
+    await bg.settled();
+    expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(800);
+  });
+
+  it("sse: a stream the client cancels settles to the last figure seen before it went", async () => {
+    // the stream's usage has passed, then it stays open until the client goes away
+    const { app } = bodyApp(bodyLimits("sse:usage.total_tokens"), new Promise<void>(() => undefined));
+    const bg = background();
+    const res = await app.request("/", asking2("sse-open", 640), {}, bg.ctx);
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    let seen = "";
+    while (!seen.includes("[DONE]")) seen += new TextDecoder().decode((await reader.read()).value);
+    await reader.cancel("client went away");
+    await bg.settled();
+    expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(1000 - 640 - 100);
+  });
+
+  it("sse: a response that is not an event stream is read as one JSON body (an LLM API's stream: false)", async () => {
+    const { app } = bodyApp(bodyLimits("sse:usage.total_tokens"));
+    const bg = background();
+    await (await app.request("/", asking2("json", 90), {}, bg.ctx)).json();
+    await bg.settled();
+    expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(1000 - 90 - 100);
+  });
+
+  it("with a concurrency limit on the route, one body wrapper frees the slot and settles the cost", async () => {
+    const limits = [
+      ...(bodyLimits("sse:usage.total_tokens") ?? []),
+      { name: "one", key: "header:x-api-key", algorithm: "concurrency" as const, limit: 1, lease: "30s" },
+    ];
+    const { app } = bodyApp(limits);
+    const bg = background();
+    const res = await app.request("/", asking2("sse", 200), {}, bg.ctx);
+    // the slot is held until the body has been delivered
+    expect((await read(app.request("/", asking2("json"), {}, bg.ctx))).status).toBe(429);
+    expect(await res.text()).toBe(sseText(200));
+    await bg.settled();
+    const next = await app.request("/", asking2("json"), {}, bg.ctx);
+    expect(next.status).toBe(200);
+    expect(Number(next.headers.get("x-tpd-left"))).toBe(1000 - 200 - 100);
+  });
+});

@@ -1,0 +1,137 @@
+import adaptiveLua from "../../lua/adaptive.lua";
+import type { Route } from "../config/index.js";
+import type { Bucket, Defer } from "../limiter/decide.js";
+import type { OverrideCopies } from "../limiter/overrides.js";
+import type { LimitOutcome } from "../limiter/types.js";
+import { asKeyHash } from "../keys/hash.js";
+import { StoreError } from "../store/deadline.js";
+import { adaptiveStateKey, overrideField, overridesKeyOfBucket } from "../store/layout.js";
+import { latencyBucket, QUANTILES, serialiseHistogram } from "./histogram.js";
+
+/*
+ * The isolate's side of an adaptive limit (README, Adaptive limit): each response of an adaptive
+ * route is one sample (the origin's latency, whether it failed, how many were in flight when it
+ * was admitted), added to this isolate's report for the route's bucket in its region. About twice
+ * per interval the report goes to lua/adaptive.lua in the bucket's Redis, deferred (waitUntil):
+ * the script moves the limit and writes it where decide.lua reads overrides, and the reply goes
+ * into this isolate's copy of the overrides so that its next decisions use it at once.
+ */
+
+/** Reports kept at most (one per adaptive route and region this isolate serves). */
+const MAX_REPORTS = 256;
+
+/** One response of an adaptive route, as the origin gave it. */
+export interface Sample {
+  latencyMs: number;
+  /** A 5xx, a 429, or no answer at all: the origin is past what it can take. */
+  failed: boolean;
+}
+
+/** What lua/adaptive.lua told of the limit, for tests and the admin view. */
+export interface AdaptiveReply {
+  limit: number;
+  shortMs?: number;
+  baseMs: number;
+  closed: boolean;
+}
+
+interface Report {
+  readonly bucket: Bucket;
+  readonly route: Route;
+  readonly prefix: string;
+  counts: Map<number, number>;
+  n: number;
+  errors: number;
+  peak: number;
+  startedAt: number;
+  sending: boolean;
+  /** The limit in force as the last reply said (the configured initial one before). */
+  limit: number;
+}
+
+export class AdaptiveReports {
+  private readonly reports = new Map<string, Report>();
+
+  constructor(private readonly capacity = MAX_REPORTS) {}
+
+  /**
+   * Adds one response of an adaptive route to this isolate's report, and sends the report if it
+   * is half an interval old (deferred: nothing waits for it).
+   */
+  record(
+    at: { bucket: Bucket; outcome: LimitOutcome; route: Route; prefix: string },
+    sample: Sample,
+    now: number,
+    defer: Defer,
+    overrides: OverrideCopies,
+  ): void {
+    const settings = at.route.adaptive;
+    if (!settings) return;
+    const r = this.reportOf(at, now);
+    if (sample.failed) r.errors += 1;
+    else r.counts.set(latencyBucket(sample.latencyMs), (r.counts.get(latencyBucket(sample.latencyMs)) ?? 0) + 1);
+    r.n += 1;
+    r.peak = Math.max(r.peak, r.limit - at.outcome.remaining);
+    if (r.sending || now - r.startedAt < settings.interval / 2) return;
+    defer(this.send(r, now, overrides).catch(() => undefined));
+  }
+
+  private reportOf(at: { bucket: Bucket; route: Route; prefix: string }, now: number): Report {
+    const id = `${at.bucket.store.id}\u0000${at.bucket.key}`;
+    let r = this.reports.get(id);
+    if (!r) {
+      if (this.reports.size >= this.capacity) this.reports.delete(this.reports.keys().next().value as string);
+      const limit = at.route.adaptive?.initial ?? 1;
+      r = { ...at, counts: new Map(), n: 0, errors: 0, peak: 0, startedAt: now, sending: false, limit };
+      this.reports.set(id, r);
+    }
+    return r;
+  }
+
+  /** Sends what the report holds and starts a new one; the reply's limit goes into the override copy. */
+  private async send(r: Report, now: number, overrides: OverrideCopies): Promise<AdaptiveReply> {
+    const { counts, n, errors, peak } = r;
+    Object.assign(r, { counts: new Map(), n: 0, errors: 0, peak: 0, startedAt: now, sending: true });
+    try {
+      const reply = await runAdaptive(r, { counts, n, errors, peak });
+      r.limit = reply.limit;
+      const lease = r.bucket.limit.period;
+      overrides.patch(r.bucket, fieldOf(r.bucket), `${reply.limit}:${reply.limit}:${lease}:${now + 600_000}`);
+      return reply;
+    } finally {
+      r.sending = false;
+    }
+  }
+}
+
+/** The override field of the adaptive bucket: the limit's name and the bucket's hash (its key's tail). */
+function fieldOf(bucket: Bucket): string {
+  return overrideField(bucket.limit.name, asKeyHash(bucket.key.slice(bucket.key.lastIndexOf(":") + 1)));
+}
+
+/** One call of lua/adaptive.lua with a report's figures. */
+async function runAdaptive(
+  r: Report,
+  figures: { counts: Map<number, number>; n: number; errors: number; peak: number },
+): Promise<AdaptiveReply> {
+  const a = r.route.adaptive;
+  if (!a) throw new Error("runAdaptive on a route without adaptive");
+  const hash = asKeyHash(r.bucket.key.slice(r.bucket.key.lastIndexOf(":") + 1));
+  const quantile = Math.round(QUANTILES[a.latency] * 1000);
+  const settings = [a.initial, a.min, a.max, a.interval, r.bucket.limit.period, a.target ?? 0, quantile];
+  settings.push(Math.round(a.tolerance * 1000));
+  const reply = await r.bucket.store.run(
+    r.bucket.store.script(adaptiveLua),
+    [adaptiveStateKey(r.prefix, r.route.name, hash), overridesKeyOfBucket(r.bucket.key)],
+    [
+      fieldOf(r.bucket),
+      settings.join(":"),
+      `${figures.n}:${figures.errors}:${figures.peak}`,
+      serialiseHistogram(figures.counts),
+    ],
+  );
+  if (!Array.isArray(reply) || reply.length !== 4)
+    throw new StoreError("error", `unexpected reply from adaptive.lua: ${JSON.stringify(reply).slice(0, 200)}`);
+  const [limit, short, base, closed] = reply.map(Number) as [number, number, number, number];
+  return { limit, shortMs: short < 0 ? undefined : short / 10, baseMs: base / 10, closed: closed === 1 };
+}

@@ -1,0 +1,81 @@
+import { describe, expect, it } from "vitest";
+import { background, countedApp, from, middlewareRig } from "../../../test/support/middleware-rig.js";
+import { asHash } from "../../store/replies.js";
+import { rateLimit } from "../../index.js";
+
+/*
+ * rateLimit({ adaptive }) in Node against a real Redis: each response of the handlers behind it
+ * is a sample; the isolate reports them to lua/adaptive.lua (through waitUntil), and the limit the
+ * script moves is the one the next decisions use: it falls while the handler is slower than the
+ * target or failing, and climbs back once it is fast again.
+ */
+const rig = middlewareRig("adaptive");
+
+/** An app with an adaptive limit whose handler takes `delay.ms` and answers `delay.status`. */
+function appWith(delay: { ms: number; status: number }) {
+  const options = rig.options({
+    limits: [],
+    adaptive: { target: "20ms", interval: "100ms", initial: 8, min: 2, max: 12 },
+  });
+  const { app } = countedApp(rateLimit(options), async (c) => {
+    await new Promise((r) => setTimeout(r, delay.ms));
+    return c.text(
+      c
+        .get("sluice")
+        .limits.map((l) => l.name)
+        .join(","),
+      delay.status as 200,
+    );
+  });
+  const limit = async () => {
+    const [key] = (await rig.db.redis.keys(`${options.key_prefix}:app:adaptive:state:*`)) as string[];
+    return key ? Number(asHash(await rig.db.redis.hgetall(key)).limit) : NaN;
+  };
+  return { app, limit };
+}
+
+/** `rounds` rounds of 8 requests at once; the statuses, once what they deferred has settled. */
+async function rounds(app: ReturnType<typeof appWith>["app"], n: number): Promise<number[]> {
+  const statuses: number[] = [];
+  const bg = background();
+  for (let i = 0; i < n; i++) {
+    const batch = await Promise.all(
+      Array.from({ length: 8 }, () => app.request("/work", from("198.51.100.7"), {}, bg.ctx)),
+    );
+    for (const r of batch) {
+      statuses.push(r.status);
+      await r.text();
+    }
+    await bg.settled();
+  }
+  return statuses;
+}
+
+describe("rateLimit() with adaptive", () => {
+  it("falls below its initial 8 while the handler is slower than the target, and refuses past it; climbs back once fast", async () => {
+    const delay = { ms: 80, status: 200 };
+    const { app, limit } = appWith(delay);
+    await rounds(app, 6);
+    const fallen = await limit();
+    expect(fallen).toBeLessThan(8);
+    const statuses = await rounds(app, 1);
+    expect(statuses.filter((s) => s === 429).length).toBeGreaterThanOrEqual(8 - Math.ceil(fallen));
+    delay.ms = 1;
+    const until = Date.now() + 8_000;
+    while (Date.now() < until && (await limit()) < 8) await rounds(app, 1);
+    expect(await limit()).toBeGreaterThanOrEqual(8);
+  });
+
+  it("falls while the handler fails (5xx), however fast, down to min", async () => {
+    const { app, limit } = appWith({ ms: 1, status: 503 });
+    for (let i = 0; i < 30 && !((await limit()) <= 2); i++) await rounds(app, 1);
+    expect(await limit()).toBe(2);
+  });
+
+  it("names the adaptive limit in c.get('sluice') and the RateLimit headers", async () => {
+    const { app } = appWith({ ms: 1, status: 200 });
+    const res = await app.request("/work", from("198.51.100.8"));
+    expect(await res.text()).toBe("adaptive");
+    expect(res.headers.get("RateLimit-Policy")).toMatch(/^"adaptive";q=8;w=35$/);
+  });
+});
