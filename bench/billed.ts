@@ -3,15 +3,19 @@
  * the EVALSHA/EVAL itself. `INFO commandstats` of a real redis-server counts both (the approach of
  * test/integration/decision-cost.test.ts, here through the Worker): allowed requests through one
  * Worker on the section's own Redis, commandstats read before and after, the script's commands
- * (and nothing the Worker's background work sends) summed per decision.
+ * (and nothing the Worker's background work sends) summed per decision. Then the rows of
+ * `billed-features.ts`: what each #14 feature costs, on the request path and after it.
  */
 import type { Miniflare } from "miniflare";
 import type { SluiceInput } from "../src/config/schema.js";
 import { DECIDE_COMMANDS } from "../src/limiter/commands.js";
+import { type FeatureRow, featureRoutes, measureFeatures, startUsageOrigin } from "./billed-features.js";
 import { type EdgeStack, FROM_EU, outcomesOf, sleep } from "./edge.js";
+import { startMonitor } from "./monitor.js";
 import { hit } from "./request.js";
-import { commandStats, disposeWorker, statsDelta } from "./stack.js";
+import { type Cleanup, commandStats, disposeWorker, statsDelta } from "./stack.js";
 import { type IpSource, round } from "./stats.js";
+import { startTap } from "./tap.js";
 
 /** What the script sends and may run inside; the Worker's background work uses others. */
 const SCRIPT_COMMANDS = DECIDE_COMMANDS;
@@ -54,65 +58,58 @@ export interface BilledRow {
 export interface BilledResult {
   decisions: number;
   rows: BilledRow[];
+  /** What each #14 feature costs, request path and background apart (billed-features.ts). */
+  features: FeatureRow[];
   problems: string[];
 }
 
-export async function measureBilled(edge: EdgeStack, ips: IpSource, decisions: number): Promise<BilledResult> {
-  const [mf] = (await edge.workers(1, BILLED)) as [Miniflare];
+/** The rows where every request comes from a client nobody used before. */
+const FRESH_CLIENT_ROWS = [
+  { key: "one", label: "1 limit (token bucket), a new client each request", limits: 1, target: 4, path: "/one/item" },
+  {
+    key: "three",
+    label: "3 limits (token bucket, fixed window, sliding window), a new client each",
+    limits: 3,
+    target: 6,
+    path: "/three/item",
+  },
+];
+
+export async function measureBilled(
+  edge: EdgeStack,
+  cleanup: Cleanup,
+  ips: IpSource,
+  decisions: number,
+): Promise<BilledResult> {
+  // the Worker's origin reports x-usage-tokens (the response-cost row) and answers diverted requests
+  const origin = await startUsageOrigin(cleanup);
+  const tap = await startTap(edge.bridge.url, cleanup, "billed");
+  const config: SluiceInput = { ...BILLED, routes: [...(BILLED.routes ?? []), ...featureRoutes(origin)] };
+  const [mf] = (await edge.workers(1, config, tap.url, { ORIGIN_URL: origin })) as [Miniflare];
   const rows: BilledRow[] = [];
+  let features: { rows: FeatureRow[]; problems: string[] };
   try {
     // the isolate's first requests wait for the lists and meet a Redis without the script: not counted
     for (const path of ["/one/item", "/three/item"])
       for (let i = 0; i < 2; i++) await hit(mf, path, ips.take(), FROM_EU);
-    rows.push(
-      await row(
-        edge,
-        mf,
-        {
-          key: "one",
-          label: "1 limit (token bucket), a new client each request",
-          limits: 1,
-          target: 4,
-          path: "/one/item",
-          ip: () => ips.take(),
-        },
-        decisions,
-      ),
-    );
-    rows.push(
-      await row(
-        edge,
-        mf,
-        {
-          key: "three",
-          label: "3 limits (token bucket, fixed window, sliding window), a new client each",
-          limits: 3,
-          target: 6,
-          path: "/three/item",
-          ip: () => ips.take(),
-        },
-        decisions,
-      ),
-    );
     const busy = ips.take();
-    rows.push(
-      await row(
-        edge,
-        mf,
-        {
-          key: "one_busy",
-          label: "1 limit, one client sending them all (leases, if any, amortise)",
-          limits: 1,
-          target: null,
-          path: "/one/item",
-          ip: () => busy,
-        },
-        decisions,
-      ),
-    );
+    for (const what of FRESH_CLIENT_ROWS) rows.push(await row(edge, mf, { ...what, ip: () => ips.take() }, decisions));
+    const label = "1 limit, one client sending them all (leases, if any, amortise)";
+    const one = { key: "one_busy", label, limits: 1, target: null, path: "/one/item", ip: () => busy };
+    rows.push(await row(edge, mf, one, decisions));
+    const monitor = await startMonitor(edge.redis.url, edge.resp);
+    try {
+      features = await measureFeatures({ edge, mf, tap, monitor, ips }, decisions);
+    } finally {
+      monitor.close();
+    }
   } finally {
     await disposeWorker(mf);
   }
+  return { decisions, rows, features: features.rows, problems: [...rowProblems(rows), ...features.problems] };
+}
+
+function rowProblems(rows: BilledRow[]): string[] {
   const problems: string[] = [];
   for (const r of rows) {
     if (r.target !== null && r.billed_per_decision > r.target)
@@ -123,7 +120,7 @@ export async function measureBilled(edge: EdgeStack, ips: IpSource, decisions: n
     if (bad.length > 0)
       problems.push(`billed commands, ${r.label}: not every request was allowed ${JSON.stringify(r.outcomes)}`);
   }
-  return { decisions, rows, problems };
+  return problems;
 }
 
 async function row(

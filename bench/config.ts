@@ -63,3 +63,58 @@ export const UNLIMITED: SluiceInput = {
   on_store_error: "open",
   routes: [],
 };
+
+// ---------------------------------------------------------------------------------------------
+// Section 11, origin protection: one route per case, each in front of the queueing origin.
+
+type RouteInput = NonNullable<SluiceInput["routes"]>[number];
+
+/**
+ * The adaptive limit (a route setting another change brings): `target` absent = learned. Typed
+ * here, not taken from the schema, so the bench compiles before and after the feature lands.
+ */
+export interface AdaptiveInput {
+  latency: "p50" | "p90" | "p99";
+  target?: string;
+  initial: number;
+  min: number;
+  max: number;
+  interval: string;
+}
+
+export const PROTECT_PATH = "/protect";
+
+/** The route of a fixed in-flight cap of `limit` at the origin (`null`: no limit at all). */
+export function protectRoute(limit: number | null): RouteInput {
+  const name = limit === null ? "none" : `fixed-${limit}`;
+  return {
+    name,
+    match: `${PROTECT_PATH}/${name}/*`,
+    limits: limit === null ? [] : [{ name: "origin", key: "global", algorithm: "concurrency", limit, lease: "30s" }],
+  };
+}
+
+/** The route of an adaptive limit, named `name`. */
+export function adaptiveRoute(name: string, adaptive: AdaptiveInput): RouteInput {
+  const route: RouteInput & { adaptive: AdaptiveInput } = { name, match: `${PROTECT_PATH}/${name}/*`, adaptive };
+  return route;
+}
+
+/** A gateway with these routes, the same budget as the other sections (nothing `degraded` by a slow moment). */
+export function protectConfig(routes: RouteInput[]): SluiceInput {
+  return { key_prefix: "bench-protect", timeout_ms: TIMEOUT_MS, routes };
+}
+
+/** The adaptive cases: learned (no target), and a p90 target of 250 ms. */
+export const ADAPTIVE_CASES: Array<{ key: string; label: string; adaptive: AdaptiveInput }> = [
+  {
+    key: "adaptive-learned",
+    label: "adaptive, p90 learned (no target)",
+    adaptive: { latency: "p90", initial: 10, min: 1, max: 200, interval: "1s" },
+  },
+  {
+    key: "adaptive-target",
+    label: "adaptive, p90 target 250 ms",
+    adaptive: { latency: "p90", target: "250ms", initial: 10, min: 1, max: 200, interval: "1s" },
+  },
+];

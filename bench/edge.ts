@@ -58,9 +58,10 @@ export function edgeConfig(onStoreError?: "local" | "open" | "closed"): SluiceIn
 export interface EdgeStack extends RedisBridge {
   /**
    * `n` Worker instances (each its own workerd, i.e. one isolate) with `sluice`, talking to
-   * `redisUrl` (the bridge, or a tap in front of it), the admin API on, their log lines swallowed.
+   * `redisUrl` (the bridge, or a tap in front of it), the admin API on, their log lines swallowed;
+   * `bindings` added (e.g. another `ORIGIN_URL`).
    */
-  workers(n: number, sluice: SluiceInput, redisUrl?: string): Promise<Miniflare[]>;
+  workers(n: number, sluice: SluiceInput, redisUrl?: string, bindings?: Record<string, string>): Promise<Miniflare[]>;
 }
 
 export async function startEdgeStack(stack: BenchStack, cleanup: Cleanup): Promise<EdgeStack> {
@@ -68,12 +69,17 @@ export async function startEdgeStack(stack: BenchStack, cleanup: Cleanup): Promi
   const quiet: WorkerOptions = { quiet: true };
   return {
     ...rb,
-    workers: (n, sluice, redisUrl = rb.bridge.url) =>
+    workers: (n, sluice, redisUrl = rb.bridge.url, bindings = {}) =>
       Promise.all(
         Array.from({ length: n }, () =>
           stack.worker(
             sluice,
-            { UPSTASH_REDIS_REST_URL: redisUrl, UPSTASH_REDIS_REST_TOKEN: TOKEN, SLUICE_ADMIN_TOKEN: ADMIN_TOKEN },
+            {
+              UPSTASH_REDIS_REST_URL: redisUrl,
+              UPSTASH_REDIS_REST_TOKEN: TOKEN,
+              SLUICE_ADMIN_TOKEN: ADMIN_TOKEN,
+              ...bindings,
+            },
             quiet,
           ),
         ),

@@ -10,7 +10,10 @@
  *   7. the boundary effect, measured: decide.lua on a simulated clock, most admitted in any second
  *   8. distance: Redis 0, 20, 80 ms away, two isolates, a client under and one over its limit
  *   9. outage: Redis hung, then refusing, under on_store_error local / open / closed; recovery
- *  10. billed commands per decision (commandstats: EVALSHA + the commands inside the script)
+ *  10. billed commands per decision (commandstats: EVALSHA + the commands inside the script), and what
+ *      each #14 feature costs in Redis, on the request path and in the background
+ *  11. origin protection: no limit, fixed in-flight caps and the adaptive limit in front of a
+ *      queueing origin under twice its capacity
  *
  * Prints a table and writes bench/results/bench-<ISO date>.json and bench/results/latest.json.
  * `--quick` runs every part with small counts (a smoke test; its figures are noisy).
@@ -28,6 +31,8 @@ import { type DecisionCounts, type DecisionResult, measureDecisions } from "./de
 import { type DistanceOptions, type DistanceResult, measureDistance } from "./distance.js";
 import { startEdgeStack } from "./edge.js";
 import { measureOutage, type OutageOptions, type OutageResult } from "./outage.js";
+import { measureProtect, type ProtectOptions, type ProtectResult } from "./protect.js";
+import { renderFeatures, renderProtect } from "./render-features.js";
 import { type LatencyOptions, type LatencyResult, measureLatency } from "./latency.js";
 import { measureRegions, type RegionsOptions, type RegionsResult } from "./regions.js";
 import { importDecide } from "./lua-text.js";
@@ -36,6 +41,7 @@ import { decideLuaForRedis, measureScripts, type BenchmarkOptions, type ScriptRe
 import { measureSplit, type SplitResult } from "./split.js";
 import { type BenchStack, buildWorker, Cleanup, startStack } from "./stack.js";
 import { IpSource, round } from "./stats.js";
+import { fmt, table } from "./table.js";
 
 const RESULTS_DIR = resolve("bench/results");
 
@@ -50,6 +56,7 @@ interface Sizes {
   outage: OutageOptions;
   /** Section 10: decisions per row. */
   billedDecisions: number;
+  protect: ProtectOptions;
 }
 
 const FULL: Sizes = {
@@ -61,6 +68,7 @@ const FULL: Sizes = {
   distance: { latencies: [0, 20, 80], rate: 40, durationMs: 3000, settleMs: 1500 },
   outage: { rate: 80, durationMs: 3000, recoveryLimitMs: 5000, policies: ["local", "open", "closed"] },
   billedDecisions: 200,
+  protect: { limits: [2, 4, 8, 16, 24], rate: 80, warmupMs: 1000, learnMs: 15_000, durationMs: 6000 },
 };
 
 const QUICK: Sizes = {
@@ -72,6 +80,7 @@ const QUICK: Sizes = {
   distance: { latencies: [80], rate: 40, durationMs: 1000, settleMs: 1500 },
   outage: { rate: 80, durationMs: 400, recoveryLimitMs: 5000, policies: ["local"] },
   billedDecisions: 20,
+  protect: { limits: [4, 16], rate: 80, warmupMs: 500, learnMs: 3000, durationMs: 1500 },
 };
 
 async function main(): Promise<number> {
@@ -107,11 +116,11 @@ async function main(): Promise<number> {
     const { memory, boundary } = earlyResult.value;
     const ips = new IpSource();
 
-    step(`1/10 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
+    step(`1/11 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
     const decisions = await measureDecisions(stack, cleanup, ips, sizes.decisions);
 
     step(
-      `2/10 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`,
+      `2/11 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`,
     );
     const on = await stack.worker(LIMITED);
     const off = await stack.worker(UNLIMITED);
@@ -126,34 +135,39 @@ async function main(): Promise<number> {
     );
 
     step(
-      `3/10 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`,
+      `3/11 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`,
     );
     const scripts = await measureScripts(stack, cleanup, sizes.redisBenchmark);
 
-    step("4/10 split limit across four regions: static equal split vs sluice's split (simulated clock, 60 s)");
+    step("4/11 split limit across four regions: static equal split vs sluice's split (simulated clock, 60 s)");
     const split = measureSplit();
 
     const r = sizes.regions;
     step(
-      `5/10 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`,
+      `5/11 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`,
     );
     const regions = await measureRegions(stack, cleanup, ips, sizes.regions);
 
     const edge = await startEdgeStack(stack, cleanup);
     step(
-      `10/10 billed commands per decision (${sizes.billedDecisions} per row; INFO commandstats of a Redis of its own)`,
+      `10/11 billed commands per decision (${sizes.billedDecisions} per row; INFO commandstats of a Redis of its own)`,
     );
-    const billed = await measureBilled(edge, ips, sizes.billedDecisions);
+    const billed = await measureBilled(edge, cleanup, ips, sizes.billedDecisions);
     const ds = sizes.distance;
     step(
-      `8/10 distance: Redis +${ds.latencies.join(" / +")} ms, 2 isolates, clients at ${ds.rate}/s under and over their limits for ${ds.durationMs / 1000} s`,
+      `8/11 distance: Redis +${ds.latencies.join(" / +")} ms, 2 isolates, clients at ${ds.rate}/s under and over their limits for ${ds.durationMs / 1000} s`,
     );
     const distance = await measureDistance(stack, edge, cleanup, ips, ds);
     const os = sizes.outage;
     step(
-      `9/10 outage: Redis hung, then refusing, ${os.rate}/s for ${os.durationMs / 1000} s under on_store_error ${os.policies.join(" / ")}`,
+      `9/11 outage: Redis hung, then refusing, ${os.rate}/s for ${os.durationMs / 1000} s under on_store_error ${os.policies.join(" / ")}`,
     );
     const outage = await measureOutage(edge, ips, os);
+    const ps = sizes.protect;
+    step(
+      `11/11 origin protection: ${ps.rate}/s open loop for ${ps.durationMs / 1000} s per case, no limit, caps ${ps.limits.join(" / ")}, adaptive`,
+    );
+    const protect = await measureProtect(edge, cleanup, ips, ps);
 
     const problems = [
       ...findProblems(decisions, latency),
@@ -163,6 +177,7 @@ async function main(): Promise<number> {
       ...distance.problems,
       ...outage.problems,
       ...billed.problems,
+      ...protect.problems,
     ];
     const redisVersion = await serverVersion(stack.resp.send(["INFO", "server"]));
     const finished = new Date();
@@ -184,6 +199,7 @@ async function main(): Promise<number> {
       distance,
       outage,
       billed,
+      protect,
       problems,
     };
     step("done; stopping the stack");
@@ -197,7 +213,7 @@ async function main(): Promise<number> {
         regions,
         memory,
         boundary,
-        { distance, outage, billed },
+        { distance, outage, billed, protect },
         problems,
         sizes,
       ),
@@ -225,15 +241,15 @@ async function measureEarly(
   const source = decideLuaForRedis();
   const call = (await importDecide()).scriptCall;
   step(
-    `6/10 Redis memory per bucket (${sizes.memoryBuckets} buckets per algorithm, MEMORY USAGE), while wrangler builds`,
+    `6/11 Redis memory per bucket (${sizes.memoryBuckets} buckets per algorithm, MEMORY USAGE), while wrangler builds`,
   );
   const memory = await measureMemory(stack.redis.url, cleanup, call, source, sizes.memoryBuckets);
-  step("7/10 boundary effect: decide.lua with a test clock (EVAL), 100 per second, greedy clients");
+  step("7/11 boundary effect: decide.lua with a test clock (EVAL), 100 per second, greedy clients");
   const boundary = await measureBoundary(stack.resp, call, source);
   const flushed = await stack.resp.send(["SCRIPT", "FLUSH", "SYNC"]);
   if (!Buffer.isBuffer(flushed) || flushed.toString("utf8") !== "OK")
     throw new Error(`SCRIPT FLUSH answered ${JSON.stringify(replyToJs(flushed))}`);
-  step("6/10 and 7/10 done");
+  step("6/11 and 7/11 done");
   return { memory, boundary };
 }
 
@@ -289,7 +305,7 @@ function render(
   rg: RegionsResult,
   mem: MemoryResult,
   bd: BoundaryResult,
-  edge: { distance: DistanceResult; outage: OutageResult; billed: BilledResult },
+  edge: { distance: DistanceResult; outage: OutageResult; billed: BilledResult; protect: ProtectResult },
   problems: string[],
   sizes: Sizes,
 ): string {
@@ -433,6 +449,8 @@ function render(
   renderDistance(out, edge.distance);
   renderOutage(out, edge.outage);
   renderBilled(out, edge.billed);
+  renderFeatures(out, edge.billed.features);
+  renderProtect(out, edge.protect);
 
   out.push("");
   if (problems.length === 0) {
@@ -443,7 +461,8 @@ function render(
       `        no split variant admitted more than rate + burst in any one-second window; the cut-off region's share never grew;`,
       "        on the simulated clock no algorithm admitted more in one second than its ceiling;",
       "        at every distance nothing was admitted over the ideal, nothing degraded, every token came back; in every outage no 5xx",
-      "        under local and open, local within its bound, every isolate back on Redis within 1 s; billed commands within target.",
+      "        under local and open, local within its bound, every isolate back on Redis within 1 s; billed commands within target;",
+      "        every feature row answered as expected, MONITOR and commandstats agreed; no fixed cap was exceeded at the origin.",
     );
   } else out.push("PROBLEMS:", ...problems.map((p) => `  - ${p}`));
   return out.join("\n");
@@ -754,15 +773,6 @@ function chunks<T>(items: T[], size: number): T[][] {
   return out;
 }
 
-function table(header: string[], rows: string[][]): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]) =>
-    `   ${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join("  │  ")}`;
-  const rule = `   ${widths.map((w) => "─".repeat(w)).join("──┼──")}`;
-  return [line(header), rule, ...rows.map(line)].join("\n");
-}
-
-const fmt = (n: number): string => (Number.isInteger(n) ? String(n) : n.toFixed(3));
 const ms = (n: number): string => n.toFixed(3);
 const signed = (n: number): string => `${n >= 0 ? "+" : ""}${n.toFixed(3)}`;
 

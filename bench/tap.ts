@@ -25,6 +25,12 @@ export interface TapCounts {
   unreadable: number;
   /** Decision requests by the route named in their keys (a request naming two routes counts for each). */
   decisionByRoute: Record<string, number>;
+  /**
+   * Every request by kind: a script call's by its mode (decide.lua's ARGV[1]: `take`, `release`,
+   * `settle`, ...; a request carrying two modes counts for each), any other by its distinct
+   * commands, sorted and joined by `+` (`hgetall`, `incr+pexpire`).
+   */
+  byKind: Record<string, number>;
 }
 
 export interface Tap {
@@ -50,12 +56,13 @@ export function tapDelta(before: TapCounts, after: TapCounts): TapCounts {
     otherCommands: diff(after.otherCommands, before.otherCommands),
     unreadable: after.unreadable - before.unreadable,
     decisionByRoute: diff(after.decisionByRoute, before.decisionByRoute),
+    byKind: diff(after.byKind, before.byKind),
   };
 }
 
 /** Counts with nothing in them. */
 export function emptyTapCounts(): TapCounts {
-  return { decision: 0, other: 0, otherCommands: {}, unreadable: 0, decisionByRoute: {} };
+  return { decision: 0, other: 0, otherCommands: {}, unreadable: 0, decisionByRoute: {}, byKind: {} };
 }
 
 export async function startTap(target: string, cleanup: Cleanup, label: string): Promise<Tap> {
@@ -71,6 +78,7 @@ export async function startTap(target: string, cleanup: Cleanup, label: string):
       return;
     }
     const scripts = commands.filter((c) => SCRIPT_CALLS.has(c.name));
+    for (const kind of kindsOf(commands, scripts)) counts.byKind[kind] = (counts.byKind[kind] ?? 0) + 1;
     if (scripts.length > 0) {
       counts.decision++;
       for (const route of new Set(scripts.flatMap(routesOf)))
@@ -122,6 +130,7 @@ export async function startTap(target: string, cleanup: Cleanup, label: string):
       ...counts,
       otherCommands: { ...counts.otherCommands },
       decisionByRoute: { ...counts.decisionByRoute },
+      byKind: { ...counts.byKind },
     }),
     close,
   };
@@ -157,4 +166,16 @@ function routesOf(c: Command): string[] {
     .slice(2, 2 + n)
     .map((k) => String(k).split(":")[1] ?? "")
     .filter((r) => r !== "");
+}
+
+/** A request's kinds (see `TapCounts.byKind`). */
+function kindsOf(commands: Command[], scripts: Command[]): Set<string> {
+  if (scripts.length === 0) return new Set([[...new Set(commands.map((c) => c.name))].sort().join("+")]);
+  return new Set(scripts.map(modeOf));
+}
+
+/** decide.lua's mode, ARGV[1] of EVAL(SHA) script-or-sha numkeys key... arg...; "?" when unreadable. */
+function modeOf(c: Command): string {
+  const n = Number(c.args[1]);
+  return Number.isInteger(n) && n >= 0 ? String(c.args[2 + n] ?? "?") : "?";
 }
