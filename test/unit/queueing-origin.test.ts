@@ -33,7 +33,8 @@ describe("startQueueingOrigin", () => {
   });
 
   it("answers slower as more requests are in flight, and 503 past the knee", async () => {
-    const serviceMs = 50;
+    // long enough that all 8 are in flight together even when a loaded machine sends them slowly
+    const serviceMs = 300;
     origin = await startQueueingOrigin({ servers: 2, serviceMs, knee: 6 });
     const url = origin.url;
     const alone = await get(url);
@@ -42,12 +43,12 @@ describe("startQueueingOrigin", () => {
     origin.reset();
 
     const pending = Array.from({ length: 8 }, () => get(url));
-    await new Promise((r) => setTimeout(r, 20));
+    for (let i = 0; i < 50 && origin.inFlight() < 8; i++) await new Promise((r) => setTimeout(r, 5));
     expect(origin.inFlight()).toBe(8);
     const answers = (await Promise.all(pending)).sort((a, b) => a.inFlight - b.inFlight);
     expect(answers.map((a) => a.inFlight)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
     expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200, 200, 200, 503, 503]);
-    // the sixth waits 50 × 6 / 2 = 150 ms, the second 50 ms: latency grows with n
+    // the sixth waits 300 × 6 / 2 = 900 ms, the second 300 ms: latency grows with n
     const sixth = answers[5] as Answer;
     expect(sixth.ms).toBeGreaterThanOrEqual(3 * serviceMs - 2);
     expect(sixth.ms).toBeGreaterThan((answers[1] as Answer).ms);
