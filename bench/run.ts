@@ -15,7 +15,8 @@
  *  11. origin protection: no limit, fixed in-flight caps and the adaptive limit in front of a
  *      queueing origin under twice its capacity
  *
- * Prints a table and writes bench/results/bench-<ISO date>.json and bench/results/latest.json.
+ * Prints a table and writes bench/results/bench-<ISO date>.json and bench/results/latest.json, and the
+ * charts of bench/charts.ts as bench/results/charts/<name>.svg (`npm run bench:charts` redraws them from a JSON).
  * `--quick` runs every part with small counts (a smoke test; its figures are noisy).
  */
 import { execFileSync } from "node:child_process";
@@ -26,6 +27,8 @@ import { parseArgs } from "node:util";
 import { replyToJs } from "../dev/resp.js";
 import { type BilledResult, measureBilled } from "./billed.js";
 import { type BoundaryResult, measureBoundary } from "./boundary.js";
+import { writeCharts } from "./chart-files.js";
+import { chartsFromResults } from "./charts.js";
 import { LIMITED, PATH_FOUR, PATH_ONE, PATH_UNLIMITED, UNLIMITED } from "./config.js";
 import { type DecisionCounts, type DecisionResult, measureDecisions } from "./decision.js";
 import { type DistanceOptions, type DistanceResult, measureDistance } from "./distance.js";
@@ -44,6 +47,7 @@ import { IpSource, round } from "./stats.js";
 import { fmt, table } from "./table.js";
 
 const RESULTS_DIR = resolve("bench/results");
+const CHARTS_DIR = join(RESULTS_DIR, "charts");
 
 interface Sizes {
   decisions: number;
@@ -221,6 +225,13 @@ async function main(): Promise<number> {
     const file = writeResults(result.name, started, result, !values.quick);
     console.log(
       `\nresults: ${relative(process.cwd(), file)}${values.quick ? "" : " and bench/results/latest.json"} (${result.duration_s} s)`,
+    );
+    // drawn in a quick run too (a check of the chart code), written only for a full one, like latest.json
+    const charts = chartsFromResults(result);
+    console.log(
+      values.quick
+        ? `charts: ${charts.length} drawn, not written (--quick)`
+        : `charts: ${writeCharts(CHARTS_DIR, charts).length} SVG files in bench/results/charts`,
     );
     return 0;
   } finally {
