@@ -4,7 +4,15 @@ import { createTypeScriptImportResolver } from "eslint-import-resolver-typescrip
 import { importX } from "eslint-plugin-import-x";
 import tseslint from "typescript-eslint";
 
-const tsFiles = ["src/**/*.ts", "worker/**/*.ts", "test/**/*.ts", "dev/**/*.ts", "bench/**/*.ts", "examples/**/*.ts"];
+const tsFiles = [
+  "src/**/*.ts",
+  "src/**/*.tsx",
+  "worker/**/*.ts",
+  "test/**/*.ts",
+  "dev/**/*.ts",
+  "bench/**/*.ts",
+  "examples/**/*.ts",
+];
 
 export default defineConfig(
   {
@@ -18,8 +26,8 @@ export default defineConfig(
       // The code imports "./x.js" for x.ts (ESM as emitted): the TypeScript resolver maps those
       // specifiers back to the sources, without which no-cycle would see no edges and pass vacuously.
       "import-x/resolver-next": [createTypeScriptImportResolver({ project: "./tsconfig.json" })],
-      "import-x/extensions": [".ts", ".js"],
-      "import-x/parsers": { "@typescript-eslint/parser": [".ts"] },
+      "import-x/extensions": [".ts", ".tsx", ".js"],
+      "import-x/parsers": { "@typescript-eslint/parser": [".ts", ".tsx"] },
     },
     rules: {
       // The project must stay free of import cycles (type-only imports are erased, so they are allowed).
@@ -32,7 +40,7 @@ export default defineConfig(
   },
   {
     // Stated for src/ on its own so that relaxing the shared set (say, for tests) never relaxes the app.
-    files: ["src/**/*.ts"],
+    files: ["src/**/*.ts", "src/**/*.tsx"],
     rules: { "@typescript-eslint/no-explicit-any": "error" },
   },
 );

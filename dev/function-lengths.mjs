@@ -10,7 +10,7 @@ function sources(dir) {
   return readdirSync(dir).flatMap((name) => {
     const path = join(dir, name);
     if (statSync(path).isDirectory()) return sources(path);
-    return path.endsWith(".ts") && !path.endsWith(".test.ts") ? [path] : [];
+    return /\.tsx?$/.test(path) && !path.endsWith(".test.ts") ? [path] : [];
   });
 }
 

@@ -1,7 +1,7 @@
 import { Hono, type ErrorHandler, type MiddlewareHandler } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { adminApp } from "./admin/index.js";
-import type { SluiceEnv } from "./context.js";
+import type { Scope, SluiceEnv } from "./context.js";
 import type { Env } from "./env.js";
 import { forwardToOrigin } from "./gateway/forward.js";
 import { gatewayScope } from "./gateway/scope.js";
@@ -14,7 +14,7 @@ import { sessionStep } from "./middleware/session/index.js";
 import { keepFallbackCopies } from "./middleware/shedding/index.js";
 import { inGateway, type Step } from "./middleware/step.js";
 import { verifyJwtStep } from "./middleware/verify-jwt/index.js";
-import { problem } from "./problem.js";
+import { Problem, problem } from "./problem.js";
 import { jobStatus } from "./queue/enqueue.js";
 import { DEFAULT_PATH_POLICY, normalisePath, type PathPolicy } from "./routing/normalise.js";
 import { Runtime } from "./runtime.js";
@@ -51,12 +51,15 @@ export const GATEWAY_STEPS: Step[] = [
 
 /**
  * A problem is answered as itself; anything else that throws becomes a 500 problem (the outer
- * middleware still stamps the decision headers on it), never a bare 500.
+ * middleware still stamps the decision headers on it), never a bare 500. Types take the
+ * configuration's `problem_base` once a scope exists (before it, the configuration may be the problem).
  */
-export const answerError: ErrorHandler = (err) => {
+export const answerError: ErrorHandler<GatewayEnv> = (err, c) => {
+  const base = (c.get("sluiceScope") as Scope | undefined)?.config.problem_base;
+  if (err instanceof Problem) return err.getResponse(base);
   if (err instanceof HTTPException) return err.getResponse();
   console.error(JSON.stringify({ event: "unhandled", message: err.message }));
-  return problem({ status: 500, title: "Internal error", detail: "sluice failed to handle this request" });
+  return problem({ status: 500, title: "Internal error", detail: "sluice failed to handle this request" }, base);
 };
 
 /** `/__sluice` as a whole first segment, in any case (`/__sluice-jobs/…` is not the admin API). */

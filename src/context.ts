@@ -3,6 +3,7 @@ import type { Env } from "./env.js";
 import type { RequestFacts } from "./keys/identify.js";
 import type { Bucket, Defer } from "./limiter/decide.js";
 import type { Decision } from "./limiter/types.js";
+import type { ClientLabel } from "./metrics/labels.js";
 import type { ForwardTarget, OriginReply } from "./origin/forward.js";
 import type { DecisionHeader } from "./problem.js";
 import type { Stores } from "./region/index.js";
@@ -47,6 +48,8 @@ export interface DecisionMeta {
   limit: string;
   /** The hashed identifier of the refused bucket. */
   blockedId?: string;
+  /** What the dashboard shows of the refused client (none under `labels = "off"`). */
+  label?: ClientLabel;
   rttMs?: number;
 }
 

@@ -121,12 +121,17 @@ export function verifyJwt(options: VerifyJwtOptions = {}): MiddlewareHandler<Slu
     const secret = options.secret ?? env[config.jwt?.secret_env ?? "SLUICE_JWT_SECRET"];
     const verified = await verifyBearer(c.req.raw, config.jwt, secret, (options.runtime ?? isolateRuntime()).jwks);
     const unauthorized = (detail: string) =>
-      new Problem({
-        status: 401,
-        title: "Invalid token",
-        detail,
-        headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' },
-      });
+      new Problem(
+        {
+          status: 401,
+          title: "Invalid token",
+          detail,
+          headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' },
+        },
+        "reject",
+        // thrown to the app's own error handler, which knows no problem_base
+        config.problem_base,
+      );
     if (!verified.ok) throw unauthorized(verified.detail);
     if (!verified.claims && options.required) throw unauthorized("a bearer token is required");
     if (verified.claims) c.set("jwtPayload" as never, verified.claims as never);

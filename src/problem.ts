@@ -13,23 +13,34 @@ export interface ProblemInit {
   headers?: Record<string, string>;
 }
 
-const TYPE_BASE = "https://sluice.dev/problems/";
+/**
+ * Where problem types point unless `problem_base` says otherwise: pages the Worker serves itself
+ * (src/admin/problems.ts), so a type is a URI the deployment owns (RFC 9457 §3.1.1).
+ */
+export const DEFAULT_PROBLEM_BASE = "/__sluice/problems/";
+
+/**
+ * The name of a problem type, from its title (fixed per type): what follows the base in `type`.
+ *
+ * @example problemSlug("Too many requests") // "too-many-requests"
+ */
+export function problemSlug(title: string): string {
+  return title
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, "-")
+    .replace(/^-|-$/g, "");
+}
 
 /**
  * An RFC 9457 problem response. `type` names the problem so clients can branch on it; the
- * title is fixed per type and the detail says what happened to this request.
+ * title is fixed per type and the detail says what happened to this request. `base` is the
+ * deployment's `problem_base`.
  *
  * @example problem({ status: 429, title: "Too many requests", detail: "...", extensions: { limit: "per-ip" } })
  */
-export function problem(init: ProblemInit): Response {
-  const type =
-    TYPE_BASE +
-    init.title
-      .toLowerCase()
-      .replace(/[^a-z0-9]+/g, "-")
-      .replace(/^-|-$/g, "");
+export function problem(init: ProblemInit, base = DEFAULT_PROBLEM_BASE): Response {
   const body = JSON.stringify({
-    type,
+    type: base + problemSlug(init.title),
     title: init.title,
     status: init.status,
     detail: init.detail,
@@ -52,12 +63,18 @@ export class Problem extends HTTPException {
   constructor(
     readonly init: ProblemInit,
     readonly decision: DecisionHeader = "reject",
+    /** The `problem_base` of the configuration that threw it, when the thrower knows it (an app's own error handler does not). */
+    readonly base?: string,
   ) {
     super(init.status as ContentfulStatusCode, { message: `${init.title}: ${init.detail}` });
   }
 
-  /** A fresh response each time (a body can be read once). */
-  override getResponse(): Response {
-    return problem(this.init);
+  /**
+   * A fresh response each time (a body can be read once), its type under `base` (the answering
+   * scope's `problem_base`), else the thrower's, else the default: Hono's own error handler calls
+   * this without one.
+   */
+  override getResponse(base?: string): Response {
+    return problem(this.init, base ?? this.base);
   }
 }

@@ -5,16 +5,21 @@ import type { Stores } from "../region/index.js";
 import { metricsKeys } from "../store/layout.js";
 import { asHash } from "../store/replies.js";
 import { tokenMatches } from "./auth.js";
+import { adaptiveFigures, hourOfRoute, regionFigures, withLabels } from "./figures.js";
 import type { AdminEnv } from "./context.js";
 import { signedIn, startSession, throttledCompare } from "./guard.js";
-import { DASHBOARD_PAGE, LOGIN_PAGE } from "./page.js";
+import { limitChoices, panelsData } from "./panels.js";
 import type { AuthThrottle } from "./throttle.js";
 import { loginForm } from "./validate.js";
+import { dashboardPage, loginPage, panelsFragment } from "./view/page.js";
+
+const NO_STORE = { "cache-control": "no-store" };
 
 /**
  * The dashboard, mounted at `/__sluice/`: `GET /` the page (the login form until signed in),
  * `POST /login` the form's target (the token, throttled like a bearer token, for a session
- * cookie), and `GET /api/dashboard` the figures the page draws (behind the guard).
+ * cookie), `GET /fragments/panels` the page's panels alone (which its script swaps in every few
+ * seconds), and `GET /api/dashboard` the figures they draw as JSON (both behind the guard).
  */
 export function dashboardApp(throttle: AuthThrottle): Hono<AdminEnv> {
   const app = new Hono<AdminEnv>();
@@ -22,14 +27,22 @@ export function dashboardApp(throttle: AuthThrottle): Hono<AdminEnv> {
   app.get("/", async (c) => {
     // the guard lets this page through with or without a session: it shows the form without one
     const token = c.env.SLUICE_ADMIN_TOKEN as string;
-    return c.html((await signedIn(c, token)) ? DASHBOARD_PAGE : LOGIN_PAGE, 200, { "cache-control": "no-store" });
+    if (!(await signedIn(c, token))) return c.html(loginPage(), 200, NO_STORE);
+    const [config, stores] = [c.get("config"), c.get("stores")];
+    const data = await panelsData(config, stores, dashboardData(config, stores));
+    return c.html(dashboardPage(data, limitChoices(config)), 200, NO_STORE);
+  });
+
+  app.get("/fragments/panels", async (c) => {
+    const [config, stores] = [c.get("config"), c.get("stores")];
+    return c.html(panelsFragment(await panelsData(config, stores, dashboardData(config, stores))), 200, NO_STORE);
   });
 
   app.post("/login", loginForm, async (c) => {
     const token = c.env.SLUICE_ADMIN_TOKEN as string;
     const { token: given } = c.req.valid("form");
     if (!(await throttledCompare(c, throttle, () => tokenMatches(`Bearer ${given}`, token))))
-      return c.html(LOGIN_PAGE, 401);
+      return c.html(loginPage(true), 401);
     await startSession(c, token);
     return c.redirect("/__sluice/", 303);
   });
@@ -45,32 +58,71 @@ export function dashboardApp(throttle: AuthThrottle): Hono<AdminEnv> {
  */
 const ALLOWED = new Set(["allow", "shadow", "degraded", "replay"]);
 
+/** The figures of `GET /__sluice/api/dashboard`, which the page's panels draw (README, Operating: how each is computed). */
 export interface DashboardData {
+  /** The last 60 minutes (epoch ms / 60 000), oldest first. */
   minutes: number[];
-  routes: Array<{ route: string; allowed: number[]; shed: number[] }>;
-  top_blocked: Array<{ route: string; id: string; refusals: number }>;
+  routes: Array<{
+    route: string;
+    /** Per minute of `minutes`. */
+    allowed: number[];
+    shed: number[];
+    /** Each limit's decisions over the hour; `-` holds the requests no limit refused. */
+    limits: Array<{ limit: string; allowed: number; shed: number }>;
+    /** Automatic bans the route's limits gave in the last hour. */
+    bans: number;
+    /** Adaptive routes: the limit in each region, the latency it follows and the unloaded latency it learnt. */
+    adaptive?: Array<{ region: string; limit: number; latency_ms: number | null; base_ms: number }>;
+  }>;
+  regions: Array<{
+    region: string;
+    /** Decisions per second by verdict (`Sluice-Decision`), over the last 5 minutes. */
+    per_second: Record<string, number>;
+    /** The decision's Redis round trip as isolates measured it, last 5 minutes (`null`: none). */
+    rtt_p50_ms: number | null;
+    rtt_p99_ms: number | null;
+    /** 0..1: decisions made in the isolate without a round trip (leases, blocked-bucket cache), last 5 minutes. */
+    local_share: number;
+    /** Seconds of the last hour spent deciding without Redis because it failed (each minute: 60 s × its share). */
+    degraded_seconds: number;
+  }>;
+  /** The most refused identifiers over the hour, with the client's label and deny entry where kept. */
+  top_blocked: Array<{ route: string; id: string; refusals: number; label?: string; entry?: string }>;
 }
 
 /**
- * The last 60 minutes per route (allowed vs shed, from the per-minute metrics) and the most
- * refused identifiers (hashed), read in one pipeline from the home region's Redis.
+ * The last 60 minutes per route (allowed vs shed, each limit's figures and bans, from the
+ * per-minute metrics), each region's recent figures, and the most refused identifiers (hashed, with
+ * their labels), read from the home region's Redis in two pipelines; adaptive limits from each
+ * region's Redis, in parallel with them.
  */
 export async function dashboardData(config: Config, stores: Stores): Promise<DashboardData> {
-  const now = minuteOf(Date.now());
+  const nowMs = Date.now();
+  const now = minuteOf(nowMs);
   const minutes = Array.from({ length: 60 }, (_, i) => now - 59 + i);
-  const routes = config.routes.map((r) => ({
+  const adaptive = adaptiveFigures(config, stores);
+  const routes: DashboardData["routes"] = config.routes.map((r) => ({
     route: r.name,
     allowed: minutes.map(() => 0),
     shed: minutes.map(() => 0),
+    limits: [],
+    bans: 0,
   }));
   const store = stores.offPath();
-  if (!store) return { minutes, routes, top_blocked: [] };
-  const p = store.redis.pipeline();
-  for (const m of minutes) p.hgetall(metricsKeys(config.key_prefix, m).minute);
-  for (const m of minutes) p.zrange(metricsKeys(config.key_prefix, m).blocked, 0, 19, { rev: true, withScores: true });
-  const replies = (await p.exec()) as unknown[];
-  replies.slice(0, 60).forEach((reply, i) => chartMinute(routes, i, reply));
-  return { minutes, routes, top_blocked: topBlocked(replies.slice(60)) };
+  const p = store?.redis.pipeline();
+  for (const m of minutes) p?.hgetall(metricsKeys(config.key_prefix, m).minute);
+  for (const m of minutes) p?.zrange(metricsKeys(config.key_prefix, m).blocked, 0, 19, { rev: true, withScores: true });
+  const replies = ((await p?.exec()) ?? []) as unknown[];
+  const hour = minutes.map((_, i) => asHash(replies[i]));
+  hour.forEach((counts, i) => chartMinute(routes, i, counts));
+  const adaptiveByRoute = await adaptive;
+  for (const r of routes) {
+    Object.assign(r, hourOfRoute(r.route, hour, ALLOWED));
+    const rows = adaptiveByRoute.get(r.route);
+    if (rows) r.adaptive = rows;
+  }
+  const top_blocked = await withLabels(config, stores, topBlocked(replies.slice(60), minutes));
+  return { minutes, routes, regions: regionFigures(config, hour, nowMs), top_blocked };
 }
 
 /** Adds one minute's counts (`route|limit|decision` → n) to each route's allowed and shed series. */
@@ -83,16 +135,29 @@ function chartMinute(routes: DashboardData["routes"], i: number, reply: unknown)
   }
 }
 
-/** The ten identifiers refused most over the hour, from each minute's top 20 (`route|id` → refusals). */
-function topBlocked(replies: unknown[]): DashboardData["top_blocked"] {
-  const blocked = new Map<string, number>();
-  for (const reply of replies) {
+/**
+ * The ten identifiers refused most over the hour, from each minute's top 20 (`route|id` → refusals),
+ * each with the latest minute it was refused in (where its label is read).
+ */
+function topBlocked(
+  replies: unknown[],
+  minutes: number[],
+): Array<DashboardData["top_blocked"][number] & { minute: number }> {
+  const blocked = new Map<string, { refusals: number; minute: number }>();
+  replies.forEach((reply, i) => {
     const flat = (reply ?? []) as Array<string | number>;
-    for (let j = 0; j + 1 < flat.length; j += 2)
-      blocked.set(String(flat[j]), (blocked.get(String(flat[j])) ?? 0) + Number(flat[j + 1]));
-  }
+    for (let j = 0; j + 1 < flat.length; j += 2) {
+      const seen = blocked.get(String(flat[j]));
+      blocked.set(String(flat[j]), { refusals: (seen?.refusals ?? 0) + Number(flat[j + 1]), minute: minutes[i] ?? 0 });
+    }
+  });
   return [...blocked.entries()]
-    .sort((a, b) => b[1] - a[1])
+    .sort((a, b) => b[1].refusals - a[1].refusals)
     .slice(0, 10)
-    .map(([member, refusals]) => ({ route: member.split("|")[0] ?? "", id: member.split("|")[1] ?? "", refusals }));
+    .map(([member, { refusals, minute }]) => ({
+      route: member.split("|")[0] ?? "",
+      id: member.split("|")[1] ?? "",
+      refusals,
+      minute,
+    }));
 }

@@ -1,5 +1,6 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { getCookie, setCookie } from "hono/cookie";
+import { sha256 } from "hono/utils/crypto";
 import { clientIp } from "../keys/identify.js";
 import { Problem, type ProblemInit } from "../problem.js";
 import { issueSession, sessionValid, tokenMatches } from "./auth.js";
@@ -100,6 +101,17 @@ export async function startSession(c: Context<AdminEnv>, token: string): Promise
     maxAge: session.maxAgeS,
     secure,
   });
+}
+
+/**
+ * Who made an admin request, as the ledger records it: `token` for the bearer token, else
+ * `session:` and the first 12 hex digits of the SHA-256 of the session cookie (one per sign-in,
+ * the same for all of that session's requests, and no way back to the cookie).
+ */
+export async function adminActor(c: Context<AdminEnv>): Promise<string> {
+  if (c.req.header("authorization")) return "token";
+  const session = getCookie(c, SESSION);
+  return session ? `session:${((await sha256(session)) ?? "").slice(0, 12)}` : "unknown";
 }
 
 /** A bearer token or a session cookie, right or wrong: what health checks before saying more. */

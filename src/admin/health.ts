@@ -1,4 +1,5 @@
 import { Hono } from "hono";
+import type { Config } from "../config/index.js";
 import { allRegions, type Stores } from "../region/index.js";
 import type { AdminEnv } from "./context.js";
 
@@ -19,12 +20,16 @@ export function healthApp(): Hono<AdminEnv> {
   const app = new Hono<AdminEnv>();
   app.get("/", async (c) => {
     if (!c.get("authorised")) return c.json({ status: "up" });
-    const stores = c.get("stores");
-    const regions = await Promise.all(allRegions(c.get("config")).map((name) => ping(stores, name)));
+    const regions = await regionsHealth(c.get("config"), c.get("stores"));
     const ok = regions.every((r) => r.reachable);
     return c.json({ ok, regions }, ok ? 200 : 503);
   });
   return app;
+}
+
+/** Each region's Redis, one PING each (in parallel). */
+export function regionsHealth(config: Config, stores: Stores): Promise<RegionHealth[]> {
+  return Promise.all(allRegions(config).map((name) => ping(stores, name)));
 }
 
 async function ping(stores: Stores, region: string): Promise<RegionHealth> {

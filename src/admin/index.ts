@@ -1,4 +1,5 @@
-import { Hono } from "hono";
+import { Hono, type Context } from "hono";
+import type { Config } from "../config/index.js";
 import { HTTPException } from "hono/http-exception";
 import { Problem, problem } from "../problem.js";
 import type { Runtime } from "../runtime.js";
@@ -12,6 +13,7 @@ import { idempotencyApp, ledgerApp } from "./idempotency.js";
 import { listsApp } from "./lists.js";
 import { metricsApp } from "./metrics.js";
 import { overridesApp } from "./overrides.js";
+import { problemsApp } from "./problems.js";
 import { badRequest } from "./validate.js";
 
 export type { AdminEnv } from "./context.js";
@@ -32,6 +34,8 @@ export type { AdminEnv } from "./context.js";
  */
 export function adminApp(runtime: Runtime): Hono<AdminEnv> {
   const admin = new Hono<AdminEnv>().basePath("/__sluice");
+  // before the guard: the pages problem types link to are documentation for any client
+  admin.route("/problems", problemsApp(runtime));
   admin.use("*", withConfig(runtime), guard(runtime.authThrottle));
   admin.route("/", dashboardApp(runtime.authThrottle));
   admin.route("/health", healthApp());
@@ -43,19 +47,25 @@ export function adminApp(runtime: Runtime): Hono<AdminEnv> {
   admin.route("/ledger", ledgerApp());
   admin.route("/idempotency", idempotencyApp());
   // reached after the guard, so an unknown path tells a caller without the token nothing either
-  admin.notFound(() => problem({ status: 404, title: "Not found", detail: "no such admin route" }));
+  admin.notFound((c) => problem({ status: 404, title: "Not found", detail: "no such admin route" }, baseOf(c)));
   admin.onError(answerError);
   return admin;
 }
 
+/** The configuration's `problem_base`, once `withConfig` has loaded it (none: the configuration is the problem). */
+function baseOf(c: Context<AdminEnv>): string | undefined {
+  return (c.get("config") as Config | undefined)?.problem_base;
+}
+
 /** Problems are answered as thrown; anything else is a 500 problem that names nothing internal. */
-function answerError(err: Error): Response {
-  if (err instanceof Problem) return err.getResponse();
+function answerError(err: Error, c: Context<AdminEnv>): Response {
+  const base = baseOf(c);
+  if (err instanceof Problem) return err.getResponse(base);
   // Hono's validators refuse a body that does not parse (malformed JSON or form) with a bare 400
-  if (err instanceof HTTPException && err.status === 400) return badRequest(`body: ${err.message}`).getResponse();
+  if (err instanceof HTTPException && err.status === 400) return badRequest(`body: ${err.message}`).getResponse(base);
   if (err instanceof HTTPException) return err.getResponse();
   console.error(JSON.stringify({ event: "unhandled", where: "admin", message: err.message }));
-  const res = problem({ status: 500, title: "Internal error", detail: "sluice failed to handle this request" });
+  const res = problem({ status: 500, title: "Internal error", detail: "sluice failed to handle this request" }, base);
   res.headers.set("Sluice-Decision", "reject");
   res.headers.set("Sluice-Region", "unknown");
   return res;

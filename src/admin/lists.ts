@@ -1,9 +1,13 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { LISTS_TTL_S, parseEntries, validEntry, type ListEntry } from "../access/lists.js";
+import type { Config } from "../config/index.js";
 import { parseDuration } from "../config/duration.js";
+import type { Stores } from "../region/index.js";
 import { listsKey } from "../store/layout.js";
 import { adminHandlers, required, type AdminEnv } from "./context.js";
+import { ledgerAdminAction } from "./ledger.js";
+import type { ListRow } from "./view/types.js";
 import { duration, jsonBody } from "./validate.js";
 
 const listBody = z
@@ -32,28 +36,34 @@ const addEntry = adminHandlers.createHandlers(jsonBody(listBody), async (c) => {
   };
   await home.redis.hset(key, { [`${b.kind}:${b.entry}`]: JSON.stringify(entry) });
   await home.redis.expire(key, LISTS_TTL_S);
+  await ledgerAdminAction(c, b.kind === "deny" ? "admin_ban" : "admin_allow", { ...entry, ttl: b.ttl });
   return c.json({ ok: true, ...entry, note: "isolates pick lists up within 5 seconds" });
 });
 
-const listEntries = adminHandlers.createHandlers(async (c) => {
-  const home = c.get("stores").offPath();
-  const entries = home ? parseEntries(await home.redis.hgetall(listsKey(c.get("config").key_prefix))) : [];
+const listEntries = adminHandlers.createHandlers(async (c) =>
+  c.json({ entries: await entriesInForce(c.get("config"), c.get("stores")) }),
+);
+
+/** The deny and allow entries that have not run out, as the API and the dashboard show them. */
+export async function entriesInForce(config: Config, stores: Stores): Promise<ListRow[]> {
+  const home = stores.offPath();
+  const entries = home ? parseEntries(await home.redis.hgetall(listsKey(config.key_prefix))) : [];
   const live = entries.filter((e) => e.until > Date.now());
-  const shown = live.map(({ kind, entry, until, routes, note }) => ({
+  return live.map(({ kind, entry, until, routes, note }) => ({
     kind,
     entry,
     expires_at: new Date(until).toISOString(),
     routes,
     note,
   }));
-  return c.json({ entries: shown });
-});
+}
 
 const removeEntry = adminHandlers.createHandlers(jsonBody(removalBody), async (c) => {
   const b = c.req.valid("json");
   const home = c.get("stores").offPath();
   // nothing to remove where no Redis is configured: the answer is the same
-  await home?.redis.hdel(listsKey(c.get("config").key_prefix), `${b.kind}:${b.entry}`);
+  const removed = await home?.redis.hdel(listsKey(c.get("config").key_prefix), `${b.kind}:${b.entry}`);
+  await ledgerAdminAction(c, b.kind === "deny" ? "admin_unban" : "admin_unallow", { ...b, removed: removed === 1 });
   return c.json({ ok: true });
 });
 

@@ -10,6 +10,8 @@ import { overridesKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 import { adminHandlers, type AdminEnv } from "./context.js";
 import { findLimit, overrideFieldFor } from "./identity.js";
+import { ledgerAdminAction } from "./ledger.js";
+import type { OverrideRow } from "./view/types.js";
 import { badRequest, duration, jsonBody } from "./validate.js";
 
 const overrideBody = z
@@ -48,19 +50,25 @@ const setOverride = adminHandlers.createHandlers(jsonBody(overrideBody), async (
   const value = `${o.rate}:${o.burst ?? o.rate}:${periodMs}:${until}`;
   const key = overridesKey(config.key_prefix, o.route);
   await Promise.all(distinctStores(config, c.get("stores")).map((s) => writeField(s, key, field, value, ms)));
+  const detail = { route: o.route, limit: o.limit, field, rate: o.rate, burst: o.burst ?? o.rate, period_ms: periodMs };
+  await ledgerAdminAction(c, "admin_override", { ...detail, region: o.region, ttl: o.ttl, until });
   return c.json({ ok: true, key, field, value, expires_at: new Date(until).toISOString() });
 });
 
-const listOverrides = adminHandlers.createHandlers(async (c) => {
-  const config = c.get("config");
-  const home = c.get("stores").offPath();
-  const out: Array<Record<string, unknown>> = [];
+const listOverrides = adminHandlers.createHandlers(async (c) =>
+  c.json({ overrides: await overridesInForce(c.get("config"), c.get("stores")) }),
+);
+
+/** Every route's overrides that have not run out, as the home region holds them. */
+export async function overridesInForce(config: Config, stores: Stores): Promise<OverrideRow[]> {
+  const home = stores.offPath();
+  const out: OverrideRow[] = [];
   for (const r of config.routes) {
     const hash = home ? asHash(await home.redis.hgetall(overridesKey(config.key_prefix, r.name))) : {};
     out.push(...inForce(r.name, hash, Date.now()));
   }
-  return c.json({ overrides: out });
-});
+  return out;
+}
 
 const removeOverride = adminHandlers.createHandlers(jsonBody(removalBody), async (c) => {
   const config = c.get("config");
@@ -69,6 +77,7 @@ const removeOverride = adminHandlers.createHandlers(jsonBody(removalBody), async
   const field = await overrideFieldFor(config, limit, b.identity, b.region);
   const key = overridesKey(config.key_prefix, b.route);
   await Promise.all(distinctStores(config, c.get("stores")).map((s) => s.redis.hdel(key, field)));
+  await ledgerAdminAction(c, "admin_override_removed", { route: b.route, limit: b.limit, field, region: b.region });
   return c.json({ ok: true, removed: field });
 });
 
@@ -85,11 +94,11 @@ export function overridesApp(): Hono<AdminEnv> {
 }
 
 /** The overrides of one route's hash (`field` → `rate:burst:period_ms:until_ms`) that have not run out. */
-function inForce(route: string, hash: Record<string, string>, now: number): Array<Record<string, unknown>> {
+function inForce(route: string, hash: Record<string, string>, now: number): OverrideRow[] {
   return Object.entries(hash).flatMap(([field, v]) => {
-    const [rate, burst, period, until] = v.split(":").map(Number);
-    if ((until ?? 0) <= now) return [];
-    return [{ route, field, rate, burst, period_ms: period, expires_at: new Date(until ?? 0).toISOString() }];
+    const [rate = 0, burst = 0, period = 0, until = 0] = v.split(":").map(Number);
+    if (until <= now) return [];
+    return [{ route, field, rate, burst, period_ms: period, expires_at: new Date(until).toISOString() }];
   });
 }
 

@@ -14,6 +14,7 @@ import {
 import { compiledFigures, figureProblems } from "../limiter/figures.js";
 import { PRIORITIES, RESERVABLE, type Reserve } from "../limiter/priority.js";
 import { parseResponseSource } from "../limiter/response-figures.js";
+import { DEFAULT_PROBLEM_BASE } from "../problem.js";
 
 /** Names end up inside Redis key names and headers: keep them to a safe alphabet. */
 const name = z
@@ -562,6 +563,24 @@ const pathPolicy = z
   })
   .strict();
 
+function parses(url: string): boolean {
+  try {
+    return new URL(url).host !== "";
+  } catch {
+    return false;
+  }
+}
+
+/** A problem type's base: an absolute http(s) URL or an absolute path, ending in "/" (the type's name follows it). */
+const problemBase = z
+  .string()
+  .max(200)
+  .refine(
+    // "//host/" would be a URL of whatever scheme the client used: a path starts with one slash
+    (v) => /^\/(?:(?!\/)[^\s?#]*\/)?$/.test(v) || (/^https?:\/\/[^\s?#]+\/$/i.test(v) && parses(v)),
+    'must be an http(s) URL or an absolute path ending in "/", such as "https://errors.example.com/sluice/"',
+  );
+
 export const sluiceSchema = z
   .object({
     key_prefix: z
@@ -582,6 +601,13 @@ export const sluiceSchema = z
     routes: z.array(route).default([]),
     jwt: jwtSettings.optional(),
     paths: pathPolicy.default(() => pathPolicy.parse({})),
+    /**
+     * Where problem `type` URIs point (RFC 9457 §3.1.1): a URL or a path of the deployment's own,
+     * never a domain it does not control. The default is served by the Worker itself (README, Responses).
+     */
+    problem_base: problemBase.default(DEFAULT_PROBLEM_BASE),
+    /** What the dashboard shows of a refused client next to its hash (README, Labels of refused clients). */
+    labels: z.enum(["full", "masked", "off"]).default("masked"),
   })
   .strict()
   .superRefine((c, ctx) => {

@@ -100,6 +100,7 @@ export function gatewayScope(runtime: Runtime): MiddlewareHandler<SluiceEnv & { 
         path: scope.forwardPath,
         clientIp: scope.facts.ip,
         timeoutMs: scope.route?.origin_timeout,
+        problemBase: config.problem_base,
       };
     }
     if (scope.route) scope.meta = { route: scope.route.name, limit: "-" };

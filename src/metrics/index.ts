@@ -4,6 +4,8 @@ import type { Stores } from "../region/index.js";
 import type { DecisionHeader } from "../problem.js";
 import { metricsKeys } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
+import { latencyBucket } from "../adaptive/histogram.js";
+import type { ClientLabel } from "./labels.js";
 export { asHash } from "../store/replies.js";
 
 const FLUSH_EVERY_MS = 5_000;
@@ -12,10 +14,16 @@ const TOTAL_TTL_S = 30 * 86_400;
 
 export const minuteOf = (ms: number) => Math.floor(ms / 60_000);
 
-/** Counts kept in isolate memory between flushes: `route|limit|decision` → n, and Redis round trips. */
+/**
+ * Counts kept in isolate memory between flushes: `route|limit|decision` → n (per minute and all
+ * time), the region figures (per minute only: the dashboard reads them, nothing else), refused
+ * identifiers with their labels, and Redis round trips.
+ */
 interface Pending {
   counts: Map<string, number>;
+  regional: Map<string, number>;
   blocked: Map<string, number>;
+  labels: Map<string, string>;
   rttSum: number;
   rttCount: number;
 }
@@ -23,7 +31,45 @@ interface Pending {
 /** How the counts of bans start, apart from those of decisions. */
 const BAN_FIELD = "ban:";
 
-const empty = (): Pending => ({ counts: new Map(), blocked: new Map(), rttSum: 0, rttCount: 0 });
+/**
+ * The region figures' fields, in the minute's hash beside the decision counts: `region:{region}|{decision}`,
+ * `region:{region}|local` (decided in the isolate while Redis was fine: a lease, the blocked-bucket
+ * cache), `region:{region}|store-failed` (decided without Redis because it failed) and
+ * `rtt:{region}|{bucket}` (the round trip's histogram bucket, src/adaptive/histogram.ts). Each has
+ * two parts, so readers of `route|limit|decision` pass over them, and a route name never holds a colon.
+ */
+export const REGION_FIELD = "region:";
+export const RTT_FIELD = "rtt:";
+export const LOCAL = "local";
+export const STORE_FAILED = "store-failed";
+/** A label's field is `route|id`; the deny entry a ban from its row would write, `entry:route|id`. */
+export const ENTRY_FIELD = "entry:";
+
+/** What else one decision is counted with. */
+export interface CountExtra {
+  rttMs?: number;
+  /** The hashed identifier of a refused bucket (for the dashboard's top blocked list). */
+  blockedId?: string;
+  /** Its display label and deny entry (none under `labels = "off"`). */
+  label?: ClientLabel;
+  /** The region that decided. */
+  region?: string;
+  /** Decided by the isolate without a round trip while Redis was fine (a lease, the blocked-bucket cache). */
+  local?: boolean;
+  /** Decided without Redis because it failed (fail open, or the isolate's own buckets). */
+  storeFailed?: boolean;
+}
+
+const empty = (): Pending => ({
+  counts: new Map(),
+  regional: new Map(),
+  blocked: new Map(),
+  labels: new Map(),
+  rttSum: 0,
+  rttCount: 0,
+});
+
+const add = (map: Map<string, number>, field: string, n = 1) => map.set(field, (map.get(field) ?? 0) + n);
 
 /**
  * Decision counts of one isolate. Counts are batched and written with `ctx.waitUntil` at most
@@ -35,24 +81,30 @@ export class MetricsBuffer {
 
   /**
    * Counts one decision. `limit` is the limit that decided it (the refusing one), or "-" when no
-   * single limit did; `blockedId` is the hashed identifier of a refused bucket (for the
-   * dashboard's top blocked list).
+   * single limit did; `extra` says where and how it was decided, and who was refused.
    */
-  count(
-    route: string,
-    limit: string,
-    decision: DecisionHeader,
-    extra: { rttMs?: number; blockedId?: string } = {},
-  ): void {
+  count(route: string, limit: string, decision: DecisionHeader, extra: CountExtra = {}): void {
     const p = this.pending;
-    const field = `${route}|${limit}|${decision}`;
-    p.counts.set(field, (p.counts.get(field) ?? 0) + 1);
+    add(p.counts, `${route}|${limit}|${decision}`);
     if (extra.rttMs !== undefined) {
       p.rttSum += extra.rttMs;
       p.rttCount++;
     }
-    const blocked = extra.blockedId && `${route}|${extra.blockedId}`;
-    if (blocked) p.blocked.set(blocked, (p.blocked.get(blocked) ?? 0) + 1);
+    if (extra.region !== undefined) this.countRegion(extra.region, decision, extra);
+    if (!extra.blockedId) return;
+    const blocked = `${route}|${extra.blockedId}`;
+    add(p.blocked, blocked);
+    // the label goes in a hash value, never in a key name or a sorted set's member
+    if (extra.label) p.labels.set(blocked, extra.label.label);
+    if (extra.label?.entry) p.labels.set(ENTRY_FIELD + blocked, extra.label.entry);
+  }
+
+  private countRegion(region: string, decision: DecisionHeader, extra: CountExtra): void {
+    const regional = this.pending.regional;
+    add(regional, `${REGION_FIELD}${region}|${decision}`);
+    if (extra.local) add(regional, `${REGION_FIELD}${region}|${LOCAL}`);
+    if (extra.storeFailed) add(regional, `${REGION_FIELD}${region}|${STORE_FAILED}`);
+    if (extra.rttMs !== undefined) add(regional, `${RTT_FIELD}${region}|${latencyBucket(extra.rttMs)}`);
   }
 
   /**
@@ -69,7 +121,8 @@ export class MetricsBuffer {
   flush(config: Pick<Config, "key_prefix">, stores: Stores, defer: Defer, force = false): Promise<void> | undefined {
     const now = Date.now();
     if (!force && now - this.lastFlush < FLUSH_EVERY_MS) return undefined;
-    if (this.pending.counts.size === 0 && this.pending.rttCount === 0) return undefined;
+    if (this.pending.counts.size === 0 && this.pending.regional.size === 0 && this.pending.rttCount === 0)
+      return undefined;
     this.lastFlush = now;
     const batch = this.pending;
     this.pending = empty();
@@ -95,7 +148,12 @@ function write(p: Pipeline, k: ReturnType<typeof metricsKeys>, batch: Pending): 
     p.hincrby(k.minute, "rtt_sum_ms", Math.round(batch.rttSum));
     p.hincrby(k.minute, "rtt_count", batch.rttCount);
   }
+  for (const [field, n] of batch.regional) p.hincrby(k.minute, field, n);
   for (const [member, n] of batch.blocked) p.zincrby(k.blocked, n, member);
+  if (batch.labels.size > 0) {
+    p.hset(k.labels, Object.fromEntries(batch.labels));
+    p.expire(k.labels, MINUTE_TTL_S);
+  }
   p.expire(k.minute, MINUTE_TTL_S);
   p.expire(k.blocked, MINUTE_TTL_S);
   p.expire(k.total, TOTAL_TTL_S);

@@ -14,7 +14,16 @@ import type { Step } from "./step.js";
 /** Settings every sluice middleware shares: where Redis is, and the deployment's global settings. */
 export interface SharedOptions extends Pick<
   SluiceInput,
-  "key_prefix" | "timeout_ms" | "max_timeout_ms" | "on_store_error" | "home_region" | "regions" | "jwt" | "paths"
+  | "key_prefix"
+  | "timeout_ms"
+  | "max_timeout_ms"
+  | "on_store_error"
+  | "home_region"
+  | "regions"
+  | "jwt"
+  | "paths"
+  | "problem_base"
+  | "labels"
 > {
   /**
    * The Redis: an `@upstash/redis` client (or `{ url, token }`), or a function of the request's
@@ -36,6 +45,8 @@ export const SHARED_FIELDS = [
   "regions",
   "jwt",
   "paths",
+  "problem_base",
+  "labels",
 ] as const;
 
 /**
@@ -94,7 +105,7 @@ export function standalone(
       );
     } catch (e) {
       if (!(e instanceof ScopedProblem)) throw e;
-      answer(c, e);
+      answer(c, e, config.problem_base);
       stamp(c, e.scope);
       return;
     }
@@ -106,6 +117,7 @@ export function standalone(
         path: scope.forwardPath,
         clientIp: scope.facts.ip,
         timeoutMs: scope.route?.origin_timeout,
+        problemBase: config.problem_base,
       };
     const claims = c.get("jwtPayload" as never) as unknown;
     if (claims && typeof claims === "object") scope.facts.claims = claims as Record<string, unknown>;
@@ -131,15 +143,15 @@ export function chain(c: Context<SluiceEnv>, scope: Scope, steps: Step[], next: 
         if (res instanceof Response) c.res = res;
       } catch (e) {
         if (!(e instanceof Problem)) throw e;
-        answer(c, e);
+        answer(c, e, scope.config.problem_base);
       }
     },
     next,
   );
 }
 
-function answer(c: Context, p: Problem): void {
+function answer(c: Context, p: Problem, base: string): void {
   c.error = p;
   c.res = undefined;
-  c.res = p.getResponse();
+  c.res = p.getResponse(base);
 }

@@ -29,6 +29,8 @@ export interface ForwardTarget {
   timeoutMs?: number;
   /** Headers sluice itself tells the origin (`Sluice-Job-Id`, ...), set after client ones are dropped. */
   sluiceHeaders?: Record<string, string>;
+  /** The configuration's `problem_base`, for the 502/504 problems sent in the origin's place. */
+  problemBase?: string;
 }
 
 /**
@@ -99,7 +101,7 @@ export async function sendToOrigin(request: Request, target: ForwardTarget): Pro
   const failed = (outcome: OriginOutcome, status: number, title: string, detail: string): OriginReply => ({
     outcome,
     sent: headers,
-    response: problem({ status, title, detail }),
+    response: problem({ status, title, detail }, target.problemBase),
   });
   let res: Response;
   try {

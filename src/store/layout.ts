@@ -118,7 +118,14 @@ export const LAYOUT = {
   metricsMinute: {
     patterns: ["{key_prefix}:metrics:m:{minute}", "{key_prefix}:metrics:blocked:{minute}"],
     store: "home",
-    holds: "per-minute counts and refused identifiers",
+    holds: "per-minute counts (decisions, bans, region figures, a round-trip histogram) and refused identifiers",
+    ttl: "2 hours",
+  },
+  metricsLabels: {
+    patterns: ["{key_prefix}:metrics:labels:{minute}"],
+    store: "home",
+    holds:
+      "hash: each refused client's display label and the deny entry a ban from its dashboard row writes, by route and hash (`labels`)",
     ttl: "2 hours",
   },
   metricsTotal: {
@@ -154,7 +161,7 @@ export const LAYOUT = {
   ledger: {
     patterns: ["{key_prefix}:ledger"],
     store: "home",
-    holds: "stream of idempotency and session events",
+    holds: "stream of idempotency and session events, and the admin changes (bans, overrides)",
     ttl: "capped at ~10 000 entries",
   },
 } as const satisfies Record<string, LayoutEntry>;
@@ -260,11 +267,18 @@ export function adminAuthKey(prefix: string, ipHash: KeyHash): string {
   return `${prefix}:admin-auth:${ipHash}`;
 }
 
-/** The metrics of minute `minute` (epoch ms / 60 000): counts and refused identifiers; and the all-time counts (home). */
-export function metricsKeys(prefix: string, minute: number): { minute: string; blocked: string; total: string } {
+/**
+ * The metrics of minute `minute` (epoch ms / 60 000): counts, refused identifiers and their display
+ * labels; and the all-time counts (home).
+ */
+export function metricsKeys(
+  prefix: string,
+  minute: number,
+): { minute: string; blocked: string; labels: string; total: string } {
   return {
     minute: `${prefix}:metrics:m:${minute}`,
     blocked: `${prefix}:metrics:blocked:${minute}`,
+    labels: `${prefix}:metrics:labels:${minute}`,
     total: `${prefix}:metrics:total`,
   };
 }
@@ -292,7 +306,7 @@ export function sessionFenceKey(prefix: string, identityHash: KeyHash): string {
   return `${prefix}:session:${identityHash}:fence`;
 }
 
-/** The stream every idempotency and session outcome is appended to (home). */
+/** The stream every idempotency and session outcome, and every admin change, is appended to (home). */
 export function ledgerKey(prefix: string): string {
   return `${prefix}:ledger`;
 }

@@ -156,6 +156,34 @@ describe("deny and allow lists", () => {
     const r = await call(mf, "/api/d", { ip: "192.0.2.9" });
     expect(r.headers.get("ratelimit")).toBeNull(); // no limit ran
   });
+
+  it("every change through the API goes to the ledger, with who made it (the bearer token) and when", async () => {
+    const before = Date.now();
+    await admin("/lists", "PUT", { kind: "deny", entry: "203.0.113.200", ttl: "1m", note: "ledgered" });
+    await admin("/lists", "DELETE", { kind: "deny", entry: "203.0.113.200" });
+    await admin("/overrides", "PUT", {
+      route: "api",
+      limit: "per-ip",
+      rate: 9,
+      ttl: "1m",
+      identity: { ip: "203.0.113.201" },
+    });
+    await admin("/overrides", "DELETE", { route: "api", limit: "per-ip", identity: { ip: "203.0.113.201" } });
+    const entries = (await admin("/ledger?count=20")).json().entries as Array<Record<string, string>>;
+    const mine = entries.filter((e) => Number(e.at) >= before && e.event?.startsWith("admin_")).reverse();
+    expect(mine.map((e) => [e.event, e.who])).toEqual([
+      ["admin_ban", "token"],
+      ["admin_unban", "token"],
+      ["admin_override", "token"],
+      ["admin_override_removed", "token"],
+    ]);
+    expect(JSON.parse(mine[0]?.detail ?? "")).toMatchObject({ kind: "deny", entry: "203.0.113.200", ttl: "1m" });
+    expect(JSON.parse(mine[1]?.detail ?? "")).toEqual({ kind: "deny", entry: "203.0.113.200", removed: true });
+    const override = JSON.parse(mine[2]?.detail ?? "") as Record<string, unknown>;
+    expect(override).toMatchObject({ route: "api", limit: "per-ip", rate: 9, ttl: "1m" });
+    expect(override.field).toMatch(/^per-ip:[0-9a-f]{32}$/); // the client as its bucket hash, as the overrides hold it
+    expect(JSON.stringify(mine)).not.toContain("203.0.113.201");
+  });
 });
 
 describe("shadow mode and metrics", () => {
@@ -185,5 +213,44 @@ describe("shadow mode and metrics", () => {
       samples.get('sluice_decisions_total{route="open",limit="deny-list",decision="reject"}'),
     ).toBeGreaterThanOrEqual(1);
     expect(samples.get("sluice_redis_round_trips")).toBeGreaterThan(0);
+  });
+
+  it("gives the dashboard's figures: refused clients by their masked label, and each region's", async () => {
+    const ip = "203.0.113.90";
+    for (let i = 0; i < 3; i++) await call(mf, "/api/f", { ip });
+    await admin("/metrics"); // flushes this isolate's counts now rather than within five seconds
+    const data = (await admin("/api/dashboard")).json() as {
+      top_blocked: Array<Record<string, unknown>>;
+      regions: Array<Record<string, unknown>>;
+      routes: Array<{ route: string; limits: unknown[] }>;
+    };
+    expect(data.top_blocked).toContainEqual(
+      expect.objectContaining({ route: "api", label: "203.0.113.0/24", entry: "203.0.113.0/24" }),
+    );
+    expect(JSON.stringify(data)).not.toContain(ip);
+    expect(data.regions).toEqual([
+      expect.objectContaining({ region: "home", per_second: expect.objectContaining({ allow: expect.any(Number) }) }),
+    ]);
+    expect(data.routes.find((r) => r.route === "api")?.limits).toContainEqual(
+      expect.objectContaining({ limit: "per-ip", shed: expect.any(Number) }),
+    );
+  });
+});
+
+describe("problem types", () => {
+  it("points a refusal's type at a page the Worker serves to anybody", async () => {
+    const ip = "203.0.113.91";
+    for (let i = 0; i < 2; i++) expect((await call(mf, "/api/g", { ip })).status).toBe(200);
+    const refused = await call(mf, "/api/g", { ip });
+    expect(refused.status).toBe(429);
+    expect(refused.json().type).toBe("/__sluice/problems/too-many-requests");
+    const page = await call(mf, "/__sluice/problems/too-many-requests");
+    expect(page.status).toBe(200);
+    expect(page.headers.get("content-type")).toMatch(/^text\/html/);
+    expect(page.text).toContain("<h1>Too many requests</h1>");
+    expect(page.text).toContain("Retry-After");
+    const unknown = await call(mf, "/__sluice/problems/no-such-thing");
+    expect(unknown.status).toBe(404);
+    expect(unknown.json().type).toBe("/__sluice/problems/not-found");
   });
 });

@@ -199,6 +199,7 @@ describe("the dashboard's login", () => {
     const wrong = await login("wrong", runtime);
     expect([wrong.status, wrong.headers.get("set-cookie")]).toEqual([401, null]);
     expect(wrong.text).toContain('name="token"');
+    expect(wrong.text).toContain("not the admin token");
     const right = await login(TOKEN, runtime);
     expect([right.status, right.headers.get("location")]).toEqual([303, "/__sluice/"]);
     const cookie = right.headers.get("set-cookie") ?? "";
@@ -209,6 +210,9 @@ describe("the dashboard's login", () => {
     const session = { cookie: cookie.split(";")[0] as string };
     expect((await call("", { headers: session }, runtime)).text).toContain("sluice · dashboard");
     expect((await call("", {}, runtime)).text).toContain("sluice · sign in");
+    // the panels the page refreshes: the session's, like every admin route but the page and the form
+    expect((await call("/fragments/panels", { headers: session }, runtime)).text).toContain('id="panels-body"');
+    expect((await call("/fragments/panels", {}, runtime)).status).toBe(401);
     expect((await call("/health", { headers: session }, runtime)).json()).toHaveProperty("regions");
   });
 

@@ -29,7 +29,7 @@ describe("accessLists()", () => {
     expect(denied.headers.get("Sluice-Decision")).toBe("reject");
     expect(denied.headers.get("Sluice-Region")).toBe("home");
     const body = (await denied.json()) as { type: string; title: string; status: number };
-    expect(body).toMatchObject({ type: "https://sluice.dev/problems/forbidden", title: "Forbidden", status: 403 });
+    expect(body).toMatchObject({ type: "/__sluice/problems/forbidden", title: "Forbidden", status: 403 });
     expect(calls.n).toBe(0);
 
     const other = await app.request("/x", from("198.51.100.67"));

@@ -1,5 +1,6 @@
 import type { Context, MiddlewareHandler } from "hono";
 import type { DecisionMeta, Scope, SluiceEnv } from "../../context.js";
+import { madeWithoutRedis } from "../../limiter/decide.js";
 import { Problem, type DecisionHeader } from "../../problem.js";
 
 /**
@@ -35,8 +36,16 @@ export function stamp(c: Context<SluiceEnv>, scope: Scope | undefined): void {
 }
 
 export function record(scope: Scope, meta: DecisionMeta, decision: DecisionHeader): void {
-  const { runtime, config, stores, defer, region } = scope;
-  runtime.metrics.count(meta.route, meta.limit, decision, { rttMs: meta.rttMs, blockedId: meta.blockedId });
+  const { runtime, config, stores, defer, region, limits } = scope;
+  runtime.metrics.count(meta.route, meta.limit, decision, {
+    rttMs: meta.rttMs,
+    blockedId: meta.blockedId,
+    label: meta.label,
+    region,
+    local: limits !== undefined && !limits.degraded && madeWithoutRedis(limits.decision),
+    // fail open leaves no run (`degraded`); the isolate's own buckets leave a degraded one, refusals too
+    storeFailed: decision === "degraded" || limits?.degraded === true,
+  });
   if (decision !== "allow") {
     console.log(
       JSON.stringify({

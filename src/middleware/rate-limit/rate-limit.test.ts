@@ -51,13 +51,22 @@ describe("rateLimit()", () => {
     expect(refused.headers.get("RateLimit")).toMatch(/^"per-ip";r=0;t=\d+$/);
     const body = await problem(refused);
     expect(body).toMatchObject({
-      type: "https://sluice.dev/problems/too-many-requests",
+      type: "/__sluice/problems/too-many-requests",
       title: "Too many requests",
       status: 429,
       limit: "per-ip",
     });
     expect(body.detail).toContain('limit "per-ip" of route "app"');
     expect(body.retry_after_ms).toBeGreaterThan(3_000_000);
+  });
+
+  it("names the problem type under the configured problem_base", async () => {
+    const base = "https://errors.example.com/sluice/";
+    const { app } = appWith(options([{ name: "per-ip", rate: 1, period: "1h", lease: false }], { problem_base: base }));
+    expect((await app.request("/x", from("198.51.100.7"))).status).toBe(200);
+    const refused = await app.request("/x", from("198.51.100.7"));
+    expect(refused.status).toBe(429);
+    expect((await problem(refused)).type).toBe("https://errors.example.com/sluice/too-many-requests");
   });
 
   it("keeps one bucket per client IP", async () => {

@@ -38,7 +38,7 @@ describe("session()", () => {
     expect(second.headers.get("Sluice-Decision")).toBe("reject");
     const body = (await second.json()) as { type: string; title: string };
     expect(body.title).toBe("Session busy");
-    expect(body.type).toBe("https://sluice.dev/problems/session-busy");
+    expect(body.type).toBe("/__sluice/problems/session-busy");
     g.open();
     const done = await first;
     expect(done.status).toBe(200);

@@ -3,6 +3,7 @@ import type { Route } from "../../config/index.js";
 import type { Scope, SluiceEnv } from "../../context.js";
 import { allowance, rateLimitHeaders, retryAfterSeconds } from "../../limiter/headers.js";
 import type { Decision } from "../../limiter/types.js";
+import { clientLabel } from "../../metrics/labels.js";
 import { originRequest } from "../../origin/forward.js";
 import { Problem } from "../../problem.js";
 import { enqueue } from "../../queue/enqueue.js";
@@ -46,6 +47,7 @@ export function shed(c: Context<SluiceEnv>, scope: Scope, refusal: Refusal): Pro
   if (scope.meta) {
     scope.meta.limit = refusal.blocking.limit.name;
     scope.meta.blockedId = refusal.blocking.key.slice(refusal.blocking.key.lastIndexOf(":") + 1);
+    scope.meta.label = clientLabel(refusal.blocking.limit, scope.facts, scope.config.labels);
   }
   return STRATEGIES[route.on_limit](c, scope, refusal);
 }

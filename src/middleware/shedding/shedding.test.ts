@@ -36,7 +36,7 @@ describe('on_limit = "reject"', () => {
     const body = (await res.json()) as Record<string, unknown>;
     expect(Object.keys(body).sort()).toEqual(["detail", "limit", "retry_after_ms", "status", "title", "type"]);
     expect(body).toMatchObject({
-      type: "https://sluice.dev/problems/too-many-requests",
+      type: "/__sluice/problems/too-many-requests",
       title: "Too many requests",
       status: 429,
       limit: "per-ip",

@@ -1,0 +1,32 @@
+import type { Context } from "hono";
+import { LEDGER_MAXLEN } from "../idempotency/records.js";
+import { ledgerKey } from "../store/layout.js";
+import type { AdminEnv } from "./context.js";
+import { adminActor } from "./guard.js";
+
+/**
+ * The operator's changes as the ledger names them: a deny entry added (`admin_ban`) or removed
+ * (`admin_unban`), an allow entry added or removed, an override set or removed.
+ */
+export type AdminEvent =
+  "admin_ban" | "admin_unban" | "admin_allow" | "admin_unallow" | "admin_override" | "admin_override_removed";
+
+/**
+ * Appends an operator's change to the ledger (`{key_prefix}:ledger`, the stream the idempotency
+ * and session outcomes go to, capped alike): `event`, `who` (the admin session or `token`, see
+ * `adminActor`), `at` (ms since epoch, as the scripts write it) and `detail` (JSON). Called by the
+ * admin handlers once the change is made, so a change through the API is ledgered as one through
+ * the dashboard is. Without a home Redis there is nothing to change nor to ledger.
+ */
+export async function ledgerAdminAction(
+  c: Context<AdminEnv>,
+  event: AdminEvent,
+  detail: Record<string, unknown>,
+): Promise<void> {
+  const home = c.get("stores").offPath();
+  if (!home) return;
+  const fields = { event, who: await adminActor(c), at: String(Date.now()), detail: JSON.stringify(detail) };
+  await home.redis.xadd(ledgerKey(c.get("config").key_prefix), "*", fields, {
+    trim: { type: "MAXLEN", threshold: LEDGER_MAXLEN, comparison: "~" },
+  });
+}

@@ -1,0 +1,30 @@
+import type { Config } from "../config/index.js";
+import type { Stores } from "../region/index.js";
+import { regionsHealth } from "./health.js";
+import { entriesInForce } from "./lists.js";
+import { overridesInForce } from "./overrides.js";
+import type { DashboardView, LimitChoice, PanelsData } from "./view/types.js";
+
+/**
+ * What the dashboard's panels draw: the figures of `dashboardData` (passed in, as a promise), the
+ * lists and the overrides in force (home region) and each region's Redis (one PING each), read in
+ * parallel. A read that fails leaves its panel empty and says so in `unavailable`: the page an
+ * operator opens during a Redis incident must still render.
+ */
+export async function panelsData(config: Config, stores: Stores, figures: Promise<DashboardView>): Promise<PanelsData> {
+  const unavailable: string[] = [];
+  const or = <T>(what: string, p: Promise<T>, fallback: T): Promise<T> =>
+    p.catch(() => (unavailable.push(what), fallback));
+  const [dashboard, lists, overrides, health] = await Promise.all([
+    or("the figures", figures, { minutes: [], routes: [], top_blocked: [] }),
+    or("the lists", entriesInForce(config, stores), []),
+    or("the overrides", overridesInForce(config, stores), []),
+    regionsHealth(config, stores),
+  ]);
+  return { dashboard, lists, overrides, health, unavailable };
+}
+
+/** Every configured route and limit, for the override form. */
+export function limitChoices(config: Config): LimitChoice[] {
+  return config.routes.flatMap((r) => r.limits.map((l) => ({ route: r.name, limit: l.name })));
+}

@@ -1,0 +1,287 @@
+import { problemSlug } from "./problem.js";
+
+/** What the page of one problem type says: for a client's developer, who followed the `type` link. */
+export interface ProblemType {
+  title: string;
+  /** The status codes it comes with. */
+  status: readonly number[];
+  /** What it means. */
+  means: string;
+  /** What a client should do about it. */
+  todo: string;
+  /** The headers and members worth reading, beside `Sluice-Decision` and `Sluice-Region`. */
+  read: readonly string[];
+}
+
+const RETRY = "Retry-After (seconds)";
+const RATELIMIT = "RateLimit and RateLimit-Policy (the refusing limit)";
+
+/**
+ * Every problem type sluice answers with, by title (the title is fixed per type; `type` is the
+ * deployment's `problem_base` and the title's slug). test/unit/problem-types.test.ts checks that
+ * every title thrown in src/ is here.
+ */
+const TYPES: readonly ProblemType[] = [
+  {
+    title: "Too many requests",
+    status: [429],
+    means: "A rate limit of this route refused the request: the client has used up what the limit allows for now.",
+    todo: "Wait as long as Retry-After says (or retry_after_ms), then retry; spread requests out rather than retrying at once.",
+    read: [RETRY, RATELIMIT, "limit and retry_after_ms (body)"],
+  },
+  {
+    title: "Forbidden",
+    status: [403],
+    means: "The client is on the deployment's deny list, put there by an operator or by a limit's automatic ban.",
+    todo: "Do not retry: the request will be refused until the entry expires or an operator lifts it.",
+    read: [],
+  },
+  {
+    title: "Bad request for limit",
+    status: [400],
+    means:
+      "The request lacks what a limit identifies clients by (a header, cookie, query parameter or claim the limit requires), or carries a cost header out of bounds.",
+    todo: "Send the identity the route requires, or a cost within the allowed range; retrying unchanged fails again.",
+    read: ["limit (body)"],
+  },
+  {
+    title: "Rate limiter unavailable",
+    status: [503],
+    means:
+      "The store that decides rate limits did not answer, and this deployment refuses requests rather than letting them through unlimited.",
+    todo: "Retry after Retry-After; the condition is usually short.",
+    read: [RETRY],
+  },
+  {
+    title: "Origin unavailable",
+    status: [503],
+    means:
+      "The route's origin has been failing and its circuit breaker is open: sluice gives it time to recover instead of sending it more.",
+    todo: "Retry after Retry-After (or retry_after_ms).",
+    read: [RETRY, "retry_after_ms (body)"],
+  },
+  {
+    title: "Bad gateway",
+    status: [502],
+    means: "The origin could not be reached, or answered with no final response.",
+    todo: "Retry later; a request that is not idempotent may or may not have reached the origin only when it answered something.",
+    read: [],
+  },
+  {
+    title: "Gateway timeout",
+    status: [504],
+    means: "The origin did not answer within the route's origin_timeout; it may or may not have acted on the request.",
+    todo: "Retry with the same Idempotency-Key if the route uses one, so a side effect happens once.",
+    read: [],
+  },
+  {
+    title: "Bad request path",
+    status: [400],
+    means:
+      "The request path cannot be put in normal form (an encoded slash, a dot segment past the root, path parameters the route refuses).",
+    todo: "Send a plain path; retrying unchanged fails again.",
+    read: [],
+  },
+  {
+    title: "Invalid token",
+    status: [401],
+    means:
+      "The bearer token (a JWT) is missing where required, malformed, expired, or not signed by a key this deployment trusts.",
+    todo: "Obtain a fresh token and send it as Authorization: Bearer <token>.",
+    read: ["WWW-Authenticate"],
+  },
+  {
+    title: "Invalid Idempotency-Key",
+    status: [400],
+    means: "The Idempotency-Key header is not a valid key: it must be 1 to 255 printable ASCII characters.",
+    todo: "Send a fresh, well-formed key, such as a UUID.",
+    read: [],
+  },
+  {
+    title: "Idempotency-Key required",
+    status: [400],
+    means: "This route runs side effects once per key, and the request carried no Idempotency-Key.",
+    todo: "Send an Idempotency-Key header, the same one on every retry of the same operation.",
+    read: [],
+  },
+  {
+    title: "Request too large",
+    status: [413],
+    means: "An idempotent request's body is too large to fingerprint and keep.",
+    todo: "Send a smaller body.",
+    read: [],
+  },
+  {
+    title: "Request in flight",
+    status: [409],
+    means: "A request with the same Idempotency-Key is still running.",
+    todo: "Retry after Retry-After with the same key: you will get its answer once it is done.",
+    read: [RETRY, "lease_left_ms (body)"],
+  },
+  {
+    title: "Completed, answer not stored",
+    status: [409],
+    means:
+      "The request with this Idempotency-Key completed, but its answer was too large to keep; it will not run again.",
+    todo: "Do not retry with this key; read the outcome from the service itself.",
+    read: [],
+  },
+  {
+    title: "Outcome indeterminate",
+    status: [409],
+    means:
+      "The request with this Idempotency-Key failed at the origin after it may have taken effect; an operator must resolve it.",
+    todo: "Do not send it again with a new key before checking whether it took effect.",
+    read: [RETRY],
+  },
+  {
+    title: "Idempotency-Key reused",
+    status: [422],
+    means: "The Idempotency-Key was used before with a different request (method, path, query, principal or body).",
+    todo: "Use a new key for a new operation.",
+    read: [],
+  },
+  {
+    title: "Session busy",
+    status: [409],
+    means: "Another side-effecting call of the same session is in flight: calls of one session run one at a time.",
+    todo: "Retry after Retry-After, once the other call has finished.",
+    read: [RETRY, "lease_left_ms (body)"],
+  },
+  {
+    title: "Coordination store unavailable",
+    status: [503],
+    means: "Idempotency records or session locks could not be reached, so the request was not run.",
+    todo: "Retry after Retry-After with the same Idempotency-Key.",
+    read: [RETRY],
+  },
+  {
+    title: "Queue not bound",
+    status: [500],
+    means: "The route sheds refused requests to a queue, but the deployment has no queue configured.",
+    todo: "Nothing on the client's side: tell the operator.",
+    read: [],
+  },
+  {
+    title: "Request too large to queue",
+    status: [413],
+    means: "The request was refused by a limit and would have been queued, but its body is too large to queue.",
+    todo: "Retry later with the same request, or send a smaller body.",
+    read: [],
+  },
+  {
+    title: "No such job",
+    status: [404],
+    means: "The job id is not one sluice issued, or its status has expired.",
+    todo: "Use the id from the Location of the 202 answer, within the route's status TTL.",
+    read: [],
+  },
+  {
+    title: "Job status unavailable",
+    status: [503],
+    means: "The store holding queued jobs' status could not be reached.",
+    todo: "Ask again after Retry-After.",
+    read: [RETRY],
+  },
+  {
+    title: "Invalid sluice configuration",
+    status: [500],
+    means: "The deployment's configuration is invalid; every request gets this answer until it is fixed.",
+    todo: "Nothing on the client's side: the detail names the field the operator must fix.",
+    read: ["field and problem (body)"],
+  },
+  {
+    title: "Internal error",
+    status: [500],
+    means: "sluice failed to handle the request.",
+    todo: "Retry later; tell the operator if it persists.",
+    read: [],
+  },
+  {
+    title: "Not found",
+    status: [404],
+    means: "No such admin route, no such problem type, or the admin API is off (no admin token set).",
+    todo: "Check the path.",
+    read: [],
+  },
+  {
+    title: "Unauthorized",
+    status: [401],
+    means: "The admin API needs the admin token (Authorization: Bearer) or a dashboard session.",
+    todo: "Send the token, or sign in on the dashboard.",
+    read: ["WWW-Authenticate"],
+  },
+  {
+    title: "Too many failed authentications",
+    status: [429],
+    means: "Too many failed admin authentications came from this client: nothing is compared until the window ends.",
+    todo: "Wait as long as Retry-After says before trying again.",
+    read: [RETRY, "retry_after_ms (body)"],
+  },
+  {
+    title: "JSON required",
+    status: [415],
+    means: "A change made with the dashboard's session must carry a JSON body (a cross-site form cannot).",
+    todo: "Send Content-Type: application/json.",
+    read: [],
+  },
+  {
+    title: "Invalid request",
+    status: [400],
+    means: "The admin request's body, path or query failed validation.",
+    todo: "Correct what the detail names.",
+    read: [],
+  },
+  {
+    title: "No such limit",
+    status: [404],
+    means: "The admin request names a route or limit the configuration does not have.",
+    todo: "Check the names against GET /__sluice/config.",
+    read: [],
+  },
+  {
+    title: "No such route",
+    status: [404],
+    means: "The admin request names a route that does not have what was asked for (idempotency).",
+    todo: "Check the names against GET /__sluice/config.",
+    read: [],
+  },
+  {
+    title: "No such key",
+    status: [404],
+    means: "No idempotency record exists for this route, principal and key.",
+    todo: "Check the key, principal and route.",
+    read: [],
+  },
+  {
+    title: "No such bucket",
+    status: [404],
+    means: "The admin request does not name a bucket of this route and limit.",
+    todo: "Check the identity against the limit's key parts.",
+    read: [],
+  },
+  {
+    title: "Store unavailable",
+    status: [503],
+    means: "The admin API needs the home region's Redis and has none configured.",
+    todo: "Nothing on the client's side: tell the operator.",
+    read: [],
+  },
+  {
+    title: "Metrics unavailable",
+    status: [503],
+    means: "Metrics are kept in the home region's Redis, and there is none configured.",
+    todo: "Nothing on the client's side: tell the operator.",
+    read: [],
+  },
+  {
+    title: "Ledger unavailable",
+    status: [503],
+    means: "The ledger is kept in the home region's Redis, and there is none configured.",
+    todo: "Nothing on the client's side: tell the operator.",
+    read: [],
+  },
+];
+
+/** The problem types by their slug (the last segment of `type`). */
+export const PROBLEM_TYPES: ReadonlyMap<string, ProblemType> = new Map(TYPES.map((t) => [problemSlug(t.title), t]));

@@ -1,0 +1,141 @@
+/**
+ * The dashboard's server-rendered views on their own (src/admin/view/): what each panel shows from
+ * the dashboard's figures, with and without their optional fields, and that whatever a client
+ * chose (a label, a deny entry, a route name in a hostile configuration) reaches the page escaped.
+ */
+import { describe, expect, it } from "vitest";
+import { closestToExhaustion, seconds } from "../../src/admin/view/panels.js";
+import { dashboardPage, loginPage, panelsFragment } from "../../src/admin/view/page.js";
+import type { PanelsData } from "../../src/admin/view/types.js";
+
+const minutes = Array.from({ length: 60 }, (_, i) => 29_000_000 + i);
+const series = (last: number) => minutes.map((_, i) => (i === 59 ? last : 0));
+
+const FULL: PanelsData = {
+  dashboard: {
+    minutes,
+    routes: [
+      {
+        route: "products",
+        allowed: series(5),
+        shed: series(3),
+        limits: [
+          { limit: "-", allowed: 5, shed: 0 },
+          { limit: "per-ip", allowed: 0, shed: 3 },
+          { limit: "site", allowed: 0, shed: 0 },
+        ],
+        bans: 2,
+        adaptive: [{ region: "eu", limit: 40, latency_ms: 182.5, base_ms: 90 }],
+      },
+    ],
+    regions: [
+      {
+        region: "eu",
+        per_second: { allow: 12.5, reject: 0.0267, fallback: 0 },
+        rtt_p50_ms: 1.2,
+        rtt_p99_ms: 8.75,
+        local_share: 0.625,
+        degraded_seconds: 75,
+      },
+    ],
+    top_blocked: [
+      { route: "products", id: "a".repeat(32), refusals: 3, label: "203.0.113.90", entry: "203.0.113.90" },
+      { route: "products", id: "b".repeat(32), refusals: 2 },
+    ],
+  },
+  lists: [{ kind: "deny", entry: "198.51.100.0/24", expires_at: "2026-11-23T16:00:00.000Z", note: "by hand" }],
+  overrides: [
+    { route: "products", field: "per-ip:*", rate: 50, burst: 50, period_ms: 60_000, expires_at: "2026-11-23T16:00Z" },
+  ],
+  health: [{ region: "eu", reachable: true, rtt_ms: 2 }],
+};
+
+async function render(node: unknown): Promise<string> {
+  return String(await node);
+}
+
+describe("the dashboard's panels", () => {
+  it("draw the totals, the route's chart and figures, the region's figures and the tables", async () => {
+    const html = await render(panelsFragment(FULL));
+    expect(html).toContain('id="fig-allowed">5<');
+    expect(html).toContain('id="fig-shed">3<');
+    expect(html).toContain('<span class="totals">5 allowed · 3 shed</span>');
+    expect(html.match(/class="bar-allowed"/g)).toHaveLength(60);
+    expect(html).toContain('<dd class="closest">per-ip: 38% shed</dd>'); // 3 of the route's 8
+    expect(html).toContain('<dd class="bans">2</dd>');
+    expect(html).toContain("eu: 40 (origin 182.5 ms, base 90.0 ms)");
+    expect(html).toMatch(
+      /<tr data-region="eu">.*allow 13\/s.*reject 0\.027\/s.*1\.2 ms \/ 8\.8 ms.*63%.*1 min 15 s.*reachable, 2 ms/s,
+    );
+    expect(html).not.toContain("fallback 0"); // verdicts at zero are left out
+    expect(html).toContain('data-action="ban" data-entry="203.0.113.90"'); // the labelled row can be banned
+    expect(html).toContain(`<code>${"b".repeat(12)}…</code>`); // the unlabelled one shows its hash
+    expect(html).toContain('data-action="lift" data-kind="deny" data-entry="198.51.100.0/24"');
+    expect(html).toContain("per-ip (all)");
+  });
+
+  it("tolerate the optional figures missing, and show a banned client's row as banned", async () => {
+    const bare: PanelsData = {
+      ...FULL,
+      dashboard: {
+        minutes,
+        routes: [{ route: "products", allowed: series(1), shed: series(0) }],
+        top_blocked: [{ route: "products", id: "c".repeat(32), refusals: 1, label: "k1…9z", entry: "198.51.100.0/24" }],
+      },
+    };
+    const html = await render(panelsFragment(bare));
+    expect(html).toContain('<dd class="closest">—</dd>');
+    expect(html).toContain('<dd class="bans">—</dd>');
+    expect(html).not.toContain("adaptive limit");
+    expect(html).toMatch(/<tr data-region="eu"><td>eu<\/td><td class="verdicts">—<\/td>/); // health only
+    expect(html).toContain('data-action="lift" data-kind="deny" data-entry="198.51.100.0/24">Unban');
+    const nothing = await render(panelsFragment({ ...bare, unavailable: ["the figures"], health: [] }));
+    expect(nothing).toContain("Could not read the figures");
+  });
+
+  it("escape what clients and configurations chose", async () => {
+    const evil = '<img src=x onerror="alert(1)">';
+    const data: PanelsData = {
+      ...FULL,
+      dashboard: {
+        ...FULL.dashboard,
+        routes: [{ route: evil, allowed: series(1), shed: series(1) }],
+        top_blocked: [
+          { route: evil, id: "d".repeat(32), refusals: 9, label: evil, entry: `header:x-api-key="${evil}` },
+        ],
+      },
+      lists: [{ kind: "deny", entry: evil, expires_at: evil, note: evil }],
+    };
+    const html = await render(dashboardPage(data, [{ route: evil, limit: evil }]));
+    expect(html).not.toContain("<img");
+    expect(html).toContain("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;");
+    expect(html.startsWith("<!doctype html>")).toBe(true);
+  });
+
+  it("keep the login form, saying when the token was wrong", async () => {
+    const form = await render(loginPage());
+    expect(form).toContain('<form method="post" action="/__sluice/login">');
+    expect(form).toContain('name="token"');
+    expect(form).not.toContain("not the admin token");
+    expect(await render(loginPage(true))).toContain("not the admin token");
+  });
+
+  it("name the limit closest to exhaustion by its shed share, and durations as an operator reads them", () => {
+    expect(closestToExhaustion(undefined)).toBeUndefined();
+    expect(closestToExhaustion([{ limit: "-", allowed: 10, shed: 0 }])).toBeUndefined(); // nothing shed
+    const limits = [
+      { limit: "-", allowed: 80, shed: 0 },
+      { limit: "per-ip", allowed: 0, shed: 5 },
+      { limit: "site", allowed: 0, shed: 15 },
+      { limit: "deny-list", allowed: 0, shed: 20 }, // not a limit: never the one closest to exhaustion
+    ];
+    expect(closestToExhaustion(limits)).toEqual({ limit: "site", share: 0.125 });
+    expect([seconds(0), seconds(59.6), seconds(61), seconds(7200), seconds(7260)]).toEqual([
+      "0 s",
+      "1 min",
+      "1 min 1 s",
+      "2 h",
+      "2 h 1 min",
+    ]);
+  });
+});
