@@ -71,8 +71,17 @@ export interface DashboardData {
     limits: Array<{ limit: string; allowed: number; shed: number }>;
     /** Automatic bans the route's limits gave in the last hour. */
     bans: number;
-    /** Adaptive routes: the limit in each region, the latency it follows and the unloaded latency it learnt. */
-    adaptive?: Array<{ region: string; limit: number; latency_ms: number | null; base_ms: number }>;
+    /**
+     * Adaptive routes: the limit in each region, the requests in flight under it (live slots of
+     * its bucket; `null` when unread), the latency it follows and the unloaded latency it learnt.
+     */
+    adaptive?: Array<{
+      region: string;
+      limit: number;
+      in_flight: number | null;
+      latency_ms: number | null;
+      base_ms: number;
+    }>;
   }>;
   regions: Array<{
     region: string;

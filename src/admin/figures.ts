@@ -11,7 +11,7 @@ import { bucketHash } from "../limiter/buckets.js";
 import { ENTRY_FIELD, LOCAL, REGION_FIELD, RTT_FIELD, STORE_FAILED } from "../metrics/index.js";
 import type { DecisionHeader } from "../problem.js";
 import { allRegions, type Stores } from "../region/index.js";
-import { adaptiveStateKey, metricsKeys } from "../store/layout.js";
+import { adaptiveStateKey, bucketKey, metricsKeys } from "../store/layout.js";
 import { asHash } from "../store/replies.js";
 import type { DashboardData } from "./dashboard.js";
 import { factsFromParams } from "./identity.js";
@@ -131,6 +131,18 @@ export function quantile(histogram: ReadonlyMap<number, number>, q: number): num
 }
 
 /**
+ * The live slots of a concurrency bucket (decide.lua's `c:{id}@{expiry_us},…`) at `nowMs` on this
+ * clock: an approximation of Redis's, good enough for a panel (the script itself drops expired ones).
+ */
+export function liveSlots(value: unknown, nowMs: number): number {
+  if (typeof value !== "string" || !value.startsWith("c:")) return 0;
+  return value
+    .slice(2)
+    .split(",")
+    .filter((slot) => Number(slot.slice(slot.lastIndexOf("@") + 1)) > nowMs * 1000).length;
+}
+
+/**
  * Each adaptive route's limit in every region, from the region's own Redis: the limit in force
  * (half of it while a probe window runs), the latency of the current window at the route's
  * percentile (`null` before it has responses) and the unloaded latency it learnt. A region whose
@@ -158,8 +170,13 @@ async function adaptiveRow(config: Config, stores: Stores, route: Route, region:
   // the adaptive limit's key is `global`: its one bucket per region needs no client facts
   const identity = identify(limit.key, factsFromParams(new URLSearchParams()), "ip");
   if (identity.kind !== "id") return undefined;
-  const key = adaptiveStateKey(config.key_prefix, route.name, await bucketHash(limit, identity.id, region));
-  const state = asHash(await store.redis.hgetall(key).catch(() => null));
+  const hash = await bucketHash(limit, identity.id, region);
+  const key = adaptiveStateKey(config.key_prefix, route.name, hash);
+  const [stateReply, slots] = await Promise.all([
+    store.redis.hgetall(key).catch(() => null),
+    store.redis.get(bucketKey(config.key_prefix, route.name, limit.name, hash)).catch(() => undefined),
+  ]);
+  const state = asHash(stateReply);
   if (state.limit === undefined) return undefined;
   const whole = Math.floor(Number(state.limit));
   const histogram = new Map<number, number>();
@@ -170,6 +187,7 @@ async function adaptiveRow(config: Config, stores: Stores, route: Route, region:
   return {
     region,
     limit: String(state.probe) === "1" ? Math.max(route.adaptive.min, Math.floor(whole / 2)) : whole,
+    in_flight: slots === undefined ? null : liveSlots(slots, Date.now()),
     latency_ms: quantile(histogram, QUANTILES[route.adaptive.latency]),
     base_ms: round(Number(state.base ?? 0), 2),
   };

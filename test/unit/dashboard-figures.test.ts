@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { hourOfRoute, quantile, regionFigures } from "../../src/admin/figures.js";
+import { hourOfRoute, liveSlots, quantile, regionFigures } from "../../src/admin/figures.js";
 import { latencyBucket } from "../../src/adaptive/histogram.js";
 import { loadConfig, type Config } from "../../src/config/index.js";
 
@@ -91,5 +91,16 @@ describe("quantile", () => {
         0.5,
       ),
     ).toBe(2);
+  });
+});
+
+describe("liveSlots", () => {
+  it("counts the slots of a concurrency bucket whose expiry is still ahead, and nothing of another value", () => {
+    const now = 1_800_000_000_000;
+    const value = `c:a@${(now + 5_000) * 1000},b@${(now - 1) * 1000},c@${(now + 1) * 1000}`;
+    expect(liveSlots(value, now)).toBe(2);
+    expect(liveSlots("c:", now)).toBe(0);
+    expect(liveSlots(null, now)).toBe(0);
+    expect(liveSlots("12:1:3", now)).toBe(0);
   });
 });

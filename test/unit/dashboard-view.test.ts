@@ -25,7 +25,7 @@ const FULL: PanelsData = {
           { limit: "site", allowed: 0, shed: 0 },
         ],
         bans: 2,
-        adaptive: [{ region: "eu", limit: 40, latency_ms: 182.5, base_ms: 90 }],
+        adaptive: [{ region: "eu", limit: 40, in_flight: 17, latency_ms: 182.5, base_ms: 90 }],
       },
     ],
     regions: [
@@ -63,7 +63,7 @@ describe("the dashboard's panels", () => {
     expect(html.match(/class="bar-allowed"/g)).toHaveLength(60);
     expect(html).toContain('<dd class="closest">per-ip: 38% shed</dd>'); // 3 of the route's 8
     expect(html).toContain('<dd class="bans">2</dd>');
-    expect(html).toContain("eu: 40 (origin 182.5 ms, base 90.0 ms)");
+    expect(html).toContain("eu: 17 of 40 in flight (origin 182.5 ms, base 90.0 ms)");
     expect(html).toMatch(
       /<tr data-region="eu">.*allow 13\/s.*reject 0\.027\/s.*1\.2 ms \/ 8\.8 ms.*63%.*1 min 15 s.*reachable, 2 ms/s,
     );

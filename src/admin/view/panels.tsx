@@ -167,7 +167,7 @@ export function RoutePanel(props: { route: RouteView }) {
             <dt>adaptive limit</dt>
             <dd class="adaptive">
               {r.adaptive.map((a) => (
-                <div>{`${a.region}: ${a.limit} (origin ${ms(a.latency_ms)}, base ${ms(a.base_ms)})`}</div>
+                <div>{`${a.region}: ${a.in_flight ?? "—"} of ${a.limit} in flight (origin ${ms(a.latency_ms)}, base ${ms(a.base_ms)})`}</div>
               ))}
             </dd>
           </>
