@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { background, countedApp, from, middlewareRig } from "../../../test/support/middleware-rig.js";
+import { background, countedApp, from, gate, middlewareRig } from "../../../test/support/middleware-rig.js";
 import { asHash } from "../../store/replies.js";
 import { rateLimit } from "../../index.js";
 
@@ -77,5 +77,30 @@ describe("rateLimit() with adaptive", () => {
     const res = await app.request("/work", from("198.51.100.8"));
     expect(await res.text()).toBe("adaptive");
     expect(res.headers.get("RateLimit-Policy")).toMatch(/^"adaptive";q=8;w=35$/);
+  });
+
+  it("with a reserve, sheds the lowest priority first: default is refused where critical still passes", async () => {
+    const g = gate();
+    const options = rig.options({
+      limits: [],
+      priority: "header:x-priority" as const,
+      adaptive: { target: "1s", initial: 4, reserve: { critical: 0.5 } },
+    });
+    const { app } = countedApp(rateLimit(options), async (c) => {
+      await g.wait();
+      return c.text("ok");
+    });
+    const as = (priority: string) => from("198.51.100.9", { "x-priority": priority });
+    // two in flight of 4: 2 free, and default must leave the critical reserve (2) behind
+    const held = [app.request("/work", as("default")), app.request("/work", as("default"))];
+    await g.reached(2);
+    const refused = await app.request("/work", as("default"));
+    expect(refused.status).toBe(429);
+    expect(await refused.json()).toMatchObject({ limit: "adaptive" });
+    const critical = app.request("/work", as("critical"));
+    await g.reached(3);
+    g.open();
+    expect((await critical).status).toBe(200);
+    for (const r of await Promise.all(held)) expect(r.status).toBe(200);
   });
 });
