@@ -94,18 +94,25 @@ export function gatewayScope(runtime: Runtime): MiddlewareHandler<SluiceEnv & { 
       if (e instanceof ScopedProblem) c.set("sluiceScope", e.scope);
       throw e;
     }
-    if (config.originUrl) {
-      scope.target = {
-        origin: config.originUrl,
-        path: scope.forwardPath,
-        clientIp: scope.facts.ip,
-        timeoutMs: scope.route?.origin_timeout,
-        problemBase: config.problem_base,
-      };
-    }
+    scope.target = forwardTarget(config, scope);
     if (scope.route) scope.meta = { route: scope.route.name, limit: "-" };
     c.set("sluiceScope", scope);
     c.set("sluice", publicDecision(scope));
     await next();
+  };
+}
+
+/**
+ * Where an allowed request goes, when the configuration names an origin (an app's own handlers
+ * answer otherwise): the forward form of its path, its client, and its route's timeout.
+ */
+export function forwardTarget(config: Config, scope: Scope): Scope["target"] {
+  if (!config.originUrl) return undefined;
+  return {
+    origin: config.originUrl,
+    path: scope.forwardPath,
+    clientIp: scope.facts.ip,
+    timeoutMs: scope.route?.origin_timeout,
+    problemBase: config.problem_base,
   };
 }

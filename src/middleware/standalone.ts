@@ -3,7 +3,7 @@ import { loadConfig, ConfigError, type Config } from "../config/index.js";
 import type { SluiceInput } from "../config/schema.js";
 import { publicDecision, type Scope, type SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
-import { newScope, ScopedProblem } from "../gateway/scope.js";
+import { forwardTarget, newScope, ScopedProblem } from "../gateway/scope.js";
 import { Problem } from "../problem.js";
 import { envConnections, type Connect } from "../region/index.js";
 import { isolateRuntime, type Runtime } from "../runtime.js";
@@ -111,14 +111,7 @@ export function standalone(
     }
     if (!gateway.matchRoutes) scope.route = config.routes[0];
     if (scope.route) scope.meta = { route: scope.route.name, limit: "-" };
-    if (config.originUrl)
-      scope.target = {
-        origin: config.originUrl,
-        path: scope.forwardPath,
-        clientIp: scope.facts.ip,
-        timeoutMs: scope.route?.origin_timeout,
-        problemBase: config.problem_base,
-      };
+    scope.target = forwardTarget(config, scope);
     const claims = c.get("jwtPayload" as never) as unknown;
     if (claims && typeof claims === "object") scope.facts.claims = claims as Record<string, unknown>;
     c.set("sluiceScope", scope);
