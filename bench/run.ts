@@ -207,21 +207,7 @@ async function main(): Promise<number> {
       problems,
     };
     step("done; stopping the stack");
-    console.log(
-      render(
-        result.environment,
-        decisions,
-        latency,
-        scripts,
-        split,
-        regions,
-        memory,
-        boundary,
-        { distance, outage, billed, protect },
-        problems,
-        sizes,
-      ),
-    );
+    console.log(render(result));
     const file = writeResults(result.name, started, result, !values.quick);
     console.log(
       `\nresults: ${relative(process.cwd(), file)}${values.quick ? "" : " and bench/results/latest.json"} (${result.duration_s} s)`,
@@ -307,19 +293,28 @@ function findProblems(d: DecisionResult, l: LatencyResult): string[] {
 // ---------------------------------------------------------------------------------------------
 // Output
 
-function render(
-  env: ReturnType<typeof environment>,
-  d: DecisionResult,
-  l: LatencyResult,
-  s: ScriptResult,
-  sp: SplitResult,
-  rg: RegionsResult,
-  mem: MemoryResult,
-  bd: BoundaryResult,
-  edge: { distance: DistanceResult; outage: OutageResult; billed: BilledResult; protect: ProtectResult },
-  problems: string[],
-  sizes: Sizes,
-): string {
+/** What `main` writes to the JSON, which the printed tables are read from too. */
+interface BenchResult {
+  environment: ReturnType<typeof environment>;
+  sizes: Sizes;
+  decisions: DecisionResult;
+  latency: LatencyResult;
+  scripts: ScriptResult;
+  split: SplitResult;
+  regions: RegionsResult;
+  memory: MemoryResult;
+  boundary: BoundaryResult;
+  distance: DistanceResult;
+  outage: OutageResult;
+  billed: BilledResult;
+  protect: ProtectResult;
+  problems: string[];
+}
+
+function render(result: BenchResult): string {
+  const { environment: env, decisions: d, latency: l, scripts: s, split: sp, regions: rg } = result;
+  const { memory: mem, boundary: bd, problems, sizes } = result;
+  const edge = { distance: result.distance, outage: result.outage, billed: result.billed, protect: result.protect };
   const out: string[] = [];
   out.push(
     `sluice bench (${env.git}) on ${env.cpus}× ${env.cpu_model}, node ${env.node}, redis ${env.redis}, miniflare ${env.miniflare}`,

@@ -3,7 +3,7 @@ import type { Route } from "../config/index.js";
 import type { Bucket, Defer } from "../limiter/decide.js";
 import type { OverrideCopies } from "../limiter/overrides.js";
 import type { LimitOutcome } from "../limiter/types.js";
-import { asKeyHash } from "../keys/hash.js";
+import { asKeyHash, type KeyHash } from "../keys/hash.js";
 import { StoreError } from "../store/deadline.js";
 import { adaptiveStateKey, overrideField, overridesKeyOfBucket } from "../store/layout.js";
 import { latencyBucket, QUANTILES, serialiseHistogram } from "./histogram.js";
@@ -19,6 +19,9 @@ import { latencyBucket, QUANTILES, serialiseHistogram } from "./histogram.js";
 
 /** Reports kept at most (one per adaptive route and region this isolate serves). */
 const MAX_REPORTS = 256;
+
+/** How long a learnt limit stands without reports: lua/adaptive.lua's STATE_TTL_MS, which writes it. */
+const LEARNT_LIMIT_TTL_MS = 600_000;
 
 /** One response of an adaptive route, as the origin gave it. */
 export interface Sample {
@@ -38,7 +41,10 @@ export interface AdaptiveReply {
 interface Report {
   readonly bucket: Bucket;
   readonly route: Route;
+  readonly settings: AdaptiveSettings;
   readonly prefix: string;
+  /** The bucket's hash (its key's tail): it names the state key and the override field. */
+  readonly hash: KeyHash;
   counts: Map<number, number>;
   n: number;
   errors: number;
@@ -48,6 +54,8 @@ interface Report {
   /** The limit in force as the last reply said (the configured initial one before). */
   limit: number;
 }
+
+type AdaptiveSettings = NonNullable<Route["adaptive"]>;
 
 export class AdaptiveReports {
   private readonly reports = new Map<string, Report>();
@@ -67,22 +75,30 @@ export class AdaptiveReports {
   ): void {
     const settings = at.route.adaptive;
     if (!settings) return;
-    const r = this.reportOf(at, now);
+    const r = this.reportOf(at, settings, now);
     if (sample.failed) r.errors += 1;
-    else r.counts.set(latencyBucket(sample.latencyMs), (r.counts.get(latencyBucket(sample.latencyMs)) ?? 0) + 1);
+    else {
+      const i = latencyBucket(sample.latencyMs);
+      r.counts.set(i, (r.counts.get(i) ?? 0) + 1);
+    }
     r.n += 1;
     r.peak = Math.max(r.peak, r.limit - at.outcome.remaining);
     if (r.sending || now - r.startedAt < settings.interval / 2) return;
     defer(this.send(r, now, overrides).catch(() => undefined));
   }
 
-  private reportOf(at: { bucket: Bucket; route: Route; prefix: string }, now: number): Report {
+  private reportOf(
+    at: { bucket: Bucket; route: Route; prefix: string },
+    settings: AdaptiveSettings,
+    now: number,
+  ): Report {
     const id = `${at.bucket.store.id}\u0000${at.bucket.key}`;
     let r = this.reports.get(id);
     if (!r) {
       if (this.reports.size >= this.capacity) this.reports.delete(this.reports.keys().next().value as string);
-      const limit = at.route.adaptive?.initial ?? 1;
-      r = { ...at, counts: new Map(), n: 0, errors: 0, peak: 0, startedAt: now, sending: false, limit };
+      const hash = asKeyHash(at.bucket.key.slice(at.bucket.key.lastIndexOf(":") + 1));
+      const fresh = { counts: new Map(), n: 0, errors: 0, peak: 0, startedAt: now, sending: false };
+      r = { ...at, settings, hash, ...fresh, limit: settings.initial };
       this.reports.set(id, r);
     }
     return r;
@@ -95,8 +111,8 @@ export class AdaptiveReports {
     try {
       const reply = await runAdaptive(r, { counts, n, errors, peak });
       r.limit = reply.limit;
-      const lease = r.bucket.limit.period;
-      overrides.patch(r.bucket, fieldOf(r.bucket), `${reply.limit}:${reply.limit}:${lease}:${now + 600_000}`);
+      const value = `${reply.limit}:${reply.limit}:${r.bucket.limit.period}:${now + LEARNT_LIMIT_TTL_MS}`;
+      overrides.patch(r.bucket, fieldOf(r), value);
       return reply;
     } finally {
       r.sending = false;
@@ -104,9 +120,9 @@ export class AdaptiveReports {
   }
 }
 
-/** The override field of the adaptive bucket: the limit's name and the bucket's hash (its key's tail). */
-function fieldOf(bucket: Bucket): string {
-  return overrideField(bucket.limit.name, asKeyHash(bucket.key.slice(bucket.key.lastIndexOf(":") + 1)));
+/** The override field of the adaptive bucket: the limit's name and the bucket's hash. */
+function fieldOf(r: Report): string {
+  return overrideField(r.bucket.limit.name, r.hash);
 }
 
 /** One call of lua/adaptive.lua with a report's figures. */
@@ -114,17 +130,15 @@ async function runAdaptive(
   r: Report,
   figures: { counts: Map<number, number>; n: number; errors: number; peak: number },
 ): Promise<AdaptiveReply> {
-  const a = r.route.adaptive;
-  if (!a) throw new Error("runAdaptive on a route without adaptive");
-  const hash = asKeyHash(r.bucket.key.slice(r.bucket.key.lastIndexOf(":") + 1));
+  const a = r.settings;
   const quantile = Math.round(QUANTILES[a.latency] * 1000);
   const settings = [a.initial, a.min, a.max, a.interval, r.bucket.limit.period, a.target ?? 0, quantile];
   settings.push(Math.round(a.tolerance * 1000));
   const reply = await r.bucket.store.run(
     r.bucket.store.script(adaptiveLua),
-    [adaptiveStateKey(r.prefix, r.route.name, hash), overridesKeyOfBucket(r.bucket.key)],
+    [adaptiveStateKey(r.prefix, r.route.name, r.hash), overridesKeyOfBucket(r.bucket.key)],
     [
-      fieldOf(r.bucket),
+      fieldOf(r),
       settings.join(":"),
       `${figures.n}:${figures.errors}:${figures.peak}`,
       serialiseHistogram(figures.counts),

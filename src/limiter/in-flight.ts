@@ -1,5 +1,4 @@
 import type { Bucket } from "./decide.js";
-import { observeBody } from "./observe-body.js";
 import type { OverrideCopies } from "./overrides.js";
 import { groupByStore, runDecide } from "./script-call.js";
 import type { Decision, LimitOutcome } from "./types.js";
@@ -28,12 +27,4 @@ export async function releaseSlots(
   if (mine.length === 0) return;
   const now = Date.now();
   await Promise.all(groupByStore(mine).map((g) => runDecide(g, "release", (b) => overrides.input(b, now))));
-}
-
-/**
- * The same bytes as `body`, calling `settled` once when they have all been handed on, when the
- * body errs, or when the reader cancels (a client that went away).
- */
-export function whenSettled(body: ReadableStream<Uint8Array>, settled: () => void): ReadableStream<Uint8Array> {
-  return observeBody(body, { onEnd: settled });
 }

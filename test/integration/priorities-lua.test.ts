@@ -1,4 +1,3 @@
-import type { Redis } from "@upstash/redis";
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
@@ -15,11 +14,9 @@ import { fileRedis } from "./stack.js";
  */
 
 const db = fileRedis();
-let redis: Redis;
 let sha: string;
 beforeAll(async () => {
-  redis = db.redis;
-  sha = await loadDecideWithTestClock(redis);
+  sha = await loadDecideWithTestClock(db.redis);
 });
 
 type LimitDef = Record<string, unknown> & { algorithm: Algorithm };
@@ -83,6 +80,11 @@ function gapOf(a: Arrival, l: Limit): number {
   return Math.floor(a.gap * 1.5 * l.period * 1000);
 }
 
+/** An arrival's cost (mostly small, up to the burst) and the floor its priority leaves, a share of the capacity. */
+function costAndFloor(a: Arrival, l: Limit): { cost: number; floor: number } {
+  return { cost: Math.min(l.burst, 1 + Math.floor(a.cost ** 3 * l.burst)), floor: Math.floor(a.floor * capacityOf(l)) };
+}
+
 function callOf(l: Limit, key: string, t: number, cost: number, floor: number, mode: ScriptMode, slot?: string) {
   const params = { rate: l.rate, period: l.period, burst: l.burst, cost, floor };
   const call = scriptCall([{ limit: l, key, params, ...(slot === undefined ? {} : { slot }) }], mode);
@@ -92,7 +94,7 @@ function callOf(l: Limit, key: string, t: number, cost: number, floor: number, m
 async function decide(l: Limit, key: string, t: number, cost: number, floor: number, mode: ScriptMode = "take") {
   const slot = l.algorithm === "concurrency" ? `s${t}` : undefined;
   const [keys, args] = callOf(l, key, t, cost, floor, mode, mode === "peek" ? undefined : slot);
-  return (await redis.evalsha(sha, [...keys], [...args])) as number[];
+  return (await db.redis.evalsha(sha, [...keys], [...args])) as number[];
 }
 
 describe("decide.lua's floor (priorities) against the reference models", () => {
@@ -107,8 +109,7 @@ describe("decide.lua's floor (priorities) against the reference models", () => {
         let t = T0 + run * 1_000_000_000;
         for (const a of arrivals) {
           t += gapOf(a, l);
-          const cost = Math.min(l.burst, 1 + Math.floor(a.cost ** 3 * l.burst));
-          const floor = Math.floor(a.floor * capacity);
+          const { cost, floor } = costAndFloor(a, l);
           const gate = model.peek(t, cost + floor);
           const own = model.peek(t, cost);
           const reply = await decide(l, key, t, cost, floor);
@@ -148,8 +149,7 @@ describe("decide.lua's floor (priorities) against the reference models", () => {
         let t = T0 + run * 1_000_000_000;
         for (const a of arrivals) {
           t += gapOf(a, l);
-          const cost = Math.min(l.burst, 1 + Math.floor(a.cost ** 3 * l.burst));
-          const floor = Math.floor(a.floor * capacity);
+          const { cost, floor } = costAndFloor(a, l);
           const [, allowed, , retry] = (await decide(l, key, t, cost, floor)) as number[];
           if (allowed === 1) continue;
           const r = retry as number;
@@ -199,7 +199,7 @@ describe("decide.lua's floor (priorities) against the reference models", () => {
     const call = (count: number, floor: number, at: number) => {
       const params = { rate: l.rate, period: l.period, burst: l.burst, cost: count, floor };
       const c = scriptCall([{ limit: l, key, params, override }], "take");
-      return redis.evalsha(sha, c.keys, [...c.args, String(Math.floor(at / 1e6)), String(at % 1e6)]) as Promise<
+      return db.redis.evalsha(sha, c.keys, [...c.args, String(Math.floor(at / 1e6)), String(at % 1e6)]) as Promise<
         number[]
       >;
     };

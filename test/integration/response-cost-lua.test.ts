@@ -1,4 +1,3 @@
-import type { Redis } from "@upstash/redis";
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
@@ -16,11 +15,9 @@ import { fileRedis } from "./stack.js";
  */
 
 const db = fileRedis();
-let redis: Redis;
 let sha: string;
 beforeAll(async () => {
-  redis = db.redis;
-  sha = await loadDecideWithTestClock(redis);
+  sha = await loadDecideWithTestClock(db.redis);
 });
 
 interface Def {
@@ -74,7 +71,7 @@ async function call(l: Limit, key: string, t: number, mode: ScriptMode, delta = 
     [{ limit: l, key, params: { rate: l.rate, period: l.period, burst: l.burst, cost: l.cost }, delta }],
     mode,
   );
-  return (await redis.evalsha(sha, c.keys, [...c.args, String(Math.floor(t / 1e6)), String(t % 1e6)])) as number[];
+  return (await db.redis.evalsha(sha, c.keys, [...c.args, String(Math.floor(t / 1e6)), String(t % 1e6)])) as number[];
 }
 
 describe("decide.lua's settle mode (cost from the response) against the reference model", () => {
@@ -95,7 +92,7 @@ describe("decide.lua's settle mode (cost from the response) against the referenc
             if (model.inDebt(t)) debts++;
             // the test clock adds a day to every TTL; what is left of it covers the time until full
             const full = model.request(t, l.cost, false).resetMs;
-            if (full > 0) expect(await redis.pttl(key)).toBeGreaterThanOrEqual(86_400_000 + full - 5_000);
+            if (full > 0) expect(await db.redis.pttl(key)).toBeGreaterThanOrEqual(86_400_000 + full - 5_000);
             continue;
           }
           const want = model.request(t, l.cost, s.kind === 0);

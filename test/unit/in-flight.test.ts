@@ -4,7 +4,8 @@ import { describe, expect, it } from "vitest";
 import type { Limit } from "../../src/config/index.js";
 import { InFlight } from "../../src/limiter/algorithms.js";
 import { allowance, rateLimitHeaders } from "../../src/limiter/headers.js";
-import { heldSlots, whenSettled } from "../../src/limiter/in-flight.js";
+import { heldSlots } from "../../src/limiter/in-flight.js";
+import { observeBody } from "../../src/limiter/observe-body.js";
 import { LocalBuckets, type LocalBucket } from "../../src/limiter/local.js";
 import { leasableShape, MAX_IN_FLIGHT, refusalCacheable } from "../../src/limiter/registry.js";
 import type { Decision, LimitOutcome } from "../../src/limiter/types.js";
@@ -206,7 +207,9 @@ describe("RateLimit headers and held slots of a concurrency limit", () => {
   });
 });
 
-describe("whenSettled: a response body that tells when it has been delivered", () => {
+describe("observeBody: a response body that tells when it has been delivered", () => {
+  /** What frees the slots: `settled` once the body has been delivered. */
+  const whenSettled = (body: ReadableStream<Uint8Array>, settled: () => void) => observeBody(body, { onEnd: settled });
   const bodyOf = (chunks: string[], fail?: Error) =>
     new ReadableStream<Uint8Array>({
       start(controller) {

@@ -72,9 +72,8 @@ export const rateLimitStep: Step = async (c, scope, next) => {
 function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, elapsedMs: number): void {
   const route = scope.route;
   if (!route?.adaptive || run.degraded || run.peek || run.decision.verdict === "reject") return;
-  const at = run.decision.outcomes.findIndex((o) => o.limit.name === ADAPTIVE_LIMIT && o.allowed);
-  const bucket = run.buckets.find((b) => b.limit.name === ADAPTIVE_LIMIT);
-  const outcome = run.decision.outcomes[at];
+  const outcome = run.decision.outcomes.find((o) => o.limit.name === ADAPTIVE_LIMIT && o.allowed);
+  const bucket = outcome && run.buckets.find((b) => b.key === outcome.key);
   if (!bucket || !outcome || (scope.target && !scope.reply)) return;
   const status = c.res.status;
   const sample = scope.reply
