@@ -18,10 +18,11 @@ least MIN_SAMPLES responses, it closes and the limit moves:
           of the limit (an idle origin is no evidence that more would be fine); otherwise
           shrinks at once to limit × g (shed before the origin falls over, climb back gently)
           clamped to [min, max]
-  probe   (no target only) every PROBE_EVERY windows, one window runs at half the limit: base
-          is reset to what that window measures (at most twice the base before), so it can
-          follow an origin that became slower for good, and learn a lower one that a loaded
-          origin never showed
+  probe   (no target only) every PROBE_EVERY windows, two windows run at half the limit: the
+          first lets the requests admitted before it finish (its latencies are still the full
+          limit's), and base is reset to what the second measures (at most twice the base
+          before), so it can follow an origin that became slower for good, and learn a lower one
+          that a loaded origin never showed
 
 The limit in force (floor(limit), or half of it while probing) is written as the override of the
 route's adaptive bucket (KEYS[2], field ARGV[1], "limit:limit:lease_ms:until_ms"), which decide.lua
@@ -29,7 +30,7 @@ already reads: no decision waits for this script.
 
 KEYS[1]  {key_prefix}:{route}:adaptive:state:{hash}   hash: limit, base, ws (window start, ms),
          n, e, pk (the window's responses, errors, peak in flight), h (the window's histogram
-         "i:count,..."), since (windows since the last probe), probe ("1" in a probe window)
+         "i:count,..."), since (windows since the last probe), probe ("1" in a probe's first window, "2" in its second)
 KEYS[2]  {key_prefix}:{route}:overrides
 ARGV[1]  the override field: "adaptive:{hash}"
 ARGV[2]  "initial:min:max:interval_ms:lease_ms:target_ms:quantile_permille:tolerance_permille"
@@ -43,7 +44,7 @@ Cost     EVALSHA + TIME + HGETALL + HSET + PEXPIRE = 5; a report that closes a w
 ]]
 
 local MIN_SAMPLES = 10
-local PROBE_EVERY = 5
+local PROBE_EVERY = 8
 local STALE_WINDOWS = 10
 local ERROR_SHARE = 0.05
 local CLIMB = 0.5
@@ -96,7 +97,7 @@ for i = 1, #raw, 2 do st[raw[i]] = raw[i + 1] end
 local w = {
   limit = tonumber(st.limit) or initial, base = tonumber(st.base) or 0, ws = tonumber(st.ws),
   n = tonumber(st.n) or 0, e = tonumber(st.e) or 0, pk = tonumber(st.pk) or 0,
-  since = tonumber(st.since) or 0, probe = st.probe == '1', h = histogram(st.h, {}),
+  since = tonumber(st.since) or 0, probe = tonumber(st.probe) or 0, h = histogram(st.h, {}),
 }
 local fresh = w.ws == nil
 -- a window nobody reported into for long describes another time: start a new one
@@ -109,11 +110,16 @@ local function clamp(x, lo, hi) return math.max(lo, math.min(hi, x)) end
 -- the window closes: the limit moves (or a probe ends), and a new window starts
 local function close(short)
   local err = w.e / w.n
-  if w.probe then
+  if w.probe == 1 then
+    -- a probe's first window: its responses were mostly admitted under the full limit
+    w.probe = 2
+    return
+  end
+  if w.probe == 2 then
     -- a probe ends: what half the limit showed is the unloaded latency now (rising at most
     -- twofold per probe, so one probe that met a passing slowdown does not undo what was learnt)
     if short then w.base = math.min(short, 2 * w.base) end
-    w.probe, w.since = false, 0
+    w.probe, w.since = 0, 0
     return
   end
   if target == 0 and short and (w.base == 0 or short < w.base) then w.base = short end
@@ -128,7 +134,7 @@ local function close(short)
   w.limit = clamp(w.limit, min, max)
   if target == 0 then
     w.since = w.since + 1
-    if w.since >= PROBE_EVERY then w.probe = true end
+    if w.since >= PROBE_EVERY then w.probe = 1 end
   end
 end
 
@@ -141,10 +147,10 @@ if now - w.ws >= interval and w.n >= MIN_SAMPLES then
 end
 
 local in_force = math.floor(w.limit)
-if w.probe then in_force = math.max(min, math.floor(w.limit / 2)) end
+if w.probe > 0 then in_force = math.max(min, math.floor(w.limit / 2)) end
 
 redis.call('HSET', KEYS[1], 'limit', string.format('%.4f', w.limit), 'base', string.format('%.3f', w.base),
-  'ws', w.ws, 'n', w.n, 'e', w.e, 'pk', w.pk, 'since', w.since, 'probe', w.probe and '1' or '0', 'h', serialise(w.h))
+  'ws', w.ws, 'n', w.n, 'e', w.e, 'pk', w.pk, 'since', w.since, 'probe', w.probe, 'h', serialise(w.h))
 redis.call('PEXPIRE', KEYS[1], STATE_TTL_MS)
 if fresh or closed then
   redis.call('HSET', KEYS[2], ARGV[1], in_force .. ':' .. in_force .. ':' .. lease .. ':' .. (now + STATE_TTL_MS))

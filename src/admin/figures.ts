@@ -186,7 +186,7 @@ async function adaptiveRow(config: Config, stores: Stores, route: Route, region:
   }
   return {
     region,
-    limit: String(state.probe) === "1" ? Math.max(route.adaptive.min, Math.floor(whole / 2)) : whole,
+    limit: Number(state.probe) > 0 ? Math.max(route.adaptive.min, Math.floor(whole / 2)) : whole,
     in_flight: slots === undefined ? null : liveSlots(slots, Date.now()),
     latency_ms: quantile(histogram, QUANTILES[route.adaptive.latency]),
     base_ms: round(Number(state.base ?? 0), 2),

@@ -117,7 +117,7 @@ describe("adaptive.lua: the limit of a route's origin, window by window", () => 
     expect((await r.report(T0 + 9_000, 1, 5_000, 4)).limit).toBe(2);
   });
 
-  it("without a target: learns the lowest latency as base, aims at tolerance × base, and every 5 windows probes at half the limit to learn it anew (at most doubling)", async () => {
+  it("without a target: learns the lowest latency as base, aims at tolerance × base, and every 8 windows probes two windows at half the limit, learning from the second (at most doubling)", async () => {
     const r = route({ initial: 20 });
     /** One window from `t`: its responses, then the report at `t` + interval that closes it. */
     const window = async (t: number, ms: number, peak: number) => {
@@ -133,16 +133,21 @@ describe("adaptive.lua: the limit of a route's origin, window by window", () => 
     const limit2 = (20 + 0.5 * Math.sqrt(20)) * ((1.5 * short(100)) / short(300));
     expect(w2.limit).toBe(Math.floor(limit2));
     expect(w2.baseMs).toBe(short(100));
-    for (let w = 3; w <= 4; w++) expect((await window(T0 + (w - 1) * 1_000, 140, 20)).closed).toBe(true);
+    for (let w = 3; w <= 7; w++) expect((await window(T0 + (w - 1) * 1_000, 140, 20)).closed).toBe(true);
     expect((await r.state()).probe).toBe("0");
-    const w5 = await window(T0 + 4_000, 140, 20);
-    // the fifth window closed: the next one is a probe, at half the limit
+    const w8 = await window(T0 + 7_000, 140, 20);
+    // the eighth window closed: the next one is a probe, at half the limit
     expect((await r.state()).probe).toBe("1");
     const before = Number((await r.state()).limit);
-    expect(w5.limit).toBe(Math.max(1, Math.floor(before / 2)));
-    // the probe sees 250 ms (the origin became slower for good): base follows it, at most
+    expect(w8.limit).toBe(Math.max(1, Math.floor(before / 2)));
+    // the probe's first window lets requests admitted under the full limit finish: it measures nothing
+    const settling = await window(T0 + 8_000, 500, 10);
+    expect((await r.state()).probe).toBe("2");
+    expect(settling.limit).toBe(w8.limit);
+    expect(settling.baseMs).toBe(short(100));
+    // its second sees 250 ms (the origin became slower for good): base follows it, at most
     // doubling per probe, and the limit is restored
-    const probed = await window(T0 + 5_000, 250, 10);
+    const probed = await window(T0 + 9_000, 250, 10);
     expect(probed.baseMs).toBe(Math.min(short(250), 2 * short(100)));
     expect(probed.baseMs).toBeLessThan(short(250));
     expect(probed.limit).toBe(Math.floor(before));
