@@ -1,6 +1,7 @@
 import type { Config, Route } from "./config/index.js";
 import type { Env } from "./env.js";
 import type { RequestFacts } from "./keys/identify.js";
+import type { Verified } from "./keys/jwt.js";
 import type { Bucket, Defer } from "./limiter/decide.js";
 import type { Decision } from "./limiter/types.js";
 import type { ClientLabel } from "./metrics/labels.js";
@@ -79,6 +80,10 @@ export interface Scope {
   env: Env;
   /** The matched route; none: the request is forwarded without limits. */
   route?: Route;
+  /** The method the guards decide on: the request's, or the override its route honours (`method_override`). */
+  method: string;
+  /** The route honours the request's method-override header: it is forwarded (otherwise stripped). */
+  methodOverridden: boolean;
   /** The path the origin is asked for (the forward form of the normalised path). */
   forwardPath: string;
   /** Where allowed requests go (the gateway); none: to the app's own handler. */
@@ -88,6 +93,8 @@ export interface Scope {
   /** What `Sluice-Decision` says, as the steps have it so far. */
   decision: DecisionHeader;
   allowListed: boolean;
+  /** The bearer token's verification, done once per request by the first step that needs claims. */
+  bearer?: Promise<Verified>;
   limits?: LimitRun;
   /** Headers sluice tells the origin: fencing token, Idempotency-Key, Sluice-Session. */
   sluiceHeaders: Record<string, string>;

@@ -96,7 +96,7 @@ export async function claimSideEffect(
   let guarded: Guarded | undefined;
   let session: SessionHold = { kind: "none" };
   try {
-    if (route.idempotency?.methods.includes(request.method)) {
+    if (route.idempotency?.methods.includes(scope.method)) {
       guarded = await guard(
         request,
         route.idempotency,
@@ -107,7 +107,7 @@ export async function claimSideEffect(
       );
       if (guarded.kind === "replay") return guarded;
     }
-    if (route.session?.methods.includes(request.method))
+    if (route.session?.methods.includes(scope.method))
       session = await holdSession(route.session, scope.facts, sessionPlace(scope, route));
   } catch (e) {
     if (guarded?.kind === "forward") await guarded.abandon();

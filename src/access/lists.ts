@@ -50,14 +50,25 @@ export interface ListSource {
 export class ListCache {
   private cache: { prefix: string; at: number; entries: Compiled[]; loading?: Promise<void> } | undefined;
 
-  /** What the lists say about a request: `deny`, `allow` (skip this route's limits) or nothing. */
+  /**
+   * What the lists say about a request: `deny`, `allow` (skip this route's limits) or nothing.
+   * `claimed`: the claims of a bearer token that did not verify, which deny entries still match
+   * (a client can only refuse itself by forging them) and allow entries never do.
+   */
   async verdict(
     source: ListSource,
     facts: RequestFacts,
     route: string | undefined,
     defer: Defer,
+    claimed?: Record<string, unknown>,
   ): Promise<"deny" | "allow" | undefined> {
-    return verdictOf(await this.entries(source, defer), facts, route);
+    return verdictOf(await this.entries(source, defer), facts, route, claimed);
+  }
+
+  /** Whether an entry in force names a JWT claim (`jwt:sub=…`): then the request's token must be read first. */
+  async namesClaims(source: ListSource, defer: Defer): Promise<boolean> {
+    const now = Date.now();
+    return (await this.entries(source, defer)).some((e) => e.until > now && e.part?.startsWith("jwt:"));
   }
 
   /**
@@ -87,15 +98,21 @@ export class ListCache {
   }
 }
 
-function verdictOf(entries: Compiled[], facts: RequestFacts, route: string | undefined): "deny" | "allow" | undefined {
+function verdictOf(
+  entries: Compiled[],
+  facts: RequestFacts,
+  route: string | undefined,
+  claimed?: Record<string, unknown>,
+): "deny" | "allow" | undefined {
   if (entries.length === 0) return undefined;
   const now = Date.now();
   const ip = parseIp(facts.ip);
-  const hits = (e: Compiled) =>
+  const hits = (e: Compiled, seen: RequestFacts) =>
     e.until > now &&
-    (e.cidr ? ip !== undefined && inCidr(ip, e.cidr) : e.part !== undefined && readPart(e.part, facts) === e.value);
-  if (entries.some((e) => e.kind === "deny" && hits(e))) return "deny";
-  if (route && entries.some((e) => e.kind === "allow" && (!e.routes || e.routes.includes(route)) && hits(e)))
+    (e.cidr ? ip !== undefined && inCidr(ip, e.cidr) : e.part !== undefined && readPart(e.part, seen) === e.value);
+  const denyFacts = claimed && !facts.claims ? { ...facts, claims: claimed } : facts;
+  if (entries.some((e) => e.kind === "deny" && hits(e, denyFacts))) return "deny";
+  if (route && entries.some((e) => e.kind === "allow" && (!e.routes || e.routes.includes(route)) && hits(e, facts)))
     return "allow";
   return undefined;
 }

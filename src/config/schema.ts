@@ -433,6 +433,12 @@ const route = z
     name,
     match: z.string().regex(/^\/[^\s?#]*$/, 'must be a path pattern starting with "/" (no query, no spaces)'),
     methods: z.array(method).min(1).optional(),
+    /**
+     * The origin acts on `X-HTTP-Method-Override` (and `X-HTTP-Method`, `X-Method-Override`) of a
+     * POST here: sluice decides on that method and forwards the header. Off: the headers are
+     * stripped and the request is the method it was sent with.
+     */
+    method_override: z.boolean().default(false),
     on_limit: z.enum(["reject", "fallback", "queue", "divert"]).default("reject"),
     /** Where `on_limit = "divert"` sends refused requests (a read replica, a static mirror, a cheaper model). */
     divert_url: z.url({ protocol: /^https?$/, message: "must be an http or https URL" }).optional(),

@@ -7,7 +7,7 @@ import type { Defer } from "../limiter/decide.js";
 import { Problem } from "../problem.js";
 import { chooseRegion, envConnections, type Connect } from "../region/index.js";
 import { normalisePath } from "../routing/normalise.js";
-import { findRoute } from "../routing/route.js";
+import { chooseRoute } from "../routing/method.js";
 import type { Runtime } from "../runtime.js";
 
 /** `ctx.waitUntil` where the runtime gives one (always, on Workers); otherwise work just runs. */
@@ -49,13 +49,18 @@ export function newScope(c: Context, input: ScopeInput, matchRoutes: boolean): S
     defer: deferrer(c),
     env,
     forwardPath: normal.ok ? normal.path.forward : "/",
+    method: request.method.toUpperCase(),
+    methodOverridden: false,
     decision: "allow",
     allowListed: false,
     sluiceHeaders: {},
   };
   if (!normal.ok)
     throw new ScopedProblem(scope, { status: normal.status, title: "Bad request path", detail: normal.detail });
-  if (matchRoutes) scope.route = findRoute(config.routes, request.method, normal.path.match);
+  if (matchRoutes) {
+    const chosen = chooseRoute(config.routes, request, normal.path.match);
+    Object.assign(scope, { route: chosen.route, method: chosen.method, methodOverridden: chosen.overridden });
+  }
   return scope;
 }
 
@@ -114,5 +119,6 @@ export function forwardTarget(config: Config, scope: Scope): Scope["target"] {
     clientIp: scope.facts.ip,
     timeoutMs: scope.route?.origin_timeout,
     problemBase: config.problem_base,
+    methodOverride: scope.methodOverridden,
   };
 }

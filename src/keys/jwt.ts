@@ -54,6 +54,21 @@ export async function verifyBearer(
   }
 }
 
+/**
+ * The claims a bearer token states, unverified: only ever matched against deny entries (a
+ * client that forges them can refuse no one but itself), never trusted as an identity.
+ */
+export function statedClaims(request: Request): Record<string, unknown> | undefined {
+  const m = /^Bearer\s+(\S+)$/i.exec((request.headers.get("authorization") ?? "").trim());
+  if (!m) return undefined;
+  try {
+    const payload = decode(m[1] as string).payload as unknown;
+    return payload && typeof payload === "object" ? (payload as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** The token's key id, if it names one (its signature is checked later, against the key set). */
 function kidOf(token: string): string | undefined {
   try {

@@ -6,6 +6,7 @@ import type { Env } from "../env.js";
 import { forwardTarget, newScope, ScopedProblem } from "../gateway/scope.js";
 import { Problem } from "../problem.js";
 import { envConnections, type Connect } from "../region/index.js";
+import { withoutOverride } from "../routing/method.js";
 import { isolateRuntime, type Runtime } from "../runtime.js";
 import type { RedisConnection } from "../store/redis.js";
 import { decisionOf, record, stamp } from "./decision/index.js";
@@ -112,6 +113,8 @@ export function standalone(
     if (!gateway.matchRoutes) scope.route = config.routes[0];
     if (scope.route) scope.meta = { route: scope.route.name, limit: "-" };
     scope.target = forwardTarget(config, scope);
+    // sluice(config)'s routes decide on one method: the app's handlers see no override they did not honour
+    if (gateway.matchRoutes && !scope.target && !scope.methodOverridden) c.req.raw = withoutOverride(c.req.raw);
     const claims = c.get("jwtPayload" as never) as unknown;
     if (claims && typeof claims === "object") scope.facts.claims = claims as Record<string, unknown>;
     c.set("sluiceScope", scope);

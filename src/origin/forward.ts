@@ -1,4 +1,5 @@
 import { problem } from "../problem.js";
+import { METHOD_OVERRIDE_HEADERS } from "../routing/method.js";
 
 /**
  * Headers never forwarded. Hop-by-hop ones (RFC 9110 §7.6.1) are for one connection only.
@@ -31,6 +32,8 @@ export interface ForwardTarget {
   sluiceHeaders?: Record<string, string>;
   /** The configuration's `problem_base`, for the 502/504 problems sent in the origin's place. */
   problemBase?: string;
+  /** The route honours the request's method-override header: forward it (by default it is stripped). */
+  methodOverride?: boolean;
 }
 
 /**
@@ -76,6 +79,8 @@ export function originRequest(request: Request, target: ForwardTarget): { url: s
   const named = (request.headers.get("connection") ?? "").split(",").map((h) => h.trim().toLowerCase());
   for (const h of [...NOT_FORWARDED, ...named]) if (h) headers.delete(h);
   for (const h of [...headers.keys()]) if (h.startsWith("sluice-")) headers.delete(h);
+  // the origin must act on the method sluice decided on, not one a header asks for
+  if (!target.methodOverride) for (const h of METHOD_OVERRIDE_HEADERS) headers.delete(h);
   for (const [h, v] of Object.entries(target.sluiceHeaders ?? {})) headers.set(h, v);
   const proto = incoming.protocol.replace(":", "");
   headers.set("x-forwarded-for", target.clientIp);

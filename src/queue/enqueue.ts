@@ -33,7 +33,8 @@ export async function enqueue(
   let message: JobMessage;
   try {
     message = await toJob(effect.request, route, scope.facts, scope.region, scope.forwardPath);
-    message = { ...message, claim: effect.claim, session: effect.session, sluiceHeaders: effect.sluiceHeaders };
+    // the method the guards decided on: a delivery forwards no override header
+    message = { ...message, method: scope.method, claim: effect.claim, session: effect.session, sluiceHeaders: effect.sluiceHeaders };
     await queue.send(message, {
       contentType: "json",
       delaySeconds: Math.min(60, Math.max(0, Math.ceil(retryAfterMs / 1000))),

@@ -14,7 +14,7 @@ import type { Step } from "../step.js";
 export const idempotencyStep: Step = async (c, scope, next) => {
   const route = scope.route;
   const settings = route?.idempotency;
-  if (!route || !settings?.methods.includes(c.req.method)) return next();
+  if (!route || !settings?.methods.includes(scope.method)) return next();
   const guarded = await coordinated(() =>
     guard(c.req.raw, settings, claimSubject(scope, route, settings), claimStores(scope), scope.defer),
   );

@@ -11,7 +11,7 @@ import type { Step } from "../step.js";
 export const sessionStep: Step = async (c, scope, next) => {
   const route = scope.route;
   const settings = route?.session;
-  if (!route || !settings?.methods.includes(c.req.method)) return next();
+  if (!route || !settings?.methods.includes(scope.method)) return next();
   const held = await coordinated(() => holdSession(settings, scope.facts, sessionPlace(scope, route)));
   if (held.kind === "none") return next();
   const granted = sluiceHeadersOf(scope.sluiceHeaders, held.headers);

@@ -21,6 +21,7 @@ export async function divert(c: Context, scope: Scope, route: Route): Promise<Re
     path: scope.forwardPath,
     clientIp: scope.facts.ip,
     timeoutMs: route.divert_timeout,
+    methodOverride: scope.methodOverridden,
   });
   if (relayable(reply)) return reply.response;
   // a 5xx body nobody reads would hold the connection open until it is collected

@@ -77,7 +77,7 @@ export function copyAddress(scope: Scope): CopyAddress {
 /** The cached copy (GET/HEAD of fallback routes), else the route's static fallback, else nothing. */
 export async function fallbackFor(c: Context, scope: Scope): Promise<Response | undefined> {
   const route = routeOf(scope);
-  const method = c.req.method;
+  const method = scope.method;
   if (route.on_limit === "fallback" && (method === "GET" || method === "HEAD")) {
     // a response's Vary refers to the headers the origin was sent, not the client's
     const sent = scope.target ? originRequest(c.req.raw, scope.target).headers : c.req.raw.headers;

@@ -1,6 +1,7 @@
+import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
 import type { Scope } from "../../context.js";
-import { usesJwt, verifyBearer } from "../../keys/jwt.js";
+import { usesJwt, verifyBearer, type Verified } from "../../keys/jwt.js";
 import { Problem } from "../../problem.js";
 import type { Step } from "../step.js";
 
@@ -10,17 +11,29 @@ export function limitedRoute(scope: Pick<Scope, "config">, route: Route): Route 
 }
 
 /**
+ * The request's bearer token, verified once per request (the lists and the route's own claims
+ * ask the same question): with the `jwt` settings and the HMAC key in the Worker's `secret_env`.
+ */
+export function verifiedBearer(c: Context, scope: Scope): Promise<Verified> {
+  scope.bearer ??= verifyBearer(c.req.raw, scope.config.jwt, jwtSecret(scope), scope.runtime.jwks);
+  return scope.bearer;
+}
+
+/** The HMAC key tokens are verified with: the Worker's variable named by `jwt.secret_env`. */
+export function jwtSecret(scope: Pick<Scope, "config" | "env">): unknown {
+  return (scope.env as unknown as Record<string, unknown>)[scope.config.jwt?.secret_env ?? "SLUICE_JWT_SECRET"];
+}
+
+/**
  * Verifies the bearer token of a request whose route reads JWT claims (limits, tiers, session or
  * idempotency principals): a token that does not verify is a 401, never a silent fallback to
  * another identity; no token means no claims. The claims go to the request's facts.
  */
 export const verifyJwtStep: Step = async (c, scope, next) => {
   const route = scope.route;
-  // claims already verified (verifyJwt(), or hono's jwt() middleware, before this one) stand
+  // claims already verified (verifyJwt(), hono's jwt() middleware, or the lists) stand
   if (route && usesJwt(limitedRoute(scope, route)) && !scope.allowListed && !scope.facts.claims) {
-    const settings = scope.config.jwt;
-    const secret = (scope.env as unknown as Record<string, unknown>)[settings?.secret_env ?? "SLUICE_JWT_SECRET"];
-    const verified = await verifyBearer(c.req.raw, settings, secret, scope.runtime.jwks);
+    const verified = await verifiedBearer(c, scope);
     if (!verified.ok) {
       throw new Problem({
         status: 401,
