@@ -36,6 +36,36 @@ const from = (ip: string, init: RequestInit = {}): RequestInit => ({
   headers: { "CF-Connecting-IP": ip, ...(init.headers as Record<string, string> | undefined) },
 });
 
+describe("sluice(config) and method-override headers", () => {
+  const limits = [{ name: "per-ip", rate: 1, period: "1h", burst: 1, lease: false }];
+  const override = { "X-HTTP-Method-Override": "DELETE" };
+  /** The handler's view: the method it got and whether the override header reached it. */
+  function overrideApp(methodOverride: boolean) {
+    const routes = [
+      { name: "deletes", match: "/items/*", methods: ["DELETE"], method_override: methodOverride, limits },
+    ];
+    return countedApp(sluice({ timeout_ms: TIMEOUT_MS, key_prefix: prefix(), routes }, connection()), (c) =>
+      c.json({ method: c.req.method, override: c.req.header("x-http-method-override") ?? null }),
+    );
+  }
+
+  it("by default the handler gets no override header: past an empty DELETE limit a POST stays a POST", async () => {
+    const { app } = overrideApp(false);
+    expect((await app.request(url("/items/1"), from("198.51.100.120", { method: "DELETE" }))).status).toBe(200);
+    expect((await app.request(url("/items/1"), from("198.51.100.120", { method: "DELETE" }))).status).toBe(429);
+    const res = await app.request(url("/items/1"), from("198.51.100.120", { method: "POST", headers: override }));
+    expect(await res.json()).toEqual({ method: "POST", override: null });
+  });
+
+  it("a route with method_override decides the POST as the DELETE it asks to be, and passes the header on", async () => {
+    const { app, calls } = overrideApp(true);
+    const first = await app.request(url("/items/1"), from("198.51.100.121", { method: "POST", headers: override }));
+    expect(await first.json()).toEqual({ method: "POST", override: "DELETE" });
+    expect((await app.request(url("/items/1"), from("198.51.100.121", { method: "DELETE" }))).status).toBe(429);
+    expect(calls.n).toBe(1);
+  });
+});
+
 describe("sluice(config)", () => {
   const routes: SluiceConfig["routes"] = [
     { name: "x", match: "/api/x", limits: [{ name: "per-ip", rate: 1, period: "1h", burst: 3, lease: false }] },

@@ -1,6 +1,7 @@
-import { describe, expect, it } from "vitest";
+import { sign } from "hono/jwt";
+import { describe, expect, it, vi } from "vitest";
 import { countedApp, from, middlewareRig } from "../../../test/support/middleware-rig.js";
-import { accessLists, type SharedOptions } from "../../index.js";
+import { accessLists, sluice, type SharedOptions } from "../../index.js";
 
 /** accessLists() in an app of its own, in Node, against a real Redis behind the Upstash-REST bridge. */
 const { db, options } = middlewareRig("acl");
@@ -64,5 +65,51 @@ describe("accessLists()", () => {
     await listEntry(`${opts.key_prefix}-other`, "deny", "198.51.100.70");
     const { app } = appWith(opts);
     expect((await app.request("/x", from("198.51.100.70"))).status).toBe(200);
+  });
+});
+
+describe("entries keyed on a JWT claim", () => {
+  const SECRET = "acl-jwt-secret-0123456789abcdef";
+  const env = { SLUICE_JWT_SECRET: SECRET };
+  const bearer = async (sub: string, secret = SECRET) => ({
+    authorization: `Bearer ${await sign({ sub, exp: Math.floor(Date.now() / 1000) + 600 }, secret, "HS256")}`,
+  });
+
+  it("accessLists() verifies the token itself: a jwt:sub deny entry refuses that subject, another passes", async () => {
+    const opts = options();
+    await listEntry(opts.key_prefix, "deny", "jwt:sub=mallory");
+    const { app, calls } = appWith(opts);
+    expect((await app.request("/x", from("198.51.100.80", await bearer("mallory")), env)).status).toBe(403);
+    expect((await app.request("/x", from("198.51.100.80", await bearer("carol")), env)).status).toBe(200);
+    // with no key to verify tokens with, the claim a token states still meets a deny entry, and it is logged
+    const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    try {
+      expect((await app.request("/x", from("198.51.100.80", await bearer("mallory")))).status).toBe(403);
+      expect(logged.mock.calls.map((a) => String(a[0])).join()).toContain('"event":"lists_jwt_unverifiable"');
+    } finally {
+      logged.mockRestore();
+    }
+    expect(calls.n).toBe(1);
+  });
+
+  it("sluice(config) matches jwt: entries on a route whose limits read no claims, with no verifyJwt() before it", async () => {
+    const opts = options();
+    await listEntry(opts.key_prefix, "deny", "jwt:sub=mallory");
+    await listEntry(opts.key_prefix, "allow", "jwt:sub=vip");
+    const { redis, runtime, key_prefix, timeout_ms } = opts;
+    const limits = [{ name: "per-ip", key: "ip", rate: 1, period: "1h" }];
+    const gateway = sluice(
+      { key_prefix, timeout_ms, routes: [{ name: "page", match: "/page", limits }] },
+      { redis, runtime },
+    );
+    const { app } = countedApp(gateway, (c) => c.text("ok"));
+    expect((await app.request("/page", from("198.51.100.81", await bearer("mallory")), env)).status).toBe(403);
+    expect((await app.request("/other", from("198.51.100.81", await bearer("mallory")), env)).status).toBe(403);
+    const vip = await bearer("vip");
+    for (let i = 0; i < 3; i++) expect((await app.request("/page", from("198.51.100.82", vip), env)).status).toBe(200);
+    // the vip claim in a token signed with another key is no allow entry
+    const forged = await bearer("vip", "another-key-0123456789abcdef0123");
+    expect((await app.request("/page", from("198.51.100.83", forged), env)).status).toBe(200);
+    expect((await app.request("/page", from("198.51.100.83", forged), env)).status).toBe(429);
   });
 });
