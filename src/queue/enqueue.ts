@@ -32,9 +32,8 @@ export async function enqueue(
   if ("kind" in effect) return { response: effect.response, decision: "replay" };
   let message: JobMessage;
   try {
-    message = await toJob(effect.request, route, scope.facts, scope.region, scope.forwardPath);
-    // the method the guards decided on: a delivery forwards no override header
-    message = { ...message, method: scope.method, claim: effect.claim, session: effect.session, sluiceHeaders: effect.sluiceHeaders };
+    message = await toJob(effect.request, route, scope.facts, scope.region, scope.forwardPath, scope.method);
+    message = { ...message, claim: effect.claim, session: effect.session, sluiceHeaders: effect.sluiceHeaders };
     await queue.send(message, {
       contentType: "json",
       delaySeconds: Math.min(60, Math.max(0, Math.ceil(retryAfterMs / 1000))),

@@ -47,6 +47,8 @@ export async function toJob(
   facts: RequestFacts,
   region: string,
   forwardPath: string,
+  // the method the guards decided on (an honoured override's): a delivery forwards no override header
+  method = request.method,
 ): Promise<JobMessage> {
   const keep = new Set([
     ...route.queue.headers,
@@ -64,7 +66,7 @@ export async function toJob(
     id: crypto.randomUUID(),
     route: route.name,
     region,
-    method: request.method,
+    method,
     path: forwardPath,
     matchPath: facts.matchPath,
     search: facts.url.search,
