@@ -40,7 +40,7 @@ export function createApp(runtime = new Runtime()): Hono<GatewayEnv> {
 /** The steps of the request path, in the order a request meets them (also what `sluice()` runs). */
 export const GATEWAY_STEPS: Step[] = [
   jobStatus, //           GET /__sluice-jobs/{id}: a queued request's status
-  accessListsStep, //     deny list → 403; an allow-listed client skips the limits
+  accessListsStep, //     deny list → 403 (a jwt: entry verifies the token first); an allow-listed client skips the limits
   verifyJwtStep, //       claims, for routes keyed on the JWT
   breakerStep, //         open → fallback or 503; records the origin's outcome after the response
   rateLimitStep, //       one Redis call decides every limit; a refusal is shed as on_limit says

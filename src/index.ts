@@ -97,7 +97,11 @@ export function breaker(options: BreakerOptions = {}): MiddlewareHandler<SluiceE
   return standalone(config, options, [breakerStep]);
 }
 
-/** The deny and allow lists managed with the admin API: a denied client gets 403. */
+/**
+ * The deny and allow lists managed with the admin API: a denied client gets 403. While an entry
+ * names a JWT claim it verifies the bearer token itself (the `jwt` settings and the Worker's
+ * secret), unless `verifyJwt()` or hono's `jwt()` put verified claims on the context before it.
+ */
 export function accessLists(options: SharedOptions & { name?: string } = {}): MiddlewareHandler<SluiceEnv> {
   const config = compileOptions("accessLists", options, { name: options.name ?? "app" });
   return standalone(config, options, [accessListsStep]);
