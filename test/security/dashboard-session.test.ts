@@ -42,8 +42,10 @@ async function signIn(worker: Miniflare = mf): Promise<string> {
   });
   await res.text();
   expect(res.status).toBe(303);
-  const cookie = /^(sluice_admin=[^;]+);/.exec(res.headers.get("set-cookie") ?? "")?.[1];
-  expect(cookie).toBeDefined();
+  const setCookie = res.headers.get("set-cookie") ?? "";
+  const cookie = /^(sluice_admin=\d{13}\.[0-9a-f]{32}\.[0-9a-f]{64});/.exec(setCookie)?.[1];
+  expect(cookie, setCookie).toBeDefined();
+  for (const attribute of ["Path=/__sluice", "HttpOnly", "SameSite=Strict"]) expect(setCookie).toContain(attribute);
   return cookie as string;
 }
 
