@@ -1,5 +1,6 @@
+#!lua flags=allow-key-locking
 -- A dashboard session's server-side record (src/admin/sessions.ts).
--- KEYS[1]: {key_prefix}:admin-session:{sha256(id)}
+-- KEYS[1]: {key_prefix}:admin-session:{sha256(session)}
 -- ARGV[1]: start | touch | end; ARGV[2]: the record's TTL in ms (start, touch)
 -- start: writes the record. touch: renews it only if it still exists (signed out or idle past
 -- its TTL: it is gone, and stays gone), 1 if it did. end: deletes it (sign-out).
