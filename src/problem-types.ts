@@ -226,6 +226,14 @@ const TYPES: readonly ProblemType[] = [
     read: [],
   },
   {
+    title: "Dashboard sessions unavailable",
+    status: [503],
+    means:
+      "Dashboard sessions are checked against their record in the home region's Redis, which could not be reached: no session is opened or admitted without that check.",
+    todo: "Retry shortly, or use the admin API with Authorization: Bearer <SLUICE_ADMIN_TOKEN>.",
+    read: [],
+  },
+  {
     title: "Invalid request",
     status: [400],
     means: "The admin request's body, path or query failed validation.",

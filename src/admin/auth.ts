@@ -17,29 +17,55 @@ export async function tokenMatches(presented: string | null, expected: string): 
   return m !== null && equal;
 }
 
-const SESSION_MS = 12 * 3600_000;
+/** A session's absolute life: no use of it stretches it past this. */
+export const SESSION_MS = 12 * 3600_000;
+
+/** A dashboard session as its cookie names it (the signature checked). */
+export interface Session {
+  /** 128 random bits, hex: what the server-side record is kept under (hashed). */
+  id: string;
+  /** Epoch ms: the end of its absolute life. */
+  expiry: number;
+}
 
 /**
- * A dashboard session: `{expiry}.{HMAC-SHA256 of the expiry, keyed by the admin token}`. The
+ * A dashboard session: `{expiry}.{id}.{HMAC-SHA256 of both, keyed by the admin token}`. The
  * cookie never carries the token itself, a session cannot be stretched, and changing the token
- * ends every session.
+ * ends every session. The id names the session's server-side record (./sessions.ts), which
+ * sign-out deletes and idleness lets expire.
  */
-export async function issueSession(token: string, now = Date.now()): Promise<{ value: string; maxAgeS: number }> {
-  const expiry = now + SESSION_MS;
-  return { value: `${expiry}.${await sign(token, expiry)}`, maxAgeS: SESSION_MS / 1000 };
+export async function issueSession(
+  token: string,
+  now = Date.now(),
+): Promise<{ value: string; maxAgeS: number; session: Session }> {
+  const session = { id: hex(crypto.getRandomValues(new Uint8Array(16))), expiry: now + SESSION_MS };
+  return {
+    value: `${session.expiry}.${session.id}.${await sign(token, session)}`,
+    maxAgeS: SESSION_MS / 1000,
+    session,
+  };
 }
 
-/** Whether a session cookie's value is one `issueSession` gave for this token and has not expired. */
-export async function sessionValid(value: string | undefined, token: string, now = Date.now()): Promise<boolean> {
-  const m = /^(\d{13})\.([0-9a-f]{64})$/.exec(value ?? "");
-  if (!m || Number(m[1]) <= now) return false;
-  return timingSafeEqual(await sign(token, Number(m[1])), m[2] as string);
+/** The session a cookie's value names, if `issueSession` gave it for this token and its absolute life has not ended. */
+export async function sessionOf(
+  value: string | undefined,
+  token: string,
+  now = Date.now(),
+): Promise<Session | undefined> {
+  const m = /^(\d{13})\.([0-9a-f]{32})\.([0-9a-f]{64})$/.exec(value ?? "");
+  if (!m || Number(m[1]) <= now) return undefined;
+  const session = { id: m[2] as string, expiry: Number(m[1]) };
+  return (await timingSafeEqual(await sign(token, session), m[3] as string)) ? session : undefined;
 }
 
-async function sign(token: string, expiry: number): Promise<string> {
+async function sign(token: string, session: Session): Promise<string> {
   const key = await crypto.subtle.importKey("raw", encoder.encode(token), { name: "HMAC", hash: "SHA-256" }, false, [
     "sign",
   ]);
-  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, encoder.encode(`sluice-admin-session:${expiry}`)));
-  return [...mac].map((x) => x.toString(16).padStart(2, "0")).join("");
+  const signed = encoder.encode(`sluice-admin-session:${session.expiry}:${session.id}`);
+  return hex(new Uint8Array(await crypto.subtle.sign("HMAC", key, signed)));
+}
+
+function hex(bytes: Uint8Array): string {
+  return [...bytes].map((x) => x.toString(16).padStart(2, "0")).join("");
 }

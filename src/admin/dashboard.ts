@@ -7,7 +7,7 @@ import { asHash } from "../store/replies.js";
 import { tokenMatches } from "./auth.js";
 import { adaptiveFigures, hourOfRoute, regionFigures, withLabels } from "./figures.js";
 import type { AdminEnv } from "./context.js";
-import { signedIn, startSession, throttledCompare } from "./guard.js";
+import { signedIn, signOut, startSession, throttledCompare } from "./guard.js";
 import { limitChoices, panelsData } from "./panels.js";
 import type { AuthThrottle } from "./throttle.js";
 import { loginForm } from "./validate.js";
@@ -18,8 +18,9 @@ const NO_STORE = { "cache-control": "no-store" };
 /**
  * The dashboard, mounted at `/__sluice/`: `GET /` the page (the login form until signed in),
  * `POST /login` the form's target (the token, throttled like a bearer token, for a session
- * cookie), `GET /fragments/panels` the page's panels alone (which its script swaps in every few
- * seconds), and `GET /api/dashboard` the figures they draw as JSON (both behind the guard).
+ * cookie), `POST /logout` the sign-out (ends the session server-side), `GET /fragments/panels` the
+ * page's panels alone (which its script swaps in every few seconds), and `GET /api/dashboard` the
+ * figures they draw as JSON (the last three behind the guard).
  */
 export function dashboardApp(throttle: AuthThrottle): Hono<AdminEnv> {
   const app = new Hono<AdminEnv>();
@@ -45,6 +46,12 @@ export function dashboardApp(throttle: AuthThrottle): Hono<AdminEnv> {
       return c.html(loginPage(true), 401);
     await startSession(c, token);
     return c.redirect("/__sluice/", 303);
+  });
+
+  // behind the guard: the session's cookie and a JSON body (what no cross-site form can send)
+  app.post("/logout", async (c) => {
+    const signedOut = await signOut(c, c.env.SLUICE_ADMIN_TOKEN as string);
+    return c.json({ signed_out: signedOut }, 200, NO_STORE);
   });
 
   app.get("/api/dashboard", async (c) => c.json(await dashboardData(c.get("config"), c.get("stores"))));

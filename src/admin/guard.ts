@@ -1,10 +1,11 @@
 import type { Context, MiddlewareHandler } from "hono";
-import { getCookie, setCookie } from "hono/cookie";
+import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import { sha256 } from "hono/utils/crypto";
 import { clientIp } from "../keys/identify.js";
 import { Problem, type ProblemInit } from "../problem.js";
-import { issueSession, sessionValid, tokenMatches } from "./auth.js";
+import { issueSession, sessionOf, tokenMatches, type Session } from "./auth.js";
 import type { AdminEnv } from "./context.js";
+import { endSession, recordSession, touchSession, type SessionRecords } from "./sessions.js";
 import { beginAuthAttempt, throttled, type AuthThrottle } from "./throttle.js";
 
 /** The dashboard's session cookie. */
@@ -19,6 +20,13 @@ const API_OFF: ProblemInit = {
   status: 404,
   title: "Not found",
   detail: "the admin API is off: no SLUICE_ADMIN_TOKEN is set",
+};
+/** Sessions are checked against their record in Redis: without it none can be opened or used. */
+const SESSIONS_UNAVAILABLE: ProblemInit = {
+  status: 503,
+  title: "Dashboard sessions unavailable",
+  detail:
+    "dashboard sessions are kept in the home region's Redis, which could not be reached: use Authorization: Bearer <SLUICE_ADMIN_TOKEN>",
 };
 const UNAUTHORISED: ProblemInit = {
   status: 401,
@@ -41,7 +49,7 @@ export function guard(throttle: AuthThrottle): MiddlewareHandler<AdminEnv> {
     if (health && (!token || !presentsCredential(c))) return next();
     if (!token) throw new Problem(API_OFF);
     if (OPEN.has(c.req.path)) return next();
-    const authorised = await authenticate(c, token, throttle);
+    const authorised = await authenticate(c, token, throttle, health);
     c.set("authorised", authorised);
     // a wrong credential on health still gets the public answer, as no credential does
     if (!authorised && !health) throw new Problem(UNAUTHORISED);
@@ -49,8 +57,17 @@ export function guard(throttle: AuthThrottle): MiddlewareHandler<AdminEnv> {
   };
 }
 
-/** The bearer token (throttled), else the session cookie (not throttled: see `throttledCompare`). */
-async function authenticate(c: Context<AdminEnv>, token: string, throttle: AuthThrottle): Promise<boolean> {
+/**
+ * The bearer token (throttled), else the session cookie (not throttled: see `throttledCompare`).
+ * A session that cannot be checked (Redis down) is a 503, but on health, which gives the public
+ * answer then.
+ */
+async function authenticate(
+  c: Context<AdminEnv>,
+  token: string,
+  throttle: AuthThrottle,
+  health: boolean,
+): Promise<boolean> {
   const bearer = c.req.header("authorization");
   if (bearer) return throttledCompare(c, throttle, () => tokenMatches(bearer, token));
   // the cookie rides along on any request from a browser, cross-site forms included: changes
@@ -58,7 +75,9 @@ async function authenticate(c: Context<AdminEnv>, token: string, throttle: AuthT
   if (c.req.method !== "GET" && !(c.req.header("content-type") ?? "").startsWith("application/json")) {
     throw new Problem({ status: 415, title: "JSON required", detail: "changes take a JSON body" });
   }
-  return signedIn(c, token);
+  const state = await sessionState(c, token);
+  if (state === "unchecked" && !health) throw new Problem(SESSIONS_UNAVAILABLE);
+  return state === "valid";
 }
 
 /**
@@ -85,22 +104,73 @@ export async function throttledCompare(
   return matches;
 }
 
-/** Whether the request carries a valid dashboard session for this token. */
-export function signedIn(c: Context<AdminEnv>, token: string): Promise<boolean> {
-  return sessionValid(getCookie(c, SESSION), token);
+/** Whether the request carries a live dashboard session for this token (a 503 when that cannot be checked). */
+export async function signedIn(c: Context<AdminEnv>, token: string): Promise<boolean> {
+  const state = await sessionState(c, token);
+  if (state === "unchecked") throw new Problem(SESSIONS_UNAVAILABLE);
+  return state === "valid";
 }
 
-/** Gives the browser a fresh session cookie: HttpOnly, SameSite=Strict, Secure over https. */
+/**
+ * The request's session: `valid` when its cookie is signed for this token, within its 12 hours,
+ * and its record is still in Redis (which renews the idle window); `invalid` otherwise;
+ * `unchecked` when the cookie is good but Redis could not say.
+ */
+async function sessionState(c: Context<AdminEnv>, token: string): Promise<"valid" | "invalid" | "unchecked"> {
+  const session = await sessionOf(getCookie(c, SESSION), token);
+  if (!session) return "invalid";
+  const records = sessionRecords(c);
+  if (!records) return "unchecked";
+  try {
+    return (await touchSession(records, session)) ? "valid" : "invalid";
+  } catch (e) {
+    console.error(JSON.stringify({ event: "admin_session_check_failed", error: String(e) }));
+    return "unchecked";
+  }
+}
+
+/** Where sessions are recorded: the home region's Redis, with the configured idle window. */
+function sessionRecords(c: Context<AdminEnv>): SessionRecords | undefined {
+  const store = c.get("stores").offPath();
+  const config = c.get("config");
+  return store && { store, keyPrefix: config.key_prefix, idleMs: config.admin_session_idle };
+}
+
+/** Gives the browser a fresh session cookie (HttpOnly, SameSite=Strict, Secure over https) once its record is written. */
 export async function startSession(c: Context<AdminEnv>, token: string): Promise<void> {
-  const session = await issueSession(token);
+  const issued = await issueSession(token);
+  const records = sessionRecords(c);
+  if (!records) throw new Problem(SESSIONS_UNAVAILABLE);
+  await recordSession(records, issued.session).catch((e: unknown) => {
+    console.error(JSON.stringify({ event: "admin_session_start_failed", error: String(e) }));
+    throw new Problem(SESSIONS_UNAVAILABLE);
+  });
   const secure = new URL(c.req.url).protocol === "https:";
-  setCookie(c, SESSION, session.value, {
+  setCookie(c, SESSION, issued.value, {
     path: SESSION_PATH,
     httpOnly: true,
     sameSite: "Strict",
-    maxAge: session.maxAgeS,
+    maxAge: issued.maxAgeS,
     secure,
   });
+}
+
+/**
+ * Signs the request's session out: deletes its record, so its cookie is refused wherever it is
+ * replayed, and tells the browser to drop it. Whether there was a session to end.
+ */
+export async function signOut(c: Context<AdminEnv>, token: string): Promise<boolean> {
+  const session: Session | undefined = await sessionOf(getCookie(c, SESSION), token);
+  const records = sessionRecords(c);
+  if (session && !records) throw new Problem(SESSIONS_UNAVAILABLE);
+  if (session && records) {
+    await endSession(records, session).catch((e: unknown) => {
+      console.error(JSON.stringify({ event: "admin_session_end_failed", error: String(e) }));
+      throw new Problem(SESSIONS_UNAVAILABLE);
+    });
+  }
+  deleteCookie(c, SESSION, { path: SESSION_PATH, secure: new URL(c.req.url).protocol === "https:" });
+  return session !== undefined;
 }
 
 /**

@@ -614,6 +614,10 @@ export const sluiceSchema = z
     problem_base: problemBase.default(DEFAULT_PROBLEM_BASE),
     /** What the dashboard shows of a refused client next to its hash (README, Labels of refused clients). */
     labels: z.enum(["full", "masked", "off"]).default("masked"),
+    /** How long a dashboard session may go unused before it ends (README, Admin API); within its 12 hours. */
+    admin_session_idle: duration
+      .refine((ms) => ms >= 1_000 && ms <= 12 * 3_600_000, "must be between 1s and 12h")
+      .default(30 * 60_000),
   })
   .strict()
   .superRefine((c, ctx) => {

@@ -79,24 +79,87 @@ function kidOf(token: string): string | undefined {
   }
 }
 
+/** The fetch the cache uses: the global one, unless a test hands in its own. */
+export type JwksFetch = (url: string, init: RequestInit) => Promise<Response>;
+
+/** Least time between two fetches for a key id the held set lacks (the issuer rotated its keys). */
+export const JWKS_REFETCH_MS = 30_000;
+/** The first wait after a failed fetch; it doubles with each failure in a row, up to JWKS_REFETCH_MS. */
+export const JWKS_RETRY_MS = 1_000;
+/** How long one fetch may take: an issuer that hangs is a failure, not a request held open. */
+const JWKS_FETCH_TIMEOUT_MS = 5_000;
+
+/** What the cache knows of one JWKS URL. */
+interface JwksState {
+  url: string;
+  keys?: Jwk[];
+  /** Until when `keys` are used without asking again. */
+  until: number;
+  /** When the last fetch started, whatever its outcome. */
+  attempted: number;
+  /** Failed fetches in a row (0 after a success). */
+  failures: number;
+}
+
 /**
  * The key set, kept ten minutes; fetched again sooner when a token names a key it does not have
  * (the issuer rotated its keys), but no more than once every 30 seconds, so forged key ids cannot
- * make sluice hammer the issuer.
+ * make sluice hammer the issuer. A failed fetch counts against the same rule, and while the set
+ * cannot be had at all (first fetch, or an expired one) the fetches after a failure wait 1 s,
+ * 2 s, 4 s … up to 30 s: an issuer that is down gets one fetch per wait, however many tokens
+ * arrive, and each token meanwhile is refused as unverifiable (never admitted).
  */
 export class JwksCache {
-  private held: { url: string; keys: Jwk[]; until: number; fetched: number } | undefined;
+  private state: JwksState | undefined;
+
+  constructor(
+    private readonly fetcher: JwksFetch = (url, init) => fetch(url, init),
+    private readonly clock: () => number = Date.now,
+  ) {}
 
   async keys(url: string, kid?: string): Promise<Jwk[]> {
-    const now = Date.now();
-    const cached = this.held && this.held.url === url && this.held.until > now ? this.held : undefined;
+    const now = this.clock();
+    const s = this.state?.url === url ? this.state : (this.state = { url, until: 0, attempted: 0, failures: 0 });
+    const fresh = s.keys !== undefined && s.until > now ? s.keys : undefined;
     const unknownKid =
-      kid !== undefined && cached !== undefined && !cached.keys.some((k) => (k as { kid?: string }).kid === kid);
-    if (cached && !(unknownKid && now - cached.fetched > 30_000)) return cached.keys;
-    const res = await fetch(url, { headers: { accept: "application/json" } });
-    if (!res.ok) throw new Error(`JWKS ${url} answered ${res.status}`);
-    const body = (await res.json()) as { keys?: Jwk[] };
-    this.held = { url, keys: body.keys ?? [], until: Date.now() + JWKS_TTL_MS, fetched: Date.now() };
-    return this.held.keys;
+      kid !== undefined && fresh !== undefined && !fresh.some((k) => (k as { kid?: string }).kid === kid);
+    if (fresh && !unknownKid) return fresh;
+    const waitMs = this.waitAfter(s, fresh !== undefined) - (now - s.attempted);
+    if (waitMs > 0) {
+      if (fresh) return fresh; // the unknown key id fails against the held set
+      throw new Error(
+        `JWKS ${url} unavailable after ${s.failures} failed fetches; next try in ${Math.ceil(waitMs / 1000)} s`,
+      );
+    }
+    return this.fetchInto(s, now);
+  }
+
+  /** How long after the last fetch the next may start: 30 s to look for a new key id, the backoff after failures, else at once. */
+  private waitAfter(s: JwksState, holdsKeys: boolean): number {
+    if (holdsKeys) return JWKS_REFETCH_MS;
+    if (s.failures === 0) return 0;
+    return Math.min(JWKS_REFETCH_MS, JWKS_RETRY_MS * 2 ** (s.failures - 1));
+  }
+
+  private async fetchInto(s: JwksState, now: number): Promise<Jwk[]> {
+    s.attempted = now;
+    try {
+      const res = await this.fetcher(s.url, {
+        headers: { accept: "application/json" },
+        signal: AbortSignal.timeout(JWKS_FETCH_TIMEOUT_MS),
+      });
+      if (!res.ok) {
+        await res.body?.cancel();
+        throw new Error(`JWKS ${s.url} answered ${res.status}`);
+      }
+      const body = (await res.json()) as { keys?: unknown };
+      if (!Array.isArray(body.keys)) throw new Error(`JWKS ${s.url} holds no "keys" array`);
+      Object.assign(s, { keys: body.keys as Jwk[], until: this.clock() + JWKS_TTL_MS, failures: 0 });
+      return body.keys as Jwk[];
+    } catch (e) {
+      s.failures += 1;
+      console.error(JSON.stringify({ event: "jwks_fetch_failed", url: s.url, failures: s.failures, error: String(e) }));
+      throw e;
+    }
   }
 }

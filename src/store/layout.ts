@@ -115,6 +115,12 @@ export const LAYOUT = {
     holds: "failed admin authentications of one client in the current window (`INCR`)",
     ttl: "1 minute, from the first attempt",
   },
+  adminSession: {
+    patterns: ["{key_prefix}:admin-session:{sha256(session)}"],
+    store: "home",
+    holds: "a signed-in dashboard session; sign-out deletes it",
+    ttl: "`admin_session_idle` (30 minutes), renewed by every request of the session, never past its 12 hours",
+  },
   metricsMinute: {
     patterns: ["{key_prefix}:metrics:m:{minute}", "{key_prefix}:metrics:blocked:{minute}"],
     store: "home",
@@ -265,6 +271,11 @@ export function banLevelKey(prefix: string, route: string, limit: string, entryH
 /** One client's failed admin authentications in the current window (home); the IP reaches it hashed. */
 export function adminAuthKey(prefix: string, ipHash: KeyHash): string {
   return `${prefix}:admin-auth:${ipHash}`;
+}
+
+/** A dashboard session's record (the session id only hashed: it arrives in a cookie). */
+export function adminSessionKey(prefix: string, idHash: KeyHash): string {
+  return `${prefix}:admin-session:${idHash}`;
 }
 
 /**

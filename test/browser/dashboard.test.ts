@@ -109,6 +109,7 @@ describe("the dashboard, in a real browser", () => {
     await readRegionPanel(page);
     await banAndLift(page);
     await overrideAndDeny(page);
+    await signOut(page);
     await page.close();
   }, 90_000);
 });
@@ -126,7 +127,7 @@ async function signIn(page: Page) {
 
   const cookie = (await page.context().cookies()).find((c) => c.name === "sluice_admin");
   expect(cookie).toMatchObject({ path: "/__sluice", httpOnly: true, sameSite: "Strict" });
-  expect(cookie?.value).toMatch(/^\d{13}\.[0-9a-f]{64}$/); // a signed expiry, never the token itself
+  expect(cookie?.value).toMatch(/^\d{13}\.[0-9a-f]{32}\.[0-9a-f]{64}$/); // a signed expiry and id, never the token itself
   expect(cookie?.value).not.toContain(ADMIN);
 }
 
@@ -191,4 +192,15 @@ async function overrideAndDeny(page: Page) {
   const [deny, override] = await adminLedger();
   expect(override).toMatchObject({ event: "admin_override", detail: { route: "products", limit: "per-ip", rate: 50 } });
   expect(deny).toMatchObject({ event: "admin_ban", detail: { entry: "198.51.100.0/24" } });
+}
+
+/** The sign-out button: back to the login form, the cookie gone from the browser and refused if replayed. */
+async function signOut(page: Page) {
+  const cookie = (await page.context().cookies()).find((c) => c.name === "sluice_admin");
+  expect(cookie).toBeDefined();
+  await page.click("#sign-out");
+  await page.waitForSelector('input[name="token"]', { timeout: 10_000 });
+  expect((await page.context().cookies()).find((c) => c.name === "sluice_admin")).toBeUndefined();
+  const replayed = await call(mf, "/__sluice/api/dashboard", { headers: { cookie: `sluice_admin=${cookie?.value}` } });
+  expect(replayed.status).toBe(401);
 }

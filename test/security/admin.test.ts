@@ -101,7 +101,7 @@ describe("health", () => {
     expect([wrong.status, wrong.json()]).toEqual([200, { status: "up" }]);
 
     const session = (await login(mf, "198.18.1.3", ADMIN)).headers.get("set-cookie")?.split(";")[0] ?? "";
-    expect(session).toMatch(/^sluice_admin=\d{13}\.[0-9a-f]{64}$/);
+    expect(session).toMatch(/^sluice_admin=\d{13}\.[0-9a-f]{32}\.[0-9a-f]{64}$/);
     const dashboard = await call(mf, "/__sluice/health", { ip: "198.18.1.3", headers: { cookie: session } });
     expect(dashboard.json()).toMatchObject({ regions: [{ region: "home", reachable: true }] }); // the dashboard's region table
   });

@@ -5,6 +5,7 @@ import {
   LAYOUT,
   adaptiveStateKey,
   adminAuthKey,
+  adminSessionKey,
   banLevelKey,
   banRefusalsKey,
   breakerKey,
@@ -46,6 +47,7 @@ const h = {
   lock: asKeyHash("55555555555555555555555555555555"),
   identity: asKeyHash("66666666666666666666666666666666"),
   entry: asKeyHash("77777777777777777777777777777777"),
+  session: asKeyHash("88888888888888888888888888888888"),
 };
 
 /** Each kind's key(s) for the sample input, from its layout.ts function. */
@@ -64,6 +66,7 @@ const built: Record<LayoutKind, string[]> = {
   banRefusals: [banRefusalsKey(prefix, route, limit, h.entry)],
   banLevel: [banLevelKey(prefix, route, limit, h.entry)],
   adminAuth: [adminAuthKey(prefix, h.ip)],
+  adminSession: [adminSessionKey(prefix, h.session)],
   metricsMinute: [metricsKeys(prefix, minute).minute, metricsKeys(prefix, minute).blocked],
   metricsLabels: [metricsKeys(prefix, minute).labels],
   metricsTotal: [metricsKeys(prefix, minute).total],
@@ -89,6 +92,7 @@ const placeholders: Record<string, string> = {
   "{sha256([principal, identity])}": h.lock,
   "{sha256(identity)}": h.identity,
   "{sha256(entry)}": h.entry,
+  "{sha256(session)}": h.session,
 };
 
 function fill(pattern: string): string {
@@ -123,6 +127,7 @@ describe("Redis layout: every key as documented", () => {
       banRefusals: ["sluice:checkout:per-ip:refusals:77777777777777777777777777777777"],
       banLevel: ["sluice:checkout:per-ip:ban:77777777777777777777777777777777"],
       adminAuth: ["sluice:admin-auth:22222222222222222222222222222222"],
+      adminSession: ["sluice:admin-session:88888888888888888888888888888888"],
       metricsMinute: ["sluice:metrics:m:29000000", "sluice:metrics:blocked:29000000"],
       metricsLabels: ["sluice:metrics:labels:29000000"],
       metricsTotal: ["sluice:metrics:total"],
@@ -217,6 +222,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       jobKey(prefix, hash),
       jobLeaseKey(prefix, hash),
       adminAuthKey(prefix, hash),
+      adminSessionKey(prefix, hash),
       banRefusalsKey(prefix, route, limit, hash),
       banLevelKey(prefix, route, limit, hash),
       idempotencyRecordKey(prefix, route, hash),
@@ -240,6 +246,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       [
         "adaptive",
         "adminAuth",
+        "adminSession",
         "banLevel",
         "banRefusals",
         "bucket",
@@ -272,6 +279,8 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       // @ts-expect-error a client value is not a KeyHash
       () => adminAuthKey(prefix, raw),
       // @ts-expect-error a client value is not a KeyHash
+      () => adminSessionKey(prefix, raw),
+      // @ts-expect-error a client value is not a KeyHash
       () => banRefusalsKey(prefix, route, limit, raw),
       // @ts-expect-error a client value is not a KeyHash
       () => banLevelKey(prefix, route, limit, raw),
@@ -286,7 +295,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       // @ts-expect-error a client value is not a KeyHash
       () => overrideField(limit, raw),
     ];
-    expect(refused).toHaveLength(12);
+    expect(refused).toHaveLength(13);
   });
 
   it("accepts text as a hash only when it is one (32 hex digits)", () => {

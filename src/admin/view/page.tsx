@@ -91,6 +91,9 @@ export function DashboardPage(props: { data: PanelsData; limits: LimitChoice[] }
             </select>
           </label>
           <span id="status" role="status"></span>
+          <button type="button" id="sign-out" class="secondary">
+            Sign out
+          </button>
         </header>
         <div id="panels">
           <Panels data={props.data} />

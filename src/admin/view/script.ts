@@ -1,8 +1,8 @@
 /**
  * The dashboard's only script, inlined in the page (no CDN, nothing else to load). The panels are
  * rendered on the server; this swaps in `GET /__sluice/fragments/panels` every 3 seconds while the
- * tab is visible, and sends the page's actions (ban, lift, override, deny) to the admin API as
- * JSON, which is what the session cookie may change things with. It never builds HTML: what it
+ * tab is visible, and sends the page's actions (ban, lift, override, deny, sign out) to the admin
+ * API as JSON, which is what the session cookie may change things with. It never builds HTML: what it
  * inserts is the server's, escaped there.
  */
 export const PAGE_SCRIPT = `(() => {
@@ -40,6 +40,12 @@ export const PAGE_SCRIPT = `(() => {
       "override set on " + route + " / " + limit);
   });
   onSubmit("deny-form", (f) => send("/lists", "PUT", { kind: "deny", entry: f.get("entry"), ttl: f.get("ttl") }, "denied " + f.get("entry")));
+  document.getElementById("sign-out").addEventListener("click", async () => {
+    const r = await fetch(base + "/logout", { method: "POST", credentials: "same-origin",
+      headers: { "content-type": "application/json" }, body: "{}" });
+    if (!r.ok) return say("sign-out failed: " + r.status, true);
+    location.assign(base + "/");
+  });
   setInterval(() => { if (!document.hidden) refresh().catch(() => say("refresh failed", true)); }, 3000);
   document.body.dataset.loaded = "yes";
 })();`;
