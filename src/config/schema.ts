@@ -360,7 +360,11 @@ const principal = z
       const checked = keyPart.safeParse(part);
       const at = Array.isArray(p) ? [i] : [];
       if (part === AUTO_PRINCIPAL)
-        ctx.addIssue({ code: "custom", path: at, message: '"auto" stands alone: it cannot be combined with other parts' });
+        ctx.addIssue({
+          code: "custom",
+          path: at,
+          message: '"auto" stands alone: it cannot be combined with other parts',
+        });
       else if (!checked.success)
         for (const issue of checked.error.issues)
           ctx.addIssue({ code: "custom", path: at, message: `${issue.message}, or "auto"` });
@@ -375,7 +379,10 @@ const deriveFields = z
         z
           .string()
           .max(256)
-          .refine(isJsonPointer, 'must be a JSON pointer into the body such as "/user_id" (RFC 6901: "~0" is "~", "~1" is "/")'),
+          .refine(
+            isJsonPointer,
+            'must be a JSON pointer into the body such as "/user_id" (RFC 6901: "~0" is "~", "~1" is "/")',
+          ),
       )
       .min(1)
       .max(16),

@@ -65,7 +65,10 @@ export function canonicalValue(v: unknown, field: string): string {
     return `{${members.join(",")}}`;
   }
   if (typeof v === "number" && Number.isInteger(v) && !Number.isSafeInteger(v))
-    throw fieldsMissing(`${field} holds a number too large to compare exactly (beyond 2^53): send it as a string`, field);
+    throw fieldsMissing(
+      `${field} holds a number too large to compare exactly (beyond 2^53): send it as a string`,
+      field,
+    );
   return JSON.stringify(v);
 }
 

@@ -116,7 +116,11 @@ interface Keyed {
  * else the header's, else with `derive = true` one made from the canonical body. Throws a 400
  * problem for a malformed key, a required key that is missing, or fields the body lacks.
  */
-async function keyOf(request: Request, settings: IdempotencySettings, subject: ClaimSubject): Promise<Keyed | undefined> {
+async function keyOf(
+  request: Request,
+  settings: IdempotencySettings,
+  subject: ClaimSubject,
+): Promise<Keyed | undefined> {
   if (typeof settings.derive === "object") {
     const body = await readBody(request);
     const fields = await keyFromFields({ method: request.method, ...subject }, body, settings.derive);
