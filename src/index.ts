@@ -10,7 +10,7 @@
  */
 import type { MiddlewareHandler } from "hono";
 import { GATEWAY_STEPS } from "./app.js";
-import { loadConfig } from "./config/index.js";
+import { loadConfig, type Config } from "./config/index.js";
 import type { SluiceInput } from "./config/schema.js";
 import type { SluiceEnv } from "./context.js";
 import { usesJwt, verifyBearer } from "./keys/jwt.js";
@@ -75,7 +75,7 @@ export type IdempotencyOptions = SharedOptions & NonNullable<RouteInput["idempot
 export function idempotency(options: IdempotencyOptions = {}): MiddlewareHandler<SluiceEnv> {
   const { name = "app", ...rest } = options;
   const config = compileOptions("idempotency", options, { name, idempotency: routeFields(rest) }, "idempotency");
-  return standalone(config, options, [idempotencyStep]);
+  return standalone(config, options, withJwt(config, idempotencyStep));
 }
 
 export type SessionOptions = SharedOptions & NonNullable<RouteInput["session"]> & { name?: string };
@@ -84,7 +84,15 @@ export type SessionOptions = SharedOptions & NonNullable<RouteInput["session"]> 
 export function session(options: SessionOptions): MiddlewareHandler<SluiceEnv> {
   const { name = "app", ...rest } = options;
   const config = compileOptions("session", options, { name, session: routeFields(rest) }, "session");
-  return standalone(config, options, [sessionStep]);
+  return standalone(config, options, withJwt(config, sessionStep));
+}
+
+/**
+ * With a `jwt` option the middleware verifies the bearer token itself (unless `verifyJwt()` or
+ * hono's `jwt()` ran before), so that an `auto` or `jwt:` principal is the token's subject.
+ */
+function withJwt(config: Config, step: Step): Step[] {
+  return config.jwt ? [verifyJwtStep, step] : [step];
 }
 
 export type BreakerOptions = SharedOptions &

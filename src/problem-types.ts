@@ -105,6 +105,14 @@ const TYPES: readonly ProblemType[] = [
     read: [],
   },
   {
+    title: "Idempotency fields missing",
+    status: [400],
+    means:
+      "This route makes its idempotency keys from fields of the JSON body (the same fields within a window are one request), and the body is not JSON or lacks one of them.",
+    todo: "Send a JSON body with every field the route names; the detail and field say which one was missing.",
+    read: ["field (body): the JSON pointer of the missing field"],
+  },
+  {
     title: "Request too large",
     status: [413],
     means: "An idempotent request's body is too large to fingerprint and keep.",

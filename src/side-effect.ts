@@ -8,7 +8,7 @@ import {
   type IdempotencySettings,
 } from "./idempotency/guard.js";
 import type { ClaimTicket } from "./idempotency/records.js";
-import { identify } from "./keys/identify.js";
+import { principalOf } from "./keys/principal.js";
 import { Problem } from "./problem.js";
 import { SETTLE_TIMEOUT_MS } from "./region/index.js";
 import {
@@ -21,13 +21,12 @@ import {
 import { StoreError } from "./store/deadline.js";
 
 /** What makes two requests the same request, for a route's idempotency keys. */
-export function claimSubject(scope: Scope, route: Route, settings: IdempotencySettings): ClaimSubject {
-  const who = identify(settings.principal, scope.facts, "ip");
+export async function claimSubject(scope: Scope, route: Route, settings: IdempotencySettings): Promise<ClaimSubject> {
   return {
     route: route.name,
     path: scope.forwardPath,
     query: scope.facts.url.search,
-    principal: who.kind === "id" ? who.id : scope.facts.ip,
+    principal: await principalOf(settings.principal, scope.facts),
   };
 }
 
@@ -100,7 +99,7 @@ export async function claimSideEffect(
       guarded = await guard(
         request,
         route.idempotency,
-        claimSubject(scope, route, route.idempotency),
+        await claimSubject(scope, route, route.idempotency),
         claimStores(scope),
         scope.defer,
         leaseMs,

@@ -15,6 +15,8 @@ import { compiledFigures, figureProblems } from "../limiter/figures.js";
 import { PRIORITIES, RESERVABLE, type Reserve } from "../limiter/priority.js";
 import { parseResponseSource } from "../limiter/response-figures.js";
 import { DEFAULT_PROBLEM_BASE } from "../problem.js";
+import { isJsonPointer } from "../idempotency/json-pointer.js";
+import { AUTO_PRINCIPAL } from "../keys/principal.js";
 
 /** Names end up inside Redis key names and headers: keep them to a safe alphabet. */
 const name = z
@@ -343,20 +345,83 @@ const breakerSettings = z
   })
   .strict();
 
+/**
+ * Whose idempotency keys or session locks: `auto` (the verified JWT's sub, else a hash of the
+ * Authorization header, else the IP; src/keys/principal.ts), or an identity in the key syntax of
+ * limits. `auto` stands alone: combined with other parts it would not say which credential it is.
+ */
+const principal = z
+  .union([z.string(), z.array(z.string()).min(1).max(4)])
+  .default(AUTO_PRINCIPAL)
+  .superRefine((p, ctx) => {
+    if (p === AUTO_PRINCIPAL) return;
+    const parts = Array.isArray(p) ? p : [p];
+    parts.forEach((part, i) => {
+      const checked = keyPart.safeParse(part);
+      const at = Array.isArray(p) ? [i] : [];
+      if (part === AUTO_PRINCIPAL)
+        ctx.addIssue({
+          code: "custom",
+          path: at,
+          message: '"auto" stands alone: it cannot be combined with other parts',
+        });
+      else if (!checked.success)
+        for (const issue of checked.error.issues)
+          ctx.addIssue({ code: "custom", path: at, message: `${issue.message}, or "auto"` });
+    });
+  });
+
+/** `derive = { fields, window }`: the key is these JSON pointers' values in the body, one per window (src/idempotency/derive.ts). */
+const deriveFields = z
+  .object({
+    fields: z
+      .array(
+        z
+          .string()
+          .max(256)
+          .refine(
+            isJsonPointer,
+            'must be a JSON pointer into the body such as "/user_id" (RFC 6901: "~0" is "~", "~1" is "/")',
+          ),
+      )
+      .min(1)
+      .max(16),
+    /** Requests that agree on the fields within this long of the first's answer are one key. */
+    window: duration,
+  })
+  .strict();
+
+/**
+ * `derive`: `true`, `false` or `{ fields, window }`. The table is checked on its own, so that
+ * its errors name the field (`derive.window`) instead of a union's "invalid input".
+ */
+const derive = z
+  .union([z.boolean(), z.looseObject({})], { error: 'must be true, false or { fields = ["/pointer"], window = "5m" }' })
+  .transform((v, ctx) => {
+    if (typeof v === "boolean") return v;
+    const table = deriveFields.safeParse(v);
+    if (table.success) return table.data;
+    for (const i of table.error.issues) ctx.addIssue({ code: "custom", path: i.path, message: i.message });
+    return z.NEVER;
+  }) as unknown as z.ZodType<boolean | z.output<typeof deriveFields>, boolean | z.input<typeof deriveFields>>;
+
 const idempotencySettings = z
   .object({
-    /** Whose keys these are: an identity (the key syntax of limits). Two principals never collide. */
-    principal: z.union([keyPart, z.array(keyPart).min(1).max(4)]).default("ip"),
+    /** Whose keys these are: `auto` (the caller's credential), or an identity (the key syntax of limits). Two principals never collide. */
+    principal,
     /** A request without Idempotency-Key is a 400 problem. */
     required: z.boolean().default(false),
-    /** Without the header, derive the key from method, route, principal and the canonical JSON body. */
-    derive: z.boolean().default(false),
+    /**
+     * `true`: without the header, derive the key from method, route, principal and the canonical
+     * JSON body. `{ fields, window }`: the key is always the named body fields', whatever header comes.
+     */
+    derive: derive.default(false),
     /** Top-level JSON body fields left out of the canonical body (timestamps, nonces). */
     ignore: z.array(z.string().min(1).max(128)).default([]),
     /** How long a claim is held before another request may take it over. */
     lease: duration.default(30_000),
-    /** How long a completed answer is replayed. */
-    ttl: duration.default(86_400_000),
+    /** How long a completed answer is replayed (default a day; with `derive.fields`, the window). */
+    ttl: duration.optional(),
     /** Larger answers are marked completed without a stored body; duplicates get a 409 saying so. */
     max_body: z
       .number()
@@ -372,9 +437,24 @@ const idempotencySettings = z
     methods: z.array(method).min(1).default(["POST", "PUT", "PATCH", "DELETE"]),
   })
   .strict()
-  .transform((i) => ({ ...i, principal: Array.isArray(i.principal) ? i.principal : [i.principal], wait: i.wait ?? 0 }))
   .superRefine((i, ctx) => {
-    if (i.lease >= i.ttl) ctx.addIssue({ code: "custom", path: ["lease"], message: "must be shorter than ttl" });
+    if (typeof i.derive === "object" && i.ttl !== undefined)
+      ctx.addIssue({
+        code: "custom",
+        path: ["ttl"],
+        message: "is derive.window for keys derived from fields (their answer is kept that long): leave ttl out",
+      });
+  })
+  .transform((i) => ({
+    ...i,
+    principal: Array.isArray(i.principal) ? i.principal : [i.principal],
+    wait: i.wait ?? 0,
+    ttl: i.ttl ?? (typeof i.derive === "object" ? i.derive.window : 86_400_000),
+  }))
+  .superRefine((i, ctx) => {
+    const what = typeof i.derive === "object" ? ["derive", "window"] : ["ttl"];
+    if (i.lease >= i.ttl)
+      ctx.addIssue({ code: "custom", path: ["lease"], message: `must be shorter than ${what.join(".")}` });
   });
 
 const sessionSettings = z
@@ -382,10 +462,10 @@ const sessionSettings = z
     /** Whose session: an identity in the key syntax of limits, e.g. "header:x-session-id" or "jwt:sid". */
     key: keyPart,
     /**
-     * Whose sessions these are (the key syntax of limits; missing parts fall back to the IP): locks
-     * are per principal and session, so knowing another client's session id does not reach its lock.
+     * Whose sessions these are (`auto`, or the key syntax of limits; missing parts fall back to the
+     * IP): locks are per principal and session, so knowing another client's session id does not reach its lock.
      */
-    principal: z.union([keyPart, z.array(keyPart).min(1).max(4)]).default("ip"),
+    principal,
     mode: z.literal("exclusive").default("exclusive"),
     /** How long a grant holds before the next request may take it over. */
     lease: duration.default(30_000),

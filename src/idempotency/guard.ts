@@ -5,6 +5,7 @@ import { declaresMoreThan, readCapped } from "../util/body.js";
 import { pollWhile } from "../util/poll.js";
 import { Problem } from "../problem.js";
 import type { Store } from "../store/redis.js";
+import { keyFromFields } from "./derive.js";
 import { canonicalBody, fingerprint, parseKey, sha256Hex } from "./key.js";
 import { claim, complete, recordRef, settleFailure, type Claim, type ClaimTicket, type RecordRef } from "./records.js";
 
@@ -71,20 +72,13 @@ export async function guard(
   defer: (work: Promise<void>) => void,
   leaseMs?: number,
 ): Promise<Guarded> {
-  const parsed = parseKey(request.headers.get("idempotency-key"));
-  if (!parsed.ok) throw refusal(400, "Invalid Idempotency-Key", parsed.detail);
-  if (parsed.key === undefined && !settings.derive) {
-    if (settings.required) {
-      const detail = `${request.method} ${subject.route} needs an Idempotency-Key header`;
-      throw refusal(400, "Idempotency-Key required", detail);
-    }
+  const keyed = await keyOf(request, settings, subject);
+  if (!keyed) {
     // nothing to claim: the body is not needed, so it is streamed to the origin unread
     const unguarded = async () => undefined;
     return { kind: "forward", request, sluiceHeaders: {}, settle: async (reply) => reply.response, abandon: unguarded };
   }
-  const body = await readBody(request);
-  const canonical = canonicalBody(body, request.headers.get("content-type"), settings.ignore);
-  const key = parsed.key ?? (await derivedKey(request.method, subject, canonical));
+  const { key, body, canonical } = keyed;
   const ref = await recordRef(stores.claim, stores.prefix, subject.route, subject.principal, key);
   const fp = await fingerprint(request.method, subject.path, subject.query, subject.principal, canonical);
   const owner = crypto.randomUUID();
@@ -107,6 +101,41 @@ export async function guard(
     },
     ticket: { keyHash: ref.keyHash, fenceKey: ref.fenceKey, owner },
   };
+}
+
+/** A request's key and the body it was read from, or nothing to claim (no key, none required or derived). */
+interface Keyed {
+  key: string;
+  body: Uint8Array;
+  /** What the fingerprint hashes of the body: its canonical form, or with `derive.fields` those fields'. */
+  canonical: Uint8Array;
+}
+
+/**
+ * The request's key: with `derive = { fields }`, always the fields' (the header is not read);
+ * else the header's, else with `derive = true` one made from the canonical body. Throws a 400
+ * problem for a malformed key, a required key that is missing, or fields the body lacks.
+ */
+async function keyOf(
+  request: Request,
+  settings: IdempotencySettings,
+  subject: ClaimSubject,
+): Promise<Keyed | undefined> {
+  if (typeof settings.derive === "object") {
+    const body = await readBody(request);
+    const fields = await keyFromFields({ method: request.method, ...subject }, body, settings.derive);
+    return { key: fields.key, body, canonical: fields.canonical };
+  }
+  const parsed = parseKey(request.headers.get("idempotency-key"));
+  if (!parsed.ok) throw refusal(400, "Invalid Idempotency-Key", parsed.detail);
+  if (parsed.key === undefined && !settings.derive) {
+    if (!settings.required) return undefined;
+    const detail = `${request.method} ${subject.route} needs an Idempotency-Key header`;
+    throw refusal(400, "Idempotency-Key required", detail);
+  }
+  const body = await readBody(request);
+  const canonical = canonicalBody(body, request.headers.get("content-type"), settings.ignore);
+  return { key: parsed.key ?? (await derivedKey(request.method, subject, canonical)), body, canonical };
 }
 
 /** A key for a request that brought none (`derive`): the same request, the same key; method, path, query, who asks, what body. */

@@ -1,5 +1,6 @@
 import type { Route } from "../config/index.js";
 import { identify, readPart, type RequestFacts } from "../keys/identify.js";
+import { principalOf } from "../keys/principal.js";
 import { Problem } from "../problem.js";
 import type { Store } from "../store/redis.js";
 import { pollWhile } from "../util/poll.js";
@@ -31,7 +32,7 @@ export interface SessionPlace {
  * the session, and `release` gives the lock back (only if this request still holds it). Busy: a
  * 409 problem is thrown, naming the session as busy. No session identity: no lock.
  *
- * The lock is the principal's (`principal`, the IP by default): a session id is no secret (it
+ * The lock is the principal's (`principal`, `auto` by default: the caller's credential): a session id is no secret (it
  * travels in headers, logs, URLs), and whoever knew another client's could otherwise hold that
  * client's session at 409 by keeping calls in flight under it.
  */
@@ -46,7 +47,7 @@ export async function holdSession(
     place.store,
     place.prefix,
     place.route,
-    sessionPrincipal(facts, settings.principal),
+    await principalOf(settings.principal, facts),
     who.id,
   );
   const owner = crypto.randomUUID();
@@ -74,12 +75,6 @@ export async function holdSession(
     },
     ticket: { hash: ref.hash, fenceHash: ref.fenceHash, owner },
   };
-}
-
-/** Whose sessions these are: the configured identity, or the client IP when the request lacks it (as for idempotency keys). */
-function sessionPrincipal(facts: RequestFacts, parts: readonly string[]): string {
-  const who = identify(parts, facts, "ip");
-  return who.kind === "id" ? who.id : facts.ip;
 }
 
 /**

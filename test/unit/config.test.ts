@@ -114,3 +114,64 @@ describe("JWT identities outside limits", () => {
     ).toBe(true);
   });
 });
+
+describe("idempotency and session principals, derived keys", () => {
+  const routeWith = (extra: Record<string, unknown>) => ({ routes: [{ name: "r", match: "/api/*", ...extra }] });
+  const routeOf = (extra: Record<string, unknown>) => {
+    const r = loadConfig({ ORIGIN_URL, SLUICE: routeWith(extra) });
+    if (!r.ok) throw r.error;
+    return r.config.routes[0]!;
+  };
+
+  it('defaults the principal of idempotency keys and session locks to "auto"', () => {
+    const route = routeOf({ idempotency: {}, session: { key: "header:x-session-id" } });
+    expect(route.idempotency?.principal).toEqual(["auto"]);
+    expect(route.session?.principal).toEqual(["auto"]);
+    expect(routeOf({ idempotency: { principal: "ip" } }).idempotency?.principal).toEqual(["ip"]);
+  });
+
+  it('names the field of a bad principal, and "auto" combined with other parts', () => {
+    expect(errorOf({ ORIGIN_URL, SLUICE: routeWith({ idempotency: { principal: "caller" } }) })).toMatch(
+      /^SLUICE\.routes\[0\]\.idempotency\.principal: "caller" is not a key.*or "auto"/,
+    );
+    expect(errorOf({ ORIGIN_URL, SLUICE: routeWith({ idempotency: { principal: ["ip", "auto"] } }) })).toMatch(
+      /^SLUICE\.routes\[0\]\.idempotency\.principal\[1\]: "auto" stands alone/,
+    );
+    expect(
+      errorOf({ ORIGIN_URL, SLUICE: routeWith({ session: { key: "header:s", principal: ["ip", "header:"] } }) }),
+    ).toMatch(/^SLUICE\.routes\[0\]\.session\.principal\[1\]: /);
+  });
+
+  it("takes derive = { fields, window }: the window is how long the derived key's answer is kept", () => {
+    const i = routeOf({ idempotency: { derive: { fields: ["/user_id", "/a~1b"], window: "5m" } } }).idempotency!;
+    expect(i.derive).toEqual({ fields: ["/user_id", "/a~1b"], window: 300_000 });
+    expect(i.ttl).toBe(300_000);
+    const plain = routeOf({ idempotency: { derive: true } }).idempotency!;
+    expect([plain.derive, plain.ttl]).toEqual([true, 86_400_000]);
+  });
+
+  it.each([
+    [{ fields: ["user_id"], window: "5m" }, /derive\.fields\[0\]: must be a JSON pointer/],
+    [{ fields: ["/a~2"], window: "5m" }, /derive\.fields\[0\]: must be a JSON pointer/],
+    [{ fields: [""], window: "5m" }, /derive\.fields\[0\]: must be a JSON pointer/],
+    [{ fields: [], window: "5m" }, /derive\.fields: /],
+    [{ fields: ["/a"], window: "soon" }, /derive\.window: "soon" is not a duration/],
+    [{ fields: ["/a"] }, /derive\.window: /],
+    [{ fields: ["/a"], window: "5m", salt: 1 }, /derive: /],
+    ["yes", /derive: must be true, false or \{ fields/],
+  ])("names the field of a bad derive %j", (derive, message) => {
+    expect(errorOf({ ORIGIN_URL, SLUICE: routeWith({ idempotency: { derive } }) })).toMatch(
+      new RegExp(`^SLUICE\\.routes\\[0\\]\\.idempotency\\.${message.source}`),
+    );
+  });
+
+  it("refuses a ttl beside derive.fields, and a lease not shorter than the window", () => {
+    const fields = { fields: ["/a"], window: "10s" };
+    expect(errorOf({ ORIGIN_URL, SLUICE: routeWith({ idempotency: { derive: fields, ttl: "1h" } }) })).toMatch(
+      /^SLUICE\.routes\[0\]\.idempotency\.ttl: is derive\.window/,
+    );
+    expect(errorOf({ ORIGIN_URL, SLUICE: routeWith({ idempotency: { derive: fields } }) })).toMatch(
+      /^SLUICE\.routes\[0\]\.idempotency\.lease: must be shorter than derive\.window/,
+    );
+  });
+});

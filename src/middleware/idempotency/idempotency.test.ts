@@ -168,3 +168,67 @@ describe("idempotency()", () => {
     expect(calls.n).toBe(1);
   });
 });
+
+describe("idempotency() principals and derived keys", () => {
+  const SECRET = "idem-mw-hmac-secret-0123456789abcdef";
+  const from = (ip: string, key: string | undefined, body: string, authorization?: string): RequestInit => {
+    const init = post(key, body, ip);
+    return {
+      ...init,
+      headers: { ...(init.headers as Record<string, string>), ...(authorization ? { authorization } : {}) },
+    };
+  };
+
+  it("scopes keys to the caller's credential by default, across client addresses", async () => {
+    const { app, calls } = ordersApp(options());
+    const bg = background();
+    const first = await app.request("/orders", from("198.51.100.31", "mw-1", "{}", "Bearer k-one"), {}, bg.ctx);
+    const firstText = await first.text();
+    await bg.settled();
+    const moved = await app.request("/orders", from("203.0.113.31", "mw-1", "{}", "Bearer k-one"));
+    expect(moved.headers.get("Idempotent-Replayed")).toBe("true");
+    expect(await moved.text()).toBe(firstText);
+    const other = await app.request("/orders", from("203.0.113.31", "mw-1", "{}", "Bearer k-two"), {}, bg.ctx);
+    expect(other.headers.get("Idempotent-Replayed")).toBeNull();
+    await other.text();
+    await bg.settled();
+    expect(calls.n).toBe(2);
+  });
+
+  it("with a jwt option, the principal is the verified token's sub (a refreshed token is the same caller)", async () => {
+    const { sign } = await import("hono/jwt");
+    const exp = Math.floor(Date.now() / 1000) + 3_600;
+    const token = async (claims: Record<string, unknown>) =>
+      `Bearer ${await sign({ exp, ...claims }, SECRET, "HS256")}`;
+    const { app, calls } = ordersApp(options({ jwt: { secret_env: "MW_JWT_SECRET" } }));
+    const env = { MW_JWT_SECRET: SECRET };
+    const bg = background();
+    const first = await app.request(
+      "/orders",
+      from("198.51.100.32", "mw-2", "{}", await token({ sub: "ann" })),
+      env,
+      bg.ctx,
+    );
+    await first.text();
+    await bg.settled();
+    const refreshed = await token({ sub: "ann", jti: "2" });
+    const again = await app.request("/orders", from("203.0.113.32", "mw-2", "{}", refreshed), env);
+    expect(again.headers.get("Idempotent-Replayed")).toBe("true");
+    expect(calls.n).toBe(1);
+  });
+
+  it("derives the key from body fields, whatever Idempotency-Key comes, and names a missing field", async () => {
+    const { app, calls } = ordersApp(options({ derive: { fields: ["/user", "/sku"], window: "1m" } }));
+    const bg = background();
+    const first = await app.request("/orders", post("a-1", '{"user":"u","sku":"s","n":1}'), {}, bg.ctx);
+    const firstText = await first.text();
+    await bg.settled();
+    const retry = await app.request("/orders", post("a-2", '{"sku":"s","user":"u","n":2}'));
+    expect(retry.headers.get("Idempotent-Replayed")).toBe("true");
+    expect(await retry.text()).toBe(firstText);
+    const missing = await app.request("/orders", post(undefined, '{"user":"u"}'));
+    expect(missing.status).toBe(400);
+    expect(await missing.json()).toMatchObject({ title: "Idempotency fields missing", field: "/sku" });
+    expect(calls.n).toBe(1);
+  });
+});

@@ -15,9 +15,8 @@ export const idempotencyStep: Step = async (c, scope, next) => {
   const route = scope.route;
   const settings = route?.idempotency;
   if (!route || !settings?.methods.includes(scope.method)) return next();
-  const guarded = await coordinated(() =>
-    guard(c.req.raw, settings, claimSubject(scope, route, settings), claimStores(scope), scope.defer),
-  );
+  const subject = await claimSubject(scope, route, settings);
+  const guarded = await coordinated(() => guard(c.req.raw, settings, subject, claimStores(scope), scope.defer));
   if (guarded.kind === "replay") {
     scope.decision = "replay";
     return guarded.response;

@@ -1,0 +1,35 @@
+import { hashIdentifier } from "./hash.js";
+import { headerValue, identify, readPart, type RequestFacts } from "./identify.js";
+
+/** The principal that follows the caller's credential rather than its address (README, Idempotency: principals). */
+export const AUTO_PRINCIPAL = "auto";
+
+/**
+ * Whose idempotency keys and session locks these are: the configured key parts (a part the
+ * request lacks falls back to the IP), or for `auto` the caller's credential (see
+ * {@link autoPrincipal}). The result only ever reaches Redis hashed.
+ *
+ * @example await principalOf(["header:x-user"], facts) // '[["header:x-user","u1"]]'
+ */
+export async function principalOf(parts: readonly string[], facts: RequestFacts): Promise<string> {
+  if (parts.length === 1 && parts[0] === AUTO_PRINCIPAL) return autoPrincipal(facts);
+  const who = identify(parts, facts, "ip");
+  return who.kind === "id" ? who.id : facts.ip;
+}
+
+/**
+ * `principal = "auto"`: the verified JWT's `sub` when the request's token was verified (the
+ * route verifies JWTs, or `verifyJwt()` ran before), else a hash of the `Authorization` header
+ * when the request has one, else the IP. Agents' egress addresses rotate; their credentials do
+ * not. The JWT and IP forms are spelled as `principal = "jwt:sub"` and `"ip"` are, so moving
+ * between them keeps the keys; the header is hashed here so that no credential is held, logged
+ * or hashed into a key in the clear.
+ */
+export async function autoPrincipal(facts: RequestFacts): Promise<string> {
+  const sub = readPart("jwt:sub", facts);
+  if (sub !== undefined) return JSON.stringify([["jwt:sub", sub]]);
+  const authorization = headerValue(facts.headers, "authorization");
+  if (authorization !== undefined)
+    return JSON.stringify([["authorization:sha256", await hashIdentifier(authorization)]]);
+  return JSON.stringify([["ip", facts.ip]]);
+}
