@@ -230,14 +230,19 @@ function refused(c: Exclude<Claim, { kind: "claimed" }>): Guarded {
         "this key was used with a different request (method, path, query, principal or body)",
       );
     case "replay_limited":
-      throw refusal(
-        429,
-        "Too many replays",
-        "this client has been answered with stored answers as often as the route allows for now",
-        { "Retry-After": String(Math.max(1, Math.ceil(c.retryAfterMs / 1000))) },
-        { retry_after_ms: c.retryAfterMs },
-      );
+      throw tooManyReplays(c.retryAfterMs);
   }
+}
+
+/** The principal's replays are spent (`replays`): replays cost no tokens of the limits, so this is their bound. */
+function tooManyReplays(retryAfterMs: number): Problem {
+  return refusal(
+    429,
+    "Too many replays",
+    "this client has been answered with stored answers as often as the route allows for now",
+    { "Retry-After": String(Math.max(1, Math.ceil(retryAfterMs / 1000))) },
+    { retry_after_ms: retryAfterMs },
+  );
 }
 
 function refusal(
