@@ -87,6 +87,9 @@ describe("5. duplicates of an idempotent request are bounded", () => {
     expect(retryAfter).toBeGreaterThanOrEqual(1);
     expect(retryAfter).toBeLessThanOrEqual(720);
     expect(Number(bounded.json().retry_after_ms)).toBeGreaterThan(0);
+    // refused without a refund: it spent the hour's last token, so the limit refuses the rest itself
+    for (const r of answers.slice(firstRefusal + 1))
+      expect(r.json(), show(r)).toMatchObject({ title: "Too many requests", limit: "per-ip" });
 
     expect(origin.seen.filter((s) => s.headers["idempotency-key"] === "dup-1")).toHaveLength(1);
   });
