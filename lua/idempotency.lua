@@ -48,7 +48,7 @@ local function ledger(event, fence, status)
     'event', event, 'route', route, 'key', keyhash, 'fence', tostring(fence or ''), 'status', tostring(status or ''), 'at', tostring(now))
 end
 
--- tokens pass 2^31 (µs since 1970): written with %d, never tostring's %.14g
+-- tokens have 16 digits (µs since 1970): written with %d, as tostring keeps only 14 (%.14g)
 local function int(n)
   return string.format('%d', n)
 end

@@ -28,7 +28,7 @@ local now = math.floor(now_us / 1000)
 local op, owner, route, session, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local holder, fence, lease_until = unpack(redis.call('HMGET', KEYS[1], 'owner', 'fence', 'lease_until'))
 
--- tokens pass 2^31 (µs since 1970): written with %d, never tostring's %.14g
+-- tokens have 16 digits (µs since 1970): written with %d, as tostring keeps only 14 (%.14g)
 local function int(n)
   return string.format('%d', n)
 end
