@@ -12,26 +12,33 @@ KEYS[1]  record   {key_prefix}:idem:{route}:{sha256(principal, key)}  hash:
                     lease_until  ms (Redis time) when an in-flight claim may be taken over
                     status, headers, body, stored   the origin's answer (completed)
                   TTL: `ttl` once completed; `ttl` too while in flight (the lease, shorter, is a field)
-KEYS[2]  fence    {key_prefix}:idem:{route}:fence:{sha256(principal)}  INCR counter: every grant
-                  in this scope gets a strictly higher token. TTL 30 days, renewed on every grant.
+KEYS[2]  fence    {key_prefix}:idem:{route}:fence  the route's last fencing token: every grant gets
+                  max(last + 1, Redis time in µs), so tokens rise strictly however the key is shared,
+                  and still rise after it expired (one key per route, whatever clients send).
+                  TTL 30 days, renewed on every grant.
 KEYS[3]  ledger   {key_prefix}:ledger  stream, capped (MAXLEN ~)
+KEYS[4]  replays  {key_prefix}:idem:{route}:replays:{sha256(principal)}  (claim only) the principal's
+                  replay bucket, GCRA: the Redis time in µs its replays are paid up to. Written only
+                  when a claim answers from a completed key. TTL: until the bucket is full again.
 ARGV[1]  op: claim | complete | release | hold | resolve_release | resolve_replay | read
 ARGV[2]  owner (claim, complete, release, hold)
 ARGV[3]  route name, ARGV[4] key hash (for the ledger), ARGV[5] ledger max length
 ARGV[6..] per op:
-  claim           fp, lease_ms, ttl_ms
+  claim           fp, lease_ms, ttl_ms, replay_interval_us, replay_burst
   complete        status, headers (JSON), body (base64), stored (1|0), ttl_ms
   release, hold   origin status ("" for a network error)
   resolve_replay  status, headers, body, ttl_ms
 Returns  claim:     { "claimed", fence, takeover (0|1) } | { "mismatch" } | { "inflight", lease_left_ms, fence }
                     | { "completed", status, headers, body, stored } | { "indeterminate", fence }
+                    | { "replay_limited", retry_after_ms }  (completed, but the principal's replays are spent)
          complete, release, hold: { "ok" } | { "not_owner" }
          resolve_*: { "ok" } | { "absent" }
          read:      { state or "absent", fence, status, lease_left_ms }
 ]]
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
 
 local op, owner, route, keyhash, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local rec = KEYS[1]
@@ -41,13 +48,33 @@ local function ledger(event, fence, status)
     'event', event, 'route', route, 'key', keyhash, 'fence', tostring(fence or ''), 'status', tostring(status or ''), 'at', tostring(now))
 end
 
+-- tokens have 16 digits (µs since 1970): written with %d, as tostring keeps only 14 (%.14g)
+local function int(n)
+  return string.format('%d', n)
+end
+
+local function next_fence()
+  local fence = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, now_us)
+  redis.call('SET', KEYS[2], int(fence), 'PX', 2592000000)
+  return fence
+end
+
+-- GCRA: a replay is due `interval` µs after the last one paid; at most `burst` may be paid ahead
+-- of now. Returns 0 (the replay is paid for) or the ms until the next one may be.
+local function pay_replay(interval, burst)
+  local paid = math.max(tonumber(redis.call('GET', KEYS[4])) or 0, now_us) + interval
+  local early = paid - now_us - burst * interval
+  if early > 0 then return math.ceil(early / 1000) end
+  redis.call('SET', KEYS[4], int(paid), 'PX', int(math.ceil((paid - now_us) / 1000)))
+  return 0
+end
+
 local function grant(fp, lease, ttl, event)
-  local fence = redis.call('INCR', KEYS[2])
-  redis.call('PEXPIRE', KEYS[2], 2592000000)
+  local fence = next_fence()
   redis.call('DEL', rec)
-  redis.call('HSET', rec, 'state', 'inflight', 'owner', owner, 'fence', fence, 'fp', fp, 'lease_until', now + lease)
+  redis.call('HSET', rec, 'state', 'inflight', 'owner', owner, 'fence', int(fence), 'fp', fp, 'lease_until', now + lease)
   redis.call('PEXPIRE', rec, ttl)
-  ledger(event, fence, '')
+  ledger(event, int(fence), '')
   return fence
 end
 
@@ -58,6 +85,9 @@ if op == 'claim' then
   if not state then return { 'claimed', grant(fp, lease, ttl, 'claim'), 0 } end
   if redis.call('HGET', rec, 'fp') ~= fp then return { 'mismatch' } end
   if state == 'completed' then
+    -- replays cost the client no tokens of its limits, so they are bounded here, before the body is read
+    local wait = pay_replay(tonumber(ARGV[9]), tonumber(ARGV[10]))
+    if wait > 0 then return { 'replay_limited', wait } end
     local s, h, b, stored = unpack(redis.call('HMGET', rec, 'status', 'headers', 'body', 'stored'))
     return { 'completed', s, h, b or '', stored }
   end

@@ -7,9 +7,11 @@ takeover and refusal is appended to the ledger. The clock is Redis's own (TIME, 
 KEYS[1]  lock    {key_prefix}:session:{sha256([principal, session identity])}  hash: owner, fence,
                  lease_until (ms). TTL: the lease plus a minute (an abandoned lock disappears on its
                  own; until then the next request takes it over, and the ledger says so)
-KEYS[2]  fence   {key_prefix}:session:{sha256(session identity)}:fence  INCR counter, one per session
-                 identity whatever the principal: every grant under that session gets a strictly
-                 higher token. TTL 30 days, renewed per grant.
+KEYS[2]  fence   {key_prefix}:session:fence  the deployment's last session fencing token, one key
+                 whatever the session and principal (invented session ids create no keys that last):
+                 every grant gets max(last + 1, Redis time in µs), so tokens rise strictly across
+                 every session, hence under each one, and still rise after the key expired.
+                 TTL 30 days, renewed per grant.
 KEYS[3]  ledger  {key_prefix}:ledger  stream, capped (MAXLEN ~)
 ARGV[1]  op: acquire | release
 ARGV[2]  owner, ARGV[3] route, ARGV[4] lock hash (for the ledger), ARGV[5] ledger max length
@@ -20,14 +22,20 @@ Returns  acquire: { "granted", fence, takeover (0|1) } | { "busy", lease_left_ms
 ]]
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
 
 local op, owner, route, session, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local holder, fence, lease_until = unpack(redis.call('HMGET', KEYS[1], 'owner', 'fence', 'lease_until'))
 
+-- tokens have 16 digits (µs since 1970): written with %d, as tostring keeps only 14 (%.14g)
+local function int(n)
+  return string.format('%d', n)
+end
+
 local function ledger(event, f)
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*',
-    'event', event, 'route', route, 'key', session, 'fence', tostring(f or ''), 'status', '', 'at', tostring(now))
+    'event', event, 'route', route, 'key', session, 'fence', f or '', 'status', '', 'at', tostring(now))
 end
 
 if op == 'acquire' then
@@ -41,12 +49,12 @@ if op == 'acquire' then
     end
     takeover = 1
   end
-  local granted = redis.call('INCR', KEYS[2])
-  redis.call('PEXPIRE', KEYS[2], 2592000000)
+  local granted = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, now_us)
+  redis.call('SET', KEYS[2], int(granted), 'PX', 2592000000)
   redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'owner', owner, 'fence', granted, 'lease_until', now + lease)
+  redis.call('HSET', KEYS[1], 'owner', owner, 'fence', int(granted), 'lease_until', now + lease)
   redis.call('PEXPIRE', KEYS[1], lease + 60000)
-  ledger(takeover == 1 and 'session_takeover' or 'session_grant', granted)
+  ledger(takeover == 1 and 'session_takeover' or 'session_grant', int(granted))
   return { 'granted', granted, takeover }
 end
 

@@ -150,6 +150,14 @@ const TYPES: readonly ProblemType[] = [
     read: [],
   },
   {
+    title: "Too many replays",
+    status: [429],
+    means:
+      "The request repeats one that already completed, and this client has been answered with stored answers as often as the route allows for now (replays are bounded per client, apart from the rate limits).",
+    todo: "Stop repeating completed requests; the stored answer is still there after Retry-After.",
+    read: [RETRY, "retry_after_ms (body)"],
+  },
+  {
     title: "Session busy",
     status: [409],
     means: "Another side-effecting call of the same session is in flight: calls of one session run one at a time.",

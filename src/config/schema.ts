@@ -422,6 +422,8 @@ const idempotencySettings = z
     lease: duration.default(30_000),
     /** How long a completed answer is replayed (default a day; with `derive.fields`, the window). */
     ttl: duration.optional(),
+    /** How often one principal may be answered with replays ("60/1m": 60 a minute, 60 at once); past it, 429. */
+    replays: tierRate.prefault("60/1m"),
     /** Larger answers are marked completed without a stored body; duplicates get a 409 saying so. */
     max_body: z
       .number()

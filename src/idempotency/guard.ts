@@ -84,7 +84,7 @@ export async function guard(
   const owner = crypto.randomUUID();
 
   // a duplicate of an in-flight request may wait (polling with backoff) for its answer
-  const once = () => claim(ref, owner, fp, leaseMs ?? settings.lease, settings.ttl);
+  const once = () => claim(ref, owner, fp, leaseMs ?? settings.lease, settings.ttl, settings.replays);
   const poll = { startMs: 50, maxMs: 500, budgetMs: settings.wait };
   const c = await pollWhile(await once(), (r) => r.kind === "inflight", once, poll);
   if (c.kind !== "claimed") return refused(c);
@@ -258,7 +258,20 @@ function refused(c: Exclude<Claim, { kind: "claimed" }>): Guarded {
         "Idempotency-Key reused",
         "this key was used with a different request (method, path, query, principal or body)",
       );
+    case "replay_limited":
+      throw tooManyReplays(c.retryAfterMs);
   }
+}
+
+/** The principal's replays are spent (`replays`): replays cost no tokens of the limits, so this is their bound. */
+function tooManyReplays(retryAfterMs: number): Problem {
+  return refusal(
+    429,
+    "Too many replays",
+    "this client has been answered with stored answers as often as the route allows for now",
+    { "Retry-After": String(Math.max(1, Math.ceil(retryAfterMs / 1000))) },
+    { retry_after_ms: retryAfterMs },
+  );
 }
 
 function refusal(

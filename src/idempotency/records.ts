@@ -1,7 +1,7 @@
 import idempotencyLua from "../../lua/idempotency.lua";
 import { asKeyHash, hashIdentifier } from "../keys/hash.js";
 import { StoreError } from "../store/deadline.js";
-import { idempotencyFenceKey, idempotencyRecordKey, ledgerKey } from "../store/layout.js";
+import { idempotencyFenceKey, idempotencyRecordKey, idempotencyReplaysKey, ledgerKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 
 export const LEDGER_MAXLEN = 10_000;
@@ -14,6 +14,14 @@ export interface RecordRef {
   /** sha256(principal, key), the record's name and what the ledger shows. */
   keyHash: string;
   fenceKey: string;
+  /** The principal's replay bucket (`"-"` for refs that never claim: no principal, never written). */
+  replaysKey: string;
+}
+
+/** How fast one principal may be answered with replays on a route: `rate` per `period` (ms), `rate` at once. */
+export interface ReplayBound {
+  rate: number;
+  period: number;
 }
 
 export type Claim =
@@ -21,7 +29,8 @@ export type Claim =
   | { kind: "mismatch" }
   | { kind: "inflight"; leftMs: number; fence: number }
   | { kind: "completed"; status: number; headers: Array<[string, string]>; body: string; stored: boolean }
-  | { kind: "indeterminate"; fence: number };
+  | { kind: "indeterminate"; fence: number }
+  | { kind: "replay_limited"; retryAfterMs: number };
 
 export async function recordRef(
   store: Store,
@@ -35,13 +44,14 @@ export async function recordRef(
     prefix,
     route,
     keyHash: await hashIdentifier(JSON.stringify([principal, key])),
-    fenceKey: idempotencyFenceKey(prefix, route, await hashIdentifier(principal)),
+    fenceKey: idempotencyFenceKey(prefix, route),
+    replaysKey: idempotencyReplaysKey(prefix, route, await hashIdentifier(principal)),
   };
 }
 
 function keysOf(r: RecordRef): string[] {
   // refs are also rebuilt from an operator's request and from queue messages: the hash is checked before it names a key
-  return [idempotencyRecordKey(r.prefix, r.route, asKeyHash(r.keyHash)), r.fenceKey, ledgerKey(r.prefix)];
+  return [idempotencyRecordKey(r.prefix, r.route, asKeyHash(r.keyHash)), r.fenceKey, ledgerKey(r.prefix), r.replaysKey];
 }
 
 async function call(r: RecordRef, op: string, owner: string, rest: Array<string | number>): Promise<unknown[]> {
@@ -58,9 +68,21 @@ async function call(r: RecordRef, op: string, owner: string, rest: Array<string 
   return reply;
 }
 
-/** Claims the key for `owner`, or says why not (see the script's contract). */
-export async function claim(r: RecordRef, owner: string, fp: string, leaseMs: number, ttlMs: number): Promise<Claim> {
-  const [kind, a, b, c, d] = await call(r, "claim", owner, [fp, leaseMs, ttlMs]);
+/**
+ * Claims the key for `owner`, or says why not (see the script's contract). An answer from a
+ * completed key is a replay, paid from the principal's replay bucket (`replays`) in the same call.
+ */
+export async function claim(
+  r: RecordRef,
+  owner: string,
+  fp: string,
+  leaseMs: number,
+  ttlMs: number,
+  replays: ReplayBound,
+): Promise<Claim> {
+  // whole µs between replays, rounded up: never more than `rate` per `period`
+  const intervalUs = Math.ceil((replays.period * 1000) / replays.rate);
+  const [kind, a, b, c, d] = await call(r, "claim", owner, [fp, leaseMs, ttlMs, intervalUs, replays.rate]);
   switch (kind) {
     case "claimed":
       return { kind, fence: Number(a), takeover: Number(b) === 1 };
@@ -76,6 +98,8 @@ export async function claim(r: RecordRef, owner: string, fp: string, leaseMs: nu
       };
     case "indeterminate":
       return { kind, fence: Number(a) };
+    case "replay_limited":
+      return { kind, retryAfterMs: Number(a) };
     default:
       return { kind: "mismatch" };
   }
@@ -120,8 +144,15 @@ export async function resolve(
 
 /** A record named by its key hash (as the ledger shows it), for the operator's resolutions. */
 export function refFromHash(store: Store, prefix: string, route: string, keyHash: string): RecordRef {
-  // resolutions never touch the fencing counter; the slot is filled with a key that is never written
-  return { store, prefix, route, keyHash, fenceKey: idempotencyFenceKey(prefix, route, "-") };
+  // resolutions never claim: neither the fencing token nor a replay bucket is written
+  return {
+    store,
+    prefix,
+    route,
+    keyHash,
+    fenceKey: idempotencyFenceKey(prefix, route),
+    replaysKey: noReplays(prefix, route),
+  };
 }
 
 /** What a claim travelling with a queued job needs to be settled by the consumer: the record's names (hashes only) and the owner. */
@@ -133,5 +164,10 @@ export interface ClaimTicket {
 
 /** The record a job's claim names, in `store`. */
 export function refFromTicket(store: Store, prefix: string, route: string, t: ClaimTicket): RecordRef {
-  return { store, prefix, route, keyHash: t.keyHash, fenceKey: t.fenceKey };
+  return { store, prefix, route, keyHash: t.keyHash, fenceKey: t.fenceKey, replaysKey: noReplays(prefix, route) };
+}
+
+/** The replay slot of a ref that never claims: a key that is never written. */
+function noReplays(prefix: string, route: string): string {
+  return idempotencyReplaysKey(prefix, route, "-");
 }

@@ -208,10 +208,9 @@ async function releaseGuards(m: JobMessage, consumer: Consumer, claimSettled = f
       undefined,
     ).catch(() => false);
   if (m.session)
-    await release(
-      { store, prefix: config.key_prefix, route: m.route, hash: m.session.hash, fenceHash: m.session.fenceHash },
-      m.session.owner,
-    ).catch(() => false);
+    await release({ store, prefix: config.key_prefix, route: m.route, hash: m.session.hash }, m.session.owner).catch(
+      () => false,
+    );
 }
 
 /** Sends the job again after `ms` and acks this copy: deferrals are not failures. */

@@ -15,7 +15,6 @@ export type SessionHold =
 /** What a held lock travelling with a queued job needs to be released by the consumer. */
 export interface SessionTicket {
   hash: string;
-  fenceHash: string;
   owner: string;
 }
 
@@ -73,7 +72,7 @@ export async function holdSession(
     release: async () => {
       await release(ref, owner).catch(() => false);
     },
-    ticket: { hash: ref.hash, fenceHash: ref.fenceHash, owner },
+    ticket: { hash: ref.hash, owner },
   };
 }
 

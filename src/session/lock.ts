@@ -12,8 +12,6 @@ export interface SessionRef {
   route: string;
   /** The lock's: over [principal, session identity]. The ledger names the lock by it. */
   hash: string;
-  /** The fencing counter's: over the session identity alone (see `sessionRef`). */
-  fenceHash: string;
 }
 
 export type Acquired =
@@ -24,10 +22,9 @@ export type Acquired =
  * (and principal). The principal is part of the lock's hash, so the same session id sent by
  * someone else is another lock: it can neither hold nor be held by this one.
  *
- * The fencing counter stays one per session identity, as before locks had a principal: origins
- * remember the highest token per `Sluice-Session` value, so tokens must rise across every grant
- * under that value (a per-principal counter would restart at 1, and whoever sent the session id
- * could push the counter an origin sees past the owner's, making all the owner's writes stale).
+ * Fencing tokens come from one key for the whole deployment (lua/session.lua): origins remember
+ * the highest token per `Sluice-Session` value, and a token that rises across every grant rises
+ * under each value, while session ids a client invents leave no key behind once their locks go.
  */
 export async function sessionRef(
   store: Store,
@@ -36,11 +33,7 @@ export async function sessionRef(
   principal: string,
   identity: string,
 ): Promise<SessionRef> {
-  const [hash, fenceHash] = await Promise.all([
-    hashIdentifier(JSON.stringify([principal, identity])),
-    hashIdentifier(identity),
-  ]);
-  return { store, prefix, route, hash, fenceHash };
+  return { store, prefix, route, hash: await hashIdentifier(JSON.stringify([principal, identity])) };
 }
 
 async function call(
@@ -49,12 +42,11 @@ async function call(
   owner: string,
   rest: Array<string | number>,
 ): Promise<unknown[]> {
-  // a ref may be rebuilt from a queue message (the consumer releases the lock): its hashes are checked before they name keys
+  // a ref may be rebuilt from a queue message (the consumer releases the lock): its hash is checked before it names a key
   const lock = sessionLockKey(r.prefix, asKeyHash(r.hash));
-  const fence = sessionFenceKey(r.prefix, asKeyHash(r.fenceHash));
   const reply = await r.store.run(
     r.store.script(sessionLua),
-    [lock, fence, ledgerKey(r.prefix)],
+    [lock, sessionFenceKey(r.prefix), ledgerKey(r.prefix)],
     [op, owner, r.route, r.hash, LEDGER_MAXLEN, ...rest],
   );
   if (!Array.isArray(reply))

@@ -147,10 +147,16 @@ export const LAYOUT = {
     ttl: "`ttl`",
   },
   idempotencyFence: {
-    patterns: ["{key_prefix}:idem:{route}:fence:{sha256(principal)}"],
+    patterns: ["{key_prefix}:idem:{route}:fence"],
     store: "home",
-    holds: "the fencing counter of a principal",
+    holds: "the route's last fencing token (one key per route)",
     ttl: "30 days, renewed on every grant",
+  },
+  idempotencyReplays: {
+    patterns: ["{key_prefix}:idem:{route}:replays:{sha256(principal)}"],
+    store: "home",
+    holds: "a principal's replay bucket: the Redis time (µs) its replays are paid up to",
+    ttl: "until the bucket is full again (at most the `replays` period)",
   },
   sessionLock: {
     patterns: ["{key_prefix}:session:{sha256([principal, identity])}"],
@@ -159,9 +165,9 @@ export const LAYOUT = {
     ttl: "the lease plus a minute",
   },
   sessionFence: {
-    patterns: ["{key_prefix}:session:{sha256(identity)}:fence"],
+    patterns: ["{key_prefix}:session:fence"],
     store: "home",
-    holds: "the fencing counter of a session identity, whatever the principal",
+    holds: "the last session fencing token (one key, whatever the session and principal)",
     ttl: "30 days, renewed on every grant",
   },
   ledger: {
@@ -300,11 +306,19 @@ export function idempotencyRecordKey(prefix: string, route: string, keyHash: Key
 }
 
 /**
- * The fencing counter of one principal's idempotency keys on a route (home). `"-"` names a key
- * that is never written, for calls that must fill the script's slot but never fence (resolutions).
+ * The last fencing token of a route's idempotency claims (home): one key per route, so clients
+ * that invent principals create no fencing keys.
  */
-export function idempotencyFenceKey(prefix: string, route: string, principalHash: KeyHash | "-"): string {
-  return `${prefix}:idem:${route}:fence:${principalHash}`;
+export function idempotencyFenceKey(prefix: string, route: string): string {
+  return `${prefix}:idem:${route}:fence`;
+}
+
+/**
+ * One principal's replay bucket on a route (home). `"-"` names a key that is never written, for
+ * calls that fill the script's slot but never replay (completions, resolutions).
+ */
+export function idempotencyReplaysKey(prefix: string, route: string, principalHash: KeyHash | "-"): string {
+  return `${prefix}:idem:${route}:replays:${principalHash}`;
 }
 
 /** One principal's session lock (home), named by sha256([principal, session identity]). */
@@ -312,9 +326,9 @@ export function sessionLockKey(prefix: string, lockHash: KeyHash): string {
   return `${prefix}:session:${lockHash}`;
 }
 
-/** The fencing counter of a session identity, whatever the principal (home). */
-export function sessionFenceKey(prefix: string, identityHash: KeyHash): string {
-  return `${prefix}:session:${identityHash}:fence`;
+/** The last session fencing token, one key whatever the session and principal (home). */
+export function sessionFenceKey(prefix: string): string {
+  return `${prefix}:session:fence`;
 }
 
 /** The stream every idempotency and session outcome, and every admin change, is appended to (home). */

@@ -12,6 +12,7 @@ import {
   bucketKey,
   idempotencyFenceKey,
   idempotencyRecordKey,
+  idempotencyReplaysKey,
   jobKey,
   jobLeaseKey,
   ledgerKey,
@@ -45,7 +46,6 @@ const h = {
   principalKey: asKeyHash("33333333333333333333333333333333"),
   principal: asKeyHash("44444444444444444444444444444444"),
   lock: asKeyHash("55555555555555555555555555555555"),
-  identity: asKeyHash("66666666666666666666666666666666"),
   entry: asKeyHash("77777777777777777777777777777777"),
   session: asKeyHash("88888888888888888888888888888888"),
 };
@@ -71,9 +71,10 @@ const built: Record<LayoutKind, string[]> = {
   metricsLabels: [metricsKeys(prefix, minute).labels],
   metricsTotal: [metricsKeys(prefix, minute).total],
   idempotencyRecord: [idempotencyRecordKey(prefix, route, h.principalKey)],
-  idempotencyFence: [idempotencyFenceKey(prefix, route, h.principal)],
+  idempotencyFence: [idempotencyFenceKey(prefix, route)],
+  idempotencyReplays: [idempotencyReplaysKey(prefix, route, h.principal)],
   sessionLock: [sessionLockKey(prefix, h.lock)],
-  sessionFence: [sessionFenceKey(prefix, h.identity)],
+  sessionFence: [sessionFenceKey(prefix)],
   ledger: [ledgerKey(prefix)],
 };
 
@@ -90,7 +91,6 @@ const placeholders: Record<string, string> = {
   "{sha256(principal, key)}": h.principalKey,
   "{sha256(principal)}": h.principal,
   "{sha256([principal, identity])}": h.lock,
-  "{sha256(identity)}": h.identity,
   "{sha256(entry)}": h.entry,
   "{sha256(session)}": h.session,
 };
@@ -132,12 +132,13 @@ describe("Redis layout: every key as documented", () => {
       metricsLabels: ["sluice:metrics:labels:29000000"],
       metricsTotal: ["sluice:metrics:total"],
       idempotencyRecord: ["sluice:idem:checkout:33333333333333333333333333333333"],
-      idempotencyFence: ["sluice:idem:checkout:fence:44444444444444444444444444444444"],
+      idempotencyFence: ["sluice:idem:checkout:fence"],
+      idempotencyReplays: ["sluice:idem:checkout:replays:44444444444444444444444444444444"],
       sessionLock: ["sluice:session:55555555555555555555555555555555"],
-      sessionFence: ["sluice:session:66666666666666666666666666666666:fence"],
+      sessionFence: ["sluice:session:fence"],
       ledger: ["sluice:ledger"],
     });
-    expect(idempotencyFenceKey(prefix, route, "-")).toBe("sluice:idem:checkout:fence:-");
+    expect(idempotencyReplaysKey(prefix, route, "-")).toBe("sluice:idem:checkout:replays:-");
   });
 
   it("derives a route's keys from one of its bucket keys, and names override fields", () => {
@@ -226,9 +227,8 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       banRefusalsKey(prefix, route, limit, hash),
       banLevelKey(prefix, route, limit, hash),
       idempotencyRecordKey(prefix, route, hash),
-      idempotencyFenceKey(prefix, route, hash),
+      idempotencyReplaysKey(prefix, route, hash),
       sessionLockKey(prefix, hash),
-      sessionFenceKey(prefix, hash),
     ];
     for (const key of keys) {
       expect(key, key).not.toContain("203.0.113.9");
@@ -250,11 +250,10 @@ describe("Redis layout: client input reaches a key only hashed", () => {
         "banLevel",
         "banRefusals",
         "bucket",
-        "idempotencyFence",
         "idempotencyRecord",
+        "idempotencyReplays",
         "job",
         "jobLease",
-        "sessionFence",
         "sessionLock",
       ].sort(),
     );
@@ -287,15 +286,13 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       // @ts-expect-error a client value is not a KeyHash
       () => idempotencyRecordKey(prefix, route, raw),
       // @ts-expect-error a client value is not a KeyHash
-      () => idempotencyFenceKey(prefix, route, raw),
+      () => idempotencyReplaysKey(prefix, route, raw),
       // @ts-expect-error a client value is not a KeyHash
       () => sessionLockKey(prefix, raw),
       // @ts-expect-error a client value is not a KeyHash
-      () => sessionFenceKey(prefix, raw),
-      // @ts-expect-error a client value is not a KeyHash
       () => overrideField(limit, raw),
     ];
-    expect(refused).toHaveLength(13);
+    expect(refused).toHaveLength(12);
   });
 
   it("accepts text as a hash only when it is one (32 hex digits)", () => {
