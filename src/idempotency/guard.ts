@@ -128,26 +128,47 @@ export async function guard(
   if (c.kind !== "claimed") return refused(c);
 
   if (c.takeover) noteOutcome(subject.route, "taken_over");
+  const sluiceHeaders = { "sluice-fencing-token": String(c.fence), "idempotency-key": key };
+  const claimed: ClaimHeld = { ref: { ...ref, store: stores.settle }, owner, settings, defer, leaseMs };
+  return held(claimed, rebuilt(request, body), sluiceHeaders);
+}
 
-  const settledRef: RecordRef = { ...ref, store: stores.settle };
-  // a live request's claim is renewed until it is settled; a queued one is held `leaseMs` for the consumer
-  const renewal = leaseMs === undefined ? keepClaimed(settledRef, owner, settings.lease) : undefined;
+/** A claim this request holds, settled in `ref` (the settle store). */
+interface ClaimHeld {
+  ref: RecordRef;
+  owner: string;
+  settings: IdempotencySettings;
+  defer: (work: Promise<void>) => void;
+  /** Set for a queued request: held that long for the consumer, not renewed. */
+  leaseMs?: number;
+}
+
+/**
+ * The request goes on holding its claim. A live request's claim is renewed until it is settled
+ * (its call may outlast `lease`); a queued one is held `leaseMs` for the consumer.
+ */
+function held(
+  { ref, owner, settings, defer, leaseMs }: ClaimHeld,
+  request: Request,
+  sluiceHeaders: Record<string, string>,
+): Guarded {
+  const renewal = leaseMs === undefined ? keepClaimed(ref, owner, settings.lease) : undefined;
   if (renewal) defer(renewal.done);
   const settled = (outcome: Promise<SettleOutcome>): Promise<void> =>
-    outcome.then((o) => noteOutcome(subject.route, o)).finally(() => renewal?.stop());
+    outcome.then((o) => noteOutcome(ref.route, o)).finally(() => renewal?.stop());
   return {
     kind: "forward",
-    request: rebuilt(request, body),
-    sluiceHeaders: { "sluice-fencing-token": String(c.fence), "idempotency-key": key },
+    request,
+    sluiceHeaders,
     settle: async (reply) => {
-      const s = await settleClaim(settledRef, owner, settings, reply);
+      const s = await settleClaim(ref, owner, settings, reply);
       defer(settled(s.settled));
       return s.response;
     },
     // sluice itself decided not to forward (a busy session, a full queue): the key is free for the retry
     abandon: async () => {
       renewal?.stop();
-      await settleFailure(settledRef, owner, "release", undefined).catch(() => false);
+      await settleFailure(ref, owner, "release", undefined).catch(() => false);
     },
     lateAnswerMs: LATE_ANSWER_MS,
     ticket: { keyHash: ref.keyHash, fenceKey: ref.fenceKey, owner },

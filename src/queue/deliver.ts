@@ -93,20 +93,24 @@ async function deliverOne(message: Message<JobMessage>, consumer: Consumer, home
     if (!(await leaseJob(home, config.key_prefix, m.id, route.origin_timeout + LATE_ANSWER_MS + 5_000)))
       return message.retry({ delaySeconds: 5 });
     if (!config.originUrl) return message.retry({ delaySeconds: 30 });
-    // past origin_timeout the origin's answer is still awaited, in place: a late answer is a delivery
-    const sent = await sendToOrigin(request, {
-      origin: config.originUrl,
-      path: m.path,
-      clientIp: m.ip,
-      timeoutMs: route.origin_timeout,
-      lateAnswerMs: LATE_ANSWER_MS,
-      sluiceHeaders: { ...m.sluiceHeaders, "sluice-job-id": m.id },
-    });
-    const reply = await withLateAnswer(sent);
+    const reply = await deliver(request, m, route, config.originUrl);
     await afterDelivery(message, route, reply, consumer, status, home);
   } finally {
     await admitted.releaseSlots();
   }
+}
+
+/** Sends the job to the origin; past origin_timeout its answer is still awaited, in place: a late answer is a delivery. */
+async function deliver(request: Request, m: JobMessage, route: Route, origin: URL): Promise<OriginReply> {
+  const sent = await sendToOrigin(request, {
+    origin,
+    path: m.path,
+    clientIp: m.ip,
+    timeoutMs: route.origin_timeout,
+    lateAnswerMs: LATE_ANSWER_MS,
+    sluiceHeaders: { ...m.sluiceHeaders, "sluice-job-id": m.id },
+  });
+  return withLateAnswer(sent);
 }
 
 /**
