@@ -79,6 +79,14 @@ export function originDidNotAct(reply: OriginReply): boolean {
 }
 
 /**
+ * Whether the origin may have acted without an answer that says what it did: a connection broken
+ * without an answer, no answer in time (with no late one), an interim 1xx only.
+ */
+export function outcomeUnknown(reply: OriginReply): boolean {
+  return reply.outcome === "broken" || reply.outcome === "timeout" || reply.outcome === "unrelayable";
+}
+
+/**
  * A timed-out reply once its late answer is in: `answered` with it when it came, else the same
  * `timeout` without a `late` (nothing more will come).
  */

@@ -4,7 +4,7 @@ import type { RequestFacts } from "../keys/identify.js";
 import { bucketsFor } from "../limiter/buckets.js";
 import { decide, type Defer } from "../limiter/decide.js";
 import { heldSlots, releaseSlots } from "../limiter/in-flight.js";
-import { originDidNotAct, originFailed, sendToOrigin, withLateAnswer, type OriginReply } from "../origin/forward.js";
+import { originFailed, outcomeUnknown, sendToOrigin, withLateAnswer, type OriginReply } from "../origin/forward.js";
 import { LATE_ANSWER_MS, noteOutcome, settleClaim } from "../idempotency/guard.js";
 import { refFromTicket, settleFailure } from "../idempotency/records.js";
 import { release } from "../session/lock.js";
@@ -158,7 +158,7 @@ async function afterDelivery(
 ): Promise<void> {
   const m = message.body;
   const originStatus = reply.response.status;
-  if (reply.outcome === "unrelayable" || (m.claim && originFailed(reply) && !originDidNotAct(reply))) {
+  if (reply.outcome === "unrelayable" || (m.claim && outcomeUnknown(reply))) {
     // the origin may have acted on it (no final answer, a connection broken after sending, no
     // answer even late): a side effect is never sent again; its key is held as indeterminate
     await settleGuards(m, route, consumer, reply);
