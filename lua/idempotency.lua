@@ -20,18 +20,19 @@ KEYS[3]  ledger   {key_prefix}:ledger  stream, capped (MAXLEN ~)
 KEYS[4]  replays  {key_prefix}:idem:{route}:replays:{sha256(principal)}  (claim only) the principal's
                   replay bucket, GCRA: the Redis time in µs its replays are paid up to. Written only
                   when a claim answers from a completed key. TTL: until the bucket is full again.
-ARGV[1]  op: claim | complete | release | hold | resolve_release | resolve_replay | read
-ARGV[2]  owner (claim, complete, release, hold)
+ARGV[1]  op: claim | renew | complete | release | hold | resolve_release | resolve_replay | read
+ARGV[2]  owner (claim, renew, complete, release, hold)
 ARGV[3]  route name, ARGV[4] key hash (for the ledger), ARGV[5] ledger max length
 ARGV[6..] per op:
   claim           fp, lease_ms, ttl_ms, replay_interval_us, replay_burst
+  renew           lease_ms: the holder's claim cannot be taken over for that long from now
   complete        status, headers (JSON), body (base64), stored (1|0), ttl_ms
   release, hold   origin status ("" for a network error)
   resolve_replay  status, headers, body, ttl_ms
 Returns  claim:     { "claimed", fence, takeover (0|1) } | { "mismatch" } | { "inflight", lease_left_ms, fence }
                     | { "completed", status, headers, body, stored } | { "indeterminate", fence }
                     | { "replay_limited", retry_after_ms }  (completed, but the principal's replays are spent)
-         complete, release, hold: { "ok" } | { "not_owner" }
+         renew, complete, release, hold: { "ok" } | { "not_owner" } (renewals are not in the ledger)
          resolve_*: { "ok" } | { "absent" }
          read:      { state or "absent", fence, status, lease_left_ms }
 ]]
@@ -116,12 +117,15 @@ if op == 'resolve_release' or op == 'resolve_replay' then
   return { 'ok' }
 end
 
--- complete, release, hold: only the holder of the claim, and only while it is in flight
+-- renew, complete, release, hold: only the holder of the claim, and only while it is in flight
 if state ~= 'inflight' or holder ~= owner then
+  if op == 'renew' then return { 'not_owner' } end
   ledger('stale_' .. op, fence, ARGV[6])
   return { 'not_owner' }
 end
-if op == 'complete' then
+if op == 'renew' then
+  redis.call('HSET', rec, 'lease_until', now + tonumber(ARGV[6]))
+elseif op == 'complete' then
   redis.call('HSET', rec, 'state', 'completed', 'status', ARGV[6], 'headers', ARGV[7], 'body', ARGV[8], 'stored', ARGV[9])
   redis.call('PEXPIRE', rec, tonumber(ARGV[10]))
   ledger('complete', fence, ARGV[6])

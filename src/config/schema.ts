@@ -418,7 +418,11 @@ const idempotencySettings = z
     derive: derive.default(false),
     /** Top-level JSON body fields left out of the canonical body (timestamps, nonces). */
     ignore: z.array(z.string().min(1).max(128)).default([]),
-    /** How long a claim is held before another request may take it over. */
+    /**
+     * How long a claim holds unrenewed before another request may take it over. A live request
+     * renews its claim until it is settled, so this bounds how long a holder that died blocks its
+     * key, not the origin's run: shorter than the route's origin_timeout is fine.
+     */
     lease: duration.default(30_000),
     /** How long a completed answer is replayed (default a day; with `derive.fields`, the window). */
     ttl: duration.optional(),
@@ -433,7 +437,11 @@ const idempotencySettings = z
       .default(1024 * 1024),
     /** A duplicate of an in-flight request waits up to this long for its answer (0: 409 at once). */
     wait: duration.optional(),
-    /** A 5xx or network error at the origin: release the claim (a retry runs again) or hold it as indeterminate. */
+    /**
+     * A 5xx from the origin, or a request it never got: release the claim (a retry runs again) or
+     * hold it as indeterminate. An unknown outcome (a timeout with no late answer, a broken
+     * connection) is always held.
+     */
     on_origin_error: z.enum(["release", "hold"]).default("release"),
     /** Methods the table applies to (GET and HEAD are safe to repeat). */
     methods: z.array(method).min(1).default(["POST", "PUT", "PATCH", "DELETE"]),

@@ -1,5 +1,5 @@
 import type { Route } from "../config/index.js";
-import type { OriginReply } from "../origin/forward.js";
+import { originDidNotAct, withLateAnswer, type OriginReply } from "../origin/forward.js";
 import { fromBase64, toBase64 } from "../util/base64.js";
 import { declaresMoreThan, readCapped } from "../util/body.js";
 import { pollWhile } from "../util/poll.js";
@@ -8,6 +8,7 @@ import type { Store } from "../store/redis.js";
 import { keyFromFields } from "./derive.js";
 import { canonicalBody, fingerprint, parseKey, sha256Hex } from "./key.js";
 import { claim, complete, recordRef, settleFailure, type Claim, type ClaimTicket, type RecordRef } from "./records.js";
+import { keepClaimed } from "./renewal.js";
 
 /** Headers of the origin's answer that are kept and replayed; cookies and hop-by-hop ones never are. */
 const REPLAYED_HEADERS = [
@@ -20,6 +21,35 @@ const REPLAYED_HEADERS = [
   "link",
   "retry-after",
 ];
+/**
+ * How long after a timeout (the client has its 504) sluice keeps waiting for the origin's answer,
+ * to store it for the retries. Workers give `ctx.waitUntil` 30 s after the response; 5 s of those
+ * are left for storing the answer. No answer by then: the key is indeterminate.
+ */
+export const LATE_ANSWER_MS = 25_000;
+
+/**
+ * What became of a claim, once its request is done with:
+ * - `completed`: the answer is stored for replays; `late_answer`: so is one that came after the
+ *   client's 504 (a timeout).
+ * - `released`: the origin certainly did not act (never sent, or a 5xx under `release`); a retry runs.
+ * - `indeterminate`: the origin may have acted and no answer can be replayed; duplicates get 409.
+ * - `not_owner`: the claim was no longer this request's (taken over); `store_error`: the store failed.
+ */
+export type SettleOutcome = "completed" | "late_answer" | "released" | "indeterminate" | "not_owner" | "store_error";
+
+/** What the idempotency metrics count (README, Idempotency): the outcomes a request's claim reached besides `first` and `replay`. */
+export type IdempotencyEvent = SettleOutcome | "taken_over";
+
+/**
+ * The one place where a claim's outcome is reported (`released`, `indeterminate`, `taken_over`,
+ * `late_answer`, ...): a log line for the rare ones, and where a counter is to be fed.
+ */
+export function noteOutcome(route: string, outcome: IdempotencyEvent): void {
+  if (outcome === "completed") return;
+  console.log(JSON.stringify({ event: "idempotency_outcome", route, outcome }));
+}
+
 /** The largest request body an idempotent request may carry: it is read whole to fingerprint it. */
 export const MAX_REQUEST_BODY = 10 * 1024 * 1024;
 
@@ -50,6 +80,8 @@ export type Guarded =
       sluiceHeaders: Record<string, string>;
       settle: (reply: OriginReply) => Promise<Response>;
       abandon: () => Promise<void>;
+      /** Set when a claim is held: how long past a timeout the origin's answer is awaited (`LATE_ANSWER_MS`). */
+      lateAnswerMs?: number;
       /** The claim, for a request that goes to the queue instead (absent: no key, nothing claimed). */
       ticket?: ClaimTicket;
     }
@@ -89,16 +121,50 @@ export async function guard(
   const c = await pollWhile(await once(), (r) => r.kind === "inflight", once, poll);
   if (c.kind !== "claimed") return refused(c);
 
-  const settledRef: RecordRef = { ...ref, store: stores.settle };
+  if (c.takeover) noteOutcome(subject.route, "taken_over");
+  const sluiceHeaders = { "sluice-fencing-token": String(c.fence), "idempotency-key": key };
+  const claimed: ClaimHeld = { ref: { ...ref, store: stores.settle }, owner, settings, defer, leaseMs };
+  return held(claimed, rebuilt(request, body), sluiceHeaders);
+}
+
+/** A claim this request holds, settled in `ref` (the settle store). */
+interface ClaimHeld {
+  ref: RecordRef;
+  owner: string;
+  settings: IdempotencySettings;
+  defer: (work: Promise<void>) => void;
+  /** Set for a queued request: held that long for the consumer, not renewed. */
+  leaseMs?: number;
+}
+
+/**
+ * The request goes on holding its claim. A live request's claim is renewed until it is settled
+ * (its call may outlast `lease`); a queued one is held `leaseMs` for the consumer.
+ */
+function held(
+  { ref, owner, settings, defer, leaseMs }: ClaimHeld,
+  request: Request,
+  sluiceHeaders: Record<string, string>,
+): Guarded {
+  const renewal = leaseMs === undefined ? keepClaimed(ref, owner, settings.lease) : undefined;
+  if (renewal) defer(renewal.done);
+  const settled = (outcome: Promise<SettleOutcome>): Promise<void> =>
+    outcome.then((o) => noteOutcome(ref.route, o)).finally(() => renewal?.stop());
   return {
     kind: "forward",
-    request: rebuilt(request, body),
-    sluiceHeaders: { "sluice-fencing-token": String(c.fence), "idempotency-key": key },
-    settle: (reply) => settleClaim(settledRef, owner, settings, reply, defer),
+    request,
+    sluiceHeaders,
+    settle: async (reply) => {
+      const s = await settleClaim(ref, owner, settings, reply);
+      defer(settled(s.settled));
+      return s.response;
+    },
     // sluice itself decided not to forward (a busy session, a full queue): the key is free for the retry
     abandon: async () => {
-      await settleFailure(settledRef, owner, "release", undefined).catch(() => false);
+      renewal?.stop();
+      await settleFailure(ref, owner, "release", undefined).catch(() => false);
     },
+    lateAnswerMs: LATE_ANSWER_MS,
     ticket: { keyHash: ref.keyHash, fenceKey: ref.fenceKey, owner },
   };
 }
@@ -156,46 +222,79 @@ async function readBody(request: Request): Promise<Uint8Array> {
   return read.bytes;
 }
 
+/** A settled claim: the response for the client, and what became of the claim once the work after it is done. */
+export interface Settlement {
+  response: Response;
+  /** Never rejects: a store failure is logged and told as `store_error`. */
+  settled: Promise<SettleOutcome>;
+}
+
 /**
  * Settles `owner`'s claim with what the origin did, and gives back the response for the client.
- * - An answer below 500 is stored for replays; storing runs in `keep` (after the response has
- *   gone, on the live path), reading the body from a tee as the client reads its own copy.
- * - No answer, a timeout or a 5xx: `on_origin_error` says whether the key is released (a retry
- *   runs again) or held as indeterminate.
- * - An answer that could not be relayed (an interim 1xx): the origin may have acted on it, so the
- *   key is held as indeterminate whatever `on_origin_error` says; releasing it would let a retry
- *   run the side effect a second time.
+ * Only an origin that certainly did not act frees the key; an unknown outcome never does.
+ * - An answer below 500 is stored for replays; storing reads the body from a tee as the client
+ *   reads its own copy, and is `settled` (run it after the response, on the live path).
+ * - Never sent, or a 5xx: `on_origin_error` says whether the key is released (a retry runs
+ *   again) or held as indeterminate.
+ * - A timeout: the client gets its 504 at once, while the origin's answer is still awaited (the
+ *   reply's `late`, up to `LATE_ANSWER_MS`) and stored when it comes; the key stays in flight
+ *   meanwhile, and becomes indeterminate if nothing comes.
+ * - A connection that broke without an answer, or an answer that could not be relayed (an interim
+ *   1xx): the origin may have acted on it, so the key is held as indeterminate whatever
+ *   `on_origin_error` says; releasing it would let a retry run the side effect a second time.
  */
 export async function settleClaim(
   ref: RecordRef,
   owner: string,
   settings: IdempotencySettings,
   reply: OriginReply,
-  keep: (work: Promise<void>) => void,
-): Promise<Response> {
+): Promise<Settlement> {
   const res = reply.response;
-  if (reply.outcome === "unrelayable") {
-    await settleFailure(ref, owner, "hold", undefined).catch(() => false);
-    return res;
+  if (reply.outcome === "timeout" && reply.late) {
+    return { response: res, settled: settleLate(ref, owner, settings, reply) };
   }
-  if (reply.outcome !== "answered" || res.status >= 500) {
-    await settleFailure(
-      ref,
-      owner,
-      settings.on_origin_error,
-      reply.outcome === "answered" ? res.status : undefined,
-    ).catch(() => false);
-    return res;
+  if (reply.outcome === "answered" && res.status < 500) {
+    const [toClient, toStore] = res.body ? res.body.tee() : [null, null];
+    return { response: new Response(toClient, res), settled: storeAnswer(ref, owner, settings, res, toStore) };
   }
-  const [toClient, toStore] = res.body ? res.body.tee() : [null, null];
-  keep(
-    storeAnswer(ref, owner, settings, res, toStore).catch((e: unknown) =>
-      console.error(
-        JSON.stringify({ event: "idempotency_complete_error", route: ref.route, message: (e as Error).message }),
-      ),
-    ),
-  );
-  return new Response(toClient, res);
+  // settled before the client hears of it: a retry that follows finds the key released or held
+  const outcome = await settleFailed(ref, owner, originDidNotAct(reply) ? settings.on_origin_error : "hold", reply);
+  return { response: res, settled: Promise.resolve(outcome) };
+}
+
+/** The answer that came after the client's 504: stored as any answer would have been; none at all, indeterminate. */
+async function settleLate(
+  ref: RecordRef,
+  owner: string,
+  settings: IdempotencySettings,
+  reply: OriginReply,
+): Promise<SettleOutcome> {
+  const late = await withLateAnswer(reply);
+  if (late.outcome !== "answered") return settleFailed(ref, owner, "hold", late);
+  if (late.response.status >= 500) {
+    // nobody reads this answer: the client had its 504
+    await late.response.body?.cancel().catch(() => undefined);
+    return settleFailed(ref, owner, settings.on_origin_error, late);
+  }
+  const stored = await storeAnswer(ref, owner, settings, late.response, late.response.body);
+  return stored === "completed" ? "late_answer" : stored;
+}
+
+/** Releases or holds the claim (the origin failed, or may have acted without an answer to keep). */
+async function settleFailed(
+  ref: RecordRef,
+  owner: string,
+  how: "release" | "hold",
+  reply: OriginReply,
+): Promise<SettleOutcome> {
+  const status = reply.outcome === "answered" ? reply.response.status : undefined;
+  try {
+    if (!(await settleFailure(ref, owner, how, status))) return "not_owner";
+    return how === "release" ? "released" : "indeterminate";
+  } catch (e) {
+    logSettleError(ref, e);
+    return "store_error";
+  }
 }
 
 /** Stores the origin's answer for replays, reading its body from a tee as the client reads its own copy. */
@@ -205,20 +304,32 @@ async function storeAnswer(
   settings: IdempotencySettings,
   res: Response,
   body: ReadableStream<Uint8Array> | null,
-): Promise<void> {
+): Promise<SettleOutcome> {
   const headers = REPLAYED_HEADERS.flatMap((h): Array<[string, string]> => {
     const v = res.headers.get(h);
     return v === null ? [] : [[h, v]];
   });
-  let read;
   try {
-    read = await readCapped(body, settings.max_body);
-  } catch {
-    // the origin's body broke off after it answered: it acted, but there is no answer to replay
-    await settleFailure(ref, owner, "hold", res.status);
-    return;
+    let read;
+    try {
+      read = await readCapped(body, settings.max_body);
+    } catch {
+      // the origin's body broke off after it answered: it acted, but there is no answer to replay
+      return (await settleFailure(ref, owner, "hold", res.status)) ? "indeterminate" : "not_owner";
+    }
+    const body64 = read.whole ? toBase64(read.bytes) : "";
+    const done = await complete(ref, owner, res.status, headers, body64, read.whole, settings.ttl);
+    return done ? "completed" : "not_owner";
+  } catch (e) {
+    logSettleError(ref, e);
+    return "store_error";
   }
-  await complete(ref, owner, res.status, headers, read.whole ? toBase64(read.bytes) : "", read.whole, settings.ttl);
+}
+
+function logSettleError(ref: RecordRef, e: unknown): void {
+  console.error(
+    JSON.stringify({ event: "idempotency_complete_error", route: ref.route, message: (e as Error).message }),
+  );
 }
 
 function refused(c: Exclude<Claim, { kind: "claimed" }>): Guarded {

@@ -105,6 +105,12 @@ export async function claim(
   }
 }
 
+/** Extends `owner`'s lease to `leaseMs` from now, only while it holds the claim in flight (false: it does not). */
+export async function renew(r: RecordRef, owner: string, leaseMs: number): Promise<boolean> {
+  const [result] = await call(r, "renew", owner, [leaseMs]);
+  return result === "ok";
+}
+
 /** Stores the origin's answer, only if `owner` still holds the claim. */
 export async function complete(
   r: RecordRef,

@@ -26,8 +26,13 @@ export interface ForwardTarget {
   path: string;
   /** The trusted client address, from `CF-Connecting-IP`. */
   clientIp: string;
-  /** The route's `origin_timeout`: past it the request is abandoned with a 504 problem. */
+  /** The route's `origin_timeout`: past it the client gets a 504 problem. */
   timeoutMs?: number;
+  /**
+   * Past `timeoutMs`, keep the origin's request alive this much longer instead of aborting it, for
+   * a caller that must learn what the origin did (an idempotency claim): the reply's `late`.
+   */
+  lateAnswerMs?: number;
   /** Headers sluice itself tells the origin (`Sluice-Job-Id`, ...), set after client ones are dropped. */
   sluiceHeaders?: Record<string, string>;
   /** The configuration's `problem_base`, for the 502/504 problems sent in the origin's place. */
@@ -39,27 +44,59 @@ export interface ForwardTarget {
 /**
  * How a trip to the origin ended, which is what idempotency and the breaker must tell apart:
  * - `answered`: a final response (any status 200-599), relayed.
- * - `unreachable`: no answer at all (connection refused, DNS): the origin never ran the request.
- * - `timeout`: no answer within `origin_timeout`: the origin may or may not have run it.
+ * - `unreachable`: the request was never sent (fetch refused it before any connection): the
+ *   origin certainly did not run it.
+ * - `broken`: the connection failed without an answer. workerd's fetch reports a refused
+ *   connection and one the origin dropped after reading the request alike ("Network connection
+ *   lost."), so the origin may have run it: the outcome is unknown.
+ * - `timeout`: no answer within `origin_timeout`: the origin may or may not have run it (its
+ *   answer may still come: `late`).
  * - `unrelayable`: the origin answered, but with something that is not a final response (an
  *   interim 1xx): it may well have run the request, so this is never "nothing happened".
  */
-export type OriginOutcome = "answered" | "unreachable" | "timeout" | "unrelayable";
+export type OriginOutcome = "answered" | "unreachable" | "broken" | "timeout" | "unrelayable";
 
 export interface OriginReply {
   response: Response;
   outcome: OriginOutcome;
   /** The headers the origin was sent (what its `Vary` refers to). */
   sent: Headers;
+  /**
+   * A `timeout` with `lateAnswerMs`: the origin's answer when it comes within that bound, else
+   * undefined (no answer, or the connection broke). Never rejects.
+   */
+  late?: Promise<Response | undefined>;
 }
 
 /** Whether the origin's part in a reply counts as a failure (for breakers and retries): no answer, or a 5xx. */
 export function originFailed(reply: OriginReply): boolean {
-  return (
-    reply.outcome === "unreachable" ||
-    reply.outcome === "timeout" ||
-    (reply.outcome === "answered" && reply.response.status >= 500)
-  );
+  return reply.outcome !== "unrelayable" && (reply.outcome !== "answered" || reply.response.status >= 500);
+}
+
+/**
+ * Whether the origin certainly did not act on the request: it was never sent, or it answered and
+ * its answer says it failed (a 5xx). Only then may an idempotency claim be given back.
+ */
+export function originDidNotAct(reply: OriginReply): boolean {
+  return reply.outcome === "unreachable" || (reply.outcome === "answered" && reply.response.status >= 500);
+}
+
+/**
+ * Whether the origin may have acted without an answer that says what it did: a connection broken
+ * without an answer, no answer in time (with no late one), an interim 1xx only.
+ */
+export function outcomeUnknown(reply: OriginReply): boolean {
+  return reply.outcome === "broken" || reply.outcome === "timeout" || reply.outcome === "unrelayable";
+}
+
+/**
+ * A timed-out reply once its late answer is in: `answered` with it when it came, else the same
+ * `timeout` without a `late` (nothing more will come).
+ */
+export async function withLateAnswer(reply: OriginReply): Promise<OriginReply> {
+  const late = reply.late ? await reply.late : undefined;
+  if (!late) return { ...reply, late: undefined };
+  return { outcome: "answered", sent: reply.sent, response: late };
 }
 
 /**
@@ -102,25 +139,82 @@ export function originRequest(request: Request, target: ForwardTarget): { url: s
 export async function sendToOrigin(request: Request, target: ForwardTarget): Promise<OriginReply> {
   const { url, headers } = originRequest(request, target);
   const hasBody = request.method !== "GET" && request.method !== "HEAD" && request.body !== null;
-  const signal = target.timeoutMs ? AbortSignal.timeout(target.timeoutMs) : undefined;
-  const failed = (outcome: OriginOutcome, status: number, title: string, detail: string): OriginReply => ({
+  const budget = target.timeoutMs ? target.timeoutMs + (target.lateAnswerMs ?? 0) : undefined;
+  const signal = budget ? AbortSignal.timeout(budget) : undefined;
+  const failed: Failed = (outcome, status, title, detail) => ({
     outcome,
     sent: headers,
     response: problem({ status, title, detail }, target.problemBase),
   });
-  let res: Response;
+  const body = hasBody ? request.body : null;
+  // `duplex` is what Node's fetch requires of a streamed body (workerd streams without it)
+  const init = { method: request.method, headers, body, redirect: "manual", signal, duplex: "half" };
+  let sending: Promise<Response>;
   try {
-    const body = hasBody ? request.body : null;
-    // `duplex` is what Node's fetch requires of a streamed body (workerd streams without it)
-    const init = { method: request.method, headers, body, redirect: "manual", signal, duplex: "half" };
-    res = await fetch(url, init as RequestInit);
+    sending = fetch(url, init as RequestInit);
   } catch (e) {
-    if (signal?.aborted) {
-      return failed("timeout", 504, "Gateway timeout", `the origin did not answer within ${target.timeoutMs} ms`);
-    }
-    const reason = e instanceof Error ? e.message : String(e);
-    return failed("unreachable", 502, "Bad gateway", `the origin could not be reached: ${reason}`);
+    return failed("unreachable", 502, "Bad gateway", `the request could not be sent: ${(e as Error).message}`);
   }
+  const res = await answerWithin(sending, target.timeoutMs);
+  if (res === "timeout" || (res instanceof Error && signal?.aborted)) {
+    const timedOut = failed(
+      "timeout",
+      504,
+      "Gateway timeout",
+      `the origin did not answer within ${target.timeoutMs} ms`,
+    );
+    if (!target.lateAnswerMs) return timedOut;
+    return { ...timedOut, late: sending.then(relayable, () => undefined) };
+  }
+  if (res instanceof Error) {
+    if (neverSent(res))
+      return failed("unreachable", 502, "Bad gateway", `the request could not be sent: ${res.message}`);
+    return failed("broken", 502, "Bad gateway", `the connection to the origin failed: ${res.message}`);
+  }
+  return answered(res, headers, failed);
+}
+
+/** Errors that prove nothing reached the origin. */
+const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ERR_INVALID_URL"]);
+
+/**
+ * Whether a fetch error proves the request never left: Node's fetch names a refused connection or
+ * a failed lookup in its `cause`; a TypeError without one is fetch refusing its arguments. Anything
+ * else (workerd's "Network connection lost." covers a refused connection too) may have been sent.
+ */
+function neverSent(e: Error): boolean {
+  const code = (e.cause as { code?: unknown } | undefined)?.code;
+  if (typeof code === "string") return NOT_SENT_CODES.has(code);
+  return e instanceof TypeError && e.cause === undefined;
+}
+
+type Failed = (outcome: OriginOutcome, status: number, title: string, detail: string) => OriginReply;
+
+/** The origin's response within `timeoutMs` (without one: whenever it comes), "timeout", or what fetch threw. */
+async function answerWithin(sending: Promise<Response>, timeoutMs?: number): Promise<Response | Error | "timeout"> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<"timeout">((resolve) => {
+    if (timeoutMs) timer = setTimeout(() => resolve("timeout"), timeoutMs);
+  });
+  try {
+    return await Promise.race([
+      sending.catch((e: unknown) => (e instanceof Error ? e : new Error(String(e)))),
+      expired,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A late answer that can be kept: a final response; an interim one is none. */
+async function relayable(res: Response): Promise<Response | undefined> {
+  if (res.status >= 200) return new Response(res.body, res);
+  await res.body?.cancel().catch(() => undefined);
+  return undefined;
+}
+
+/** The origin answered: a final response is relayed; an interim one (1xx) cannot be. */
+async function answered(res: Response, headers: Headers, failed: Failed): Promise<OriginReply> {
   // From here on the origin has answered: whatever goes wrong, it may have acted on the request.
   if (res.status < 200) {
     await res.body?.cancel().catch(() => undefined);

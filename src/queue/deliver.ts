@@ -4,8 +4,8 @@ import type { RequestFacts } from "../keys/identify.js";
 import { bucketsFor } from "../limiter/buckets.js";
 import { decide, type Defer } from "../limiter/decide.js";
 import { heldSlots, releaseSlots } from "../limiter/in-flight.js";
-import { originFailed, sendToOrigin, type OriginReply } from "../origin/forward.js";
-import { settleClaim } from "../idempotency/guard.js";
+import { originFailed, outcomeUnknown, sendToOrigin, withLateAnswer, type OriginReply } from "../origin/forward.js";
+import { LATE_ANSWER_MS, noteOutcome, settleClaim } from "../idempotency/guard.js";
 import { refFromTicket, settleFailure } from "../idempotency/records.js";
 import { release } from "../session/lock.js";
 import { envConnections, SETTLE_TIMEOUT_MS, type Stores } from "../region/index.js";
@@ -90,20 +90,27 @@ async function deliverOne(message: Message<JobMessage>, consumer: Consumer, home
   if (!admitted) return;
   // the in-flight slots of concurrency limits are held until the origin's answer has been dealt with
   try {
-    if (!(await leaseJob(home, config.key_prefix, m.id, route.origin_timeout + 5_000)))
+    if (!(await leaseJob(home, config.key_prefix, m.id, route.origin_timeout + LATE_ANSWER_MS + 5_000)))
       return message.retry({ delaySeconds: 5 });
     if (!config.originUrl) return message.retry({ delaySeconds: 30 });
-    const reply = await sendToOrigin(request, {
-      origin: config.originUrl,
-      path: m.path,
-      clientIp: m.ip,
-      timeoutMs: route.origin_timeout,
-      sluiceHeaders: { ...m.sluiceHeaders, "sluice-job-id": m.id },
-    });
+    const reply = await deliver(request, m, route, config.originUrl);
     await afterDelivery(message, route, reply, consumer, status, home);
   } finally {
     await admitted.releaseSlots();
   }
+}
+
+/** Sends the job to the origin; past origin_timeout its answer is still awaited, in place: a late answer is a delivery. */
+async function deliver(request: Request, m: JobMessage, route: Route, origin: URL): Promise<OriginReply> {
+  const sent = await sendToOrigin(request, {
+    origin,
+    path: m.path,
+    clientIp: m.ip,
+    timeoutMs: route.origin_timeout,
+    lateAnswerMs: LATE_ANSWER_MS,
+    sluiceHeaders: { ...m.sluiceHeaders, "sluice-job-id": m.id },
+  });
+  return withLateAnswer(sent);
 }
 
 /**
@@ -151,8 +158,9 @@ async function afterDelivery(
 ): Promise<void> {
   const m = message.body;
   const originStatus = reply.response.status;
-  if (reply.outcome === "unrelayable") {
-    // the origin may have acted on it: never sent again; its key is held as indeterminate
+  if (reply.outcome === "unrelayable" || (m.claim && outcomeUnknown(reply))) {
+    // the origin may have acted on it (no final answer, a connection broken after sending, no
+    // answer even late): a side effect is never sent again; its key is held as indeterminate
     await settleGuards(m, route, consumer, reply);
     await status({ status: "failed", origin_status: originStatus, failures: m.failures, indeterminate: true });
     return message.ack();
@@ -187,8 +195,9 @@ async function settleGuards(m: JobMessage, route: Route, consumer: Consumer, rep
   const pending: Array<Promise<void>> = [];
   if (m.claim && route.idempotency) {
     const ref = refFromTicket(stores.fixed(SETTLE_TIMEOUT_MS) as Store, config.key_prefix, route.name, m.claim);
-    const res = await settleClaim(ref, m.claim.owner, route.idempotency, reply, (work) => pending.push(work));
-    pending.push(res.arrayBuffer().then(() => undefined));
+    const settlement = await settleClaim(ref, m.claim.owner, route.idempotency, reply);
+    pending.push(settlement.response.arrayBuffer().then(() => undefined));
+    pending.push(settlement.settled.then((o) => noteOutcome(route.name, o)));
   } else {
     pending.push(reply.response.body?.cancel() ?? Promise.resolve());
   }

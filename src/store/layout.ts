@@ -69,7 +69,7 @@ export const LAYOUT = {
     patterns: ["{key_prefix}:job:{sha256(id)}:lease"],
     store: "home",
     holds: "held while a consumer delivers the job",
-    ttl: "`origin_timeout` + 5 s",
+    ttl: "`origin_timeout` + 30 s (the wait for a late answer, and 5 s)",
   },
   breaker: {
     patterns: ["{key_prefix}:{route}:breaker"],

@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
@@ -120,20 +121,50 @@ describe("one side effect per key", () => {
     expect(seenWith("p-1")).toHaveLength(1);
   });
 
-  it("a lease that ran out is taken over with a higher fencing token; the stale owner can neither complete nor release", async () => {
-    const stale = post(mf, "/short", "s-1", "{}", { "x-demo-delay": "1800", "x-demo-status": "500" });
+  it("a lease that ran out (its holder died) is taken over with a higher fencing token; a stale owner can neither complete nor release", async () => {
+    // the holder's isolate goes away mid-call: nobody renews its claim any more
+    const doomed = startWorker({ sluice: SLUICE, origin: origin.url, redisRestUrl: stack.bridge.url });
+    const stale = post(doomed, "/short", "s-1", "{}", { "x-demo-delay": "1800" }).catch(() => undefined);
+    for (let i = 0; i < 200 && seenWith("s-1").length === 0; i++) await sleep(25);
+    expect(seenWith("s-1")).toHaveLength(1);
+    await doomed.dispose();
+    await stale;
     await sleep(1_200);
     const takeover = await post(workers[1] as Miniflare, "/short", "s-1", "{}");
     expect(takeover.status).toBe(200);
     const tokens = seenWith("s-1").map((s) => Number(s.headers["sluice-fencing-token"]));
     expect(tokens).toHaveLength(2);
     expect(tokens[1]).toBeGreaterThan(tokens[0] as number);
-    expect((await stale).status).toBe(500); // the stale attempt's own answer, and its release is refused
     const replay = await untilReplayed("/short", "s-1", "{}");
     expect(replay.text).toBe(takeover.text);
     const events = (await ledger()).map((e) => e.event);
     expect(events).toContain("takeover");
-    expect(events).toContain("stale_release");
+  });
+
+  it("a live holder's claim is renewed past its lease: a duplicate mid-call is refused, not run", async () => {
+    const slow = post(mf, "/short", "s-2", "{}", { "x-demo-delay": "2500" });
+    await sleep(1_600); // past the 1 s lease
+    const dup = await post(workers[1] as Miniflare, "/short", "s-2", "{}");
+    expect(dup.status).toBe(409);
+    expect(dup.json()).toMatchObject({ title: "Request in flight" });
+    expect((await slow).status).toBe(200);
+    expect(seenWith("s-2")).toHaveLength(1);
+  });
+
+  it("a stale owner can neither renew, complete nor release (the script checks the holder)", async () => {
+    const held = post(mf, "/orders?delay=800", "s-3", "{}", { "x-user": "u9" });
+    await sleep(300);
+    const entry = (await ledger()).find((e) => e.event === "claim" && e.route === "orders" && e.status === "")!;
+    const sha = await rig.redis.scriptLoad(readFileSync("lua/idempotency.lua", "utf8"));
+    const keys = [`i:idem:orders:${entry.key}`, "i:idem:orders:fence:-", "i:ledger"];
+    const asStranger = (op: string, ...rest: Array<string | number>) =>
+      rig.redis.evalsha(sha, keys, [op, "not-the-holder", "orders", entry.key, 1000, ...rest]);
+    expect(await asStranger("renew", 60_000)).toEqual(["not_owner"]);
+    expect(await asStranger("complete", 200, "[]", "", 1, 60_000)).toEqual(["not_owner"]);
+    expect(await asStranger("release", "")).toEqual(["not_owner"]);
+    expect((await held).status).toBe(200);
+    const events = (await ledger()).filter((e) => e.key === entry.key).map((e) => e.event);
+    expect(events).toEqual(expect.arrayContaining(["stale_complete", "stale_release", "complete"]));
   });
 
   it("a response too large to store is completed without a body; duplicates get a 409 saying so", async () => {

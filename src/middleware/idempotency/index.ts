@@ -24,6 +24,8 @@ export const idempotencyStep: Step = async (c, scope, next) => {
   // the key's body was read to fingerprint it: what goes on is the same bytes
   c.req.raw = guarded.request;
   Object.assign(scope.sluiceHeaders, guarded.sluiceHeaders);
+  // a held claim must learn what the origin did: past origin_timeout its answer is still awaited
+  if (scope.target && guarded.lateAnswerMs) scope.target = { ...scope.target, lateAnswerMs: guarded.lateAnswerMs };
   c.set("sluice", publicDecision(scope));
   await next();
   const reply = replyOf(c, scope);
