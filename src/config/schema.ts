@@ -608,6 +608,8 @@ export const sluiceSchema = z
     problem_base: problemBase.default(DEFAULT_PROBLEM_BASE),
     /** What the dashboard shows of a refused client next to its hash (README, Labels of refused clients). */
     labels: z.enum(["full", "masked", "off"]).default("masked"),
+    /** Entries the ledger keeps (README, The ledger): its stream is trimmed to about this many. */
+    ledger_length: z.number().int().min(100).max(1_000_000).default(10_000),
   })
   .strict()
   .superRefine((c, ctx) => {

@@ -6,7 +6,17 @@ import { pollWhile } from "../util/poll.js";
 import { Problem } from "../problem.js";
 import type { Store } from "../store/redis.js";
 import { canonicalBody, fingerprint, parseKey, sha256Hex } from "./key.js";
-import { claim, complete, recordRef, settleFailure, type Claim, type ClaimTicket, type RecordRef } from "./records.js";
+import {
+  claim,
+  complete,
+  noteClaim,
+  recordRef,
+  settleFailure,
+  type Claim,
+  type ClaimTicket,
+  type RecordRef,
+} from "./records.js";
+import { IdempotencyRefusal, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
 
 /** Headers of the origin's answer that are kept and replayed; cookies and hop-by-hop ones never are. */
 const REPLAYED_HEADERS = [
@@ -39,6 +49,8 @@ export interface ClaimStores {
   prefix: string;
   claim: Store;
   settle: Store;
+  /** The request's trace and session for the ledger, and where outcomes are counted. */
+  trail?: RecordTrail;
 }
 
 /** What the idempotency step decided: go to the origin with these, or answer with the stored answer. */
@@ -47,7 +59,7 @@ export type Guarded =
       kind: "forward";
       request: Request;
       sluiceHeaders: Record<string, string>;
-      settle: (reply: OriginReply) => Promise<Response>;
+      settle: (reply: OriginReply & { latencyMs?: number }) => Promise<Response>;
       abandon: () => Promise<void>;
       /** The claim, for a request that goes to the queue instead (absent: no key, nothing claimed). */
       ticket?: ClaimTicket;
@@ -85,7 +97,7 @@ export async function guard(
   const body = await readBody(request);
   const canonical = canonicalBody(body, request.headers.get("content-type"), settings.ignore);
   const key = parsed.key ?? (await derivedKey(request.method, subject, canonical));
-  const ref = await recordRef(stores.claim, stores.prefix, subject.route, subject.principal, key);
+  const ref = await recordRef(stores.claim, stores.prefix, subject.route, subject.principal, key, stores.trail);
   const fp = await fingerprint(request.method, subject.path, subject.query, subject.principal, canonical);
   const owner = crypto.randomUUID();
 
@@ -93,13 +105,14 @@ export async function guard(
   const once = () => claim(ref, owner, fp, leaseMs ?? settings.lease, settings.ttl);
   const poll = { startMs: 50, maxMs: 500, budgetMs: settings.wait };
   const c = await pollWhile(await once(), (r) => r.kind === "inflight", once, poll);
-  if (c.kind !== "claimed") return refused(c);
+  noteClaim(ref, c);
+  if (c.kind !== "claimed") return countedAsOutcome(() => refused(c));
 
   const settledRef: RecordRef = { ...ref, store: stores.settle };
   return {
     kind: "forward",
     request: rebuilt(request, body),
-    sluiceHeaders: { "sluice-fencing-token": String(c.fence), "idempotency-key": key },
+    sluiceHeaders: { "sluice-fencing-token": String(c.fence), "idempotency-key": key, ...traceHeader(stores.trail) },
     settle: (reply) => settleClaim(settledRef, owner, settings, reply, defer),
     // sluice itself decided not to forward (a busy session, a full queue): the key is free for the retry
     abandon: async () => {
@@ -141,9 +154,10 @@ export async function settleClaim(
   ref: RecordRef,
   owner: string,
   settings: IdempotencySettings,
-  reply: OriginReply,
+  reply: OriginReply & { latencyMs?: number },
   keep: (work: Promise<void>) => void,
 ): Promise<Response> {
+  noteOriginReply(ref, reply);
   const res = reply.response;
   if (reply.outcome === "unrelayable") {
     await settleFailure(ref, owner, "hold", undefined).catch(() => false);
@@ -240,6 +254,15 @@ function refusal(
   extensions?: Record<string, number>,
 ): Problem {
   return new Problem({ status, title, detail, headers, extensions });
+}
+
+/** A refusal of a duplicate is counted among the idempotency outcomes, not the limits' decisions. */
+function countedAsOutcome(refuse: () => Guarded): Guarded {
+  try {
+    return refuse();
+  } catch (e) {
+    throw e instanceof Problem ? new IdempotencyRefusal(e.init) : e;
+  }
 }
 
 function rebuilt(request: Request, body: Uint8Array): Request {

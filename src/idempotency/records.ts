@@ -3,6 +3,7 @@ import { asKeyHash, hashIdentifier } from "../keys/hash.js";
 import { StoreError } from "../store/deadline.js";
 import { idempotencyFenceKey, idempotencyRecordKey, ledgerKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
+import { ledgerContext, noteIdempotency, type RecordTrail } from "./trail.js";
 
 export const LEDGER_MAXLEN = 10_000;
 
@@ -14,6 +15,10 @@ export interface RecordRef {
   /** sha256(principal, key), the record's name and what the ledger shows. */
   keyHash: string;
   fenceKey: string;
+  /** sha256(principal): what the ledger names the principal by (never the principal itself). */
+  principal?: string;
+  /** The request's trace, session and latency for the ledger, and where its outcomes are counted. */
+  trail?: RecordTrail;
 }
 
 export type Claim =
@@ -29,13 +34,17 @@ export async function recordRef(
   route: string,
   principal: string,
   key: string,
+  trail?: RecordTrail,
 ): Promise<RecordRef> {
+  const principalHash = await hashIdentifier(principal);
   return {
     store,
     prefix,
     route,
     keyHash: await hashIdentifier(JSON.stringify([principal, key])),
-    fenceKey: idempotencyFenceKey(prefix, route, await hashIdentifier(principal)),
+    fenceKey: idempotencyFenceKey(prefix, route, principalHash),
+    principal: principalHash,
+    trail: trail?.session ? { ...trail, session: await hashIdentifier(trail.session) } : trail,
   };
 }
 
@@ -50,8 +59,10 @@ async function call(r: RecordRef, op: string, owner: string, rest: Array<string 
     owner,
     r.route,
     r.keyHash,
-    LEDGER_MAXLEN,
+    r.trail?.ledgerLength ?? LEDGER_MAXLEN,
     ...rest,
+    // always the last argument: the script reads the ledger's context from ARGV[#ARGV]
+    ledgerContext(r.trail, r.principal),
   ]);
   if (!Array.isArray(reply))
     throw new StoreError("error", `unexpected reply from idempotency.lua: ${JSON.stringify(reply).slice(0, 200)}`);
@@ -81,6 +92,13 @@ export async function claim(r: RecordRef, owner: string, fp: string, leaseMs: nu
   }
 }
 
+/** Counts and logs what a request's (final) claim gave it: the ledger has it from the script. */
+export function noteClaim(r: RecordRef, c: Claim): void {
+  if (c.kind === "claimed") noteIdempotency(r, c.takeover ? "takeover" : "claim", c.takeover ? "taken_over" : "first");
+  else if (c.kind === "completed") noteIdempotency(r, "replay", "replay");
+  else noteIdempotency(r, c.kind, c.kind === "inflight" ? "in_flight" : c.kind);
+}
+
 /** Stores the origin's answer, only if `owner` still holds the claim. */
 export async function complete(
   r: RecordRef,
@@ -92,6 +110,7 @@ export async function complete(
   ttlMs: number,
 ): Promise<boolean> {
   const [result] = await call(r, "complete", owner, [status, JSON.stringify(headers), body, stored ? 1 : 0, ttlMs]);
+  if (result === "ok") noteIdempotency(r, "complete");
   return result === "ok";
 }
 
@@ -103,6 +122,7 @@ export async function settleFailure(
   originStatus: number | undefined,
 ): Promise<boolean> {
   const [result] = await call(r, how, owner, [originStatus ?? ""]);
+  if (result === "ok") noteIdempotency(r, how, how === "release" ? "released" : "indeterminate");
   return result === "ok";
 }
 
@@ -113,7 +133,7 @@ export async function resolve(
   answer?: { status: number; headers: Array<[string, string]>; body: string; ttlMs: number },
 ): Promise<boolean> {
   const rest =
-    action === "replay" && answer ? [answer.status, JSON.stringify(answer.headers), answer.body, answer.ttlMs] : [];
+    action === "replay" && answer ? [answer.status, JSON.stringify(answer.headers), answer.body, answer.ttlMs] : [""];
   const [result] = await call(r, action === "release" ? "resolve_release" : "resolve_replay", "", rest);
   return result === "ok";
 }
@@ -132,6 +152,12 @@ export interface ClaimTicket {
 }
 
 /** The record a job's claim names, in `store`. */
-export function refFromTicket(store: Store, prefix: string, route: string, t: ClaimTicket): RecordRef {
-  return { store, prefix, route, keyHash: t.keyHash, fenceKey: t.fenceKey };
+export function refFromTicket(
+  store: Store,
+  prefix: string,
+  route: string,
+  t: ClaimTicket,
+  trail?: RecordTrail,
+): RecordRef {
+  return { store, prefix, route, keyHash: t.keyHash, fenceKey: t.fenceKey, trail };
 }

@@ -14,6 +14,8 @@ export interface SessionRef {
   hash: string;
   /** The fencing counter's: over the session identity alone (see `sessionRef`). */
   fenceHash: string;
+  /** The ledger's length (`ledger_length`; the default when absent). */
+  ledgerLength?: number;
 }
 
 export type Acquired =
@@ -55,7 +57,7 @@ async function call(
   const reply = await r.store.run(
     r.store.script(sessionLua),
     [lock, fence, ledgerKey(r.prefix)],
-    [op, owner, r.route, r.hash, LEDGER_MAXLEN, ...rest],
+    [op, owner, r.route, r.hash, r.ledgerLength ?? LEDGER_MAXLEN, ...rest],
   );
   if (!Array.isArray(reply))
     throw new StoreError("error", `unexpected reply from session.lua: ${JSON.stringify(reply).slice(0, 200)}`);
