@@ -104,8 +104,7 @@ export async function guard(
   // a duplicate of an in-flight request may wait (polling with backoff) for its answer
   const once = () => claim(ref, owner, fp, leaseMs ?? settings.lease, settings.ttl);
   const poll = { startMs: 50, maxMs: 500, budgetMs: settings.wait };
-  const c = await pollWhile(await once(), (r) => r.kind === "inflight", once, poll);
-  noteClaim(ref, c);
+  const c = noteClaim(ref, await pollWhile(await once(), (r) => r.kind === "inflight", once, poll));
   if (c.kind !== "claimed") return countedAsOutcome(() => refused(c));
 
   const settledRef: RecordRef = { ...ref, store: stores.settle };

@@ -92,11 +92,12 @@ export async function claim(r: RecordRef, owner: string, fp: string, leaseMs: nu
   }
 }
 
-/** Counts and logs what a request's (final) claim gave it: the ledger has it from the script. */
-export function noteClaim(r: RecordRef, c: Claim): void {
+/** Counts and logs what a request's (final) claim gave it (the ledger has it from the script); gives it back. */
+export function noteClaim<C extends Claim>(r: RecordRef, c: C): C {
   if (c.kind === "claimed") noteIdempotency(r, c.takeover ? "takeover" : "claim", c.takeover ? "taken_over" : "first");
   else if (c.kind === "completed") noteIdempotency(r, "replay", "replay");
   else noteIdempotency(r, c.kind, c.kind === "inflight" ? "in_flight" : c.kind);
+  return c;
 }
 
 /** Stores the origin's answer, only if `owner` still holds the claim. */

@@ -69,13 +69,22 @@ export interface IdempotencyFigures {
 const noOutcomes = (): Record<IdempotencyOutcome, number> =>
   Object.fromEntries(IDEMPOTENCY_OUTCOMES.map((o) => [o, 0])) as Record<IdempotencyOutcome, number>;
 
+/** A route's figures before anything was counted. */
+export const noFigures = (): IdempotencyFigures => ({
+  outcomes: noOutcomes(),
+  latency: new Map(),
+  sumMs: 0,
+  count: 0,
+  failed: 0,
+});
+
 /** Every route's idempotency figures in `hashes` (summed), by route. */
 export function idempotencyFigures(
   hashes: ReadonlyArray<Record<string, string | number>>,
 ): Map<string, IdempotencyFigures> {
   const routes = new Map<string, IdempotencyFigures>();
   const of = (route: string) => {
-    const f = routes.get(route) ?? { outcomes: noOutcomes(), latency: new Map(), sumMs: 0, count: 0, failed: 0 };
+    const f = routes.get(route) ?? noFigures();
     routes.set(route, f);
     return f;
   };
