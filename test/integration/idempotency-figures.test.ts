@@ -109,8 +109,10 @@ describe("the figures of a storm", () => {
     const histogram = 'sluice_idempotency_first_arrival_latency_ms_count{route="storm"}';
     expect(sample(text, histogram)).toBe(N + 2);
     expect(sample(text, 'sluice_idempotency_first_arrival_latency_ms_bucket{route="storm",le="+Inf"}')).toBe(N + 2);
-    // the slow one took at least 1.5 s: it is not under the 1024 ms bound
-    expect(sample(text, 'sluice_idempotency_first_arrival_latency_ms_bucket{route="storm",le="1024"}')).toBe(N + 1);
+    // the slow one took at least 1.5 s: it is not under the 1024 ms bound (the others may be, on a loaded machine)
+    expect(
+      sample(text, 'sluice_idempotency_first_arrival_latency_ms_bucket{route="storm",le="1024"}'),
+    ).toBeLessThanOrEqual(N + 1);
     expect(sample(text, 'sluice_idempotency_first_arrival_failures_total{route="storm"}')).toBe(1);
     // the 409s and 422s are counted there, not as refusals of a limit
     expect(text).not.toMatch(/sluice_decisions_total\{route="storm",[^}]*decision="reject"\}/);
