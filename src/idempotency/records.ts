@@ -96,7 +96,7 @@ export async function claim(r: RecordRef, owner: string, fp: string, leaseMs: nu
 export function noteClaim<C extends Claim>(r: RecordRef, c: C): C {
   if (c.kind === "claimed") noteIdempotency(r, c.takeover ? "takeover" : "claim", c.takeover ? "taken_over" : "first");
   else if (c.kind === "completed") noteIdempotency(r, "replay", "replay");
-  else noteIdempotency(r, c.kind, c.kind === "inflight" ? "in_flight" : c.kind);
+  else noteIdempotency(r, undefined, c.kind === "inflight" ? "in_flight" : c.kind);
   return c;
 }
 

@@ -55,13 +55,15 @@ export interface TrailSubject {
 }
 
 /**
- * Counts `outcome` (when it is one of the metric's) and logs the event with the trace, so a log
- * line and a ledger entry of one request are found by the same `traceparent`.
+ * Counts `outcome` (when it is one of the metric's) and logs a ledgered `event` with the trace, so
+ * a log line and a ledger entry of one request are found by the same `traceparent`. A refusal
+ * (`event` undefined) is only counted: its decision's log line carries the trace already.
  */
-export function noteIdempotency(r: TrailSubject, event: string, outcome?: IdempotencyOutcome): void {
+export function noteIdempotency(r: TrailSubject, event: string | undefined, outcome?: IdempotencyOutcome): void {
   const t = r.trail;
   if (!t) return;
   if (outcome && t.metrics) countIdempotency(t.metrics, r.route, outcome);
+  if (event === undefined) return;
   console.log(
     JSON.stringify({
       event: "idempotency",
