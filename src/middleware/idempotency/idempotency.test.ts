@@ -2,10 +2,17 @@ import { describe, expect, it } from "vitest";
 import { background, countedApp, gate, middlewareRig } from "../../../test/support/middleware-rig.js";
 import { idempotency, type IdempotencyOptions } from "../../index.js";
 import type { MetricsBuffer } from "../../metrics/index.js";
+import { asHash } from "../../store/replies.js";
 
-/** The all-time counts `metrics` would write on a forced flush, by field. */
-async function totals(metrics: MetricsBuffer): Promise<Record<string, number>> {
+/** idempotency() in an app of its own, in Node, against a real Redis behind the Upstash-REST bridge. */
+const rig = middlewareRig("idem");
+const options = (extra: IdempotencyOptions = {}): IdempotencyOptions => rig.options(extra);
+
+/** The all-time counts of `prefix`: those flushed to Redis, and those `metrics` still holds, by field. */
+async function totals(metrics: MetricsBuffer, prefix: string): Promise<Record<string, number>> {
   const total: Record<string, number> = {};
+  for (const [field, n] of Object.entries(asHash(await rig.db.redis.hgetall(`${prefix}:metrics:total`))))
+    total[field] = Number(n);
   const pipeline = new Proxy(
     {},
     {
@@ -23,10 +30,6 @@ async function totals(metrics: MetricsBuffer): Promise<Record<string, number>> {
   await metrics.flush({ key_prefix: "t" }, stores, () => undefined, true);
   return total;
 }
-
-/** idempotency() in an app of its own, in Node, against a real Redis behind the Upstash-REST bridge. */
-const rig = middlewareRig("idem");
-const options = (extra: IdempotencyOptions = {}): IdempotencyOptions => rig.options(extra);
 
 interface Created {
   n: number;
@@ -189,12 +192,15 @@ describe("idempotency()", () => {
     const bg = background();
     const first = app.request("/orders", post("count-1", '{"a":1}'), {}, bg.ctx);
     await g.reached();
-    expect((await app.request("/orders", post("count-1", '{"a":1}'))).status).toBe(409);
+    const [dup, other] = [background(), background()];
+    expect((await app.request("/orders", post("count-1", '{"a":1}'), {}, dup.ctx)).status).toBe(409);
     g.open();
     await (await first).text();
     await bg.settled();
-    expect((await app.request("/orders", post("count-1", '{"a":2}'))).status).toBe(422);
-    const fields = await totals(opts.runtime!.metrics);
+    expect((await app.request("/orders", post("count-1", '{"a":2}'), {}, other.ctx)).status).toBe(422);
+    await Promise.all([dup.settled(), other.settled()]);
+    // the first decision's flush went to Redis; the rest is still in the isolate's buffer
+    const fields = await totals(opts.runtime!.metrics, opts.key_prefix!);
     const outcomes = Object.entries(fields).filter(([f]) => f.startsWith("idem:"));
     expect(outcomes.map(([f, n]) => `${f.slice(f.indexOf("|") + 1)} ${n}`).sort()).toEqual([
       "first 1",
