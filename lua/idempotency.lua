@@ -23,12 +23,16 @@ KEYS[4]  replays  {key_prefix}:idem:{route}:replays:{sha256(principal)}  (claim 
 ARGV[1]  op: claim | renew | complete | release | hold | resolve_release | resolve_replay | read
 ARGV[2]  owner (claim, renew, complete, release, hold)
 ARGV[3]  route name, ARGV[4] key hash (for the ledger), ARGV[5] ledger max length
-ARGV[6..] per op:
+ARGV[6..] per op, then, always last, ARGV[#ARGV] the ledger context: JSON { trace, principal,
+  session, latency_ms } (the request's traceparent, hashes, the origin's latency), written beside
+  each ledger entry of this call; what does not decode as such an object adds nothing.
+ARGV[6..#ARGV-1] per op:
   claim           fp, lease_ms, ttl_ms, replay_interval_us, replay_burst
   renew           lease_ms: the holder's claim cannot be taken over for that long from now
   complete        status, headers (JSON), body (base64), stored (1|0), ttl_ms
   release, hold   origin status ("" for a network error)
   resolve_replay  status, headers, body, ttl_ms
+  resolve_release ""
 Returns  claim:     { "claimed", fence, takeover (0|1) } | { "mismatch" } | { "inflight", lease_left_ms, fence }
                     | { "completed", status, headers, body, stored } | { "indeterminate", fence }
                     | { "replay_limited", retry_after_ms }  (completed, but the principal's replays are spent)
@@ -44,9 +48,23 @@ local now = math.floor(now_us / 1000)
 local op, owner, route, keyhash, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local rec = KEYS[1]
 
+local context = {}
+do
+  local ok, decoded = pcall(cjson.decode, ARGV[#ARGV])
+  if ok and type(decoded) == 'table' then context = decoded end
+end
+
 local function ledger(event, fence, status)
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*',
-    'event', event, 'route', route, 'key', keyhash, 'fence', tostring(fence or ''), 'status', tostring(status or ''), 'at', tostring(now))
+  local fields = { 'event', event, 'route', route, 'key', keyhash, 'fence', tostring(fence or ''),
+    'status', tostring(status or ''), 'at', tostring(now) }
+  for _, name in ipairs({ 'trace', 'principal', 'session', 'latency_ms' }) do
+    local v = context[name]
+    if type(v) == 'string' and v ~= '' then
+      fields[#fields + 1] = name
+      fields[#fields + 1] = v
+    end
+  end
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', unpack(fields))
 end
 
 -- tokens have 16 digits (µs since 1970): written with %d, as tostring keeps only 14 (%.14g)
@@ -90,6 +108,7 @@ if op == 'claim' then
     local wait = pay_replay(tonumber(ARGV[9]), tonumber(ARGV[10]))
     if wait > 0 then return { 'replay_limited', wait } end
     local s, h, b, stored = unpack(redis.call('HMGET', rec, 'status', 'headers', 'body', 'stored'))
+    ledger('replay', fence, s)
     return { 'completed', s, h, b or '', stored }
   end
   if state == 'indeterminate' then return { 'indeterminate', fence } end

@@ -98,6 +98,8 @@ export interface Scope {
   limits?: LimitRun;
   /** Headers sluice tells the origin: fencing token, Idempotency-Key, Sluice-Session. */
   sluiceHeaders: Record<string, string>;
+  /** The request's W3C `traceparent` (given, or made up), once a step needed it (idempotency). */
+  trace?: string;
   /** The origin's reply (the gateway's forwarding) and how long it took. */
   reply?: OriginReply & { latencyMs: number };
 }

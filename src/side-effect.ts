@@ -19,6 +19,9 @@ import {
   type SessionTicket,
 } from "./session/guard.js";
 import { StoreError } from "./store/deadline.js";
+import type { RecordTrail } from "./idempotency/trail.js";
+import { readPart } from "./keys/identify.js";
+import { traceparentOf } from "./util/traceparent.js";
 
 /** What makes two requests the same request, for a route's idempotency keys. */
 export async function claimSubject(scope: Scope, route: Route, settings: IdempotencySettings): Promise<ClaimSubject> {
@@ -40,12 +43,24 @@ export function claimStores(scope: Scope): ClaimStores {
       "unreachable",
       "no Upstash URL/token for the home region, where idempotency records and session locks live",
     );
-  return { prefix: scope.config.key_prefix, claim, settle };
+  return { prefix: scope.config.key_prefix, claim, settle, trail: claimTrail(scope) };
+}
+
+/** The request's trace (its valid `traceparent`, else a new one), session, metrics and ledger length, for its claim. */
+function claimTrail(scope: Scope): RecordTrail {
+  scope.trace ??= traceparentOf(scope.facts.headers).traceparent;
+  const sessionKey = scope.route?.session?.key;
+  return {
+    trace: scope.trace,
+    session: sessionKey === undefined ? undefined : readPart(sessionKey, scope.facts),
+    metrics: scope.runtime.metrics,
+    ledgerLength: scope.config.ledger_length,
+  };
 }
 
 export function sessionPlace(scope: Scope, route: Route): SessionPlace {
   const { prefix, claim } = claimStores(scope);
-  return { store: claim, prefix, route: route.name };
+  return { store: claim, prefix, route: route.name, ledgerLength: scope.config.ledger_length };
 }
 
 /**

@@ -6,6 +6,7 @@ import { metricsKeys } from "../store/layout.js";
 import { asHash } from "../store/replies.js";
 import { tokenMatches } from "./auth.js";
 import { adaptiveFigures, hourOfRoute, regionFigures, withLabels } from "./figures.js";
+import { idempotencyRows, type IdempotencyRow } from "./idempotency-figures.js";
 import type { AdminEnv } from "./context.js";
 import { signedIn, signOut, startSession, throttledCompare } from "./guard.js";
 import { limitChoices, panelsData } from "./panels.js";
@@ -104,6 +105,8 @@ export interface DashboardData {
   }>;
   /** The most refused identifiers over the hour, with the client's label and deny entry where kept. */
   top_blocked: Array<{ route: string; id: string; refusals: number; label?: string; entry?: string }>;
+  /** Routes with an `idempotency` table: their outcomes, duplicate suppression and first arrivals over the hour. */
+  idempotency: IdempotencyRow[];
 }
 
 /**
@@ -138,7 +141,13 @@ export async function dashboardData(config: Config, stores: Stores): Promise<Das
     if (rows) r.adaptive = rows;
   }
   const top_blocked = await withLabels(config, stores, topBlocked(replies.slice(60), minutes));
-  return { minutes, routes, regions: regionFigures(config, hour, nowMs), top_blocked };
+  return {
+    minutes,
+    routes,
+    regions: regionFigures(config, hour, nowMs),
+    top_blocked,
+    idempotency: idempotencyRows(config, hour),
+  };
 }
 
 /** Adds one minute's counts (`route|limit|decision` → n) to each route's allowed and shed series. */

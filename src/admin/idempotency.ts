@@ -1,23 +1,18 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { LEDGER_MAXLEN, refFromHash, resolve } from "../idempotency/records.js";
+import { refFromHash, resolve } from "../idempotency/records.js";
 import { asKeyHash } from "../keys/hash.js";
 import { Problem } from "../problem.js";
-import { ledgerKey } from "../store/layout.js";
 import { required, type AdminEnv } from "./context.js";
+import { answerLedger } from "./ledger-query.js";
 import { jsonBody } from "./validate.js";
 
 const NO_HOME = "no Redis configured for the home region";
 
-/** `GET /__sluice/ledger?count=100`: the idempotency (and session) ledger, newest first. */
+/** `GET /__sluice/ledger`: the idempotency (and session, and operator) ledger, filtered (see `answerLedger`). */
 export function ledgerApp(): Hono<AdminEnv> {
   const app = new Hono<AdminEnv>();
-  app.get("/", async (c) => {
-    const store = required(c.get("stores").offPath(), "Ledger unavailable", NO_HOME);
-    const count = Math.min(LEDGER_MAXLEN, Math.max(1, Number(c.req.query("count") ?? 100) || 100));
-    const entries = (await store.redis.xrevrange(ledgerKey(c.get("config").key_prefix), "+", "-", count)) as unknown;
-    return c.json({ entries: ledgerEntries(entries) });
-  });
+  app.get("/", answerLedger);
   return app;
 }
 
@@ -68,19 +63,4 @@ export function idempotencyApp(): Hono<AdminEnv> {
 function replayAnswer(b: z.output<typeof resolveBody>, ttlMs: number) {
   const headers: Array<[string, string]> = [["content-type", b.content_type ?? "application/json"]];
   return { status: b.status ?? 200, headers, body: btoa(b.body ?? ""), ttlMs };
-}
-
-/** XREVRANGE as the client gives it without deserialisation: [[id, [field, value, ...]], ...]. */
-function ledgerEntries(reply: unknown): Array<Record<string, string>> {
-  if (!Array.isArray(reply)) {
-    // a client that deserialises gives { id: { field: value } }
-    const byId = (reply ?? {}) as Record<string, Record<string, string>>;
-    return Object.entries(byId).map(([id, fields]) => ({ id, ...fields }));
-  }
-  return reply.map((entry) => {
-    const [id, fields] = entry as [string, string[]];
-    const out: Record<string, string> = { id: String(id) };
-    for (let i = 0; i + 1 < fields.length; i += 2) out[String(fields[i])] = String(fields[i + 1]);
-    return out;
-  });
 }

@@ -1,5 +1,4 @@
 import type { Context } from "hono";
-import { LEDGER_MAXLEN } from "../idempotency/records.js";
 import { ledgerKey } from "../store/layout.js";
 import type { AdminEnv } from "./context.js";
 import { adminActor } from "./guard.js";
@@ -27,6 +26,6 @@ export async function ledgerAdminAction(
   if (!home) return;
   const fields = { event, who: await adminActor(c), at: String(Date.now()), detail: JSON.stringify(detail) };
   await home.redis.xadd(ledgerKey(c.get("config").key_prefix), "*", fields, {
-    trim: { type: "MAXLEN", threshold: LEDGER_MAXLEN, comparison: "~" },
+    trim: { type: "MAXLEN", threshold: c.get("config").ledger_length, comparison: "~" },
   });
 }

@@ -708,6 +708,8 @@ export const sluiceSchema = z
     admin_session_idle: duration
       .refine((ms) => ms >= 1_000 && ms <= 12 * 3_600_000, "must be between 1s and 12h")
       .default(30 * 60_000),
+    /** Entries the ledger keeps (README, The ledger): its stream is trimmed to about this many. */
+    ledger_length: z.number().int().min(100).max(1_000_000).default(10_000),
   })
   .strict()
   .superRefine((c, ctx) => {

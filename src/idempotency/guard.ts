@@ -7,8 +7,18 @@ import { Problem } from "../problem.js";
 import type { Store } from "../store/redis.js";
 import { keyFromFields } from "./derive.js";
 import { canonicalBody, fingerprint, parseKey, sha256Hex } from "./key.js";
-import { claim, complete, recordRef, settleFailure, type Claim, type ClaimTicket, type RecordRef } from "./records.js";
+import {
+  claim,
+  complete,
+  noteClaim,
+  recordRef,
+  settleFailure,
+  type Claim,
+  type ClaimTicket,
+  type RecordRef,
+} from "./records.js";
 import { keepClaimed } from "./renewal.js";
+import { IdempotencyRefusal, noteIdempotency, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
 
 /** Headers of the origin's answer that are kept and replayed; cookies and hop-by-hop ones never are. */
 const REPLAYED_HEADERS = [
@@ -38,16 +48,16 @@ export const LATE_ANSWER_MS = 25_000;
  */
 export type SettleOutcome = "completed" | "late_answer" | "released" | "indeterminate" | "not_owner" | "store_error";
 
-/** What the idempotency metrics count (README, Idempotency): the outcomes a request's claim reached besides `first` and `replay`. */
-export type IdempotencyEvent = SettleOutcome | "taken_over";
-
 /**
- * The one place where a claim's outcome is reported (`released`, `indeterminate`, `taken_over`,
- * `late_answer`, ...): a log line for the rare ones, and where a counter is to be fed.
+ * Reports what became of a held claim once its request is done with. `released` and
+ * `indeterminate` are counted where the record changes (`settleFailure`), `completed` needs no
+ * report; an answer stored after the client's 504 is `late_answer`, and a claim that stopped
+ * being this request's, or a store that failed, is logged.
  */
-export function noteOutcome(route: string, outcome: IdempotencyEvent): void {
-  if (outcome === "completed") return;
-  console.log(JSON.stringify({ event: "idempotency_outcome", route, outcome }));
+export function noteSettled(ref: RecordRef, outcome: SettleOutcome): void {
+  if (outcome === "late_answer") noteIdempotency(ref, "late_answer", "late_answer");
+  else if (outcome === "not_owner" || outcome === "store_error")
+    console.log(JSON.stringify({ event: "idempotency_outcome", route: ref.route, outcome }));
 }
 
 /** The largest request body an idempotent request may carry: it is read whole to fingerprint it. */
@@ -70,6 +80,8 @@ export interface ClaimStores {
   prefix: string;
   claim: Store;
   settle: Store;
+  /** The request's trace and session for the ledger, and where outcomes are counted. */
+  trail?: RecordTrail;
 }
 
 /** What the idempotency step decided: go to the origin with these, or answer with the stored answer. */
@@ -78,7 +90,7 @@ export type Guarded =
       kind: "forward";
       request: Request;
       sluiceHeaders: Record<string, string>;
-      settle: (reply: OriginReply) => Promise<Response>;
+      settle: (reply: OriginReply & { latencyMs?: number }) => Promise<Response>;
       abandon: () => Promise<void>;
       /** Set when a claim is held: how long past a timeout the origin's answer is awaited (`LATE_ANSWER_MS`). */
       lateAnswerMs?: number;
@@ -111,18 +123,21 @@ export async function guard(
     return { kind: "forward", request, sluiceHeaders: {}, settle: async (reply) => reply.response, abandon: unguarded };
   }
   const { key, body, canonical } = keyed;
-  const ref = await recordRef(stores.claim, stores.prefix, subject.route, subject.principal, key);
+  const ref = await recordRef(stores.claim, stores.prefix, subject.route, subject.principal, key, stores.trail);
   const fp = await fingerprint(request.method, subject.path, subject.query, subject.principal, canonical);
   const owner = crypto.randomUUID();
 
   // a duplicate of an in-flight request may wait (polling with backoff) for its answer
   const once = () => claim(ref, owner, fp, leaseMs ?? settings.lease, settings.ttl, settings.replays);
   const poll = { startMs: 50, maxMs: 500, budgetMs: settings.wait };
-  const c = await pollWhile(await once(), (r) => r.kind === "inflight", once, poll);
-  if (c.kind !== "claimed") return refused(c);
+  const c = noteClaim(ref, await pollWhile(await once(), (r) => r.kind === "inflight", once, poll));
+  if (c.kind !== "claimed") return countedAsOutcome(() => refused(c));
 
-  if (c.takeover) noteOutcome(subject.route, "taken_over");
-  const sluiceHeaders = { "sluice-fencing-token": String(c.fence), "idempotency-key": key };
+  const sluiceHeaders = {
+    "sluice-fencing-token": String(c.fence),
+    "idempotency-key": key,
+    ...traceHeader(stores.trail),
+  };
   const claimed: ClaimHeld = { ref: { ...ref, store: stores.settle }, owner, settings, defer, leaseMs };
   return held(claimed, rebuilt(request, body), sluiceHeaders);
 }
@@ -149,7 +164,7 @@ function held(
   const renewal = leaseMs === undefined ? keepClaimed(ref, owner, settings.lease) : undefined;
   if (renewal) defer(renewal.done);
   const settled = (outcome: Promise<SettleOutcome>): Promise<void> =>
-    outcome.then((o) => noteOutcome(ref.route, o)).finally(() => renewal?.stop());
+    outcome.then((o) => noteSettled(ref, o)).finally(() => renewal?.stop());
   return {
     kind: "forward",
     request,
@@ -247,8 +262,9 @@ export async function settleClaim(
   ref: RecordRef,
   owner: string,
   settings: IdempotencySettings,
-  reply: OriginReply,
+  reply: OriginReply & { latencyMs?: number },
 ): Promise<Settlement> {
+  noteOriginReply(ref, reply);
   const res = reply.response;
   if (reply.outcome === "timeout" && reply.late) {
     return { response: res, settled: settleLate(ref, owner, settings, reply) };
@@ -393,6 +409,16 @@ function refusal(
   extensions?: Record<string, number>,
 ): Problem {
   return new Problem({ status, title, detail, headers, extensions });
+}
+
+/** A refusal of a duplicate is counted among the idempotency outcomes, not the limits' decisions. */
+function countedAsOutcome(refuse: () => Guarded): Guarded {
+  try {
+    return refuse();
+  } catch (e) {
+    // the replay bound's 429 is a limit like the others: it stays among the decisions
+    throw e instanceof Problem && e.status !== 429 ? new IdempotencyRefusal(e.init) : e;
+  }
 }
 
 function rebuilt(request: Request, body: Uint8Array): Request {

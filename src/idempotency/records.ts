@@ -3,6 +3,7 @@ import { asKeyHash, hashIdentifier } from "../keys/hash.js";
 import { StoreError } from "../store/deadline.js";
 import { idempotencyFenceKey, idempotencyRecordKey, idempotencyReplaysKey, ledgerKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
+import { ledgerContext, noteIdempotency, type RecordTrail } from "./trail.js";
 
 export const LEDGER_MAXLEN = 10_000;
 
@@ -16,6 +17,10 @@ export interface RecordRef {
   fenceKey: string;
   /** The principal's replay bucket (`"-"` for refs that never claim: no principal, never written). */
   replaysKey: string;
+  /** sha256(principal): what the ledger names the principal by (never the principal itself). */
+  principal?: string;
+  /** The request's trace, session and latency for the ledger, and where its outcomes are counted. */
+  trail?: RecordTrail;
 }
 
 /** How fast one principal may be answered with replays on a route: `rate` per `period` (ms), `rate` at once. */
@@ -38,14 +43,18 @@ export async function recordRef(
   route: string,
   principal: string,
   key: string,
+  trail?: RecordTrail,
 ): Promise<RecordRef> {
+  const principalHash = await hashIdentifier(principal);
   return {
     store,
     prefix,
     route,
     keyHash: await hashIdentifier(JSON.stringify([principal, key])),
     fenceKey: idempotencyFenceKey(prefix, route),
-    replaysKey: idempotencyReplaysKey(prefix, route, await hashIdentifier(principal)),
+    replaysKey: idempotencyReplaysKey(prefix, route, principalHash),
+    principal: principalHash,
+    trail: trail?.session ? { ...trail, session: await hashIdentifier(trail.session) } : trail,
   };
 }
 
@@ -60,8 +69,10 @@ async function call(r: RecordRef, op: string, owner: string, rest: Array<string 
     owner,
     r.route,
     r.keyHash,
-    LEDGER_MAXLEN,
+    r.trail?.ledgerLength ?? LEDGER_MAXLEN,
     ...rest,
+    // always the last argument: the script reads the ledger's context from ARGV[#ARGV]
+    ledgerContext(r.trail, r.principal),
   ]);
   if (!Array.isArray(reply))
     throw new StoreError("error", `unexpected reply from idempotency.lua: ${JSON.stringify(reply).slice(0, 200)}`);
@@ -111,6 +122,17 @@ export async function renew(r: RecordRef, owner: string, leaseMs: number): Promi
   return result === "ok";
 }
 
+/**
+ * Counts and logs what a request's (final) claim gave it (the ledger has it from the script); gives
+ * it back. A replay refused by the replay bound is a 429 like the limits', counted among decisions.
+ */
+export function noteClaim<C extends Claim>(r: RecordRef, c: C): C {
+  if (c.kind === "claimed") noteIdempotency(r, c.takeover ? "takeover" : "claim", c.takeover ? "taken_over" : "first");
+  else if (c.kind === "completed") noteIdempotency(r, "replay", "replay");
+  else if (c.kind !== "replay_limited") noteIdempotency(r, undefined, c.kind === "inflight" ? "in_flight" : c.kind);
+  return c;
+}
+
 /** Stores the origin's answer, only if `owner` still holds the claim. */
 export async function complete(
   r: RecordRef,
@@ -122,6 +144,7 @@ export async function complete(
   ttlMs: number,
 ): Promise<boolean> {
   const [result] = await call(r, "complete", owner, [status, JSON.stringify(headers), body, stored ? 1 : 0, ttlMs]);
+  if (result === "ok") noteIdempotency(r, "complete");
   return result === "ok";
 }
 
@@ -133,6 +156,7 @@ export async function settleFailure(
   originStatus: number | undefined,
 ): Promise<boolean> {
   const [result] = await call(r, how, owner, [originStatus ?? ""]);
+  if (result === "ok") noteIdempotency(r, how, how === "release" ? "released" : "indeterminate");
   return result === "ok";
 }
 
@@ -143,7 +167,7 @@ export async function resolve(
   answer?: { status: number; headers: Array<[string, string]>; body: string; ttlMs: number },
 ): Promise<boolean> {
   const rest =
-    action === "replay" && answer ? [answer.status, JSON.stringify(answer.headers), answer.body, answer.ttlMs] : [];
+    action === "replay" && answer ? [answer.status, JSON.stringify(answer.headers), answer.body, answer.ttlMs] : [""];
   const [result] = await call(r, action === "release" ? "resolve_release" : "resolve_replay", "", rest);
   return result === "ok";
 }
@@ -169,8 +193,22 @@ export interface ClaimTicket {
 }
 
 /** The record a job's claim names, in `store`. */
-export function refFromTicket(store: Store, prefix: string, route: string, t: ClaimTicket): RecordRef {
-  return { store, prefix, route, keyHash: t.keyHash, fenceKey: t.fenceKey, replaysKey: noReplays(prefix, route) };
+export function refFromTicket(
+  store: Store,
+  prefix: string,
+  route: string,
+  t: ClaimTicket,
+  trail?: RecordTrail,
+): RecordRef {
+  return {
+    store,
+    prefix,
+    route,
+    keyHash: t.keyHash,
+    fenceKey: t.fenceKey,
+    replaysKey: noReplays(prefix, route),
+    trail,
+  };
 }
 
 /** The replay slot of a ref that never claims: a key that is never written. */

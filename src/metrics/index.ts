@@ -6,6 +6,7 @@ import { metricsKeys } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 import { latencyBucket } from "../adaptive/histogram.js";
 import type { ClientLabel } from "./labels.js";
+import { idempotencyLines } from "./idempotency.js";
 export { asHash } from "../store/replies.js";
 
 const FLUSH_EVERY_MS = 5_000;
@@ -117,6 +118,14 @@ export class MetricsBuffer {
     this.pending.counts.set(field, (this.pending.counts.get(field) ?? 0) + 1);
   }
 
+  /**
+   * Adds `n` to a field of two parts (`{kind}:{route}|{what}`) of the per-minute and all-time
+   * hashes: the idempotency figures (src/metrics/idempotency.ts).
+   */
+  countField(field: string, n = 1): void {
+    add(this.pending.counts, field, n);
+  }
+
   /** Flushes when the interval has passed (or when `force`d, as the metrics endpoint does). */
   flush(config: Pick<Config, "key_prefix">, stores: Stores, defer: Defer, force = false): Promise<void> | undefined {
     const now = Date.now();
@@ -177,6 +186,7 @@ export function prometheus(
     );
   }
   lines.push(...banLines(total));
+  lines.push(...idempotencyLines(total, esc));
   const sum = Number(lastMinute.rtt_sum_ms ?? 0);
   const cnt = Number(lastMinute.rtt_count ?? 0);
   lines.push(

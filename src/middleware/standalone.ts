@@ -9,7 +9,7 @@ import { envConnections, type Connect } from "../region/index.js";
 import { withoutOverride } from "../routing/method.js";
 import { isolateRuntime, type Runtime } from "../runtime.js";
 import type { RedisConnection } from "../store/redis.js";
-import { decisionOf, record, stamp } from "./decision/index.js";
+import { countsAsDecision, decisionOf, record, stamp } from "./decision/index.js";
 import type { Step } from "./step.js";
 
 /** Settings every sluice middleware shares: where Redis is, and the deployment's global settings. */
@@ -121,7 +121,7 @@ export function standalone(
     c.set("sluice", publicDecision(scope));
     await chain(c, scope, steps, next)();
     if (!c.res.headers.has("Sluice-Decision")) stamp(c, scope);
-    else if (scope.meta) record(scope, scope.meta, decisionOf(c, scope));
+    else if (scope.meta) record(scope, scope.meta, decisionOf(c, scope), countsAsDecision(c));
   };
 }
 

@@ -5,9 +5,11 @@ import { bucketsFor } from "../limiter/buckets.js";
 import { decide, type Defer } from "../limiter/decide.js";
 import { heldSlots, releaseSlots } from "../limiter/in-flight.js";
 import { originFailed, outcomeUnknown, sendToOrigin, withLateAnswer, type OriginReply } from "../origin/forward.js";
-import { LATE_ANSWER_MS, noteOutcome, settleClaim } from "../idempotency/guard.js";
+import { LATE_ANSWER_MS, noteSettled, settleClaim } from "../idempotency/guard.js";
 import { refFromTicket, settleFailure } from "../idempotency/records.js";
 import { release } from "../session/lock.js";
+import type { RecordTrail } from "../idempotency/trail.js";
+import { newTraceparent } from "../util/traceparent.js";
 import { envConnections, SETTLE_TIMEOUT_MS, type Stores } from "../region/index.js";
 import type { Runtime } from "../runtime.js";
 import { hashIdentifier } from "../keys/hash.js";
@@ -194,10 +196,16 @@ async function settleGuards(m: JobMessage, route: Route, consumer: Consumer, rep
   const { config, stores } = consumer;
   const pending: Array<Promise<void>> = [];
   if (m.claim && route.idempotency) {
-    const ref = refFromTicket(stores.fixed(SETTLE_TIMEOUT_MS) as Store, config.key_prefix, route.name, m.claim);
+    const ref = refFromTicket(
+      stores.fixed(SETTLE_TIMEOUT_MS) as Store,
+      config.key_prefix,
+      route.name,
+      m.claim,
+      jobTrail(m, config),
+    );
     const settlement = await settleClaim(ref, m.claim.owner, route.idempotency, reply);
     pending.push(settlement.response.arrayBuffer().then(() => undefined));
-    pending.push(settlement.settled.then((o) => noteOutcome(route.name, o)));
+    pending.push(settlement.settled.then((o) => noteSettled(ref, o)));
   } else {
     pending.push(reply.response.body?.cancel() ?? Promise.resolve());
   }
@@ -211,15 +219,21 @@ async function releaseGuards(m: JobMessage, consumer: Consumer, claimSettled = f
   const store = consumer.stores.fixed(SETTLE_TIMEOUT_MS) as Store;
   if (m.claim && !claimSettled)
     await settleFailure(
-      refFromTicket(store, config.key_prefix, m.route, m.claim),
+      refFromTicket(store, config.key_prefix, m.route, m.claim, jobTrail(m, config)),
       m.claim.owner,
       "release",
       undefined,
     ).catch(() => false);
   if (m.session)
-    await release({ store, prefix: config.key_prefix, route: m.route, hash: m.session.hash }, m.session.owner).catch(
-      () => false,
-    );
+    await release(
+      { store, prefix: config.key_prefix, route: m.route, hash: m.session.hash, ledgerLength: config.ledger_length },
+      m.session.owner,
+    ).catch(() => false);
+}
+
+/** The ledger's context of a job's claim: the trace it was queued with (forwarded to the origin too), the ledger's length. */
+function jobTrail(m: JobMessage, config: Config): RecordTrail {
+  return { trace: m.sluiceHeaders?.traceparent ?? newTraceparent(), ledgerLength: config.ledger_length };
 }
 
 /** Sends the job again after `ms` and acks this copy: deferrals are not failures. */

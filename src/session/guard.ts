@@ -23,6 +23,8 @@ export interface SessionPlace {
   store: Store;
   prefix: string;
   route: string;
+  /** The ledger's length (`ledger_length`). */
+  ledgerLength?: number;
 }
 
 /**
@@ -42,13 +44,10 @@ export async function holdSession(
 ): Promise<SessionHold> {
   const who = identify([settings.key], facts, "skip");
   if (who.kind !== "id") return { kind: "none" };
-  const ref = await sessionRef(
-    place.store,
-    place.prefix,
-    place.route,
-    await principalOf(settings.principal, facts),
-    who.id,
-  );
+  const ref = {
+    ...(await sessionRef(place.store, place.prefix, place.route, await principalOf(settings.principal, facts), who.id)),
+    ledgerLength: place.ledgerLength,
+  };
   const owner = crypto.randomUUID();
   // polls start at 20 ms and back off to 200 ms: a session's calls follow each other closely
   const a: Acquired = await pollWhile(

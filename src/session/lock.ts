@@ -12,6 +12,8 @@ export interface SessionRef {
   route: string;
   /** The lock's: over [principal, session identity]. The ledger names the lock by it. */
   hash: string;
+  /** The ledger's length (`ledger_length`; the default when absent). */
+  ledgerLength?: number;
 }
 
 export type Acquired =
@@ -47,7 +49,7 @@ async function call(
   const reply = await r.store.run(
     r.store.script(sessionLua),
     [lock, sessionFenceKey(r.prefix), ledgerKey(r.prefix)],
-    [op, owner, r.route, r.hash, LEDGER_MAXLEN, ...rest],
+    [op, owner, r.route, r.hash, r.ledgerLength ?? LEDGER_MAXLEN, ...rest],
   );
   if (!Array.isArray(reply))
     throw new StoreError("error", `unexpected reply from session.lua: ${JSON.stringify(reply).slice(0, 200)}`);

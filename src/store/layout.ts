@@ -174,7 +174,7 @@ export const LAYOUT = {
     patterns: ["{key_prefix}:ledger"],
     store: "home",
     holds: "stream of idempotency and session events, and the admin changes (bans, overrides)",
-    ttl: "capped at ~10 000 entries",
+    ttl: "capped at ~`ledger_length` entries (10 000)",
   },
 } as const satisfies Record<string, LayoutEntry>;
 

@@ -112,6 +112,60 @@ describe("the dashboard's panels", () => {
     expect(html.startsWith("<!doctype html>")).toBe(true);
   });
 
+  it("draw each idempotent route's suppression rate, replay share and failed first arrivals", async () => {
+    const outcomes = {
+      first: 10,
+      replay: 6,
+      in_flight: 3,
+      mismatch: 1,
+      indeterminate: 0,
+      released: 2,
+      taken_over: 1,
+      late_answer: 0,
+    };
+    const data: PanelsData = {
+      ...FULL,
+      dashboard: {
+        ...FULL.dashboard,
+        idempotency: [
+          {
+            route: "orders",
+            outcomes,
+            duplicates: 10,
+            suppression_rate: 0.9,
+            replay_share: 0.2857,
+            first_arrivals: 11,
+            first_failures: 2,
+            first_p50_ms: 128,
+            first_p99_ms: 1024,
+          },
+          {
+            route: "quiet",
+            outcomes: { ...outcomes, first: 0, replay: 0, in_flight: 0, mismatch: 0, released: 0, taken_over: 0 },
+            duplicates: 0,
+            suppression_rate: null,
+            replay_share: null,
+            first_arrivals: 0,
+            first_failures: 0,
+            first_p50_ms: null,
+            first_p99_ms: null,
+          },
+        ],
+      },
+    };
+    const html = await render(panelsFragment(data));
+    expect(html).toContain("Idempotency, last hour");
+    expect(html).toMatch(
+      /<tr data-route="orders"><td>orders<\/td><td class="suppression bad">90\.0% of 10<\/td><td class="replay-share">28\.6%<\/td><td class="first-failures bad">2 of 11<\/td><td class="first-latency">128\.0 ms \/ 1024\.0 ms<\/td>/,
+    );
+    expect(html).toContain("first 10 · replay 6 · in_flight 3 · mismatch 1 · released 2 · taken_over 1");
+    expect(html).toMatch(
+      /<tr data-route="quiet"><td>quiet<\/td><td class="suppression">— of 0<\/td><td class="replay-share">—<\/td><td class="first-failures">0 of 0<\/td>.*<td class="outcomes">none<\/td>/,
+    );
+    // without idempotent routes (or figures) there is no panel
+    expect(await render(panelsFragment(FULL))).not.toContain("idempotency-panel");
+  });
+
   it("keep the login form, saying when the token was wrong", async () => {
     const form = await render(loginPage());
     expect(form).toContain('<form method="post" action="/__sluice/login">');

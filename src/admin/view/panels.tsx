@@ -1,4 +1,5 @@
 import { Chart } from "./chart.js";
+import { IdempotencyPanel } from "./idempotency.js";
 import type { BlockedView, HealthRow, ListRow, OverrideRow, PanelsData, RegionView, RouteView } from "./types.js";
 
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
@@ -36,6 +37,7 @@ export function Panels(props: { data: PanelsData }) {
         <Figure id="fig-denied" title="Deny entries in force" value={lists.filter((e) => e.kind === "deny").length} />
       </div>
       <RegionPanel regions={dashboard.regions} health={health} />
+      <IdempotencyPanel rows={dashboard.idempotency} />
       <h2>
         Routes: allowed vs shed, last 60 minutes <Legend />
       </h2>

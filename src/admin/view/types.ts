@@ -15,12 +15,14 @@ export interface DashboardView {
   routes: RouteView[];
   regions?: RegionView[];
   top_blocked: BlockedView[];
+  idempotency?: IdempotencyView[];
 }
 
 type RouteData = DashboardData["routes"][number];
 export type RouteView = Omit<RouteData, "limits" | "bans"> & Partial<Pick<RouteData, "limits" | "bans">>;
 export type RegionView = DashboardData["regions"][number];
 export type BlockedView = DashboardData["top_blocked"][number];
+export type IdempotencyView = DashboardData["idempotency"][number];
 
 /** A deny or allow entry in force, as `GET /__sluice/lists` shows it. */
 export interface ListRow {

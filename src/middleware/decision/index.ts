@@ -2,6 +2,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import type { DecisionMeta, Scope, SluiceEnv } from "../../context.js";
 import { madeWithoutRedis } from "../../limiter/decide.js";
 import { Problem, type DecisionHeader } from "../../problem.js";
+import { IdempotencyRefusal } from "../../idempotency/trail.js";
 
 /**
  * What the client is told: `Sluice-Decision` (from the problem that ended the request, else
@@ -22,7 +23,7 @@ export function decisionOf(c: Context<SluiceEnv>, scope: Scope | undefined): Dec
 export function stamp(c: Context<SluiceEnv>, scope: Scope | undefined): void {
   const decision = decisionOf(c, scope);
   const region = scope?.region ?? "unknown";
-  if (scope?.meta) record(scope, scope.meta, decision);
+  if (scope?.meta) record(scope, scope.meta, decision, countsAsDecision(c));
   let res = c.res;
   try {
     res.headers.set("Sluice-Decision", decision);
@@ -35,17 +36,15 @@ export function stamp(c: Context<SluiceEnv>, scope: Scope | undefined): void {
   res.headers.set("Sluice-Region", region);
 }
 
-export function record(scope: Scope, meta: DecisionMeta, decision: DecisionHeader): void {
-  const { runtime, config, stores, defer, region, limits } = scope;
-  runtime.metrics.count(meta.route, meta.limit, decision, {
-    rttMs: meta.rttMs,
-    blockedId: meta.blockedId,
-    label: meta.label,
-    region,
-    local: limits !== undefined && !limits.degraded && madeWithoutRedis(limits.decision),
-    // fail open leaves no run (`degraded`); the isolate's own buckets leave a degraded one, refusals too
-    storeFailed: decision === "degraded" || limits?.degraded === true,
-  });
+/** A duplicate refused for its key is counted in `sluice_idempotency_total` instead (src/metrics/idempotency.ts). */
+export function countsAsDecision(c: Context<SluiceEnv>): boolean {
+  return !(c.error instanceof IdempotencyRefusal);
+}
+
+/** Counts (unless `counted` is false: counted elsewhere), logs and flushes one decision. */
+export function record(scope: Scope, meta: DecisionMeta, decision: DecisionHeader, counted = true): void {
+  const { runtime, config, stores, defer, region } = scope;
+  if (counted) countDecision(scope, meta, decision);
   if (decision !== "allow") {
     console.log(
       JSON.stringify({
@@ -55,10 +54,24 @@ export function record(scope: Scope, meta: DecisionMeta, decision: DecisionHeade
         limit: meta.limit,
         region,
         id: meta.blockedId ?? null,
+        ...(scope.trace ? { trace: scope.trace } : {}),
       }),
     );
   }
   runtime.metrics.flush(config, stores, defer);
+}
+
+function countDecision(scope: Scope, meta: DecisionMeta, decision: DecisionHeader): void {
+  const { runtime, region, limits } = scope;
+  runtime.metrics.count(meta.route, meta.limit, decision, {
+    rttMs: meta.rttMs,
+    blockedId: meta.blockedId,
+    label: meta.label,
+    region,
+    local: limits !== undefined && !limits.degraded && madeWithoutRedis(limits.decision),
+    // fail open leaves no run (`degraded`); the isolate's own buckets leave a degraded one, refusals too
+    storeFailed: decision === "degraded" || limits?.degraded === true,
+  });
 }
 
 /** The gateway's outermost middleware: every step runs inside it, and it stamps what they decided. */

@@ -1,10 +1,35 @@
 import { describe, expect, it } from "vitest";
 import { background, countedApp, gate, middlewareRig } from "../../../test/support/middleware-rig.js";
 import { idempotency, type IdempotencyOptions } from "../../index.js";
+import type { MetricsBuffer } from "../../metrics/index.js";
+import { asHash } from "../../store/replies.js";
 
 /** idempotency() in an app of its own, in Node, against a real Redis behind the Upstash-REST bridge. */
 const rig = middlewareRig("idem");
 const options = (extra: IdempotencyOptions = {}): IdempotencyOptions => rig.options(extra);
+
+/** The all-time counts of `prefix`: those flushed to Redis, and those `metrics` still holds, by field. */
+async function totals(metrics: MetricsBuffer, prefix: string): Promise<Record<string, number>> {
+  const total: Record<string, number> = {};
+  for (const [field, n] of Object.entries(asHash(await rig.db.redis.hgetall(`${prefix}:metrics:total`))))
+    total[field] = Number(n);
+  const pipeline = new Proxy(
+    {},
+    {
+      get: (_, op: string) =>
+        op === "exec"
+          ? async () => []
+          : (key: string, field: string, n: number) => {
+              if (op === "hincrby" && key.endsWith(":total")) total[field] = (total[field] ?? 0) + n;
+            },
+    },
+  );
+  const stores = { offPath: () => ({ redis: { pipeline: () => pipeline } }) } as unknown as Parameters<
+    MetricsBuffer["flush"]
+  >[1];
+  await metrics.flush({ key_prefix: "t" }, stores, () => undefined, true);
+  return total;
+}
 
 interface Created {
   n: number;
@@ -158,6 +183,32 @@ describe("idempotency()", () => {
     expect(retry.headers.get("Retry-After")).toBe("60");
     expect(((await retry.json()) as { title: string }).title).toBe("Outcome indeterminate");
     expect(calls.n).toBe(1);
+  });
+
+  it("counts a 409 and a 422 as idempotency outcomes, not as a limit's reject", async () => {
+    const g = gate();
+    const opts = options();
+    const { app } = ordersApp(opts, g.wait);
+    const bg = background();
+    const first = app.request("/orders", post("count-1", '{"a":1}'), {}, bg.ctx);
+    await g.reached();
+    const [dup, other] = [background(), background()];
+    expect((await app.request("/orders", post("count-1", '{"a":1}'), {}, dup.ctx)).status).toBe(409);
+    g.open();
+    await (await first).text();
+    await bg.settled();
+    expect((await app.request("/orders", post("count-1", '{"a":2}'), {}, other.ctx)).status).toBe(422);
+    await Promise.all([dup.settled(), other.settled()]);
+    // the first decision's flush went to Redis; the rest is still in the isolate's buffer
+    const fields = await totals(opts.runtime!.metrics, opts.key_prefix!);
+    const outcomes = Object.entries(fields).filter(([f]) => f.startsWith("idem:"));
+    expect(outcomes.map(([f, n]) => `${f.slice(f.indexOf("|") + 1)} ${n}`).sort()).toEqual([
+      "first 1",
+      "in_flight 1",
+      "mismatch 1",
+    ]);
+    expect(Object.keys(fields).filter((f) => f.endsWith("|reject"))).toEqual([]);
+    expect(fields[Object.keys(fields).find((f) => f.startsWith("idem_first:") && f.endsWith("|count")) ?? ""]).toBe(1);
   });
 
   it("lets methods it does not guard (GET) through to the handler", async () => {

@@ -27,8 +27,9 @@ export const idempotencyStep: Step = async (c, scope, next) => {
   // a held claim must learn what the origin did: past origin_timeout its answer is still awaited
   if (scope.target && guarded.lateAnswerMs) scope.target = { ...scope.target, lateAnswerMs: guarded.lateAnswerMs };
   c.set("sluice", publicDecision(scope));
+  const started = Date.now();
   await next();
-  const reply = replyOf(c, scope);
+  const reply = replyOf(c, scope, started);
   if (reply) c.res = await guarded.settle(reply);
   else await guarded.abandon();
 };
@@ -38,8 +39,12 @@ export const idempotencyStep: Step = async (c, scope, next) => {
  * is a 5xx, an origin failure). Nothing when sluice itself stopped the request after the claim
  * (a busy session): the key is free again.
  */
-function replyOf(c: Context<SluiceEnv>, scope: Scope): OriginReply | undefined {
+function replyOf(
+  c: Context<SluiceEnv>,
+  scope: Scope,
+  started: number,
+): (OriginReply & { latencyMs: number }) | undefined {
   if (scope.target) return scope.reply;
   if (c.error instanceof Problem) return undefined;
-  return { response: c.res, outcome: "answered", sent: c.req.raw.headers };
+  return { response: c.res, outcome: "answered", sent: c.req.raw.headers, latencyMs: Date.now() - started };
 }
