@@ -8,8 +8,14 @@ import { BadLimitInput, bucketsFor, keyedBuckets } from "../../limiter/buckets.j
 import { decide, giveBack, madeWithoutRedis, type Bucket } from "../../limiter/decide.js";
 import { rateLimitHeaders } from "../../limiter/headers.js";
 import { heldSlots, releaseSlots } from "../../limiter/in-flight.js";
-import { observeBody } from "../../limiter/observe-body.js";
-import { BodyCosts, chargedFromResponse, headerSettlements, settle } from "../../limiter/response-cost.js";
+import { observeBody, readRest, type BodyEnd, type RestEnd } from "../../limiter/observe-body.js";
+import {
+  BodyCosts,
+  chargedFromResponse,
+  headerSettlements,
+  REST_BOUNDS,
+  settle,
+} from "../../limiter/response-cost.js";
 import type { Decision } from "../../limiter/types.js";
 import { Problem } from "../../problem.js";
 import { StoreError } from "../../store/deadline.js";
@@ -178,28 +184,42 @@ function afterResponse(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, relea
   watchDelivery(c, scope, [...(bodyCost ? [bodyCost] : []), ...(release ? [{ finish: release }] : [])]);
 }
 
+/** How a body's watch ended: its delivery, or (for a watch that reads the rest) the reading of the rest. */
+type WatchEnd = BodyEnd | RestEnd;
+
 /** Something done once the response body has been delivered (see watchDelivery), seeing its chunks on the way. */
 interface DeliveryWatch {
   onChunk?: (chunk: Uint8Array) => void;
-  finish: () => Promise<void>;
+  finish: (end: WatchEnd) => Promise<void>;
+  /** Reads the rest of a body the client left (bounded: REST_BOUNDS) before it finishes. */
+  readsRest?: boolean;
 }
 
 /**
  * Limits charged from the response (README, Cost from the response): the figure the origin
  * reported in a header is known with the headers, so it is settled at once (deferred); one in the
- * body (json:, sse:) is read as the body passes and settled once it is done, by the watch returned.
- * A response that reports nothing keeps the reserve. A local decision's reserve stays with the isolate.
+ * body (json:, sse:) is read as the body passes, and on after the client left, and settled once
+ * the body is over, by the watch returned. A 2xx response whose figure cannot be read pays `max`.
+ * A local decision's reserve stays with the isolate.
  */
 function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun): DeliveryWatch | undefined {
   if (run.degraded || run.peek) return undefined;
   const charged = chargedFromResponse(run.buckets, run.decision);
   if (charged.length === 0) return undefined;
   const { overrides } = scope.runtime;
-  const due = headerSettlements(charged, c.res.headers);
+  const due = headerSettlements(charged, c.res);
   if (due.length > 0) scope.defer(settle(due, overrides).catch(() => undefined));
-  const body = BodyCosts.of(charged, c.res.headers);
+  const body = BodyCosts.of(charged, c.res);
   if (!body) return undefined;
-  return { onChunk: (chunk) => body.push(chunk), finish: () => settle(body.due(), overrides).catch(() => undefined) };
+  return {
+    onChunk: (chunk) => body.push(chunk),
+    finish: (end) => settle(body.due(end === "done"), overrides).catch(settleFailed),
+    readsRest: true,
+  };
+}
+
+function settleFailed(e: unknown): void {
+  console.error(JSON.stringify({ event: "response_cost_settle_failed", message: String(e) }));
 }
 
 /** Frees a request's in-flight slots, once however often called. */
@@ -222,22 +242,34 @@ function slotRelease(scope: Scope, run: LimitRun): Release | undefined {
 /**
  * Runs the watches (the slots' release, a cost read from the body) when the response body has been
  * delivered: read to its end, failed, or cancelled by a client that went away; at once for a
- * response without a body. The body is wrapped once for all of them, its bytes passed on as they
- * come and unchanged. The work is handed to `defer` now (ctx.waitUntil), so it runs even though it
- * comes after the response.
+ * response without a body. A watch that `readsRest` finishes after the rest of a body the client
+ * left has been read (within REST_BOUNDS), the others at once. The body is wrapped once for all of
+ * them, its bytes passed on as they come and unchanged. The work is handed to `defer` now
+ * (ctx.waitUntil), so it runs even though it comes after the response.
  */
 function watchDelivery(c: Context<SluiceEnv>, scope: Scope, watches: readonly DeliveryWatch[]): void {
   if (watches.length === 0) return;
   const res = c.res;
   // each finishes whatever another does (a throw included): a failed settle never keeps a slot held
-  const finish = () => Promise.allSettled(watches.map(async (w) => w.finish())).then(() => undefined);
+  const finishAll = (end: WatchEnd, rest?: Promise<RestEnd>) =>
+    Promise.allSettled(watches.map(async (w) => w.finish(w.readsRest && rest ? await rest : end))).then(
+      () => undefined,
+    );
   if (!res.body) {
-    scope.defer(finish());
+    scope.defer(finishAll("done"));
     return;
   }
-  let delivered: () => void = () => undefined;
-  const done = new Promise<void>((resolve) => (delivered = resolve));
+  let delivered: (end: BodyEnd) => void = () => undefined;
+  const done = new Promise<BodyEnd>((resolve) => (delivered = resolve));
   const onChunk = (chunk: Uint8Array) => watches.forEach((w) => w.onChunk?.(chunk));
-  c.res = new Response(observeBody(res.body, { onChunk, onEnd: delivered }), res);
-  scope.defer(done.then(finish));
+  const restReaders = watches.filter((w) => w.readsRest);
+  let rest: Promise<RestEnd> | undefined;
+  const onRest =
+    restReaders.length === 0
+      ? undefined
+      : (reader: ReadableStreamDefaultReader<Uint8Array>) => {
+          rest = readRest(reader, (chunk) => restReaders.forEach((w) => w.onChunk?.(chunk)), REST_BOUNDS);
+        };
+  c.res = new Response(observeBody(res.body, { onChunk, onEnd: delivered, onRest }), res);
+  scope.defer(done.then((end) => finishAll(end, end === "cancelled" ? rest : undefined)));
 }
