@@ -1,5 +1,4 @@
 import type { Bucket } from "./decide.js";
-import type { RestBounds } from "./observe-body.js";
 import type { OverrideCopies } from "./overrides.js";
 import { figureReader, type FigureReader, type ResponseSource } from "./response-figures.js";
 import { groupByStore, runDecide } from "./script-call.js";
@@ -9,19 +8,23 @@ import type { Decision } from "./types.js";
  * Cost from the response (README): a limit with `cost = { response, reserve, max }` takes
  * `reserve` at admission, and once the response reports its figure the charge is settled to
  * min(figure, max) with decide.lua's "settle" mode, which may leave the bucket in debt. A header's
- * figure is known with the headers; a body's (`json:`, `sse:`) once the body has ended, read to its
- * end in waitUntil when the client left early (within REST_BOUNDS). A successful (2xx) response
+ * figure is known with the headers; a body's (`json:`, `sse:`) once the body has ended, read from a
+ * copy of it in waitUntil, however the client reads (within BODY_BOUNDS). A successful (2xx) response
  * whose figure can never be read (no header or field, not a whole number, a body past the cap, a
  * body that failed or passed the bounds) is charged `max`: never just the reserve, which a client
  * could otherwise choose by cutting the stream or asking for a large body. A refusal or failure
  * of the origin (not 2xx) that reports nothing keeps the reserve.
  */
 
-/**
- * How much of a body the client left is still read for its figure: an LLM stream of tens of
- * thousands of tokens is a few MiB, and waitUntil's work is cut 30 s after the response.
- */
-export const REST_BOUNDS: RestBounds = { maxBytes: 8 << 20, maxMs: 20_000 };
+/** How much of a body is read for its figure: past either bound it reports nothing (and pays `max`). */
+export interface BodyBounds {
+  /** The body's bytes: an LLM stream of tens of thousands of tokens is a few MiB. */
+  maxBytes: number;
+  /** How long the reading may go on once the client's delivery is over (waitUntil's work is cut 30 s after it). */
+  msAfterDelivery: number;
+}
+
+export const BODY_BOUNDS: BodyBounds = { maxBytes: 8 << 20, msAfterDelivery: 20_000 };
 
 /** The figure a response header reports; undefined when it reports none. */
 export function reportedCost(headers: Headers, header: string): number | undefined {
@@ -121,4 +124,63 @@ export async function settle(buckets: readonly Bucket[], overrides: OverrideCopi
   if (buckets.length === 0) return;
   const now = Date.now();
   await Promise.all(groupByStore([...buckets]).map((g) => runDecide(g, "settle", (b) => overrides.input(b, now))));
+}
+
+/**
+ * Reads `body` (sluice's own copy of a response body) to its end, feeding `costs`, whatever the
+ * client does with its copy: whether it was read whole (within `bounds`), else the rest is cancelled.
+ * The time bound starts when `deliveryOver` settles: while the client is still being served, a
+ * long stream goes on.
+ */
+export async function readCostBody(
+  body: ReadableStream<Uint8Array>,
+  costs: BodyCosts,
+  deliveryOver: Promise<void>,
+  bounds: BodyBounds = BODY_BOUNDS,
+): Promise<boolean> {
+  const reader = body.getReader();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let finished = false;
+  const late = deliveryOver.then(
+    () =>
+      new Promise<"late">((resolve) => {
+        if (!finished) timer = setTimeout(() => resolve("late"), bounds.msAfterDelivery);
+      }),
+  );
+  // cut: a bound was reached first, the rest is cancelled (the client's copy goes on)
+  let cut = false;
+  try {
+    cut = !(await readAll(reader, costs, bounds.maxBytes, late));
+    return !cut;
+  } catch {
+    // the origin's body failed: a figure it never reached is unreadable
+    return false;
+  } finally {
+    finished = true;
+    clearTimeout(timer);
+    if (cut) cancelQuietly(reader);
+  }
+}
+
+async function readAll(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  costs: BodyCosts,
+  maxBytes: number,
+  late: Promise<"late">,
+): Promise<boolean> {
+  let bytes = 0;
+  for (;;) {
+    const next = await Promise.race([reader.read(), late]);
+    if (next === "late") return false;
+    if (next.done) return true;
+    bytes += next.value.byteLength;
+    if (bytes > maxBytes) return false;
+    costs.push(next.value);
+  }
+}
+
+function cancelQuietly(reader: ReadableStreamDefaultReader<Uint8Array>): void {
+  reader.cancel("read no further").catch((e: unknown) =>
+    console.error(JSON.stringify({ event: "response_cost_cancel_failed", message: String(e) })),
+  );
 }

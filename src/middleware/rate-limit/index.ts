@@ -8,12 +8,12 @@ import { BadLimitInput, bucketsFor, keyedBuckets } from "../../limiter/buckets.j
 import { decide, giveBack, madeWithoutRedis, type Bucket } from "../../limiter/decide.js";
 import { rateLimitHeaders } from "../../limiter/headers.js";
 import { heldSlots, releaseSlots } from "../../limiter/in-flight.js";
-import { observeBody, readRest, type BodyEnd, type RestEnd } from "../../limiter/observe-body.js";
+import { observeBody } from "../../limiter/observe-body.js";
 import {
   BodyCosts,
   chargedFromResponse,
   headerSettlements,
-  REST_BOUNDS,
+  readCostBody,
   settle,
 } from "../../limiter/response-cost.js";
 import type { Decision } from "../../limiter/types.js";
@@ -184,23 +184,20 @@ function afterResponse(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, relea
   watchDelivery(c, scope, [...(bodyCost ? [bodyCost] : []), ...(release ? [{ finish: release }] : [])]);
 }
 
-/** How a body's watch ended: its delivery, or (for a watch that reads the rest) the reading of the rest. */
-type WatchEnd = BodyEnd | RestEnd;
-
 /** Something done once the response body has been delivered (see watchDelivery), seeing its chunks on the way. */
 interface DeliveryWatch {
   onChunk?: (chunk: Uint8Array) => void;
-  finish: (end: WatchEnd) => Promise<void>;
-  /** Reads the rest of a body the client left (bounded: REST_BOUNDS) before it finishes. */
-  readsRest?: boolean;
+  finish: () => Promise<void>;
 }
 
 /**
  * Limits charged from the response (README, Cost from the response): the figure the origin
- * reported in a header is known with the headers, so it is settled at once (deferred); one in the
- * body (json:, sse:) is read as the body passes, and on after the client left, and settled once
- * the body is over, by the watch returned. A 2xx response whose figure cannot be read pays `max`.
- * A local decision's reserve stays with the isolate.
+ * reported in a header is known with the headers, so it is settled at once (deferred). One in the
+ * body (json:, sse:) is read from a copy of the body (a tee) that sluice reads itself, as fast as
+ * the origin sends it, in waitUntil: a client that stops reading or goes away does not stop it.
+ * The watch returned tells it when the client's delivery is over, which starts its time bound
+ * (REST_BOUNDS). A 2xx response whose figure cannot be read pays `max`. A local decision's reserve
+ * stays with the isolate.
  */
 function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun): DeliveryWatch | undefined {
   if (run.degraded || run.peek) return undefined;
@@ -208,14 +205,20 @@ function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun):
   if (charged.length === 0) return undefined;
   const { overrides } = scope.runtime;
   const due = headerSettlements(charged, c.res);
-  if (due.length > 0) scope.defer(settle(due, overrides).catch(() => undefined));
+  if (due.length > 0) scope.defer(settle(due, overrides).catch(settleFailed));
   const body = BodyCosts.of(charged, c.res);
   if (!body) return undefined;
-  return {
-    onChunk: (chunk) => body.push(chunk),
-    finish: (end) => settle(body.due(end === "done"), overrides).catch(settleFailed),
-    readsRest: true,
-  };
+  if (!c.res.body) {
+    scope.defer(settle(body.due(true), overrides).catch(settleFailed));
+    return undefined;
+  }
+  const [toClient, toRead] = c.res.body.tee();
+  c.res = new Response(toClient, c.res);
+  let delivered: () => void = () => undefined;
+  const deliveryOver = new Promise<void>((resolve) => (delivered = resolve));
+  const read = readCostBody(toRead, body, deliveryOver);
+  scope.defer(read.then((whole) => settle(body.due(whole), overrides)).catch(settleFailed));
+  return { finish: async () => delivered() };
 }
 
 function settleFailed(e: unknown): void {
@@ -242,34 +245,22 @@ function slotRelease(scope: Scope, run: LimitRun): Release | undefined {
 /**
  * Runs the watches (the slots' release, a cost read from the body) when the response body has been
  * delivered: read to its end, failed, or cancelled by a client that went away; at once for a
- * response without a body. A watch that `readsRest` finishes after the rest of a body the client
- * left has been read (within REST_BOUNDS), the others at once. The body is wrapped once for all of
- * them, its bytes passed on as they come and unchanged. The work is handed to `defer` now
- * (ctx.waitUntil), so it runs even though it comes after the response.
+ * response without a body. The body is wrapped once for all of them, its bytes passed on as they
+ * come and unchanged. The work is handed to `defer` now (ctx.waitUntil), so it runs even though it
+ * comes after the response.
  */
 function watchDelivery(c: Context<SluiceEnv>, scope: Scope, watches: readonly DeliveryWatch[]): void {
   if (watches.length === 0) return;
   const res = c.res;
   // each finishes whatever another does (a throw included): a failed settle never keeps a slot held
-  const finishAll = (end: WatchEnd, rest?: Promise<RestEnd>) =>
-    Promise.allSettled(watches.map(async (w) => w.finish(w.readsRest && rest ? await rest : end))).then(
-      () => undefined,
-    );
+  const finish = () => Promise.allSettled(watches.map(async (w) => w.finish())).then(() => undefined);
   if (!res.body) {
-    scope.defer(finishAll("done"));
+    scope.defer(finish());
     return;
   }
-  let delivered: (end: BodyEnd) => void = () => undefined;
-  const done = new Promise<BodyEnd>((resolve) => (delivered = resolve));
+  let delivered: () => void = () => undefined;
+  const done = new Promise<void>((resolve) => (delivered = resolve));
   const onChunk = (chunk: Uint8Array) => watches.forEach((w) => w.onChunk?.(chunk));
-  const restReaders = watches.filter((w) => w.readsRest);
-  let rest: Promise<RestEnd> | undefined;
-  const onRest =
-    restReaders.length === 0
-      ? undefined
-      : (reader: ReadableStreamDefaultReader<Uint8Array>) => {
-          rest = readRest(reader, (chunk) => restReaders.forEach((w) => w.onChunk?.(chunk)), REST_BOUNDS);
-        };
-  c.res = new Response(observeBody(res.body, { onChunk, onEnd: delivered, onRest }), res);
-  scope.defer(done.then((end) => finishAll(end, end === "cancelled" ? rest : undefined)));
+  c.res = new Response(observeBody(res.body, { onChunk, onEnd: delivered }), res);
+  scope.defer(done.then(finish));
 }

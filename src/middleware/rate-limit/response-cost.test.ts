@@ -263,13 +263,16 @@ describe("rateLimit() with cost = { response = json: or sse: }", () => {
     expect(remainingOf(await app.request("/", asking2("json", 100), {}, bg.ctx))).toBe(1000 - 300 - 100);
   });
 
-  /** Reads a stream's content, then goes away before its usage (the attack): resolves once cancelled. */
-  async function cutAfterContent(res: Response): Promise<void> {
+  /**
+   * Reads a stream's content, then goes away before its usage (the attack). Gives the cancel's
+   * promise, which settles once the origin's body is over: sluice's own copy of it is still read.
+   */
+  async function cutAfterContent(res: Response): Promise<{ cancelled: Promise<void> }> {
     const reader = (res.body as ReadableStream<Uint8Array>).getReader();
     let seen = "";
     while (!seen.includes('"lo"')) seen += new TextDecoder().decode((await reader.read()).value);
     expect(seen).not.toContain("usage\":{");
-    await reader.cancel("client went away");
+    return { cancelled: reader.cancel("client went away") };
   }
 
   it("sse: a stream the client cuts before its usage is read on to its end and settled to that usage", async () => {
@@ -277,8 +280,9 @@ describe("rateLimit() with cost = { response = json: or sse: }", () => {
     const later = new Promise<void>((r) => (usageNow = r));
     const { app } = bodyApp(bodyLimits("sse:usage.total_tokens"), later);
     const bg = background();
-    await cutAfterContent(await app.request("/", asking2("sse-late", 640), {}, bg.ctx));
+    const { cancelled } = await cutAfterContent(await app.request("/", asking2("sse-late", 640), {}, bg.ctx));
     usageNow();
+    await cancelled;
     await bg.settled();
     expect(remainingOf(await app.request("/", asking2("json", 100), {}, bg.ctx))).toBe(1000 - 640 - 100);
   });
@@ -288,8 +292,9 @@ describe("rateLimit() with cost = { response = json: or sse: }", () => {
     const later = new Promise<void>((_, reject) => (reset = reject));
     const { app } = bodyApp(bodyLimits("sse:usage.total_tokens", 100, 300), later);
     const bg = background();
-    await cutAfterContent(await app.request("/", asking2("sse-late", 640), {}, bg.ctx));
+    const { cancelled } = await cutAfterContent(await app.request("/", asking2("sse-late", 640), {}, bg.ctx));
     reset(new Error("origin reset"));
+    await cancelled;
     await bg.settled();
     expect(remainingOf(await app.request("/", asking2("json", 100), {}, bg.ctx))).toBe(1000 - 300 - 100);
   });
