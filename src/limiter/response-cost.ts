@@ -180,7 +180,7 @@ async function readAll(
 }
 
 function cancelQuietly(reader: ReadableStreamDefaultReader<Uint8Array>): void {
-  reader.cancel("read no further").catch((e: unknown) =>
-    console.error(JSON.stringify({ event: "response_cost_cancel_failed", message: String(e) })),
-  );
+  reader
+    .cancel("read no further")
+    .catch((e: unknown) => console.error(JSON.stringify({ event: "response_cost_cancel_failed", message: String(e) })));
 }

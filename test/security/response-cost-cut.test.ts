@@ -166,7 +166,8 @@ function expectNear(tokens: number, expected: number): void {
   expect(tokens).toBeLessThanOrEqual(expected + REFILL_SLACK);
 }
 
-const remainingOf = (res: { headers: { get(name: string): string | null } }) => Number(/"tpd";r=(-?\d+)/.exec(res.headers.get("ratelimit") ?? "")?.[1]);
+const remainingOf = (res: { headers: { get(name: string): string | null } }) =>
+  Number(/"tpd";r=(-?\d+)/.exec(res.headers.get("ratelimit") ?? "")?.[1]);
 
 describe("a response cut before its usage is charged its usage, or max, never just the reserve", () => {
   it("sse: three streams cut after their content (a raw socket that closes) are each charged the usage they report later", async () => {

@@ -271,7 +271,7 @@ describe("rateLimit() with cost = { response = json: or sse: }", () => {
     const reader = (res.body as ReadableStream<Uint8Array>).getReader();
     let seen = "";
     while (!seen.includes('"lo"')) seen += new TextDecoder().decode((await reader.read()).value);
-    expect(seen).not.toContain("usage\":{");
+    expect(seen).not.toContain('usage":{');
     return { cancelled: reader.cancel("client went away") };
   }
 
