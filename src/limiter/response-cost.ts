@@ -77,9 +77,9 @@ export function headerSettlements(charged: readonly Bucket[], res: Response): Bu
 }
 
 /**
- * The charges reported in the response's body: fed its chunks as they pass (one reader per
- * source, however many limits read it), and after the client left the rest of it (readRest),
- * asked for what is due once that is over: what a whole body reports (a stream's last event);
+ * The charges reported in the response's body: fed the chunks of sluice's own copy of it
+ * (readCostBody; one reader per source, however many limits read it), asked for what is due once
+ * that is over: what a whole body reports (a stream's last event);
  * `max` for a 2xx body that ended without it, or did not end (failed, cut past the bounds).
  */
 export class BodyCosts {
@@ -134,7 +134,7 @@ export async function settle(buckets: readonly Bucket[], overrides: OverrideCopi
  */
 export async function readCostBody(
   body: ReadableStream<Uint8Array>,
-  costs: BodyCosts,
+  costs: Pick<BodyCosts, "push">,
   deliveryOver: Promise<void>,
   bounds: BodyBounds = BODY_BOUNDS,
 ): Promise<boolean> {
@@ -164,7 +164,7 @@ export async function readCostBody(
 
 async function readAll(
   reader: ReadableStreamDefaultReader<Uint8Array>,
-  costs: BodyCosts,
+  costs: Pick<BodyCosts, "push">,
   maxBytes: number,
   late: Promise<"late">,
 ): Promise<boolean> {

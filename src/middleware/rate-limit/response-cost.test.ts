@@ -307,7 +307,7 @@ describe("rateLimit() with cost = { response = json: or sse: }", () => {
     expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(1000 - 90 - 100);
   });
 
-  it("with a concurrency limit on the route, one body wrapper frees the slot and settles the cost", async () => {
+  it("with a concurrency limit on the route, the slot is freed once delivered and the cost settled", async () => {
     const limits = [
       ...(bodyLimits("sse:usage.total_tokens") ?? []),
       { name: "one", key: "header:x-api-key", algorithm: "concurrency" as const, limit: 1, lease: "30s" },
