@@ -41,3 +41,28 @@ export function exactnessProblem(f: BucketFigures): ExactnessProblem | undefined
   }
   return algorithm(f.algorithm).exactness(f);
 }
+
+/** The longest a timer waits: setTimeout takes a 32-bit signed count of ms, and fires at once past it. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Whether a leaky bucket's `max_delay` fits a timer (the request waits out its delay with one), or what is wrong. */
+export function maxDelayProblem(maxDelayMs: number): string | undefined {
+  if (maxDelayMs <= MAX_TIMER_MS) return undefined;
+  return `${maxDelayMs} ms is longer than a timer can wait: at most ${MAX_TIMER_MS} ms (about 24.8 days)`;
+}
+
+/**
+ * Whether decide.lua can settle a cost from the response exactly, or what is wrong: a settle
+ * takes up to `max` tokens, in the bucket's units (period_us / gcd(period_us, rate)), so
+ * max × unit must be exact, like the capacity (and within `%d`'s 2^63, which that implies).
+ */
+export function responseMaxProblem(max: number, f: { rate: number; periodMs: number }): string | undefined {
+  const periodUs = f.periodMs * 1000;
+  if (max * (periodUs / gcd(periodUs, f.rate)) <= Number.MAX_SAFE_INTEGER) return undefined;
+  return `max ${max} at rate ${f.rate} per ${f.periodMs} ms is too large to count exactly; use a smaller max, a shorter period or a rate that divides it`;
+}
+
+function gcd(a: number, b: number): number {
+  while (b) [a, b] = [b, a % b];
+  return a;
+}

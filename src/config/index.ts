@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { sluiceSchema, type LimitSettings, type RouteSettings, type SluiceSettings } from "./schema.js";
-import { exactnessProblem } from "./exactness.js";
+import { exactnessProblem, maxDelayProblem, responseMaxProblem } from "./exactness.js";
 import { compilePattern, type PathPattern } from "../routing/match.js";
 import { usesJwt } from "../keys/jwt.js";
 
@@ -112,7 +112,22 @@ function compileLimit(l: LimitSettings, field: string): Limit {
     const problem = exactnessProblem({ algorithm: l.algorithm, rate: t.rate, burst: t.rate, periodMs: t.period });
     if (problem) throw new ConfigError(`${field}.rates.${tier}`, `tier "${tier}": ${problem.message}`);
   }
+  const delay = maxDelayProblem(l.max_delay);
+  if (delay) throw new ConfigError(`${field}.max_delay`, delay);
+  if (l.responseCost) checkResponseMax(l, l.responseCost.max, field);
   return l;
+}
+
+/** A cost from the response settles up to `max` tokens: exactly, at the limit's rate and every tier's. */
+function checkResponseMax(l: LimitSettings, max: number, field: string): void {
+  const rates = [
+    { rate: l.rate, periodMs: l.period },
+    ...Object.values(l.rates ?? {}).map((t) => ({ rate: t.rate, periodMs: t.period })),
+  ];
+  for (const r of rates) {
+    const problem = responseMaxProblem(max, r);
+    if (problem) throw new ConfigError(`${field}.cost.max`, problem);
+  }
 }
 
 function parseOrigin(value: unknown): URL {

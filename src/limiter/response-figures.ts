@@ -1,9 +1,10 @@
 /*
  * Where a limit charged from the response (README, Cost from the response) reads the figure the
  * origin reports: a response header, a field of a JSON body (`json:<path>`), or the last such
- * field in the `data:` of a streamed text/event-stream (`sse:<path>`). The body readers are fed a
- * copy of each chunk as it passes to the client, so they never hold a byte back; each keeps at
- * most BODY_CAP_BYTES (a body, or one event, longer than that reports nothing).
+ * field in the `data:` of a streamed text/event-stream (`sse:<path>`). The body readers are fed the
+ * chunks of sluice's own copy of the body (./response-cost.ts), so they never hold a byte back from
+ * the client; each keeps at most BODY_CAP_BYTES (a body, or one event, longer than that reports
+ * nothing).
  */
 
 /** A `response = "..."` source, compiled. */

@@ -117,3 +117,38 @@ describe("the configuration checks tier rates like the limit's own", () => {
     expect(own({ rate: 1_000_000_000, burst: 1, period: "999999999d" })).toBe("SLUICE.routes[0].limits[0].period");
   });
 });
+
+describe("figures past what sluice can count or wait for are refused at load, naming the field", () => {
+  const limitError = (limit: Record<string, unknown>) => {
+    const r = loadConfig({
+      ORIGIN_URL: "https://origin.example",
+      SLUICE: { routes: [{ name: "r", match: "/a", limits: [{ name: "l", key: "header:x-key", ...limit }] }] },
+    });
+    return r.ok ? undefined : r.error;
+  };
+  // 7 per 1000 days: a token is 86 400 000 000 000 units (the period in µs, which 7 does not divide)
+  const slow = { rate: 7, period: "1000d" };
+  const fromResponse = (max: number) => ({ response: "sse:usage.total_tokens", reserve: 1, max });
+
+  it("cost.max whose settle, max × unit, passes 2^53", () => {
+    const e = limitError({ ...slow, cost: fromResponse(1000) });
+    expect(e?.field).toBe("SLUICE.routes[0].limits[0].cost.max");
+    expect(e?.message).toMatch(/max 1000 .*exactly/);
+    // 100 × 8.64e13 is under 2^53
+    expect(limitError({ ...slow, cost: fromResponse(100) })).toBeUndefined();
+  });
+
+  it("cost.max checked at every tier's rate too", () => {
+    const tiered = { rate: 10, period: "1s", tier: "header:x-plan", rates: { free: "7/1000d" } };
+    expect(limitError({ ...tiered, cost: fromResponse(1000) })?.field).toBe("SLUICE.routes[0].limits[0].cost.max");
+    expect(limitError({ ...tiered, cost: fromResponse(100) })).toBeUndefined();
+  });
+
+  it("max_delay longer than a timer can wait (2^31 - 1 ms)", () => {
+    const leaky = { algorithm: "leaky_bucket", rate: 10, period: "1s" };
+    const e = limitError({ ...leaky, max_delay: "25d" });
+    expect(e?.field).toBe("SLUICE.routes[0].limits[0].max_delay");
+    expect(e?.message).toMatch(/2147483647 ms/);
+    expect(limitError({ ...leaky, max_delay: "24d" })).toBeUndefined();
+  });
+});

@@ -9,7 +9,13 @@ import { decide, giveBack, madeWithoutRedis, type Bucket } from "../../limiter/d
 import { rateLimitHeaders } from "../../limiter/headers.js";
 import { heldSlots, releaseSlots } from "../../limiter/in-flight.js";
 import { observeBody } from "../../limiter/observe-body.js";
-import { BodyCosts, chargedFromResponse, headerSettlements, settle } from "../../limiter/response-cost.js";
+import {
+  BodyCosts,
+  chargedFromResponse,
+  headerSettlements,
+  readCostBody,
+  settle,
+} from "../../limiter/response-cost.js";
 import type { Decision } from "../../limiter/types.js";
 import { Problem } from "../../problem.js";
 import { StoreError } from "../../store/deadline.js";
@@ -186,20 +192,37 @@ interface DeliveryWatch {
 
 /**
  * Limits charged from the response (README, Cost from the response): the figure the origin
- * reported in a header is known with the headers, so it is settled at once (deferred); one in the
- * body (json:, sse:) is read as the body passes and settled once it is done, by the watch returned.
- * A response that reports nothing keeps the reserve. A local decision's reserve stays with the isolate.
+ * reported in a header is known with the headers, so it is settled at once (deferred). One in the
+ * body (json:, sse:) is read from a copy of the body (a tee) that sluice reads itself, as fast as
+ * the origin sends it, in waitUntil: a client that stops reading or goes away does not stop it.
+ * The watch returned tells it when the client's delivery is over, which starts its time bound
+ * (REST_BOUNDS). A 2xx response whose figure cannot be read pays `max`. A local decision's reserve
+ * stays with the isolate.
  */
 function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun): DeliveryWatch | undefined {
   if (run.degraded || run.peek) return undefined;
   const charged = chargedFromResponse(run.buckets, run.decision);
   if (charged.length === 0) return undefined;
   const { overrides } = scope.runtime;
-  const due = headerSettlements(charged, c.res.headers);
-  if (due.length > 0) scope.defer(settle(due, overrides).catch(() => undefined));
-  const body = BodyCosts.of(charged, c.res.headers);
+  const due = headerSettlements(charged, c.res);
+  if (due.length > 0) scope.defer(settle(due, overrides).catch(settleFailed));
+  const body = BodyCosts.of(charged, c.res);
   if (!body) return undefined;
-  return { onChunk: (chunk) => body.push(chunk), finish: () => settle(body.due(), overrides).catch(() => undefined) };
+  if (!c.res.body) {
+    scope.defer(settle(body.due(true), overrides).catch(settleFailed));
+    return undefined;
+  }
+  const [toClient, toRead] = c.res.body.tee();
+  c.res = new Response(toClient, c.res);
+  let delivered: () => void = () => undefined;
+  const deliveryOver = new Promise<void>((resolve) => (delivered = resolve));
+  const read = readCostBody(toRead, body, deliveryOver);
+  scope.defer(read.then((whole) => settle(body.due(whole), overrides)).catch(settleFailed));
+  return { finish: async () => delivered() };
+}
+
+function settleFailed(e: unknown): void {
+  console.error(JSON.stringify({ event: "response_cost_settle_failed", message: String(e) }));
 }
 
 /** Frees a request's in-flight slots, once however often called. */

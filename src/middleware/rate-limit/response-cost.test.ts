@@ -7,7 +7,7 @@ import { rateLimit, type RateLimitOptions } from "../../index.js";
  * Node against a real Redis: `reserve` is taken at admission and held while the request runs, the
  * charge is settled to the reported figure (at most `max`) after the response, a figure above what
  * was left puts the bucket in debt, refused with an honest Retry-After until the refill pays it
- * back, and a response that reports nothing keeps the reserve.
+ * back, and a 2xx response whose figure cannot be read pays `max`.
  */
 const rig = middlewareRig("rcost");
 
@@ -76,12 +76,12 @@ describe("rateLimit() with cost = { response = ... }", () => {
     expect(wait).toBeLessThanOrEqual(600 * (DAY_S / 1000));
   });
 
-  it("keeps the reserve of a response that reports nothing", async () => {
-    const { app } = appWith(limitsOf(100));
+  it("charges max to a 2xx response that reports nothing, not the reserve", async () => {
+    const { app } = appWith(limitsOf(100, 1000, 400));
     const bg = background();
     expect((await app.request("/", asking(), {}, bg.ctx)).status).toBe(200);
     await bg.settled();
-    expect(remainingOf(await app.request("/", asking(100), {}, bg.ctx))).toBe(800);
+    expect(remainingOf(await app.request("/", asking(100), {}, bg.ctx))).toBe(1000 - 400 - 100);
   });
 
   it("never spends more than the capacity plus (figure - reserve) per request in flight, paid back as debt", async () => {
@@ -122,14 +122,14 @@ describe("rateLimit() with cost = { response = ... }", () => {
  * A figure in the body (json:, sse:): read as the body passes to the client, settled once it has
  * been delivered. The handler answers as the request's x-body asks.
  */
-const bodyLimits = (response: string, reserve = 100): RateLimitOptions["limits"] => [
+const bodyLimits = (response: string, reserve = 100, max = 5000): RateLimitOptions["limits"] => [
   {
     name: "tpd",
     key: "header:x-api-key",
     rate: 1000,
     period: "1d",
     burst: 1000,
-    cost: { response, reserve, max: 5000 },
+    cost: { response, reserve, max },
   },
 ];
 
@@ -159,6 +159,24 @@ function trickle(text: string, size = 17, hold?: Promise<void>): ReadableStream<
 
 const SSE = { "content-type": "text/event-stream" };
 
+/**
+ * An OpenAI-style stream whose content comes at once and whose usage (`total`) only once `later`
+ * has settled (as a model's final chunk does); a `later` that rejects fails the stream there.
+ */
+function lateUsage(total: number, later: Promise<void>): ReadableStream<Uint8Array> {
+  const [content, end] = [sseText().replace("data: [DONE]\r\n\r\n", ""), sseText(total).slice(sseText().length - 18)];
+  let step = 0;
+  return new ReadableStream<Uint8Array>({
+    async pull(c) {
+      step += 1;
+      if (step === 1) return c.enqueue(new TextEncoder().encode(content));
+      if (step > 2) return c.close();
+      await later;
+      c.enqueue(new TextEncoder().encode(end));
+    },
+  });
+}
+
 /** The response, its body read (delivered), as the runtime would deliver it to a client. */
 async function read(res: Response | Promise<Response>): Promise<Response> {
   const r = await res;
@@ -167,17 +185,21 @@ async function read(res: Response | Promise<Response>): Promise<Response> {
 }
 
 function bodyApp(limits: RateLimitOptions["limits"], hold?: Promise<void>) {
-  return countedApp(rateLimit(rig.options({ limits })), (c) => {
+  return countedApp(rateLimit(rig.options({ limits })), async (c) => {
     const n = Number(c.req.header("x-usage") ?? "") || undefined;
     // what tpd has left, whichever limit the RateLimit header shows
     c.header("x-tpd-left", String(c.get("sluice")?.limits.find((l) => l.name === "tpd")?.remaining));
     switch (c.req.header("x-body")) {
       case "json":
         return c.json(n === undefined ? { id: "c1" } : usage(n));
+      case "json-refused":
+        return c.json({ error: "bad request" }, 400);
       case "json-big":
         return c.json({ pad: "x".repeat(1 << 20), ...usage(n ?? 0) });
       case "sse-open":
         return new Response(trickle(sseText(n), 17, hold), { headers: SSE });
+      case "sse-late":
+        return new Response(lateUsage(n ?? 0, hold ?? Promise.resolve()), { headers: SSE });
       default:
         return new Response(trickle(sseText(n)), { headers: SSE });
     }
@@ -202,16 +224,17 @@ describe("rateLimit() with cost = { response = json: or sse: }", () => {
     expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(650);
   });
 
-  it("json: keeps the reserve of a body without the field, and of one past the 1 MiB cap", async () => {
-    const { app } = bodyApp(bodyLimits("json:usage.total_tokens"));
+  it("json: charges max to a 2xx body without the field and to one past the 1 MiB cap; a 400 without it keeps the reserve", async () => {
+    const { app } = bodyApp(bodyLimits("json:usage.total_tokens", 100, 300));
     const bg = background();
     expect(await (await app.request("/", asking2("json"), {}, bg.ctx)).json()).toEqual({ id: "c1" });
-    const big = await (await app.request("/", asking2("json-big", 700), {}, bg.ctx)).text();
+    const big = await (await app.request("/", asking2("json-big", 20), {}, bg.ctx)).text();
     // the client got the whole body, and its figure, but sluice stopped reading at the cap
     expect(big.length).toBeGreaterThan(1 << 20);
-    expect((JSON.parse(big) as ReturnType<typeof usage>).usage.total_tokens).toBe(700);
+    expect((JSON.parse(big) as ReturnType<typeof usage>).usage.total_tokens).toBe(20);
+    expect((await read(app.request("/", asking2("json-refused"), {}, bg.ctx))).status).toBe(400);
     await bg.settled();
-    expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(1000 - 3 * 100);
+    expect(remainingOf(await app.request("/", asking2("json", 100), {}, bg.ctx))).toBe(1000 - 300 - 300 - 100 - 100);
   });
 
   it("sse: holds the reserve while the stream runs, settles to its last usage after, bytes unchanged", async () => {
@@ -223,34 +246,57 @@ describe("rateLimit() with cost = { response = json: or sse: }", () => {
     const text = res.text();
     // every event has passed, but the stream is still open: the charge is still the reserve
     await new Promise((r) => setTimeout(r, 150));
-    // (its body read too: a body's settle, and so bg.settled(), waits for its delivery)
-    expect(remainingOf(await read(app.request("/", asking2("json"), {}, bg.ctx)))).toBe(800);
+    // (its body read too: a body's settle, and so bg.settled(), waits for its delivery; it reports its reserve)
+    expect(remainingOf(await read(app.request("/", asking2("json", 100), {}, bg.ctx)))).toBe(800);
     open();
     expect(await text).toBe(sseText(321));
     await bg.settled();
-    // 1000 - 321 - 100 (the json request that reported nothing), less this one's reserve
+    // 1000 - 321 - 100 (the json request that reported its reserve), less this one's reserve
     expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(479);
   });
 
-  it("sse: keeps the reserve of a stream that reports no usage", async () => {
-    const { app } = bodyApp(bodyLimits("sse:usage.total_tokens"));
+  it("sse: charges max to a stream that ends without usage", async () => {
+    const { app } = bodyApp(bodyLimits("sse:usage.total_tokens", 100, 300));
     const bg = background();
     expect(await (await app.request("/", asking2("sse"), {}, bg.ctx)).text()).toBe(sseText());
     await bg.settled();
-    expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(800);
+    expect(remainingOf(await app.request("/", asking2("json", 100), {}, bg.ctx))).toBe(1000 - 300 - 100);
   });
 
-  it("sse: a stream the client cancels settles to the last figure seen before it went", async () => {
-    // the stream's usage has passed, then it stays open until the client goes away
-    const { app } = bodyApp(bodyLimits("sse:usage.total_tokens"), new Promise<void>(() => undefined));
-    const bg = background();
-    const res = await app.request("/", asking2("sse-open", 640), {}, bg.ctx);
+  /**
+   * Reads a stream's content, then goes away before its usage (the attack). Gives the cancel's
+   * promise, which settles once the origin's body is over: sluice's own copy of it is still read.
+   */
+  async function cutAfterContent(res: Response): Promise<{ cancelled: Promise<void> }> {
     const reader = (res.body as ReadableStream<Uint8Array>).getReader();
     let seen = "";
-    while (!seen.includes("[DONE]")) seen += new TextDecoder().decode((await reader.read()).value);
-    await reader.cancel("client went away");
+    while (!seen.includes('"lo"')) seen += new TextDecoder().decode((await reader.read()).value);
+    expect(seen).not.toContain('usage":{');
+    return { cancelled: reader.cancel("client went away") };
+  }
+
+  it("sse: a stream the client cuts before its usage is read on to its end and settled to that usage", async () => {
+    let usageNow!: () => void;
+    const later = new Promise<void>((r) => (usageNow = r));
+    const { app } = bodyApp(bodyLimits("sse:usage.total_tokens"), later);
+    const bg = background();
+    const { cancelled } = await cutAfterContent(await app.request("/", asking2("sse-late", 640), {}, bg.ctx));
+    usageNow();
+    await cancelled;
     await bg.settled();
-    expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(1000 - 640 - 100);
+    expect(remainingOf(await app.request("/", asking2("json", 100), {}, bg.ctx))).toBe(1000 - 640 - 100);
+  });
+
+  it("sse: a cut stream that then fails is charged max", async () => {
+    let reset!: (e: Error) => void;
+    const later = new Promise<void>((_, reject) => (reset = reject));
+    const { app } = bodyApp(bodyLimits("sse:usage.total_tokens", 100, 300), later);
+    const bg = background();
+    const { cancelled } = await cutAfterContent(await app.request("/", asking2("sse-late", 640), {}, bg.ctx));
+    reset(new Error("origin reset"));
+    await cancelled;
+    await bg.settled();
+    expect(remainingOf(await app.request("/", asking2("json", 100), {}, bg.ctx))).toBe(1000 - 300 - 100);
   });
 
   it("sse: a response that is not an event stream is read as one JSON body (an LLM API's stream: false)", async () => {
@@ -261,7 +307,7 @@ describe("rateLimit() with cost = { response = json: or sse: }", () => {
     expect(remainingOf(await app.request("/", asking2("json"), {}, bg.ctx))).toBe(1000 - 90 - 100);
   });
 
-  it("with a concurrency limit on the route, one body wrapper frees the slot and settles the cost", async () => {
+  it("with a concurrency limit on the route, the slot is freed once delivered and the cost settled", async () => {
     const limits = [
       ...(bodyLimits("sse:usage.total_tokens") ?? []),
       { name: "one", key: "header:x-api-key", algorithm: "concurrency" as const, limit: 1, lease: "30s" },
