@@ -48,6 +48,8 @@ export interface OriginReply {
   outcome: OriginOutcome;
   /** The headers the origin was sent (what its `Vary` refers to). */
   sent: Headers;
+  /** When (epoch ms) the request's body had been sent in full; absent without a body or when it never was. */
+  bodySentAt?: number;
 }
 
 /** Whether the origin's part in a reply counts as a failure (for breakers and retries): no answer, or a 5xx. */
@@ -104,8 +106,9 @@ export async function sendToOrigin(request: Request, target: ForwardTarget): Pro
     response: problem({ status, title, detail }, target.problemBase),
   });
   let res: Response;
+  const upload: { sentAt?: number } = {};
   try {
-    const body = hasBody ? request.body : null;
+    const body = hasBody && request.body ? timedBody(request.body, request.headers, upload) : null;
     // `duplex` is what Node's fetch requires of a streamed body (workerd streams without it)
     const init = { method: request.method, headers, body, redirect: "manual", signal, duplex: "half" };
     res = await fetch(url, init as RequestInit);
@@ -126,7 +129,21 @@ export async function sendToOrigin(request: Request, target: ForwardTarget): Pro
       `the origin answered with an interim ${res.status} and no final response`,
     );
   }
-  return { outcome: "answered", sent: headers, response: new Response(res.body, res) };
+  const response = new Response(res.body, res);
+  return { outcome: "answered", sent: headers, response, ...(upload.sentAt !== undefined && { bodySentAt: upload.sentAt }) };
+}
+
+/**
+ * The request body as the origin reads it, noting when its last byte went: the origin's latency is
+ * measured from then, so a client that dribbles its body cannot pass its own slowness off as the
+ * origin's. A declared length is kept (workerd's FixedLengthStream), so the origin still gets a
+ * `Content-Length` and not a chunked body.
+ */
+function timedBody(body: ReadableStream, headers: Headers, upload: { sentAt?: number }): ReadableStream {
+  const timed = body.pipeThrough(new TransformStream({ flush: () => void (upload.sentAt = Date.now()) }));
+  const length = Number(headers.get("content-length") ?? NaN);
+  if (typeof FixedLengthStream !== "function" || !Number.isSafeInteger(length) || length < 0) return timed;
+  return timed.pipeThrough(new FixedLengthStream(length));
 }
 
 /** A node of the `Forwarded` header (RFC 7239): IPv6 addresses are bracketed and quoted. */

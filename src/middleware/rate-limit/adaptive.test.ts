@@ -34,13 +34,16 @@ function appWith(delay: { ms: number; status: number }) {
   return { app, limit };
 }
 
-/** `rounds` rounds of 8 requests at once; the statuses, once what they deferred has settled. */
+/**
+ * `rounds` rounds of 8 requests at once, one from each of 8 clients (one client's share of the
+ * samples is bounded); the statuses, once what they deferred has settled.
+ */
 async function rounds(app: ReturnType<typeof appWith>["app"], n: number): Promise<number[]> {
   const statuses: number[] = [];
   const bg = background();
   for (let i = 0; i < n; i++) {
     const batch = await Promise.all(
-      Array.from({ length: 8 }, () => app.request("/work", from("198.51.100.7"), {}, bg.ctx)),
+      Array.from({ length: 8 }, (_, k) => app.request("/work", from(`198.51.100.${k + 1}`), {}, bg.ctx)),
     );
     for (const r of batch) {
       statuses.push(r.status);
