@@ -130,7 +130,12 @@ export async function sendToOrigin(request: Request, target: ForwardTarget): Pro
     );
   }
   const response = new Response(res.body, res);
-  return { outcome: "answered", sent: headers, response, ...(upload.sentAt !== undefined && { bodySentAt: upload.sentAt }) };
+  return {
+    outcome: "answered",
+    sent: headers,
+    response,
+    ...(upload.sentAt !== undefined && { bodySentAt: upload.sentAt }),
+  };
 }
 
 /**

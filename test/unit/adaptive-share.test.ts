@@ -30,13 +30,21 @@ describe("ClientShare", () => {
   });
 
   it("a lone client counts FLOOR samples of a report, no more", () => {
-    const counted = feed(new ClientShare(0.25), Array.from({ length: 100 }, () => "192.0.2.1"));
+    const counted = feed(
+      new ClientShare(0.25),
+      Array.from({ length: 100 }, () => "192.0.2.1"),
+    );
     expect(counted.get("192.0.2.1")).toBe(FLOOR);
   });
 
   it("client_share = 1 counts every sample", () => {
     const share = new ClientShare(1);
-    expect(feed(share, Array.from({ length: 100 }, () => "192.0.2.1")).get("192.0.2.1")).toBe(100);
+    expect(
+      feed(
+        share,
+        Array.from({ length: 100 }, () => "192.0.2.1"),
+      ).get("192.0.2.1"),
+    ).toBe(100);
   });
 
   it("property: in any order, every client holds at most max(FLOOR, share × counted), and clients under their bound are never refused", () => {
@@ -53,7 +61,9 @@ describe("ClientShare", () => {
           for (const n of counted.values()) expect(n).toBeLessThanOrEqual(Math.max(FLOOR, s * total));
           // the first FLOOR samples of every client count
           for (const c of new Set(clients))
-            expect(counted.get(c)).toBe(Math.max(Math.min(FLOOR, clients.filter((x) => x === c).length), counted.get(c)!));
+            expect(counted.get(c)).toBe(
+              Math.max(Math.min(FLOOR, clients.filter((x) => x === c).length), counted.get(c)!),
+            );
         },
       ),
     );
