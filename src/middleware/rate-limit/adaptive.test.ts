@@ -75,6 +75,13 @@ describe("rateLimit() with adaptive", () => {
     expect(await limit()).toBe(2);
   });
 
+  it("does not fall while the handler answers 429 (its own per-client limit): a 4xx is no overload", async () => {
+    const { app, limit } = appWith({ ms: 1, status: 429 });
+    await rounds(app, 10);
+    // counted as failures, 80 of them took it to its min (2) within a few rounds
+    expect(await limit()).not.toBeLessThan(8);
+  });
+
   it("names the adaptive limit in c.get('sluice') and the RateLimit headers", async () => {
     const { app } = appWith({ ms: 1, status: 200 });
     const res = await app.request("/work", from("198.51.100.8"));
