@@ -4,7 +4,7 @@ adaptive.lua: an adaptive route's in-flight limit in one region (README, Adaptiv
 The clock is Redis's own (TIME, read once), never the caller's.
 
 Each isolate reports, about twice per interval and off the request path, what the route's origin
-did since its last report: how many responses, how many failed (5xx, 429), the most requests it
+did since its last report: how many responses, how many failed (5xx, no answer), the most requests it
 saw in flight at once, and a histogram of the successful responses' latencies. The reports of
 every isolate of the region go into one window; when the window is `interval` old and holds at
 least MIN_SAMPLES responses, it closes and the limit moves:

@@ -6,6 +6,7 @@ import type { LimitOutcome } from "../limiter/types.js";
 import { asKeyHash, type KeyHash } from "../keys/hash.js";
 import { StoreError } from "../store/deadline.js";
 import { adaptiveStateKey, overrideField, overridesKeyOfBucket } from "../store/layout.js";
+import { ClientShare } from "./client-share.js";
 import { latencyBucket, QUANTILES, serialiseHistogram } from "./histogram.js";
 
 /*
@@ -23,11 +24,14 @@ const MAX_REPORTS = 256;
 /** How long a learnt limit stands without reports: lua/adaptive.lua's STATE_TTL_MS, which writes it. */
 const LEARNT_LIMIT_TTL_MS = 600_000;
 
-/** One response of an adaptive route, as the origin gave it. */
+/** One response of an adaptive route, as the origin gave it (a 4xx is the client's, never a sample). */
 export interface Sample {
+  /** The origin's time from the request's body fully sent to its response's headers. */
   latencyMs: number;
-  /** A 5xx, a 429, or no answer at all: the origin is past what it can take. */
+  /** A 5xx or no answer at all: the origin is past what it can take. */
   failed: boolean;
+  /** Whose request it was (the client's address): one client's share of a report is bounded. */
+  client: string;
 }
 
 /** What lua/adaptive.lua told of the limit, for tests and the admin view. */
@@ -46,6 +50,8 @@ interface Report {
   /** The bucket's hash (its key's tail): it names the state key and the override field. */
   readonly hash: KeyHash;
   counts: Map<number, number>;
+  /** How many of this report's samples each client has: beyond its share they do not count. */
+  share: ClientShare;
   n: number;
   errors: number;
   peak: number;
@@ -76,12 +82,8 @@ export class AdaptiveReports {
     const settings = at.route.adaptive;
     if (!settings) return;
     const r = this.reportOf(at, settings, now);
-    if (sample.failed) r.errors += 1;
-    else {
-      const i = latencyBucket(sample.latencyMs);
-      r.counts.set(i, (r.counts.get(i) ?? 0) + 1);
-    }
-    r.n += 1;
+    if (r.share.admit(sample.client)) count(r, sample);
+    // the slots a client's uncounted requests held were held all the same
     r.peak = Math.max(r.peak, r.limit - at.outcome.remaining);
     if (r.sending || now - r.startedAt < settings.interval / 2) return;
     defer(this.send(r, now, overrides).catch(() => undefined));
@@ -97,7 +99,8 @@ export class AdaptiveReports {
     if (!r) {
       if (this.reports.size >= this.capacity) this.reports.delete(this.reports.keys().next().value as string);
       const hash = asKeyHash(at.bucket.key.slice(at.bucket.key.lastIndexOf(":") + 1));
-      const fresh = { counts: new Map(), n: 0, errors: 0, peak: 0, startedAt: now, sending: false };
+      const share = new ClientShare(settings.client_share);
+      const fresh = { counts: new Map(), share, n: 0, errors: 0, peak: 0, startedAt: now, sending: false };
       r = { ...at, settings, hash, ...fresh, limit: settings.initial };
       this.reports.set(id, r);
     }
@@ -107,7 +110,8 @@ export class AdaptiveReports {
   /** Sends what the report holds and starts a new one; the reply's limit goes into the override copy. */
   private async send(r: Report, now: number, overrides: OverrideCopies): Promise<AdaptiveReply> {
     const { counts, n, errors, peak } = r;
-    Object.assign(r, { counts: new Map(), n: 0, errors: 0, peak: 0, startedAt: now, sending: true });
+    const share = new ClientShare(r.settings.client_share);
+    Object.assign(r, { counts: new Map(), share, n: 0, errors: 0, peak: 0, startedAt: now, sending: true });
     try {
       const reply = await runAdaptive(r, { counts, n, errors, peak });
       r.limit = reply.limit;
@@ -118,6 +122,16 @@ export class AdaptiveReports {
       r.sending = false;
     }
   }
+}
+
+/** Adds a sample its client's share lets count to the report. */
+function count(r: Report, sample: Sample): void {
+  if (sample.failed) r.errors += 1;
+  else {
+    const i = latencyBucket(sample.latencyMs);
+    r.counts.set(i, (r.counts.get(i) ?? 0) + 1);
+  }
+  r.n += 1;
 }
 
 /** The override field of the adaptive bucket: the limit's name and the bucket's hash. */

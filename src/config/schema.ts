@@ -504,6 +504,11 @@ const adaptiveSettings = z
     /** How long an in-flight slot is held at most (default: the route's origin_timeout and 5 s more). */
     lease: duration.optional(),
     tolerance: z.number().min(1).max(10).default(1.5),
+    /**
+     * The most of an isolate's report one client may account for (beyond 10 samples): its further
+     * samples do not count, so one client cannot move everybody's limit. 1: no bound.
+     */
+    client_share: z.number().gt(0).max(1).default(0.25),
     reserve: reserve.optional(),
   })
   .strict()

@@ -12,6 +12,8 @@ export async function forwardToOrigin(c: Context<SluiceEnv>): Promise<Response> 
   if (!scope.target) throw new Error("forwardToOrigin without an origin");
   const started = Date.now();
   const reply = await sendToOrigin(c.req.raw, { ...scope.target, sluiceHeaders: scope.sluiceHeaders });
-  scope.reply = { ...reply, latencyMs: Date.now() - started };
+  // the origin's own time: from its request fully sent (a slow upload is the client's) to its answer
+  const sentAt = Math.max(started, Math.min(reply.bodySentAt ?? started, Date.now()));
+  scope.reply = { ...reply, latencyMs: Date.now() - sentAt };
   return reply.response;
 }

@@ -66,6 +66,8 @@ export interface OriginReply {
    * undefined (no answer, or the connection broke). Never rejects.
    */
   late?: Promise<Response | undefined>;
+  /** When (epoch ms) the request's body had been sent in full; absent without a body or when it never was. */
+  bodySentAt?: number;
 }
 
 /** Whether the origin's part in a reply counts as a failure (for breakers and retries): no answer, or a 5xx. */
@@ -146,7 +148,8 @@ export async function sendToOrigin(request: Request, target: ForwardTarget): Pro
     sent: headers,
     response: problem({ status, title, detail }, target.problemBase),
   });
-  const body = hasBody ? request.body : null;
+  const upload: { sentAt?: number } = {};
+  const body = hasBody && request.body ? timedBody(request.body, request.headers, upload) : null;
   // `duplex` is what Node's fetch requires of a streamed body (workerd streams without it)
   const init = { method: request.method, headers, body, redirect: "manual", signal, duplex: "half" };
   let sending: Promise<Response>;
@@ -171,7 +174,7 @@ export async function sendToOrigin(request: Request, target: ForwardTarget): Pro
       return failed("unreachable", 502, "Bad gateway", `the request could not be sent: ${res.message}`);
     return failed("broken", 502, "Bad gateway", `the connection to the origin failed: ${res.message}`);
   }
-  return answered(res, headers, failed);
+  return answered(res, headers, failed, upload.sentAt);
 }
 
 /** Errors that prove nothing reached the origin. */
@@ -214,7 +217,12 @@ async function relayable(res: Response): Promise<Response | undefined> {
 }
 
 /** The origin answered: a final response is relayed; an interim one (1xx) cannot be. */
-async function answered(res: Response, headers: Headers, failed: Failed): Promise<OriginReply> {
+async function answered(
+  res: Response,
+  headers: Headers,
+  failed: Failed,
+  bodySentAt: number | undefined,
+): Promise<OriginReply> {
   // From here on the origin has answered: whatever goes wrong, it may have acted on the request.
   if (res.status < 200) {
     await res.body?.cancel().catch(() => undefined);
@@ -225,7 +233,21 @@ async function answered(res: Response, headers: Headers, failed: Failed): Promis
       `the origin answered with an interim ${res.status} and no final response`,
     );
   }
-  return { outcome: "answered", sent: headers, response: new Response(res.body, res) };
+  const response = new Response(res.body, res);
+  return { outcome: "answered", sent: headers, response, ...(bodySentAt !== undefined && { bodySentAt }) };
+}
+
+/**
+ * The request body as the origin reads it, noting when its last byte went: the origin's latency is
+ * measured from then, so a client that dribbles its body cannot pass its own slowness off as the
+ * origin's. A declared length is kept (workerd's FixedLengthStream), so the origin still gets a
+ * `Content-Length` and not a chunked body.
+ */
+function timedBody(body: ReadableStream, headers: Headers, upload: { sentAt?: number }): ReadableStream {
+  const timed = body.pipeThrough(new TransformStream({ flush: () => void (upload.sentAt = Date.now()) }));
+  const length = Number(headers.get("content-length") ?? NaN);
+  if (typeof FixedLengthStream !== "function" || !Number.isSafeInteger(length) || length < 0) return timed;
+  return timed.pipeThrough(new FixedLengthStream(length));
 }
 
 /** A node of the `Forwarded` header (RFC 7239): IPv6 addresses are bracketed and quoted. */

@@ -73,7 +73,9 @@ export const rateLimitStep: Step = async (c, scope, next) => {
 /**
  * A response of an adaptive route is a sample of its origin (src/adaptive/): the gateway's own
  * measure of the origin when it forwarded (none when a later step answered instead, a replay or a
- * conflict), or, in an app, how long the handlers after this middleware took.
+ * conflict), or, in an app, how long the handlers after this middleware took. A 4xx (a 429 from
+ * the origin's own per-user limit, a 408 for a client too slow to send) is about the client's
+ * request, not the origin's load: it is no sample at all, neither a failure nor a latency.
  */
 function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, elapsedMs: number): void {
   const route = scope.route;
@@ -82,9 +84,11 @@ function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, el
   const bucket = outcome && run.buckets.find((b) => b.key === outcome.key);
   if (!bucket || !outcome || (scope.target && !scope.reply)) return;
   const status = c.res.status;
+  if (status >= 400 && status < 500) return;
+  const client = scope.facts.ip;
   const sample = scope.reply
-    ? { latencyMs: scope.reply.latencyMs, failed: originFailed(scope.reply) || status === 429 }
-    : { latencyMs: elapsedMs, failed: status >= 500 || status === 429 };
+    ? { latencyMs: scope.reply.latencyMs, failed: originFailed(scope.reply), client }
+    : { latencyMs: elapsedMs, failed: status >= 500, client };
   const { runtime, config } = scope;
   runtime.adaptive.record(
     { bucket, outcome, route, prefix: config.key_prefix },
