@@ -128,10 +128,12 @@ export async function dashboardData(config: Config, stores: Stores): Promise<Das
     bans: 0,
   }));
   const store = stores.offPath();
-  const p = store?.redis.pipeline();
-  for (const m of minutes) p?.hgetall(metricsKeys(config.key_prefix, m).minute);
-  for (const m of minutes) p?.zrange(metricsKeys(config.key_prefix, m).blocked, 0, 19, { rev: true, withScores: true });
-  const replies = ((await p?.exec()) ?? []) as unknown[];
+  const replies = store
+    ? await store.pipeline((p) => {
+        for (const m of minutes) p.hgetall(metricsKeys(config.key_prefix, m).minute);
+        for (const m of minutes) p.zrevrangeWithScores(metricsKeys(config.key_prefix, m).blocked, 0, 19);
+      })
+    : [];
   const hour = minutes.map((_, i) => asHash(replies[i]));
   hour.forEach((counts, i) => chartMinute(routes, i, counts));
   const adaptiveByRoute = await adaptive;

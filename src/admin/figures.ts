@@ -12,7 +12,6 @@ import { ENTRY_FIELD, LOCAL, REGION_FIELD, RTT_FIELD, STORE_FAILED } from "../me
 import type { DecisionHeader } from "../problem.js";
 import { allRegions, type Stores } from "../region/index.js";
 import { adaptiveStateKey, bucketKey, metricsKeys } from "../store/layout.js";
-import { asHash } from "../store/replies.js";
 import type { DashboardData } from "./dashboard.js";
 import { factsFromParams } from "./identity.js";
 
@@ -172,11 +171,10 @@ async function adaptiveRow(config: Config, stores: Stores, route: Route, region:
   if (identity.kind !== "id") return undefined;
   const hash = await bucketHash(limit, identity.id, region);
   const key = adaptiveStateKey(config.key_prefix, route.name, hash);
-  const [stateReply, slots] = await Promise.all([
-    store.redis.hgetall(key).catch(() => null),
-    store.redis.get(bucketKey(config.key_prefix, route.name, limit.name, hash)).catch(() => undefined),
+  const [state, slots] = await Promise.all([
+    store.hash.getAll(key).catch(() => ({}) as Record<string, string>),
+    store.keys.get(bucketKey(config.key_prefix, route.name, limit.name, hash)).catch(() => undefined),
   ]);
-  const state = asHash(stateReply);
   if (state.limit === undefined) return undefined;
   const whole = Math.floor(Number(state.limit));
   const histogram = new Map<number, number>();
@@ -206,12 +204,14 @@ export async function withLabels(
   const store = stores.offPath();
   const plain = rows.map(({ minute: _, ...row }) => row);
   if (!store || rows.length === 0) return plain;
-  const p = store.redis.pipeline();
-  for (const r of rows) {
-    const field = `${r.route}|${r.id}`;
-    p.hmget(metricsKeys(config.key_prefix, r.minute).labels, field, ENTRY_FIELD + field);
-  }
-  const replies = (await p.exec().catch(() => [])) as unknown[];
+  const replies = await store
+    .pipeline((p) => {
+      for (const r of rows) {
+        const field = `${r.route}|${r.id}`;
+        p.hmget(metricsKeys(config.key_prefix, r.minute).labels, field, ENTRY_FIELD + field);
+      }
+    })
+    .catch((): unknown[] => []);
   return plain.map((row, i) => {
     const [label, entry] = labelPair(replies[i]);
     return { ...row, ...(label ? { label } : {}), ...(entry ? { entry } : {}) };

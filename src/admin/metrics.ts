@@ -1,6 +1,5 @@
 import { Hono } from "hono";
 import { minuteOf, prometheus, type MetricsBuffer } from "../metrics/index.js";
-import { asHash } from "../store/replies.js";
 import { metricsKeys } from "../store/layout.js";
 import { deferOf, required, type AdminEnv } from "./context.js";
 
@@ -16,8 +15,8 @@ export function metricsApp(metrics: MetricsBuffer): Hono<AdminEnv> {
     await metrics.flush(config, stores, deferOf(c), true);
     const home = required(stores.offPath(), "Metrics unavailable", "no Redis for the home region");
     const k = metricsKeys(config.key_prefix, minuteOf(Date.now()));
-    const [total, minute] = await Promise.all([home.redis.hgetall(k.total), home.redis.hgetall(k.minute)]);
-    return c.text(prometheus(asHash(total), asHash(minute)), 200, {
+    const [total, minute] = await Promise.all([home.hash.getAll(k.total), home.hash.getAll(k.minute)]);
+    return c.text(prometheus(total, minute), 200, {
       "content-type": "text/plain; version=0.0.4; charset=utf-8",
     });
   });

@@ -244,5 +244,5 @@ async function later(message: Message<JobMessage>, env: Env, m: JobMessage, ms: 
 }
 
 async function releaseLease(home: Store, config: Config, id: string): Promise<void> {
-  await home.redis.del(jobLeaseKey(config.key_prefix, await hashIdentifier(id))).catch(() => undefined);
+  await home.keys.del(jobLeaseKey(config.key_prefix, await hashIdentifier(id))).catch(() => undefined);
 }
