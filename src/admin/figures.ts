@@ -8,10 +8,11 @@ import type { Config, Route } from "../config/index.js";
 import { ADAPTIVE_LIMIT } from "../config/schema.js";
 import { identify } from "../keys/identify.js";
 import { bucketHash } from "../limiter/buckets.js";
-import { ENTRY_FIELD, LOCAL, REGION_FIELD, RTT_FIELD, STORE_FAILED } from "../metrics/index.js";
+import { LOCAL, REGION_FIELD, RTT_FIELD, STORE_FAILED } from "../metrics/index.js";
+import { readLabels } from "../metrics/reads.js";
 import type { DecisionHeader } from "../problem.js";
 import { allRegions, type Stores } from "../region/index.js";
-import { adaptiveStateKey, bucketKey, metricsKeys } from "../store/layout.js";
+import { adaptiveStateKey, bucketKey } from "../store/layout.js";
 import type { DashboardData } from "./dashboard.js";
 import { factsFromParams } from "./identity.js";
 
@@ -204,14 +205,7 @@ export async function withLabels(
   const store = stores.offPath();
   const plain = rows.map(({ minute: _, ...row }) => row);
   if (!store || rows.length === 0) return plain;
-  const replies = await store
-    .pipeline((p) => {
-      for (const r of rows) {
-        const field = `${r.route}|${r.id}`;
-        p.hmget(metricsKeys(config.key_prefix, r.minute).labels, field, ENTRY_FIELD + field);
-      }
-    })
-    .catch((): unknown[] => []);
+  const replies = await readLabels(store, config.key_prefix, rows).catch((): unknown[] => []);
   return plain.map((row, i) => {
     const [label, entry] = labelPair(replies[i]);
     return { ...row, ...(label ? { label } : {}), ...(entry ? { entry } : {}) };

@@ -12,10 +12,8 @@ import type { RecordTrail } from "../idempotency/trail.js";
 import { newTraceparent } from "../util/traceparent.js";
 import { envConnections, SETTLE_TIMEOUT_MS, type Stores } from "../region/index.js";
 import type { Runtime } from "../runtime.js";
-import { hashIdentifier } from "../keys/hash.js";
-import { jobLeaseKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
-import { leaseJob, readJob, writeJob, type JobStatus } from "./jobs.js";
+import { leaseJob, readJob, releaseJob, writeJob, type JobStatus } from "./jobs.js";
 import { requestOf, type JobMessage } from "./queue.js";
 
 /** Refusals shorter than this are waited out in the consumer; longer ones go back to the queue. */
@@ -244,5 +242,5 @@ async function later(message: Message<JobMessage>, env: Env, m: JobMessage, ms: 
 }
 
 async function releaseLease(home: Store, config: Config, id: string): Promise<void> {
-  await home.keys.del(jobLeaseKey(config.key_prefix, await hashIdentifier(id))).catch(() => undefined);
+  await releaseJob(home, config.key_prefix, id).catch(() => undefined);
 }

@@ -50,3 +50,8 @@ export async function readJob(store: Store, prefix: string, id: string): Promise
 export async function leaseJob(store: Store, prefix: string, id: string, ms: number): Promise<boolean> {
   return store.keys.set(jobLeaseKey(prefix, await hashIdentifier(id)), "1", { px: ms, nx: true });
 }
+
+/** Gives the delivery lease back, so the next copy of the message need not wait it out. */
+export async function releaseJob(store: Store, prefix: string, id: string): Promise<void> {
+  await store.keys.del(jobLeaseKey(prefix, await hashIdentifier(id)));
+}
