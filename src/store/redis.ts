@@ -63,7 +63,7 @@ export interface StoreOptions {
    * How long a call may take. Bounds: the decision budget, adapted to the round trip this
    * isolate sees between them, and the store is skipped while its circuit is open. A number:
    * that fixed time, for work off the request path, which the circuit never refuses (it still
-   * learns from its outcomes: see `commandOutcome` for the commands').
+   * learns from its outcomes; for commands, see `countsAsFailure`).
    */
   budget: BudgetBounds | number;
 }
