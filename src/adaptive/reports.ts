@@ -10,7 +10,7 @@ import { ClientShare } from "./client-share.js";
 import { latencyBucket, QUANTILES, serialiseHistogram } from "./histogram.js";
 
 /*
- * The isolate's side of an adaptive limit (README, Adaptive limit): each response of an adaptive
+ * The isolate's side of an adaptive limit (docs/algorithms.md, Adaptive limit): each response of an adaptive
  * route is one sample (the origin's latency, whether it failed, how many were in flight when it
  * was admitted), added to this isolate's report for the route's bucket in its region. About twice
  * per interval the report goes to lua/adaptive.lua in the bucket's Redis, deferred (waitUntil):

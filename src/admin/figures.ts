@@ -1,5 +1,5 @@
 /*
- * The figures of the dashboard's panels beside the charts (README, Operating: "How each panel is
+ * The figures of the dashboard's panels beside the charts (docs/operating.md: "How each panel is
  * computed"), read from the per-minute metrics hashes dashboardData has already fetched, and from
  * each region's adaptive state. Nothing here makes a decision: it only reads what isolates wrote.
  */

@@ -20,7 +20,7 @@ export interface BucketParams {
   cost: number;
   /**
    * Whole tokens (requests, queue places, slots) the request must leave in the bucket: the
-   * capacity kept for priorities above the request's (README, Priorities); 0 or absent for none.
+   * capacity kept for priorities above the request's (docs/algorithms.md, Priorities); 0 or absent for none.
    */
   floor?: number;
 }

@@ -5,7 +5,7 @@ import { groupByStore, runDecide } from "./script-call.js";
 import type { Decision } from "./types.js";
 
 /*
- * Cost from the response (README): a limit with `cost = { response, reserve, max }` takes
+ * Cost from the response (docs/algorithms.md): a limit with `cost = { response, reserve, max }` takes
  * `reserve` at admission, and once the response reports its figure the charge is settled to
  * min(figure, max) with decide.lua's "settle" mode, which may leave the bucket in debt. A header's
  * figure is known with the headers; a body's (`json:`, `sse:`) once the body has ended, read from a

@@ -189,8 +189,8 @@ describe("Redis layout: LAYOUT and docs/redis-layout.md agree", () => {
     expect(bucket).toContain(LAYOUT.bucket.patterns[0]);
   });
 
-  it("has a README row for every LAYOUT kind, cell for cell", () => {
-    // every disagreement at once, each as the row the README should have
+  it("has a docs/redis-layout.md row for every LAYOUT kind, cell for cell", () => {
+    // every disagreement at once, each as the row docs/redis-layout.md should have
     const disagreements: string[] = [];
     for (const [kind, entry] of Object.entries(LAYOUT)) {
       if (kind === "bucket") continue;
@@ -204,7 +204,7 @@ describe("Redis layout: LAYOUT and docs/redis-layout.md agree", () => {
     expect(disagreements).toEqual([]);
   });
 
-  it("has a LAYOUT kind for every README row", () => {
+  it("has a LAYOUT kind for every docs/redis-layout.md row", () => {
     const known = Object.values(LAYOUT).map((e) => JSON.stringify(e.patterns));
     const unknown = rows.filter((r) => !known.includes(JSON.stringify(r.patterns))).map((r) => r.patterns.join(", "));
     expect(unknown).toEqual([]);

@@ -195,7 +195,7 @@ interface DeliveryWatch {
 }
 
 /**
- * Limits charged from the response (README, Cost from the response): the figure the origin
+ * Limits charged from the response (docs/algorithms.md, Cost from the response): the figure the origin
  * reported in a header is known with the headers, so it is settled at once (deferred). One in the
  * body (json:, sse:) is read from a copy of the body (a tee) that sluice reads itself, as fast as
  * the origin sends it, in waitUntil: a client that stops reading or goes away does not stop it.
