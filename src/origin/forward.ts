@@ -1,5 +1,6 @@
 import { problem } from "../problem.js";
 import { METHOD_OVERRIDE_HEADERS } from "../routing/method.js";
+import { discardBody } from "../util/log.js";
 
 /**
  * Headers never forwarded. Hop-by-hop ones (RFC 9110 §7.6.1) are for one connection only.
@@ -212,7 +213,7 @@ async function answerWithin(sending: Promise<Response>, timeoutMs?: number): Pro
 /** A late answer that can be kept: a final response; an interim one is none. */
 async function relayable(res: Response): Promise<Response | undefined> {
   if (res.status >= 200) return new Response(res.body, res);
-  await res.body?.cancel().catch(() => undefined);
+  await discardBody(res.body);
   return undefined;
 }
 
@@ -225,7 +226,7 @@ async function answered(
 ): Promise<OriginReply> {
   // From here on the origin has answered: whatever goes wrong, it may have acted on the request.
   if (res.status < 200) {
-    await res.body?.cancel().catch(() => undefined);
+    await discardBody(res.body);
     return failed(
       "unrelayable",
       502,
