@@ -43,24 +43,28 @@ export async function enqueue(
     await effect.abandon();
     throw e;
   }
-  const home = scope.stores.offPath();
-  if (home) {
-    const status = {
-      id: message.id,
-      status: "queued" as const,
-      route: route.name,
-      failures: 0,
-      updated_at: new Date().toISOString(),
-    };
-    scope.defer(
-      settleQuietly(
-        writeJob(home, scope.config.key_prefix, status, route.queue.status_ttl, true),
-        "job_status_write_failed",
-        { job: message.id },
-      ),
-    );
-  }
+  deferQueuedStatus(scope, route, message.id);
   return { response: accepted(message.id, retryAfterMs), decision: "queued" };
+}
+
+/** Writes the job's `queued` status after the response, unless a later status landed first. */
+function deferQueuedStatus(scope: Scope, route: Route, id: string): void {
+  const home = scope.stores.offPath();
+  if (!home) return;
+  const status = {
+    id,
+    status: "queued" as const,
+    route: route.name,
+    failures: 0,
+    updated_at: new Date().toISOString(),
+  };
+  scope.defer(
+    settleQuietly(
+      writeJob(home, scope.config.key_prefix, status, route.queue.status_ttl, true),
+      "job_status_write_failed",
+      { job: id },
+    ),
+  );
 }
 
 /**
