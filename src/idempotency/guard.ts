@@ -19,6 +19,7 @@ import {
 } from "./records.js";
 import { keepClaimed } from "./renewal.js";
 import { IdempotencyRefusal, noteIdempotency, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
+import type { ProblemTitle } from "../problem-types.js";
 import { discardBody, log, logError, settleQuietly } from "../util/log.js";
 
 /** Headers of the origin's answer that are kept and replayed; cookies and hop-by-hop ones never are. */
@@ -404,7 +405,7 @@ function tooManyReplays(retryAfterMs: number): Problem {
 
 function refusal(
   status: number,
-  title: string,
+  title: ProblemTitle,
   detail: string,
   headers?: Record<string, string>,
   extensions?: Record<string, number>,

@@ -1,4 +1,5 @@
 import { problem } from "../problem.js";
+import type { ProblemTitle } from "../problem-types.js";
 import { METHOD_OVERRIDE_HEADERS } from "../routing/method.js";
 import { discardBody } from "../util/log.js";
 
@@ -192,7 +193,7 @@ function neverSent(e: Error): boolean {
   return e instanceof TypeError && e.cause === undefined;
 }
 
-type Failed = (outcome: OriginOutcome, status: number, title: string, detail: string) => OriginReply;
+type Failed = (outcome: OriginOutcome, status: number, title: ProblemTitle, detail: string) => OriginReply;
 
 /** The origin's response within `timeoutMs` (without one: whenever it comes), "timeout", or what fetch threw. */
 async function answerWithin(sending: Promise<Response>, timeoutMs?: number): Promise<Response | Error | "timeout"> {
