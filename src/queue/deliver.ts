@@ -250,8 +250,6 @@ async function releaseLease(home: Store, config: Config, id: string): Promise<vo
   await settleQuietly(
     home.redis.del(jobLeaseKey(config.key_prefix, await hashIdentifier(id))),
     "job_lease_release_failed",
-    {
-      job: id,
-    },
+    { job: id },
   );
 }
