@@ -7,6 +7,7 @@ import type { Runtime } from "../runtime.js";
 import { banLevelKey, banRefusalsKey, listsKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 import { LISTS_TTL_S, listField, parseEntries, validEntry, type ListEntry } from "./lists.js";
+import { log, settleQuietly } from "../util/log.js";
 
 /** A limit's `ban` table, durations in ms. */
 export type BanSettings = NonNullable<Limit["ban"]>;
@@ -81,7 +82,7 @@ export function countRefusal(scope: Scope, blocking: LimitOutcome): void {
   const counted = hashIdentifier(entry).then((hash) =>
     refused({ runtime, store, prefix: config.key_prefix, route, limit: blocking.limit.name, settings, entry, hash }),
   );
-  scope.defer(counted.catch(() => undefined));
+  scope.defer(settleQuietly(counted, "ban_count_failed", { route }));
 }
 
 /**
@@ -123,7 +124,7 @@ async function escalate(ban: BanCount): Promise<void> {
   ban.runtime.lists.add(ban.prefix, entry);
   ban.runtime.metrics.countBan(ban.route, ban.limit);
   const at = new Date(until).toISOString();
-  console.log(JSON.stringify({ event: "ban", route: ban.route, limit: ban.limit, level, until: at, id: ban.hash }));
+  log("ban", { route: ban.route, limit: ban.limit, level, until: at, id: ban.hash });
 }
 
 function deny(entry: string): Pick<ListEntry, "kind" | "entry"> {

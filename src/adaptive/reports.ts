@@ -8,6 +8,7 @@ import { StoreError } from "../store/deadline.js";
 import { adaptiveStateKey, overrideField, overridesKeyOfBucket } from "../store/layout.js";
 import { ClientShare } from "./client-share.js";
 import { latencyBucket, QUANTILES, serialiseHistogram } from "./histogram.js";
+import { settleQuietly } from "../util/log.js";
 
 /*
  * The isolate's side of an adaptive limit (docs/algorithms.md, Adaptive limit): each response of an adaptive
@@ -86,7 +87,7 @@ export class AdaptiveReports {
     // the slots a client's uncounted requests held were held all the same
     r.peak = Math.max(r.peak, r.limit - at.outcome.remaining);
     if (r.sending || now - r.startedAt < settings.interval / 2) return;
-    defer(this.send(r, now, overrides).catch(() => undefined));
+    defer(settleQuietly(this.send(r, now, overrides), "adaptive_report_failed"));
   }
 
   private reportOf(

@@ -15,6 +15,7 @@ import { adaptiveStateKey, bucketKey, metricsKeys } from "../store/layout.js";
 import { asHash } from "../store/replies.js";
 import type { DashboardData } from "./dashboard.js";
 import { factsFromParams } from "./identity.js";
+import { orElse } from "../util/log.js";
 
 type RouteFigures = DashboardData["routes"][number];
 type RegionFigures = DashboardData["regions"][number];
@@ -173,8 +174,13 @@ async function adaptiveRow(config: Config, stores: Stores, route: Route, region:
   const hash = await bucketHash(limit, identity.id, region);
   const key = adaptiveStateKey(config.key_prefix, route.name, hash);
   const [stateReply, slots] = await Promise.all([
-    store.redis.hgetall(key).catch(() => null),
-    store.redis.get(bucketKey(config.key_prefix, route.name, limit.name, hash)).catch(() => undefined),
+    orElse(store.redis.hgetall(key), null, "adaptive_figures_read_failed", { route: route.name }),
+    orElse(
+      store.redis.get(bucketKey(config.key_prefix, route.name, limit.name, hash)),
+      undefined,
+      "adaptive_figures_read_failed",
+      { route: route.name },
+    ),
   ]);
   const state = asHash(stateReply);
   if (state.limit === undefined) return undefined;
@@ -211,7 +217,7 @@ export async function withLabels(
     const field = `${r.route}|${r.id}`;
     p.hmget(metricsKeys(config.key_prefix, r.minute).labels, field, ENTRY_FIELD + field);
   }
-  const replies = (await p.exec().catch(() => [])) as unknown[];
+  const replies = (await orElse(p.exec(), [], "dashboard_labels_read_failed")) as unknown[];
   return plain.map((row, i) => {
     const [label, entry] = labelPair(replies[i]);
     return { ...row, ...(label ? { label } : {}), ...(entry ? { entry } : {}) };

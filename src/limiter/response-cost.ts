@@ -3,6 +3,7 @@ import type { OverrideCopies } from "./overrides.js";
 import { figureReader, type FigureReader, type ResponseSource } from "./response-figures.js";
 import { groupByStore, runDecide } from "./script-call.js";
 import type { Decision } from "./types.js";
+import { logError } from "../util/log.js";
 
 /*
  * Cost from the response (docs/algorithms.md): a limit with `cost = { response, reserve, max }` takes
@@ -180,7 +181,5 @@ async function readAll(
 }
 
 function cancelQuietly(reader: ReadableStreamDefaultReader<Uint8Array>): void {
-  reader
-    .cancel("read no further")
-    .catch((e: unknown) => console.error(JSON.stringify({ event: "response_cost_cancel_failed", message: String(e) })));
+  reader.cancel("read no further").catch((e: unknown) => logError("response_cost_cancel_failed", e));
 }
