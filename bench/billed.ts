@@ -131,7 +131,7 @@ async function row(
 ): Promise<BilledRow> {
   // One decision first, outside the count: the isolate refreshes its copy of the route's overrides
   // (off the request path) only while the route is in use, and a route idle for over a second would
-  // have its first counted decision read them in the script (one HMGET; README, Admin API).
+  // have its first counted decision read them in the script (one HMGET; docs/operating.md, Admin API).
   await hit(mf, what.path, what.ip(), FROM_EU);
   await sleep(150);
   const before = await commandStats(edge.resp);

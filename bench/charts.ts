@@ -391,7 +391,7 @@ export function runName(result: Pick<BenchResults, "name" | "started_at">): stri
   return `${result.name}-${stamp}`;
 }
 
-/** Every chart the results have figures for, in the order of the README. */
+/** Every chart the results have figures for, in the order of docs/benchmarks.md. */
 export function chartsFromResults(result: BenchResults): Chart[] {
   const source = `npm run bench, run ${runName(result)}`;
   const charts: Chart[] = [];

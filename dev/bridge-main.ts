@@ -2,7 +2,7 @@
  * The Upstash-REST bridge on its own:
  *   tsx dev/bridge-main.ts --redis redis://127.0.0.1:PORT --token T [--port N] [--latency MS]
  * `--latency` defaults to SLUICE_BRIDGE_DELAY_MS (as in `npm run dev`); `POST /__bridge/delay`
- * changes it, or hangs or refuses Redis, while the bridge runs (see README, "The local stack").
+ * changes it, or hangs or refuses Redis, while the bridge runs (see docs/getting-started.md, "The local stack").
  */
 import { parseArgs } from "node:util";
 import { startBridge } from "./bridge.js";

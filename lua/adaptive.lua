@@ -1,6 +1,6 @@
 #!lua flags=allow-key-locking
 --[[
-adaptive.lua: an adaptive route's in-flight limit in one region (README, Adaptive limit).
+adaptive.lua: an adaptive route's in-flight limit in one region (docs/algorithms.md, Adaptive limit).
 The clock is Redis's own (TIME, read once), never the caller's.
 
 Each isolate reports, about twice per interval and off the request path, what the route's origin

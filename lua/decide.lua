@@ -27,7 +27,7 @@ Algorithms (ARGV algo):
   4 sliding_window  two counters (this window and the last) weighted by how much of the last one
                     still overlaps the sliding period: prev × (P − elapsed) / P + curr ≤ rate.
                     value "s:prev:curr:window"
-  5 concurrency     at most `rate` requests in flight at once (README, In-flight caps): a slot per
+  5 concurrency     at most `rate` requests in flight at once (docs/algorithms.md, In-flight caps): a slot per
                     admitted request, named by the caller (p1, the slot id) and held until it is
                     released ("release" mode) or its lease (`period`) expires, whichever is first.
                     A request holds one slot whatever its `cost` (the configuration allows 1 only);
@@ -110,7 +110,7 @@ ARGV     then seventeen per limit i, at 3 + 17*(i-1) + 1 ..:
                    from the capacity in ARGV (burst for the buckets, rate for the windows and
                    concurrency); an override or a region's share that changes the capacity scales
                    it: ceil(floor × capacity' / capacity). (The caller's reserve for higher
-                   priorities, README "Priorities"; the script knows nothing of priorities.)
+                   priorities, docs/algorithms.md, "Priorities"; the script knows nothing of priorities.)
 Returns  { admitted, then eight per limit: allowed, remaining, retry_after_ms, reset_ms, delay_ms,
            leased, lease_ms, lease_epoch }
            admitted        1 if no enforced (non-shadow) limit refused; then, and only then,

@@ -18,6 +18,7 @@ import { Problem, problem } from "./problem.js";
 import { jobStatus } from "./queue/enqueue.js";
 import { DEFAULT_PATH_POLICY, normalisePath, type PathPolicy } from "./routing/normalise.js";
 import { Runtime } from "./runtime.js";
+import { logError } from "./util/log.js";
 
 export type GatewayEnv = SluiceEnv & { Bindings: Env };
 
@@ -58,7 +59,7 @@ export const answerError: ErrorHandler<GatewayEnv> = (err, c) => {
   const base = (c.get("sluiceScope") as Scope | undefined)?.config.problem_base;
   if (err instanceof Problem) return err.getResponse(base);
   if (err instanceof HTTPException) return err.getResponse();
-  console.error(JSON.stringify({ event: "unhandled", message: err.message }));
+  logError("unhandled", err);
   return problem({ status: 500, title: "Internal error", detail: "sluice failed to handle this request" }, base);
 };
 

@@ -46,9 +46,9 @@ export interface RateLimitOptions extends SharedOptions {
   shadow?: boolean;
   /** Report the buckets without spending (a quota endpoint). */
   peek?: boolean;
-  /** The requests' priority: a name, or `header:<name>` / `jwt:<claim>` holding one (README, Priorities). */
+  /** The requests' priority: a name, or `header:<name>` / `jwt:<claim>` holding one (docs/algorithms.md, Priorities). */
   priority?: RouteInput["priority"];
-  /** An in-flight limit for the handlers after it that follows their latency (README, Adaptive limit). */
+  /** An in-flight limit for the handlers after it that follows their latency (docs/algorithms.md, Adaptive limit). */
   adaptive?: RouteInput["adaptive"];
 }
 

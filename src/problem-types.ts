@@ -21,7 +21,7 @@ const RATELIMIT = "RateLimit and RateLimit-Policy (the refusing limit)";
  * deployment's `problem_base` and the title's slug). test/unit/problem-types.test.ts checks that
  * every title thrown in src/ is here.
  */
-const TYPES: readonly ProblemType[] = [
+const TYPES = [
   {
     title: "Too many requests",
     status: [429],
@@ -305,7 +305,15 @@ const TYPES: readonly ProblemType[] = [
     todo: "Nothing on the client's side: tell the operator.",
     read: [],
   },
-];
+] as const satisfies readonly ProblemType[];
+
+/**
+ * A title of the catalogue: what sluice's own helpers take, so a problem without a page (a typo,
+ * a title changed in one place) fails to compile rather than answering with a dead `type` link.
+ */
+export type ProblemTitle = (typeof TYPES)[number]["title"];
 
 /** The problem types by their slug (the last segment of `type`). */
-export const PROBLEM_TYPES: ReadonlyMap<string, ProblemType> = new Map(TYPES.map((t) => [problemSlug(t.title), t]));
+export const PROBLEM_TYPES: ReadonlyMap<string, ProblemType> = new Map(
+  TYPES.map((t): [string, ProblemType] => [problemSlug(t.title), t]),
+);

@@ -32,7 +32,7 @@ export class Runtime {
   readonly blocked = new BlockedBuckets(ENTRIES);
   /** Buckets this isolate enforces on its own while Redis fails (`on_store_error = "local"`). */
   readonly localBuckets = new LocalBuckets(ENTRIES);
-  /** Tokens Redis has debited for this isolate, spent without a round trip (README, Leases). */
+  /** Tokens Redis has debited for this isolate, spent without a round trip (docs/regions-and-leases.md, Leases). */
   readonly leases = new LeaseBroker(ENTRIES);
   /** Runtime overrides of limits, copied from Redis and refreshed in the background. */
   readonly overrides = new OverrideCopies(1_000);

@@ -2,6 +2,7 @@ import type { Env } from "./env.js";
 import { envConnections } from "./region/index.js";
 import { rebalance, type RebalanceReport } from "./region/rebalance.js";
 import type { Runtime } from "./runtime.js";
+import { log } from "./util/log.js";
 
 /** The cron trigger: rebalance split limits even when no request nudges it. */
 export async function onSchedule(env: Env, runtime: Runtime): Promise<RebalanceReport | undefined> {
@@ -9,6 +10,6 @@ export async function onSchedule(env: Env, runtime: Runtime): Promise<RebalanceR
   if (!loaded.ok) return undefined;
   const config = loaded.config;
   const report = await rebalance(config, runtime.stores(envConnections(env, config.home_region), config));
-  if (report.ran) console.log(JSON.stringify({ event: "rebalanced", limits: report.limits }));
+  if (report.ran) log("rebalanced", { limits: report.limits });
   return report;
 }

@@ -8,6 +8,7 @@ import { banLevelKey, banRefusalsKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 import { validEntry } from "./lists.js";
 import { decodeEntries, readEntryIn, writeEntry, type ListEntry } from "./lists-store.js";
+import { log, settleQuietly } from "../util/log.js";
 
 /** A limit's `ban` table, durations in ms. */
 export type BanSettings = NonNullable<Limit["ban"]>;
@@ -82,7 +83,7 @@ export function countRefusal(scope: Scope, blocking: LimitOutcome): void {
   const counted = hashIdentifier(entry).then((hash) =>
     refused({ runtime, store, prefix: config.key_prefix, route, limit: blocking.limit.name, settings, entry, hash }),
   );
-  scope.defer(counted.catch(() => undefined));
+  scope.defer(settleQuietly(counted, "ban_count_failed", { route }));
 }
 
 /**
@@ -117,7 +118,7 @@ async function escalate(ban: BanCount): Promise<void> {
   ban.runtime.lists.add(ban.prefix, entry);
   ban.runtime.metrics.countBan(ban.route, ban.limit);
   const at = new Date(until).toISOString();
-  console.log(JSON.stringify({ event: "ban", route: ban.route, limit: ban.limit, level, until: at, id: ban.hash }));
+  log("ban", { route: ban.route, limit: ban.limit, level, until: at, id: ban.hash });
 }
 
 function deny(entry: string): Pick<ListEntry, "kind" | "entry"> {

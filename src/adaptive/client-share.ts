@@ -1,5 +1,5 @@
 /*
- * Each client's share of an adaptive report (README, Adaptive limit): the limit is everybody's,
+ * Each client's share of an adaptive report (docs/algorithms.md, Adaptive limit): the limit is everybody's,
  * so no one client may own the samples it is learnt from. A sample counts while its client has
  * fewer than FLOOR counted in this report, or while counting it keeps the client at or below
  * `share` of the report's counted samples; beyond that the client's samples are dropped. Since a

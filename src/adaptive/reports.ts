@@ -8,9 +8,10 @@ import { StoreError } from "../store/deadline.js";
 import { adaptiveStateKey, overrideField, overridesKeyOfBucket } from "../store/layout.js";
 import { ClientShare } from "./client-share.js";
 import { latencyBucket, QUANTILES, serialiseHistogram } from "./histogram.js";
+import { settleQuietly } from "../util/log.js";
 
 /*
- * The isolate's side of an adaptive limit (README, Adaptive limit): each response of an adaptive
+ * The isolate's side of an adaptive limit (docs/algorithms.md, Adaptive limit): each response of an adaptive
  * route is one sample (the origin's latency, whether it failed, how many were in flight when it
  * was admitted), added to this isolate's report for the route's bucket in its region. About twice
  * per interval the report goes to lua/adaptive.lua in the bucket's Redis, deferred (waitUntil):
@@ -86,7 +87,7 @@ export class AdaptiveReports {
     // the slots a client's uncounted requests held were held all the same
     r.peak = Math.max(r.peak, r.limit - at.outcome.remaining);
     if (r.sending || now - r.startedAt < settings.interval / 2) return;
-    defer(this.send(r, now, overrides).catch(() => undefined));
+    defer(settleQuietly(this.send(r, now, overrides), "adaptive_report_failed"));
   }
 
   private reportOf(

@@ -4,6 +4,7 @@ import type { Config } from "../config/index.js";
 import type { Env } from "../env.js";
 import type { Defer } from "../limiter/decide.js";
 import { Problem } from "../problem.js";
+import type { ProblemTitle } from "../problem-types.js";
 import { envConnections, type Stores } from "../region/index.js";
 import type { Runtime } from "../runtime.js";
 import type { Store } from "../store/redis.js";
@@ -47,7 +48,7 @@ export function withConfig(runtime: Runtime): MiddlewareHandler<AdminEnv> {
 }
 
 /** A store the route cannot do without: its absence (no Redis configured) is a 503 problem. */
-export function required(store: Store | undefined, title: string, detail: string): Store {
+export function required(store: Store | undefined, title: ProblemTitle, detail: string): Store {
   if (!store) throw new Problem({ status: 503, title, detail });
   return store;
 }

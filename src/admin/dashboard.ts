@@ -66,7 +66,7 @@ export function dashboardApp(throttle: AuthThrottle): Hono<AdminEnv> {
  */
 const ALLOWED = new Set(["allow", "shadow", "degraded", "replay"]);
 
-/** The figures of `GET /__sluice/api/dashboard`, which the page's panels draw (README, Operating: how each is computed). */
+/** The figures of `GET /__sluice/api/dashboard`, which the page's panels draw (docs/operating.md: how each is computed). */
 export interface DashboardData {
   /** The last 60 minutes (epoch ms / 60 000), oldest first. */
   minutes: number[];

@@ -1,5 +1,5 @@
 /*
- * The figures of the dashboard's panels beside the charts (README, Operating: "How each panel is
+ * The figures of the dashboard's panels beside the charts (docs/operating.md: "How each panel is
  * computed"), read from the per-minute metrics hashes dashboardData has already fetched, and from
  * each region's adaptive state. Nothing here makes a decision: it only reads what isolates wrote.
  */
@@ -15,6 +15,7 @@ import { allRegions, type Stores } from "../region/index.js";
 import { adaptiveStateKey, bucketKey } from "../store/layout.js";
 import type { DashboardData } from "./dashboard.js";
 import { factsFromParams } from "./identity.js";
+import { orElse } from "../util/log.js";
 
 type RouteFigures = DashboardData["routes"][number];
 type RegionFigures = DashboardData["regions"][number];
@@ -173,8 +174,13 @@ async function adaptiveRow(config: Config, stores: Stores, route: Route, region:
   const hash = await bucketHash(limit, identity.id, region);
   const key = adaptiveStateKey(config.key_prefix, route.name, hash);
   const [state, slots] = await Promise.all([
-    store.hash.getAll(key).catch(() => ({}) as Record<string, string>),
-    store.keys.get(bucketKey(config.key_prefix, route.name, limit.name, hash)).catch(() => undefined),
+    orElse(store.hash.getAll(key), {} as Record<string, string>, "adaptive_figures_read_failed", { route: route.name }),
+    orElse(
+      store.keys.get(bucketKey(config.key_prefix, route.name, limit.name, hash)),
+      undefined,
+      "adaptive_figures_read_failed",
+      { route: route.name },
+    ),
   ]);
   if (state.limit === undefined) return undefined;
   const whole = Math.floor(Number(state.limit));
@@ -205,7 +211,11 @@ export async function withLabels(
   const store = stores.offPath();
   const plain = rows.map(({ minute: _, ...row }) => row);
   if (!store || rows.length === 0) return plain;
-  const replies = await readLabels(store, config.key_prefix, rows).catch((): unknown[] => []);
+  const replies = await orElse(
+    readLabels(store, config.key_prefix, rows),
+    [] as unknown[],
+    "dashboard_labels_read_failed",
+  );
   return plain.map((row, i) => {
     const [label, entry] = labelPair(replies[i]);
     return { ...row, ...(label ? { label } : {}), ...(entry ? { entry } : {}) };

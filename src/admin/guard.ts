@@ -7,6 +7,7 @@ import { issueSession, sessionOf, tokenMatches, type Session } from "./auth.js";
 import type { AdminEnv } from "./context.js";
 import { endSession, recordSession, touchSession, type SessionRecords } from "./sessions.js";
 import { beginAuthAttempt, throttled, type AuthThrottle } from "./throttle.js";
+import { logFailure } from "../util/log.js";
 
 /** The dashboard's session cookie. */
 const SESSION = "sluice_admin";
@@ -124,7 +125,7 @@ async function sessionState(c: Context<AdminEnv>, token: string): Promise<"valid
   try {
     return (await touchSession(records, session)) ? "valid" : "invalid";
   } catch (e) {
-    console.error(JSON.stringify({ event: "admin_session_check_failed", error: String(e) }));
+    logFailure("admin_session_check_failed", { error: String(e) });
     return "unchecked";
   }
 }
@@ -142,7 +143,7 @@ export async function startSession(c: Context<AdminEnv>, token: string): Promise
   const records = sessionRecords(c);
   if (!records) throw new Problem(SESSIONS_UNAVAILABLE);
   await recordSession(records, issued.session).catch((e: unknown) => {
-    console.error(JSON.stringify({ event: "admin_session_start_failed", error: String(e) }));
+    logFailure("admin_session_start_failed", { error: String(e) });
     throw new Problem(SESSIONS_UNAVAILABLE);
   });
   const secure = new URL(c.req.url).protocol === "https:";
@@ -165,7 +166,7 @@ export async function signOut(c: Context<AdminEnv>, token: string): Promise<bool
   if (session && !records) throw new Problem(SESSIONS_UNAVAILABLE);
   if (session && records) {
     await endSession(records, session).catch((e: unknown) => {
-      console.error(JSON.stringify({ event: "admin_session_end_failed", error: String(e) }));
+      logFailure("admin_session_end_failed", { error: String(e) });
       throw new Problem(SESSIONS_UNAVAILABLE);
     });
   }

@@ -1,5 +1,5 @@
 /*
- * The dashboard's idempotency figures per route (README, Operating: "How each panel is computed"),
+ * The dashboard's idempotency figures per route (docs/operating.md: "How each panel is computed"),
  * from the hour's per-minute metrics hashes dashboardData has already read.
  */
 import type { Config } from "../config/index.js";

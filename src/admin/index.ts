@@ -15,6 +15,7 @@ import { metricsApp } from "./metrics.js";
 import { overridesApp } from "./overrides.js";
 import { problemsApp } from "./problems.js";
 import { badRequest } from "./validate.js";
+import { logError } from "../util/log.js";
 
 export type { AdminEnv } from "./context.js";
 
@@ -64,7 +65,7 @@ function answerError(err: Error, c: Context<AdminEnv>): Response {
   // Hono's validators refuse a body that does not parse (malformed JSON or form) with a bare 400
   if (err instanceof HTTPException && err.status === 400) return badRequest(`body: ${err.message}`).getResponse(base);
   if (err instanceof HTTPException) return err.getResponse();
-  console.error(JSON.stringify({ event: "unhandled", where: "admin", message: err.message }));
+  logError("unhandled", err, { where: "admin" });
   const res = problem({ status: 500, title: "Internal error", detail: "sluice failed to handle this request" }, base);
   res.headers.set("Sluice-Decision", "reject");
   res.headers.set("Sluice-Region", "unknown");

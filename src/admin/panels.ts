@@ -4,6 +4,7 @@ import { regionsHealth } from "./health.js";
 import { entriesInForce } from "./lists.js";
 import { overridesInForce } from "./overrides.js";
 import type { DashboardView, LimitChoice, PanelsData } from "./view/types.js";
+import { logError } from "../util/log.js";
 
 /**
  * What the dashboard's panels draw: the figures of `dashboardData` (passed in, as a promise), the
@@ -14,7 +15,11 @@ import type { DashboardView, LimitChoice, PanelsData } from "./view/types.js";
 export async function panelsData(config: Config, stores: Stores, figures: Promise<DashboardView>): Promise<PanelsData> {
   const unavailable: string[] = [];
   const or = <T>(what: string, p: Promise<T>, fallback: T): Promise<T> =>
-    p.catch(() => (unavailable.push(what), fallback));
+    p.catch((e: unknown) => {
+      logError("dashboard_panel_failed", e, { panel: what });
+      unavailable.push(what);
+      return fallback;
+    });
   const [dashboard, lists, overrides, health] = await Promise.all([
     or("the figures", figures, { minutes: [], routes: [], top_blocked: [] }),
     or("the lists", entriesInForce(config, stores), []),

@@ -2,6 +2,7 @@ import { hashIdentifier } from "../keys/hash.js";
 import { Problem } from "../problem.js";
 import { adminAuthKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
+import { orElse } from "../util/log.js";
 
 /** Failed authentications one client may have in a window; the next attempt is refused. */
 export const AUTH_FAILURE_LIMIT = 10;
@@ -104,7 +105,7 @@ export async function beginAuthAttempt(
 ): Promise<AuthAttempt> {
   const id = await hashIdentifier(ip);
   const key = adminAuthKey(keyPrefix, id);
-  const counted = store && (await countInRedis(store, key).catch(() => undefined));
+  const counted = store && (await orElse(countInRedis(store, key), undefined, "admin_auth_count_failed"));
   if (!store || !counted) return throttle.countAlone(id, now);
   const retryAfterMs = Math.max(
     counted.attempts > AUTH_FAILURE_LIMIT ? counted.windowLeftMs : 0,

@@ -25,7 +25,7 @@ const JSON_MEDIA_TYPE = /^application\/([\w.-]+\+)?json$/i;
  */
 export function jsonBody<S extends z.ZodType>(schema: S) {
   return validator("json", async (value: unknown, c: Context): Promise<z.output<S>> => {
-    const body = JSON_MEDIA_TYPE.test(mediaType(c)) ? value : await c.req.json<unknown>().catch(() => undefined);
+    const body = JSON_MEDIA_TYPE.test(mediaType(c)) ? value : await jsonOrNothing(c);
     const parsed = schema.safeParse(body);
     if (!parsed.success) throw invalidRequest(parsed.error);
     return parsed.data;
@@ -48,4 +48,16 @@ export function badRequest(detail: string): Problem {
 
 function mediaType(c: Context): string {
   return (c.req.header("content-type") ?? "").split(";")[0]?.trim() ?? "";
+}
+
+/**
+ * The body as JSON, or `undefined` when it is none: not a failure to log, but a client's bad
+ * input, which the schema then refuses with a 400 that says what is missing.
+ */
+async function jsonOrNothing(c: Context): Promise<unknown> {
+  try {
+    return await c.req.json<unknown>();
+  } catch {
+    return undefined;
+  }
 }

@@ -1,6 +1,7 @@
 import type { Route } from "../config/index.js";
 import type { Store } from "../store/redis.js";
 import { CircuitBreaker } from "./circuit-breaker.js";
+import { logError } from "../util/log.js";
 
 const SYNC_EVERY_MS = 1_000;
 /** Sharing the breaker is background work: a second is plenty, and it never holds a request up. */
@@ -54,7 +55,7 @@ export class Breakers {
       share.defer(
         share.store.keys
           .set(share.key, String(b.until), { px: Math.max(1, b.until - Date.now()) })
-          .catch(() => undefined),
+          .catch((e: unknown) => logError("breaker_share_failed", e, { route: route.name })),
       );
     }
   }
@@ -71,7 +72,7 @@ export class Breakers {
           const until = Number(v ?? 0);
           if (until > Date.now() && b.state === "closed") b.open(Date.now(), until);
         })
-        .catch(() => undefined),
+        .catch((e: unknown) => logError("breaker_sync_failed", e, { route: route.name })),
     );
   }
 }

@@ -32,7 +32,7 @@ const duration = z.string().transform((text, ctx) => {
   return ms;
 });
 
-/** `true`, `false` or a duration (ms): a limit's `lease` (README, Leases; In-flight caps). */
+/** `true`, `false` or a duration (ms): a limit's `lease` (docs/regions-and-leases.md, Leases; docs/algorithms.md, In-flight caps). */
 const booleanOrDuration = z.union([z.boolean(), z.string()]).transform((v, ctx) => {
   if (typeof v === "boolean") return v;
   const ms = duration.safeParse(v);
@@ -58,7 +58,7 @@ const keyPart = z.string().superRefine((part, ctx) => {
 
 /**
  * A limit's `reserve`: fractions of its capacity kept for the priorities above a request's
- * (README, Priorities), `critical` and `default` only (nothing ranks below sheddable), each
+ * (docs/algorithms.md, Priorities), `critical` and `default` only (nothing ranks below sheddable), each
  * 0 < f < 1, summing to less than 1.
  */
 const reserve = z.record(z.string(), z.number()).transform((r, ctx): Reserve => {
@@ -123,7 +123,7 @@ const MAX_BAN_WITHIN_MS = 86_400_000;
 const MAX_BAN_MS = 365 * 86_400_000;
 
 /**
- * Escalating bans (README, Bans): a client this limit refuses `after` times within `within` goes
+ * Escalating bans (docs/operating.md, Bans): a client this limit refuses `after` times within `within` goes
  * on the deny list for the first of `for`, each repeat ban for the next (the last repeats), so a
  * ban never gets shorter.
  */
@@ -199,7 +199,7 @@ const limit = z
       .optional(),
     /**
      * Tokens one request takes: a number, "header:<name>" read from the request (bounded by
-     * max_cost), or what the origin reports (README, Cost from the response).
+     * max_cost), or what the origin reports (docs/algorithms.md, Cost from the response).
      */
     cost: z
       .union([
@@ -223,13 +223,13 @@ const limit = z
     tier: keyPart.optional(),
     rates: z.record(z.string().min(1).max(64), tierRate).optional(),
     /**
-     * Let isolates hold leases on this limit's buckets (README, Leases); default: wherever the limit
+     * Let isolates hold leases on this limit's buckets (docs/regions-and-leases.md, Leases); default: wherever the limit
      * can be leased. concurrency: how long a slot may be held, a duration.
      */
     lease: booleanOrDuration.optional(),
-    /** Put a client this limit keeps refusing on the deny list, for longer each time (README, Bans). */
+    /** Put a client this limit keeps refusing on the deny list, for longer each time (docs/operating.md, Bans). */
     ban: banSettings.optional(),
-    /** Capacity kept for higher priorities, e.g. `{ critical = 0.2 }` (README, Priorities). */
+    /** Capacity kept for higher priorities, e.g. `{ critical = 0.2 }` (docs/algorithms.md, Priorities). */
     reserve: reserve.optional(),
   })
   .strict()
@@ -488,7 +488,7 @@ const sessionSettings = z
   .transform((s) => ({ ...s, principal: Array.isArray(s.principal) ? s.principal : [s.principal], wait: s.wait ?? 0 }));
 
 /**
- * A route's `adaptive` in-flight limit for its origin (README, Adaptive limit; src/adaptive/):
+ * A route's `adaptive` in-flight limit for its origin (docs/algorithms.md, Adaptive limit; src/adaptive/):
  * the limit moves with the origin's latency at `latency` (a percentile) towards `target`, or,
  * without one, towards `tolerance` times the latency it learns the origin has unloaded.
  */
@@ -556,17 +556,17 @@ const route = z
      */
     peek: z.union([z.boolean(), name]).default(false),
     /**
-     * The requests' priority (README, Priorities): a name, or a header or JWT claim that holds one
+     * The requests' priority (docs/algorithms.md, Priorities): a name, or a header or JWT claim that holds one
      * (anything else, or nothing: default). A header is only as trusted as the operator makes it.
      */
     priority: priority.default("default"),
     /** Every limit of the route in shadow mode: decide and count, never block (how a new route is rolled out). */
     shadow: z.boolean().default(false),
-    /** One side-effecting call per session at a time (see README, Sessions). */
+    /** One side-effecting call per session at a time (see docs/idempotency-and-sessions.md, Sessions). */
     session: sessionSettings.optional(),
-    /** One side effect per Idempotency-Key (see README, Idempotency). */
+    /** One side effect per Idempotency-Key (see docs/idempotency-and-sessions.md, Idempotency). */
     idempotency: idempotencySettings.optional(),
-    /** An in-flight limit for the route's origin that follows its latency (README, Adaptive limit). */
+    /** An in-flight limit for the route's origin that follows its latency (docs/algorithms.md, Adaptive limit). */
     adaptive: adaptiveSettings.optional(),
     limits: z.array(limit).default([]),
   })
@@ -704,16 +704,16 @@ export const sluiceSchema = z
     paths: pathPolicy.default(() => pathPolicy.parse({})),
     /**
      * Where problem `type` URIs point (RFC 9457 §3.1.1): a URL or a path of the deployment's own,
-     * never a domain it does not control. The default is served by the Worker itself (README, Responses).
+     * never a domain it does not control. The default is served by the Worker itself (docs/configuration.md, Responses).
      */
     problem_base: problemBase.default(DEFAULT_PROBLEM_BASE),
-    /** What the dashboard shows of a refused client next to its hash (README, Labels of refused clients). */
+    /** What the dashboard shows of a refused client next to its hash (docs/operating.md, Labels of refused clients). */
     labels: z.enum(["full", "masked", "off"]).default("masked"),
-    /** How long a dashboard session may go unused before it ends (README, Admin API); within its 12 hours. */
+    /** How long a dashboard session may go unused before it ends (docs/operating.md, Admin API); within its 12 hours. */
     admin_session_idle: duration
       .refine((ms) => ms >= 1_000 && ms <= 12 * 3_600_000, "must be between 1s and 12h")
       .default(30 * 60_000),
-    /** Entries the ledger keeps (README, The ledger): its stream is trimmed to about this many. */
+    /** Entries the ledger keeps (docs/idempotency-and-sessions.md, The ledger): its stream is trimmed to about this many. */
     ledger_length: z.number().int().min(100).max(1_000_000).default(10_000),
   })
   .strict()

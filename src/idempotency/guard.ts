@@ -19,6 +19,8 @@ import {
 } from "./records.js";
 import { keepClaimed } from "./renewal.js";
 import { IdempotencyRefusal, noteIdempotency, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
+import type { ProblemTitle } from "../problem-types.js";
+import { discardBody, log, logError, settleQuietly } from "../util/log.js";
 
 /** Headers of the origin's answer that are kept and replayed; cookies and hop-by-hop ones never are. */
 const REPLAYED_HEADERS = [
@@ -57,7 +59,7 @@ export type SettleOutcome = "completed" | "late_answer" | "released" | "indeterm
 export function noteSettled(ref: RecordRef, outcome: SettleOutcome): void {
   if (outcome === "late_answer") noteIdempotency(ref, "late_answer", "late_answer");
   else if (outcome === "not_owner" || outcome === "store_error")
-    console.log(JSON.stringify({ event: "idempotency_outcome", route: ref.route, outcome }));
+    log("idempotency_outcome", { route: ref.route, outcome });
 }
 
 /** The largest request body an idempotent request may carry: it is read whole to fingerprint it. */
@@ -177,7 +179,9 @@ function held(
     // sluice itself decided not to forward (a busy session, a full queue): the key is free for the retry
     abandon: async () => {
       renewal?.stop();
-      await settleFailure(ref, owner, "release", undefined).catch(() => false);
+      await settleQuietly(settleFailure(ref, owner, "release", undefined), "idempotency_release_failed", {
+        route: ref.route,
+      });
     },
     lateAnswerMs: LATE_ANSWER_MS,
     ticket: { keyHash: ref.keyHash, fenceKey: ref.fenceKey, owner },
@@ -289,7 +293,7 @@ async function settleLate(
   if (late.outcome !== "answered") return settleFailed(ref, owner, "hold", late);
   if (late.response.status >= 500) {
     // nobody reads this answer: the client had its 504
-    await late.response.body?.cancel().catch(() => undefined);
+    await discardBody(late.response.body);
     return settleFailed(ref, owner, settings.on_origin_error, late);
   }
   const stored = await storeAnswer(ref, owner, settings, late.response, late.response.body);
@@ -343,9 +347,7 @@ async function storeAnswer(
 }
 
 function logSettleError(ref: RecordRef, e: unknown): void {
-  console.error(
-    JSON.stringify({ event: "idempotency_complete_error", route: ref.route, message: (e as Error).message }),
-  );
+  logError("idempotency_complete_error", e, { route: ref.route });
 }
 
 function refused(c: Exclude<Claim, { kind: "claimed" }>): Guarded {
@@ -403,7 +405,7 @@ function tooManyReplays(retryAfterMs: number): Problem {
 
 function refusal(
   status: number,
-  title: string,
+  title: ProblemTitle,
   detail: string,
   headers?: Record<string, string>,
   extensions?: Record<string, number>,

@@ -1,4 +1,5 @@
 import { renew, type RecordRef } from "./records.js";
+import { logError } from "../util/log.js";
 
 /**
  * The longest a claim is renewed for one request: far past any origin call plus the wait for a late
@@ -37,9 +38,7 @@ export function keepClaimed(ref: RecordRef, owner: string, leaseMs: number): Ren
         if (!(await renew(ref, owner, leaseMs))) return;
       } catch (e) {
         // one renewal lost is not the claim lost: the lease still has two thirds to run
-        console.error(
-          JSON.stringify({ event: "idempotency_renew_error", route: ref.route, message: (e as Error).message }),
-        );
+        logError("idempotency_renew_error", e, { route: ref.route });
       }
     }
   };

@@ -10,6 +10,7 @@ import {
 } from "../metrics/idempotency.js";
 import { originFailed, type OriginReply } from "../origin/forward.js";
 import { Problem } from "../problem.js";
+import { log } from "../util/log.js";
 
 /**
  * A duplicate refused for its key (409 in flight or indeterminate, 422 mismatch): counted in
@@ -64,17 +65,14 @@ export function noteIdempotency(r: TrailSubject, event: string | undefined, outc
   if (!t) return;
   if (outcome && t.metrics) countIdempotency(t.metrics, r.route, outcome);
   if (event === undefined) return;
-  console.log(
-    JSON.stringify({
-      event: "idempotency",
-      what: event,
-      route: r.route,
-      key: r.keyHash,
-      principal: r.principal ?? null,
-      trace: t.trace,
-      ...(t.latencyMs === undefined ? {} : { latency_ms: Math.round(t.latencyMs) }),
-    }),
-  );
+  log("idempotency", {
+    what: event,
+    route: r.route,
+    key: r.keyHash,
+    principal: r.principal ?? null,
+    trace: t.trace,
+    ...(t.latencyMs === undefined ? {} : { latency_ms: Math.round(t.latencyMs) }),
+  });
 }
 
 /**

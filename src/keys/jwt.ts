@@ -1,5 +1,6 @@
 import { decode, verify, verifyWithJwks } from "hono/jwt";
 import type { Config, Route } from "../config/index.js";
+import { logFailure } from "../util/log.js";
 
 export type Verified = { ok: true; claims?: Record<string, unknown> } | { ok: false; detail: string };
 
@@ -158,7 +159,7 @@ export class JwksCache {
       return body.keys as Jwk[];
     } catch (e) {
       s.failures += 1;
-      console.error(JSON.stringify({ event: "jwks_fetch_failed", url: s.url, failures: s.failures, error: String(e) }));
+      logFailure("jwks_fetch_failed", { url: s.url, failures: s.failures, error: String(e) });
       throw e;
     }
   }

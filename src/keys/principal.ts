@@ -1,7 +1,7 @@
 import { hashIdentifier } from "./hash.js";
 import { headerValue, identify, readPart, type RequestFacts } from "./identify.js";
 
-/** The principal that follows the caller's credential rather than its address (README, Idempotency: principals). */
+/** The principal that follows the caller's credential rather than its address (docs/idempotency-and-sessions.md, Idempotency: principals). */
 export const AUTO_PRINCIPAL = "auto";
 
 /**

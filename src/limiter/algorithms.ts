@@ -278,7 +278,7 @@ export class SlidingWindow implements AlgoModel {
 /**
  * In-flight slots (concurrency): at most `rate` at once, each held from its take until it is
  * released or `periodUs` has passed, whichever is first. A request holds one slot; it is admitted
- * when `cost` slots are free (1, or more for one that must leave a floor: README, Priorities). Refused: retry-after is when enough slots expire to make room, none being released (an
+ * when `cost` slots are free (1, or more for one that must leave a floor: docs/algorithms.md, Priorities). Refused: retry-after is when enough slots expire to make room, none being released (an
  * upper bound); reset is when the last one expires. A slot expiring at exactly `t` is gone at `t`.
  */
 export class InFlight implements AlgoModel {

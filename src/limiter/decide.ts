@@ -8,6 +8,7 @@ import type { OverrideCopies, OverrideInput } from "./overrides.js";
 import { refusalCacheable } from "./registry.js";
 import { groupByStore, runDecide, type GroupResult } from "./script-call.js";
 import type { Decision, LimitOutcome } from "./types.js";
+import { settleQuietly } from "../util/log.js";
 
 export { DECIDE_SCRIPT, scriptCall, type ScriptBucket, type ScriptMode } from "./script-call.js";
 
@@ -20,7 +21,7 @@ export interface BucketParams {
   cost: number;
   /**
    * Whole tokens (requests, queue places, slots) the request must leave in the bucket: the
-   * capacity kept for priorities above the request's (README, Priorities); 0 or absent for none.
+   * capacity kept for priorities above the request's (docs/algorithms.md, Priorities); 0 or absent for none.
    */
   floor?: number;
 }
@@ -100,7 +101,7 @@ export async function decide(
   const admitted = !failed && results.every((r) => r.admitted);
   leases?.afterCentral(groups, settled, asked, admitted, defer, copies);
   if (!admitted && mode === "take") {
-    for (const r of results) if (r.admitted) defer(refund(r, overrides).catch(() => undefined));
+    for (const r of results) if (r.admitted) defer(settleQuietly(refund(r, overrides), "refund_failed"));
   }
   const fromLeases = admitted ? undefined : leases?.decideLocally(buckets, Date.now(), defer, copies);
   if (fromLeases) return fromLeases;

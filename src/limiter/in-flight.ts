@@ -4,7 +4,7 @@ import { groupByStore, runDecide } from "./script-call.js";
 import type { Decision, LimitOutcome } from "./types.js";
 
 /*
- * In-flight slots (concurrency limits; README, In-flight caps). A request takes one slot per
+ * In-flight slots (concurrency limits; docs/algorithms.md, In-flight caps). A request takes one slot per
  * concurrency limit in its decision (decide.lua's "take", all or nothing with the route's other
  * limits), named by its bucket's `slot` id, and frees them once its response has been delivered:
  * decide.lua's "release" mode (or the isolate's own buckets, for a local decision). A slot never

@@ -121,8 +121,8 @@ export class LocalBuckets {
 }
 
 /**
- * What a model says of a request that must leave `floor` tokens behind (its priority's, README
- * Priorities), as decide.lua decides it: `gate` is the check as if it cost `cost + floor` (a
+ * What a model says of a request that must leave `floor` tokens behind (its priority's,
+ * docs/algorithms.md, Priorities), as decide.lua decides it: `gate` is the check as if it cost `cost + floor` (a
  * concurrency request: `1 + floor` free slots), whose verdict and retry-after stand; `seen` the
  * request at its own cost, with that verdict, for the state and the charge.
  */

@@ -2,7 +2,7 @@ import { readPart, type RequestFacts } from "../keys/identify.js";
 import { algorithm, type Algorithm } from "./registry.js";
 
 /**
- * Priorities (README, Priorities): a request is `critical`, `default` or `sheddable`, from its
+ * Priorities (docs/algorithms.md, Priorities): a request is `critical`, `default` or `sheddable`, from its
  * route's `priority` (a name, or a header or JWT claim holding one). A limit's `reserve` keeps
  * fractions of its capacity for the priorities above the request's: decide.lua only ever sees
  * the result, a floor of whole tokens the request must leave in the bucket.

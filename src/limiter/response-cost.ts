@@ -3,9 +3,10 @@ import type { OverrideCopies } from "./overrides.js";
 import { figureReader, type FigureReader, type ResponseSource } from "./response-figures.js";
 import { groupByStore, runDecide } from "./script-call.js";
 import type { Decision } from "./types.js";
+import { logError } from "../util/log.js";
 
 /*
- * Cost from the response (README): a limit with `cost = { response, reserve, max }` takes
+ * Cost from the response (docs/algorithms.md): a limit with `cost = { response, reserve, max }` takes
  * `reserve` at admission, and once the response reports its figure the charge is settled to
  * min(figure, max) with decide.lua's "settle" mode, which may leave the bucket in debt. A header's
  * figure is known with the headers; a body's (`json:`, `sse:`) once the body has ended, read from a
@@ -180,7 +181,5 @@ async function readAll(
 }
 
 function cancelQuietly(reader: ReadableStreamDefaultReader<Uint8Array>): void {
-  reader
-    .cancel("read no further")
-    .catch((e: unknown) => console.error(JSON.stringify({ event: "response_cost_cancel_failed", message: String(e) })));
+  reader.cancel("read no further").catch((e: unknown) => logError("response_cost_cancel_failed", e));
 }

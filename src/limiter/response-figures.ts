@@ -1,5 +1,5 @@
 /*
- * Where a limit charged from the response (README, Cost from the response) reads the figure the
+ * Where a limit charged from the response (docs/algorithms.md, Cost from the response) reads the figure the
  * origin reports: a response header, a field of a JSON body (`json:<path>`), or the last such
  * field in the `data:` of a streamed text/event-stream (`sse:<path>`). The body readers are fed the
  * chunks of sluice's own copy of the body (./response-cost.ts), so they never hold a byte back from

@@ -8,7 +8,7 @@ export interface LimitOutcome {
   /** What this request cost (the limit's cost, or the request's own from a cost header). */
   cost: number;
   allowed: boolean;
-  /** Whole tokens left (after this request's charge when it was admitted), less the floor its priority must leave (README, Priorities). */
+  /** Whole tokens left (after this request's charge when it was admitted), less the floor its priority must leave (docs/algorithms.md, Priorities). */
   remaining: number;
   /** When refused: milliseconds until the request could pass (-1: never). */
   retryAfterMs: number;

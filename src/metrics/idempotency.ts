@@ -1,5 +1,5 @@
 /*
- * The idempotency figures (README, Metrics): what happened to each request with a key, what
+ * The idempotency figures (docs/operating.md, Metrics): what happened to each request with a key, what
  * happened to each claim, and the origin latency of first arrivals, per route. Kept in the same
  * per-minute and all-time hashes as the decisions, under fields of two parts (`idem:{route}|…`),
  * so the readers of `route|limit|decision` pass over them.

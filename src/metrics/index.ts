@@ -109,7 +109,7 @@ export class MetricsBuffer {
   }
 
   /**
-   * Counts one automatic ban (README, Bans) by the route and limit that banned, under a field of
+   * Counts one automatic ban (docs/operating.md, Bans) by the route and limit that banned, under a field of
    * two parts (`ban:{route}|{limit}`): readers of the decision counts (`route|limit|decision`)
    * pass over it, and a route name never holds a colon, so it is never a route's.
    */

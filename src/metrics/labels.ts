@@ -18,7 +18,7 @@ const MAX_ENTRY_CHARS = 300;
 const SHORT_SECRET = 16;
 
 /**
- * The display label of the client a limit refused (README, Labels of refused clients): its IP (or, when
+ * The display label of the client a limit refused (docs/operating.md, Labels of refused clients): its IP (or, when
  * `labels = "masked"`, the /24 or /48 it is in), the ends of an API key or any other
  * header, cookie or query value (never the whole of it), the JWT subject as it is; parts that
  * name no client (`path`, `global`) are left out. `undefined` under `labels = "off"`, or for a

@@ -226,7 +226,7 @@ describe("middleware composed in an app", () => {
   });
 
   it("charges nothing for a replay answered by idempotency() inside rateLimit()", async () => {
-    // README, Idempotency: "a replay refunds the tokens its decision took, so replays cost a client nothing"
+    // docs/idempotency-and-sessions.md, Idempotency: "a replay refunds the tokens its decision took, so replays cost a client nothing"
     const shared = options();
     const app = new Hono<SluiceEnv>();
     app.use(

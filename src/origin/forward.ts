@@ -1,5 +1,7 @@
 import { problem } from "../problem.js";
+import type { ProblemTitle } from "../problem-types.js";
 import { METHOD_OVERRIDE_HEADERS } from "../routing/method.js";
+import { discardBody } from "../util/log.js";
 
 /**
  * Headers never forwarded. Hop-by-hop ones (RFC 9110 §7.6.1) are for one connection only.
@@ -191,7 +193,7 @@ function neverSent(e: Error): boolean {
   return e instanceof TypeError && e.cause === undefined;
 }
 
-type Failed = (outcome: OriginOutcome, status: number, title: string, detail: string) => OriginReply;
+type Failed = (outcome: OriginOutcome, status: number, title: ProblemTitle, detail: string) => OriginReply;
 
 /** The origin's response within `timeoutMs` (without one: whenever it comes), "timeout", or what fetch threw. */
 async function answerWithin(sending: Promise<Response>, timeoutMs?: number): Promise<Response | Error | "timeout"> {
@@ -212,7 +214,7 @@ async function answerWithin(sending: Promise<Response>, timeoutMs?: number): Pro
 /** A late answer that can be kept: a final response; an interim one is none. */
 async function relayable(res: Response): Promise<Response | undefined> {
   if (res.status >= 200) return new Response(res.body, res);
-  await res.body?.cancel().catch(() => undefined);
+  await discardBody(res.body);
   return undefined;
 }
 
@@ -225,7 +227,7 @@ async function answered(
 ): Promise<OriginReply> {
   // From here on the origin has answered: whatever goes wrong, it may have acted on the request.
   if (res.status < 200) {
-    await res.body?.cancel().catch(() => undefined);
+    await discardBody(res.body);
     return failed(
       "unrelayable",
       502,

@@ -15,6 +15,7 @@ import type { Runtime } from "../runtime.js";
 import type { Store } from "../store/redis.js";
 import { leaseJob, readJob, releaseJob, writeJob, type JobStatus } from "./jobs.js";
 import { requestOf, type JobMessage } from "./queue.js";
+import { logError, settleQuietly } from "../util/log.js";
 
 /** Refusals shorter than this are waited out in the consumer; longer ones go back to the queue. */
 const PACE_MAX_WAIT_MS = 2_000;
@@ -42,7 +43,7 @@ export async function onQueue(
     try {
       await deliverOne(message, consumer, home);
     } catch (e) {
-      console.error(JSON.stringify({ event: "queue_error", job: message.body.id, message: (e as Error).message }));
+      logError("queue_error", e, { job: message.body.id });
       message.retry({ delaySeconds: 5 });
     }
   }
@@ -137,7 +138,9 @@ async function paced(
     const decision = await decide(buckets, runtime.decisions, Date.now(), defer);
     const held = heldSlots(decision);
     if (decision.verdict !== "reject")
-      return { releaseSlots: () => releaseSlots(buckets, held, runtime.overrides).catch(() => undefined) };
+      return {
+        releaseSlots: () => settleQuietly(releaseSlots(buckets, held, runtime.overrides), "slot_release_failed"),
+      };
     const wait = decision.blocking.retryAfterMs;
     if (wait < 0 || wait > PACE_MAX_WAIT_MS) {
       await later(message, env, m, wait < 0 ? 60_000 : wait);
@@ -221,12 +224,12 @@ async function releaseGuards(m: JobMessage, consumer: Consumer, claimSettled = f
       m.claim.owner,
       "release",
       undefined,
-    ).catch(() => false);
+    ).catch((e: unknown) => logError("job_claim_release_failed", e, { job: m.id }));
   if (m.session)
     await release(
       { store, prefix: config.key_prefix, route: m.route, hash: m.session.hash, ledgerLength: config.ledger_length },
       m.session.owner,
-    ).catch(() => false);
+    ).catch((e: unknown) => logError("job_session_release_failed", e, { job: m.id }));
 }
 
 /** The ledger's context of a job's claim: the trace it was queued with (forwarded to the origin too), the ledger's length. */
@@ -242,5 +245,5 @@ async function later(message: Message<JobMessage>, env: Env, m: JobMessage, ms: 
 }
 
 async function releaseLease(home: Store, config: Config, id: string): Promise<void> {
-  await releaseJob(home, config.key_prefix, id).catch(() => undefined);
+  await settleQuietly(releaseJob(home, config.key_prefix, id), "job_lease_release_failed", { job: id });
 }

@@ -6,6 +6,7 @@ import { claimSideEffect } from "../side-effect.js";
 import type { Store } from "../store/redis.js";
 import { JOB_ID, readJob, writeJob } from "./jobs.js";
 import { accepted, JOBS_PATH, toJob, type JobMessage } from "./queue.js";
+import { orElse, settleQuietly } from "../util/log.js";
 
 /**
  * Sends a shed request to the queue and answers 202 with where its status can be read. A
@@ -42,18 +43,28 @@ export async function enqueue(
     await effect.abandon();
     throw e;
   }
-  const home = scope.stores.offPath();
-  if (home) {
-    const status = {
-      id: message.id,
-      status: "queued" as const,
-      route: route.name,
-      failures: 0,
-      updated_at: new Date().toISOString(),
-    };
-    scope.defer(writeJob(home, scope.config.key_prefix, status, route.queue.status_ttl, true).catch(() => undefined));
-  }
+  deferQueuedStatus(scope, route, message.id);
   return { response: accepted(message.id, retryAfterMs), decision: "queued" };
+}
+
+/** Writes the job's `queued` status after the response, unless a later status landed first. */
+function deferQueuedStatus(scope: Scope, route: Route, id: string): void {
+  const home = scope.stores.offPath();
+  if (!home) return;
+  const status = {
+    id,
+    status: "queued" as const,
+    route: route.name,
+    failures: 0,
+    updated_at: new Date().toISOString(),
+  };
+  scope.defer(
+    settleQuietly(
+      writeJob(home, scope.config.key_prefix, status, route.queue.status_ttl, true),
+      "job_status_write_failed",
+      { job: id },
+    ),
+  );
 }
 
 /**
@@ -73,7 +84,9 @@ export async function jobStatusResponse(
   // a job lookup is no limited request: its problems are told as "allow", as its answers are
   if (!JOB_ID.test(id))
     throw new Problem({ status: 404, title: "No such job", detail: "not a job id sluice issued" }, "allow");
-  const job = home ? await readJob(home, config.key_prefix, id).catch(() => null) : null;
+  const job = home
+    ? await orElse(readJob(home, config.key_prefix, id), null, "job_status_read_failed", { job: id })
+    : null;
   if (job === null)
     throw new Problem(
       {

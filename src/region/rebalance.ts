@@ -3,6 +3,7 @@ import { rebalanceLockKey, shareKeys, shareRecordKey } from "../store/layout.js"
 import type { Store } from "../store/redis.js";
 import { allRegions, type Stores } from "./index.js";
 import { splitShares, type Share } from "./shares.js";
+import { logError, settleQuietly } from "../util/log.js";
 
 /** Rebalancing runs off the request path: it may take longer than a decision's budget. */
 const REBALANCE_TIMEOUT_MS = 2_000;
@@ -78,7 +79,7 @@ async function rebalanceLimit(
   await home.hash
     .set(recordKey, held)
     .then(() => home.keys.expire(recordKey, SHARE_TTL_S))
-    .catch(() => undefined);
+    .catch((e: unknown) => logError("rebalance_record_failed", e, { route, limit: limit.name }));
   return { shares, unreachable: [...Object.keys(frozen), ...failedWrites] };
 }
 
@@ -126,11 +127,7 @@ export class RebalanceClock {
     if (this.lastNudge === 0) this.lastNudge = now;
     if (now - this.lastNudge < config.rebalance_every) return;
     this.lastNudge = now;
-    defer(
-      rebalance(config, stores).catch((e: unknown) =>
-        console.error(JSON.stringify({ event: "rebalance_error", message: (e as Error).message })),
-      ),
-    );
+    defer(settleQuietly(rebalance(config, stores), "rebalance_error"));
   }
 }
 

@@ -5,6 +5,7 @@ import { Problem } from "../problem.js";
 import type { Store } from "../store/redis.js";
 import { pollWhile } from "../util/poll.js";
 import { acquire, release, sessionRef, type Acquired } from "./lock.js";
+import { settleQuietly } from "../util/log.js";
 
 export type SessionSettings = NonNullable<Route["session"]>;
 
@@ -69,7 +70,7 @@ export async function holdSession(
     kind: "held",
     headers: { "sluice-fencing-token": String(a.fence), "sluice-session": readPart(settings.key, facts) ?? "" },
     release: async () => {
-      await release(ref, owner).catch(() => false);
+      await settleQuietly(release(ref, owner), "session_release_failed", { route: ref.route });
     },
     ticket: { hash: ref.hash, owner },
   };

@@ -1,6 +1,6 @@
 /**
  * The Redis key layout, in one place: every key name sluice reads or writes is built here, and
- * `LAYOUT` says what each kind of key holds and how long it lives (the README's "Redis layout"
+ * `LAYOUT` says what each kind of key holds and how long it lives (docs/redis-layout.md
  * tables are checked against it by test/unit/layout.test.ts). Key names are part of the public
  * contract: existing deployments hold data under them, so a name never changes.
  *
@@ -16,7 +16,7 @@ import type { KeyHash } from "../keys/hash.js";
 export type LayoutStore = "home" | "region" | "every region" | "by scope";
 
 export interface LayoutEntry {
-  /** The key's name as the README writes it (two for a kind written in pairs). */
+  /** The key's name as docs/redis-layout.md writes it (two for a kind written in pairs). */
   readonly patterns: readonly [string, ...string[]];
   /** `by scope`: the region's Redis, the home region's for `global` limits. */
   readonly store: LayoutStore;
@@ -25,7 +25,7 @@ export interface LayoutEntry {
 }
 
 /**
- * Every kind of key, worded as in the README's tables (cell for cell, so the test can compare
+ * Every kind of key, worded as in docs/redis-layout.md's tables (cell for cell, so the test can compare
  * them). The bucket is described in prose above those tables, not in a row.
  */
 export const LAYOUT = {

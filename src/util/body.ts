@@ -1,3 +1,4 @@
+import { discardBody } from "./log.js";
 /** What reading a body up to a cap gave: all of it, or the news that it was larger. */
 export type CappedBody = { whole: true; bytes: Uint8Array } | { whole: false };
 
@@ -18,7 +19,7 @@ export async function readCapped(stream: ReadableStream<Uint8Array> | null, max:
     if (done) break;
     size += value.length;
     if (size > max) {
-      await reader.cancel().catch(() => undefined);
+      await discardBody(reader);
       return { whole: false };
     }
     chunks.push(value);

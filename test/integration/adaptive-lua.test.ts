@@ -6,7 +6,7 @@ import { fileRedis } from "./stack.js";
 
 /*
  * lua/adaptive.lua on a test clock (its one TIME call reads two trailing ARGV entries): the limit
- * of a route's origin moves, window by window, exactly as the script's header and the README say.
+ * of a route's origin moves, window by window, exactly as the script's header and docs/algorithms.md say.
  */
 
 const CLOCK = "redis.call('TIME')";

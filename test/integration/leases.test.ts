@@ -11,7 +11,7 @@ import { clockArgs, withTestClock } from "../support/test-clock.js";
 import { call, fileRedis, sleep, type DemoOrigin, useStack } from "./stack.js";
 
 /*
- * Token leases (README, Leases): tokens decide.lua debits and hands to an isolate, which admits
+ * Token leases (docs/regions-and-leases.md, Leases): tokens decide.lua debits and hands to an isolate, which admits
  * from them without a round trip. First the script on its own, with a test clock, against the
  * reference models: whatever isolates do with their leases, no admission is one the bucket itself
  * would have refused. Then through three Worker instances on a real Redis behind the bridge.

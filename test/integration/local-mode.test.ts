@@ -178,6 +178,6 @@ describe("no Redis configured at all", () => {
 });
 
 afterAll(() => {
-  // the figures the README quotes
+  // the figures docs/regions-and-leases.md quotes
   console.log(`local mode, limit ${RATE}/s burst ${BURST}, 80 requests in 3 s: ${JSON.stringify(figures)}`);
 });

@@ -7,7 +7,7 @@ import { loadDecideWithTestClock } from "../support/test-clock.js";
 import { fileRedis } from "./stack.js";
 
 /*
- * decide.lua's floor (README, Priorities: the capacity a limit reserves for priorities above the
+ * decide.lua's floor (docs/algorithms.md, Priorities: the capacity a limit reserves for priorities above the
  * request's) against the reference models: a request is admitted iff the model, asked about
  * `cost + floor` (concurrency: `1 + floor` free slots), admits it, it is then charged `cost`
  * alone, and a refused request passes at exactly its retry-after, not a ms sooner.

@@ -4,7 +4,7 @@ import type { SluiceInput } from "../../src/config/schema.js";
 import { call, useStack } from "./stack.js";
 
 /*
- * Priorities in the Worker (README, Priorities): a flash sale's one bucket per tenant, 20 an hour,
+ * Priorities in the Worker (docs/algorithms.md, Priorities): a flash sale's one bucket per tenant, 20 an hour,
  * a quarter kept for critical calls (checkout) and another quarter for default ones, the priority
  * in a header the edge sets. Sheddable traffic (browsing) may take 10, default 15, critical all 20.
  */

@@ -7,7 +7,7 @@ import { DebtTokenBucketModel } from "../support/token-bucket-model.js";
 import { fileRedis } from "./stack.js";
 
 /*
- * decide.lua's "settle" mode (README, Cost from the response) against the reference model, on the
+ * decide.lua's "settle" mode (docs/algorithms.md, Cost from the response) against the reference model, on the
  * test clock: a take charges the reserve; a settle moves the bucket by the delta, below zero if it
  * must (debt), never above burst; every later figure (allowed, remaining, retry-after, reset)
  * matches the model, a bucket in debt refuses until exactly its retry-after, and its key outlives

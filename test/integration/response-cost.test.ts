@@ -8,7 +8,7 @@ import { keyedBuckets } from "../../src/limiter/buckets.js";
 import { call, sleep, useStack } from "./stack.js";
 
 /*
- * Cost from the response end to end (README, Cost from the response): the built Worker in workerd
+ * Cost from the response end to end (docs/algorithms.md, Cost from the response): the built Worker in workerd
  * (three isolates against one Redis), in front of an origin that reports the tokens it spent as an
  * LLM API does: in a response header, in a JSON body, or in the last event of a streamed
  * text/event-stream. Each request takes the reserve at admission; once its response has been

@@ -21,7 +21,7 @@ const SLUICE: SluiceInput = {
 };
 
 /**
- * An origin that does what the README tells origins to do with fencing tokens: remember the
+ * An origin that does what docs/idempotency-and-sessions.md tells origins to do with fencing tokens: remember the
  * highest token seen per session, and refuse a write that carries a lower one. It also records
  * overlapping calls per session, which must never happen.
  */

@@ -1,6 +1,6 @@
 /**
  * One client must not be able to collapse a route's adaptive in-flight limit for everybody
- * (README, Adaptive limit and Security model). Replayed through the Worker in workerd with real
+ * (docs/algorithms.md, Adaptive limit, and docs/security.md). Replayed through the Worker in workerd with real
  * Redis:
  * - an anonymous client hammers a route whose origin refuses it with 429 (its own per-user limit)
  *   while eight others use it normally: the learnt limit must not fall, and the eight, sent at once

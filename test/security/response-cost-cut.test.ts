@@ -1,5 +1,5 @@
 /**
- * Cutting a response before its usage figure must not pay only the reserve (README, Cost from the
+ * Cutting a response before its usage figure must not pay only the reserve (docs/algorithms.md, Cost from the
  * response; Security model). The built Worker in workerd against a real Redis, in front of an
  * LLM-like origin whose event stream sends its content at once and its usage event (5000 tokens)
  * only afterwards, as a model's final chunk comes last. A client on a bare socket reads the content

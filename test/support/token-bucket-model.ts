@@ -33,7 +33,7 @@ export interface DebtOutcome {
 }
 
 /**
- * The token bucket with cost from the response (README, Cost from the response), as GCRA in exact
+ * The token bucket with cost from the response (docs/algorithms.md, Cost from the response), as GCRA in exact
  * BigInt arithmetic, everything × rate: the bucket is full when tat ≤ now, holds
  * (burst·P − (tat − now)) / P tokens, and a settle moves tat by delta tokens (back no further than
  * now: the bucket never holds more than burst). Past burst·P the bucket is in debt: it refuses

@@ -114,7 +114,7 @@ const num = (node: Node, attribute: string) => Number(node.attributes[attribute]
 describe("the charts of bench/results/latest.json", () => {
   const charts = chartsFromResults(LATEST);
 
-  it("are all there, one per figure the README shows", () => {
+  it("are all there, one per figure docs/benchmarks.md shows", () => {
     expect(charts.map((c) => c.name)).toEqual([
       "latency",
       "split",

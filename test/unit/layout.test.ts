@@ -152,15 +152,15 @@ describe("Redis layout: every key as documented", () => {
   });
 });
 
-/** The README's "Redis layout" section: each table row's keys, where they live, what they hold, their TTL. */
+/** The manual's "Redis layout" page (docs/redis-layout.md): each table row's keys, where they live, what they hold, their TTL. */
 function readmeLayout(): {
   rows: Array<{ patterns: string[]; store: LayoutStore; holds: string; ttl: string }>;
   bucket: string[];
 } {
-  const readme = readFileSync(new URL("../../README.md", import.meta.url), "utf8");
-  const start = readme.indexOf("\n## Redis layout\n");
-  expect(start, "README has a Redis layout section").toBeGreaterThan(0);
-  const end = readme.indexOf("\n## ", start + 1);
+  const readme = `\n${readFileSync(new URL("../../docs/redis-layout.md", import.meta.url), "utf8")}`;
+  const start = readme.indexOf("\n# Redis layout\n");
+  expect(start, "docs/redis-layout.md opens with its title").toBeGreaterThanOrEqual(0);
+  const end = readme.indexOf("\n# ", start + 1);
   const section = readme.slice(start, end < 0 ? undefined : end);
   const rows = section
     .split("\n")
@@ -182,15 +182,15 @@ function readmeLayout(): {
   return { rows, bucket };
 }
 
-describe("Redis layout: LAYOUT and the README agree", () => {
+describe("Redis layout: LAYOUT and docs/redis-layout.md agree", () => {
   const { rows, bucket } = readmeLayout();
 
   it("documents the bucket key in the section's opening sentence", () => {
     expect(bucket).toContain(LAYOUT.bucket.patterns[0]);
   });
 
-  it("has a README row for every LAYOUT kind, cell for cell", () => {
-    // every disagreement at once, each as the row the README should have
+  it("has a docs/redis-layout.md row for every LAYOUT kind, cell for cell", () => {
+    // every disagreement at once, each as the row docs/redis-layout.md should have
     const disagreements: string[] = [];
     for (const [kind, entry] of Object.entries(LAYOUT)) {
       if (kind === "bucket") continue;
@@ -204,7 +204,7 @@ describe("Redis layout: LAYOUT and the README agree", () => {
     expect(disagreements).toEqual([]);
   });
 
-  it("has a LAYOUT kind for every README row", () => {
+  it("has a LAYOUT kind for every docs/redis-layout.md row", () => {
     const known = Object.values(LAYOUT).map((e) => JSON.stringify(e.patterns));
     const unknown = rows.filter((r) => !known.includes(JSON.stringify(r.patterns))).map((r) => r.patterns.join(", "));
     expect(unknown).toEqual([]);

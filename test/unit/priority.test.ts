@@ -5,7 +5,7 @@ import { floorOf, priorityOf } from "../../src/limiter/priority.js";
 import { leasableShape, refusalCacheable } from "../../src/limiter/registry.js";
 import type { RequestFacts } from "../../src/keys/identify.js";
 
-/* Priorities (README, Priorities): the request's priority, the floor a reserve puts under it, the configuration's checks. */
+/* Priorities (docs/algorithms.md, Priorities): the request's priority, the floor a reserve puts under it, the configuration's checks. */
 
 const facts = (headers: Record<string, string> = {}, claims?: Record<string, unknown>): RequestFacts => ({
   ip: "192.0.2.1",

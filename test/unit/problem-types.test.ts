@@ -1,5 +1,5 @@
 /**
- * Problem types (README, Responses): every problem sluice answers with has a page under
+ * Problem types (docs/configuration.md, Responses): every problem sluice answers with has a page under
  * `/__sluice/problems/`, open to anyone, and `type` follows the configured `problem_base`.
  */
 import { readdirSync, readFileSync } from "node:fs";

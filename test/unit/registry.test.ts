@@ -18,7 +18,7 @@ import type { Store } from "../../src/store/redis.js";
 const LUA = readFileSync("lua/decide.lua", "utf8");
 
 const OLD_CODES = { token_bucket: 1, leaky_bucket: 2, fixed_window: 3, sliding_window: 4 } as const;
-/** What came after the registry: concurrency (README, In-flight caps). */
+/** What came after the registry: concurrency (docs/algorithms.md, In-flight caps). */
 const NEW_CODES = { concurrency: 5 } as const;
 type OldAlgorithm = keyof typeof OLD_CODES;
 /** The plainest valid limit of an algorithm. */

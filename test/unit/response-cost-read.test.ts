@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { readCostBody } from "../../src/limiter/response-cost.js";
 
 /*
- * readCostBody: sluice's own copy of a body charged from the response (README, Cost from the
+ * readCostBody: sluice's own copy of a body charged from the response (docs/algorithms.md, Cost from the
  * response) is read to its end, within its bounds in bytes and in time after the client's delivery.
  */
 

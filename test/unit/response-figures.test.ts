@@ -12,7 +12,7 @@ import {
 import { loadLimits } from "../support/limits.js";
 
 /*
- * The readers of a cost from the response's body (README, Cost from the response): the path
+ * The readers of a cost from the response's body (docs/algorithms.md, Cost from the response): the path
  * reader, the JSON body reader with its cap, the event-stream scanner fed chunks split anywhere,
  * the body wrapper that shows them the bytes, and the configuration of the source.
  */

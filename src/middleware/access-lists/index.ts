@@ -5,6 +5,7 @@ import { statedClaims } from "../../keys/jwt.js";
 import { Problem } from "../../problem.js";
 import type { Step } from "../step.js";
 import { jwtSecret, verifiedBearer } from "../verify-jwt/index.js";
+import { logFailure } from "../../util/log.js";
 
 /**
  * The deny and allow lists (kept in the home region's Redis, managed with the admin API): a
@@ -50,10 +51,7 @@ function warnUnverifiable(scope: Scope): void {
   const secret = jwtSecret(scope);
   if (settings?.jwks_url || (typeof secret === "string" && secret !== "") || warned.has(scope.config)) return;
   warned.add(scope.config);
-  console.error(
-    JSON.stringify({
-      event: "lists_jwt_unverifiable",
-      detail: `the lists name JWT claims but there is no ${settings?.secret_env ?? "SLUICE_JWT_SECRET"} or jwt.jwks_url to verify tokens with: jwt: allow entries cannot match`,
-    }),
-  );
+  logFailure("lists_jwt_unverifiable", {
+    detail: `the lists name JWT claims but there is no ${settings?.secret_env ?? "SLUICE_JWT_SECRET"} or jwt.jwks_url to verify tokens with: jwt: allow entries cannot match`,
+  });
 }

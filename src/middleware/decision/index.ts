@@ -3,6 +3,7 @@ import type { DecisionMeta, Scope, SluiceEnv } from "../../context.js";
 import { madeWithoutRedis } from "../../limiter/decide.js";
 import { Problem, type DecisionHeader } from "../../problem.js";
 import { IdempotencyRefusal } from "../../idempotency/trail.js";
+import { log } from "../../util/log.js";
 
 /**
  * What the client is told: `Sluice-Decision` (from the problem that ended the request, else
@@ -46,17 +47,14 @@ export function record(scope: Scope, meta: DecisionMeta, decision: DecisionHeade
   const { runtime, config, stores, defer, region } = scope;
   if (counted) countDecision(scope, meta, decision);
   if (decision !== "allow") {
-    console.log(
-      JSON.stringify({
-        event: "decision",
-        decision,
-        route: meta.route,
-        limit: meta.limit,
-        region,
-        id: meta.blockedId ?? null,
-        ...(scope.trace ? { trace: scope.trace } : {}),
-      }),
-    );
+    log("decision", {
+      decision,
+      route: meta.route,
+      limit: meta.limit,
+      region,
+      id: meta.blockedId ?? null,
+      ...(scope.trace ? { trace: scope.trace } : {}),
+    });
   }
   runtime.metrics.flush(config, stores, defer);
 }

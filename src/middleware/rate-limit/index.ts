@@ -22,6 +22,7 @@ import { StoreError } from "../../store/deadline.js";
 import { shed, withHeaders } from "../shedding/index.js";
 import type { Step } from "../step.js";
 import { limitedRoute } from "../verify-jwt/index.js";
+import { logError, settleQuietly } from "../../util/log.js";
 
 /**
  * Every limit of the route, decided in one Redis call per database (or from the isolate's
@@ -142,16 +143,7 @@ function delayOf(decision: Decision, peek: boolean): number {
 /** Logs a store failure; under `on_store_error = "closed"` it is the 503 the client gets. */
 function storeTrouble(e: StoreError, scope: Scope): void {
   const { config, region, route } = scope;
-  console.error(
-    JSON.stringify({
-      event: "store_error",
-      reason: e.reason,
-      region,
-      route: route?.name,
-      on_store_error: config.on_store_error,
-      message: e.message,
-    }),
-  );
+  logError("store_error", e, { reason: e.reason, region, route: route?.name, on_store_error: config.on_store_error });
   if (config.on_store_error !== "closed") return;
   throw new Problem({
     status: 503,
@@ -172,7 +164,11 @@ function afterResponse(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, relea
     // the refund frees the slots too; a local decision's are this isolate's to free
     if (!run.degraded)
       scope.defer(
-        giveBack(run.buckets, run.decision, scope.runtime.leases, scope.runtime.overrides).catch(() => undefined),
+        settleQuietly(
+          giveBack(run.buckets, run.decision, scope.runtime.leases, scope.runtime.overrides),
+          "refund_failed",
+          { route: scope.route?.name },
+        ),
       );
     else if (release) scope.defer(release());
     return;
@@ -195,7 +191,7 @@ interface DeliveryWatch {
 }
 
 /**
- * Limits charged from the response (README, Cost from the response): the figure the origin
+ * Limits charged from the response (docs/algorithms.md, Cost from the response): the figure the origin
  * reported in a header is known with the headers, so it is settled at once (deferred). One in the
  * body (json:, sse:) is read from a copy of the body (a tee) that sluice reads itself, as fast as
  * the origin sends it, in waitUntil: a client that stops reading or goes away does not stop it.
@@ -226,7 +222,7 @@ function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun):
 }
 
 function settleFailed(e: unknown): void {
-  console.error(JSON.stringify({ event: "response_cost_settle_failed", message: String(e) }));
+  logError("response_cost_settle_failed", e);
 }
 
 /** Frees a request's in-flight slots, once however often called. */
@@ -241,7 +237,7 @@ function slotRelease(scope: Scope, run: LimitRun): Release | undefined {
   return () => {
     released ??= run.degraded
       ? Promise.resolve(localBuckets.release(held))
-      : releaseSlots(run.buckets, held, overrides).catch(() => undefined);
+      : settleQuietly(releaseSlots(run.buckets, held, overrides), "slot_release_failed");
     return released;
   };
 }

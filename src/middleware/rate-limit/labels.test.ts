@@ -1,5 +1,5 @@
 /**
- * Readable labels of refused clients (README, Labels of refused clients), end to end in one process: a
+ * Readable labels of refused clients (docs/operating.md, Labels of refused clients), end to end in one process: a
  * refusal by rateLimit() keeps a label next to the hashed id, in a hash value of the metrics and
  * never in a key name; `labels = "off"` keeps none; the dashboard's figures show the label and
  * the deny entry a ban from its row would write, and the region the decisions were made in.

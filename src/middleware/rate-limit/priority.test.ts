@@ -3,7 +3,7 @@ import { countedApp, from, middlewareRig } from "../../../test/support/middlewar
 import { rateLimit, type RateLimitOptions } from "../../index.js";
 
 /*
- * rateLimit() with a limit that reserves capacity for higher priorities (README, Priorities), the
+ * rateLimit() with a limit that reserves capacity for higher priorities (docs/algorithms.md, Priorities), the
  * priority read from a header, in Node against a real Redis, and by the isolate alone when Redis
  * is down under on_store_error = "local": the same floors either way.
  */

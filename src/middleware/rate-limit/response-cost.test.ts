@@ -3,7 +3,7 @@ import { background, countedApp, from, gate, middlewareRig } from "../../../test
 import { rateLimit, type RateLimitOptions } from "../../index.js";
 
 /*
- * rateLimit() with a limit charged what the origin reports (README, Cost from the response), in
+ * rateLimit() with a limit charged what the origin reports (docs/algorithms.md, Cost from the response), in
  * Node against a real Redis: `reserve` is taken at admission and held while the request runs, the
  * charge is settled to the reported figure (at most `max`) after the response, a figure above what
  * was left puts the bucket in debt, refused with an honest Retry-After until the refill pays it

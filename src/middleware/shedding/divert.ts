@@ -2,6 +2,7 @@ import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
 import type { Scope } from "../../context.js";
 import { sendToOrigin, type OriginReply } from "../../origin/forward.js";
+import { discardBody } from "../../util/log.js";
 
 /**
  * Sends a refused request to the route's `divert_url` instead of answering it 429, built exactly
@@ -25,7 +26,7 @@ export async function divert(c: Context, scope: Scope, route: Route): Promise<Re
   });
   if (relayable(reply)) return reply.response;
   // a 5xx body nobody reads would hold the connection open until it is collected
-  await reply.response.body?.cancel().catch(() => undefined);
+  await discardBody(reply.response.body);
   return undefined;
 }
 

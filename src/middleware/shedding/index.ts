@@ -10,6 +10,7 @@ import { enqueue } from "../../queue/enqueue.js";
 import { findCopy, isKeepable, keepCopy, type CopyAddress } from "../../fallback/copies.js";
 import type { Step } from "../step.js";
 import { divert } from "./divert.js";
+import { orElse, settleQuietly } from "../../util/log.js";
 
 export type Refusal = Extract<Decision, { verdict: "reject" }>;
 
@@ -81,7 +82,9 @@ export async function fallbackFor(c: Context, scope: Scope): Promise<Response | 
   if (route.on_limit === "fallback" && (method === "GET" || method === "HEAD")) {
     // a response's Vary refers to the headers the origin was sent, not the client's
     const sent = scope.target ? originRequest(c.req.raw, scope.target).headers : c.req.raw.headers;
-    const copy = await findCopy(copyAddress(scope), sent, method).catch(() => undefined);
+    const copy = await orElse(findCopy(copyAddress(scope), sent, method), undefined, "fallback_copy_read_failed", {
+      route: route.name,
+    });
     if (copy) return copy;
   }
   const s = route.fallback;
@@ -107,7 +110,11 @@ export const keepFallbackCopies: Step = async (c, scope, next) => {
   )
     return;
   scope.defer(
-    keepCopy(copyAddress(scope), reply.sent, reply.response.clone(), route.fallback_ttl).catch(() => undefined),
+    settleQuietly(
+      keepCopy(copyAddress(scope), reply.sent, reply.response.clone(), route.fallback_ttl),
+      "fallback_copy_keep_failed",
+      { route: route.name },
+    ),
   );
 };
 

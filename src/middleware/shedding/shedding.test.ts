@@ -16,7 +16,7 @@ function appWith(routes: NonNullable<SluiceConfig["routes"]>) {
 const from = (ip: string, method = "GET"): RequestInit => ({ method, headers: { "CF-Connecting-IP": ip } });
 
 describe('on_limit = "reject"', () => {
-  it("answers a refusal with the 429 problem of the README", async () => {
+  it("answers a refusal with the 429 problem of docs/configuration.md", async () => {
     const { app, calls } = appWith([
       {
         name: "products",
