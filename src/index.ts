@@ -9,7 +9,6 @@
  * app.post("/orders", idempotency({ required: true }), (c) => c.json({ created: true }, 201));
  */
 import type { MiddlewareHandler } from "hono";
-import { GATEWAY_STEPS } from "./app.js";
 import { loadConfig, type Config } from "./config/index.js";
 import type { SluiceInput } from "./config/schema.js";
 import type { SluiceEnv } from "./context.js";
@@ -22,7 +21,8 @@ import { sessionStep } from "./middleware/session/index.js";
 import { compileOptions, SHARED_FIELDS, standalone, type SharedOptions } from "./middleware/standalone.js";
 import type { Step } from "./middleware/step.js";
 import { verifyJwtStep } from "./middleware/verify-jwt/index.js";
-import { forwardToOrigin } from "./gateway/forward.js";
+import { forwardToOrigin } from "./pipeline/forward.js";
+import { PIPELINE_STEPS } from "./pipeline/steps.js";
 import { Problem } from "./problem.js";
 import { isolateRuntime } from "./runtime.js";
 
@@ -32,7 +32,7 @@ export type { SluiceInput as SluiceConfig } from "./config/schema.js";
 export { ConfigError } from "./config/index.js";
 export { Problem } from "./problem.js";
 export { Runtime } from "./runtime.js";
-export { createApp } from "./app.js";
+export { createApp } from "./pipeline/gateway.js";
 
 type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 /** A limit, exactly as in `wrangler.toml`'s `[[vars.SLUICE.routes.limits]]`. */
@@ -163,7 +163,7 @@ export function sluice(
   const loaded = loadConfig({ ORIGIN_URL: options.origin, SLUICE: config, originOptional: true });
   if (!loaded.ok) throw loaded.error;
   const compiled = loaded.config;
-  const steps: Step[] = compiled.originUrl ? [...GATEWAY_STEPS, (c) => forwardToOrigin(c)] : GATEWAY_STEPS;
+  const steps: Step[] = compiled.originUrl ? [...PIPELINE_STEPS, (c) => forwardToOrigin(c)] : PIPELINE_STEPS;
   return standalone(compiled, options, steps, { matchRoutes: true });
 }
 
