@@ -12,7 +12,8 @@ import type { MiddlewareHandler } from "hono";
 import { loadConfig, type Config } from "./config/index.js";
 import type { SluiceInput } from "./config/schema.js";
 import type { SluiceEnv } from "./context.js";
-import { usesJwt, verifyBearer } from "./keys/jwt.js";
+import type { Env } from "./env.js";
+import { usesJwt } from "./keys/jwt.js";
 import { accessListsStep } from "./middleware/access-lists/index.js";
 import { breakerStep } from "./middleware/breaker/index.js";
 import { idempotencyStep } from "./middleware/idempotency/index.js";
@@ -20,10 +21,9 @@ import { rateLimitStep } from "./middleware/rate-limit/index.js";
 import { sessionStep } from "./middleware/session/index.js";
 import { compileOptions, SHARED_FIELDS, standalone, type SharedOptions } from "./middleware/standalone.js";
 import type { Step } from "./middleware/step.js";
-import { verifyJwtStep } from "./middleware/verify-jwt/index.js";
+import { bearerClaims, verifyJwtStep } from "./middleware/verify-jwt/index.js";
 import { forwardToOrigin } from "./pipeline/forward.js";
 import { PIPELINE_STEPS } from "./pipeline/steps.js";
-import { Problem } from "./problem.js";
 import { isolateRuntime } from "./runtime.js";
 
 export type { SharedOptions } from "./middleware/standalone.js";
@@ -129,24 +129,12 @@ export interface VerifyJwtOptions extends SharedOptions {
 export function verifyJwt(options: VerifyJwtOptions = {}): MiddlewareHandler<SluiceEnv> {
   const config = compileOptions("verifyJwt", options, { name: "app" });
   return async (c, next) => {
-    const env = (c.env ?? {}) as Record<string, unknown>;
-    const secret = options.secret ?? env[config.jwt?.secret_env ?? "SLUICE_JWT_SECRET"];
-    const verified = await verifyBearer(c.req.raw, config.jwt, secret, (options.runtime ?? isolateRuntime()).jwks);
-    const unauthorized = (detail: string) =>
-      new Problem(
-        {
-          status: 401,
-          title: "Invalid token",
-          detail,
-          headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' },
-        },
-        "reject",
-        // thrown to the app's own error handler, which knows no problem_base
-        config.problem_base,
-      );
-    if (!verified.ok) throw unauthorized(verified.detail);
-    if (!verified.claims && options.required) throw unauthorized("a bearer token is required");
-    if (verified.claims) c.set("jwtPayload" as never, verified.claims as never);
+    const env = (c.env ?? {}) as Env;
+    const verifier = { config, env, runtime: options.runtime ?? isolateRuntime() };
+    // thrown to the app's own error handler, which knows no problem_base
+    const rule = { required: options.required, secret: options.secret, problemBase: config.problem_base };
+    const claims = await bearerClaims(c, verifier, rule);
+    if (claims) c.set("jwtPayload" as never, claims as never);
     await next();
   };
 }
