@@ -65,6 +65,25 @@ export default defineConfig(
     },
   },
   {
+    // One shell: the library entry and the pipeline both mounts use import nothing of the Worker
+    // (its wiring in worker/, and anything a src/app.ts or src/gateway/ would hold).
+    files: ["src/**/*.ts", "src/**/*.tsx"],
+    rules: {
+      "import-x/no-restricted-paths": [
+        "error",
+        {
+          zones: [
+            {
+              target: ["./src/index.ts", "./src/pipeline"],
+              from: ["./src/app.ts", "./src/gateway", "./worker"],
+              message: "The library entry and the pipeline import nothing of the Worker.",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // The one module that writes log lines.
     files: ["src/util/log.ts"],
     rules: { "no-console": "off" },

@@ -9,11 +9,11 @@
  * app.post("/orders", idempotency({ required: true }), (c) => c.json({ created: true }, 201));
  */
 import type { MiddlewareHandler } from "hono";
-import { GATEWAY_STEPS } from "./app.js";
 import { loadConfig, type Config } from "./config/index.js";
 import type { SluiceInput } from "./config/schema.js";
 import type { SluiceEnv } from "./context.js";
-import { usesJwt, verifyBearer } from "./keys/jwt.js";
+import type { Env } from "./env.js";
+import { usesJwt } from "./keys/jwt.js";
 import { accessListsStep } from "./middleware/access-lists/index.js";
 import { breakerStep } from "./middleware/breaker/index.js";
 import { idempotencyStep } from "./middleware/idempotency/index.js";
@@ -21,9 +21,9 @@ import { rateLimitStep } from "./middleware/rate-limit/index.js";
 import { sessionStep } from "./middleware/session/index.js";
 import { compileOptions, SHARED_FIELDS, standalone, type SharedOptions } from "./middleware/standalone.js";
 import type { Step } from "./middleware/step.js";
-import { verifyJwtStep } from "./middleware/verify-jwt/index.js";
-import { forwardToOrigin } from "./gateway/forward.js";
-import { Problem } from "./problem.js";
+import { bearerClaims, verifyJwtStep } from "./middleware/verify-jwt/index.js";
+import { forwardToOrigin } from "./pipeline/forward.js";
+import { PIPELINE_STEPS } from "./pipeline/steps.js";
 import { isolateRuntime } from "./runtime.js";
 
 export type { SharedOptions } from "./middleware/standalone.js";
@@ -32,7 +32,7 @@ export type { SluiceInput as SluiceConfig } from "./config/schema.js";
 export { ConfigError } from "./config/index.js";
 export { Problem } from "./problem.js";
 export { Runtime } from "./runtime.js";
-export { createApp } from "./app.js";
+export { createApp } from "./pipeline/gateway.js";
 
 type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 /** A limit, exactly as in `wrangler.toml`'s `[[vars.SLUICE.routes.limits]]`. */
@@ -129,24 +129,12 @@ export interface VerifyJwtOptions extends SharedOptions {
 export function verifyJwt(options: VerifyJwtOptions = {}): MiddlewareHandler<SluiceEnv> {
   const config = compileOptions("verifyJwt", options, { name: "app" });
   return async (c, next) => {
-    const env = (c.env ?? {}) as Record<string, unknown>;
-    const secret = options.secret ?? env[config.jwt?.secret_env ?? "SLUICE_JWT_SECRET"];
-    const verified = await verifyBearer(c.req.raw, config.jwt, secret, (options.runtime ?? isolateRuntime()).jwks);
-    const unauthorized = (detail: string) =>
-      new Problem(
-        {
-          status: 401,
-          title: "Invalid token",
-          detail,
-          headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' },
-        },
-        "reject",
-        // thrown to the app's own error handler, which knows no problem_base
-        config.problem_base,
-      );
-    if (!verified.ok) throw unauthorized(verified.detail);
-    if (!verified.claims && options.required) throw unauthorized("a bearer token is required");
-    if (verified.claims) c.set("jwtPayload" as never, verified.claims as never);
+    const env = (c.env ?? {}) as Env;
+    const verifier = { config, env, runtime: options.runtime ?? isolateRuntime() };
+    // thrown to the app's own error handler, which knows no problem_base
+    const rule = { required: options.required, secret: options.secret, problemBase: config.problem_base };
+    const claims = await bearerClaims(c, verifier, rule);
+    if (claims) c.set("jwtPayload" as never, claims as never);
     await next();
   };
 }
@@ -163,7 +151,7 @@ export function sluice(
   const loaded = loadConfig({ ORIGIN_URL: options.origin, SLUICE: config, originOptional: true });
   if (!loaded.ok) throw loaded.error;
   const compiled = loaded.config;
-  const steps: Step[] = compiled.originUrl ? [...GATEWAY_STEPS, (c) => forwardToOrigin(c)] : GATEWAY_STEPS;
+  const steps: Step[] = compiled.originUrl ? [...PIPELINE_STEPS, (c) => forwardToOrigin(c)] : PIPELINE_STEPS;
   return standalone(compiled, options, steps, { matchRoutes: true });
 }
 

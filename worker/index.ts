@@ -1,4 +1,4 @@
-import { createApp } from "../src/app.js";
+import { createApp } from "../src/pipeline/gateway.js";
 import { Runtime } from "../src/runtime.js";
 import type { Env } from "../src/env.js";
 import { onSchedule } from "../src/scheduled.js";

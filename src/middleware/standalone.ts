@@ -1,15 +1,15 @@
-import type { Context, MiddlewareHandler, Next } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import { loadConfig, ConfigError, type Config } from "../config/index.js";
 import type { SluiceInput } from "../config/schema.js";
-import { publicDecision, type Scope, type SluiceEnv } from "../context.js";
+import type { SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
-import { forwardTarget, newScope, ScopedProblem } from "../gateway/scope.js";
-import { Problem } from "../problem.js";
+import { answerProblems } from "../pipeline/answer.js";
+import { mount } from "../pipeline/mount.js";
+import { entered, newScope, type ScopeSource } from "../pipeline/scope.js";
 import { envConnections, type Connect } from "../region/index.js";
 import { withoutOverride } from "../routing/method.js";
 import { isolateRuntime, type Runtime } from "../runtime.js";
 import type { RedisConnection } from "../store/redis.js";
-import { countsAsDecision, decisionOf, record, stamp } from "./decision/index.js";
 import type { Step } from "./step.js";
 
 /** Settings every sluice middleware shares: where Redis is, and the deployment's global settings. */
@@ -84,10 +84,11 @@ function connectionOf(options: SharedOptions, c: Context, config: Config): Conne
 }
 
 /**
- * A step (or steps, in order) as a middleware of its own, for an app of the user's: its scope is
- * made per request from its options, and what it decides is stamped on the response
- * (`Sluice-Decision`, `Sluice-Region`, unless a sluice middleware nearer the handler stamped it
- * already). A refusal is answered with its problem, as the gateway's `onError` would.
+ * A step (or steps, in order) as a middleware of its own, for an app of the user's: the pipeline's
+ * one mount (src/pipeline/mount.ts), its scope made per request from its options, and what it
+ * decides stamped on the response (`Sluice-Decision`, `Sluice-Region`, unless a sluice middleware
+ * nearer the handler stamped it already). A refusal is answered with its problem; the app's own
+ * exceptions go on to the app's error handler.
  */
 export function standalone(
   config: Config,
@@ -95,59 +96,24 @@ export function standalone(
   steps: Step[],
   gateway = { matchRoutes: false },
 ): MiddlewareHandler<SluiceEnv> {
-  return async (c, next) => {
-    const runtime = options.runtime ?? isolateRuntime();
-    let scope: Scope;
-    try {
-      scope = newScope(
-        c,
-        { runtime, config, connect: connectionOf(options, c, config), env: (c.env ?? {}) as Env },
-        gateway.matchRoutes,
-      );
-    } catch (e) {
-      if (!(e instanceof ScopedProblem)) throw e;
-      answer(c, e, config.problem_base);
-      stamp(c, e.scope);
-      return;
-    }
-    if (!gateway.matchRoutes) scope.route = config.routes[0];
-    if (scope.route) scope.meta = { route: scope.route.name, limit: "-" };
-    scope.target = forwardTarget(config, scope);
-    // sluice(config)'s routes decide on one method: the app's handlers see no override they did not honour
-    if (gateway.matchRoutes && !scope.target && !scope.methodOverridden) c.req.raw = withoutOverride(c.req.raw);
-    const claims = c.get("jwtPayload" as never) as unknown;
-    if (claims && typeof claims === "object") scope.facts.claims = claims as Record<string, unknown>;
-    c.set("sluiceScope", scope);
-    c.set("sluice", publicDecision(scope));
-    await chain(c, scope, steps, next)();
-    if (!c.res.headers.has("Sluice-Decision")) stamp(c, scope);
-    else if (scope.meta) record(scope, scope.meta, decisionOf(c, scope), countsAsDecision(c));
-  };
-}
-
-/**
- * Steps in order, each one's `next` the one after it, the last one's the app's own `next`, with
- * Hono's semantics: a step's response becomes `c.res`, and a problem it throws is answered where
- * it was thrown (`c.error`, `c.res`), so the steps before it still do their work after the response.
- */
-export function chain(c: Context<SluiceEnv>, scope: Scope, steps: Step[], next: Next): () => Promise<void> {
-  return steps.reduceRight<() => Promise<void>>(
-    (inner, step) => async () => {
-      try {
-        const res = await step(c, scope, inner);
-        // a step that passed the request on returns what Hono's `next` resolves to: not a response
-        if (res instanceof Response) c.res = res;
-      } catch (e) {
-        if (!(e instanceof Problem)) throw e;
-        answer(c, e, scope.config.problem_base);
-      }
-    },
-    next,
+  return mount(
+    { scope: optionsScope(config, options, gateway.matchRoutes), answer: answerProblems, nested: true },
+    steps,
   );
 }
 
-function answer(c: Context, p: Problem, base: string): void {
-  c.error = p;
-  c.res = undefined;
-  c.res = p.getResponse(base);
+/** The scope of a request in an app: from the middleware's options; `sluice(config)` matches its routes. */
+function optionsScope(config: Config, options: SharedOptions, matchRoutes: boolean): ScopeSource {
+  return (c) => {
+    const runtime = options.runtime ?? isolateRuntime();
+    const env = (c.env ?? {}) as Env;
+    const scope = newScope(c, { runtime, config, connect: connectionOf(options, c, config), env }, matchRoutes);
+    if (!matchRoutes) scope.route = config.routes[0];
+    entered(scope);
+    // sluice(config)'s routes decide on one method: the app's handlers see no override they did not honour
+    if (matchRoutes && !scope.target && !scope.methodOverridden) c.req.raw = withoutOverride(c.req.raw);
+    const claims = c.get("jwtPayload" as never) as unknown;
+    if (claims && typeof claims === "object") scope.facts.claims = claims as Record<string, unknown>;
+    return scope;
+  };
 }

@@ -1,4 +1,4 @@
-import type { Context, MiddlewareHandler, Next } from "hono";
+import type { Context, Next } from "hono";
 import type { Scope, SluiceEnv } from "../context.js";
 
 /**
@@ -7,8 +7,3 @@ import type { Scope, SluiceEnv } from "../context.js";
  * app of the user's own (scope made by the middleware itself).
  */
 export type Step = (c: Context<SluiceEnv>, scope: Scope, next: Next) => Promise<Response | void>;
-
-/** A step as gateway middleware: its scope is the one `gatewayScope()` put on the context. */
-export function inGateway(step: Step): MiddlewareHandler<SluiceEnv> {
-  return (c, next) => step(c, c.get("sluiceScope"), next);
-}

@@ -11,13 +11,48 @@ export function limitedRoute(scope: Pick<Scope, "config">, route: Route): Route 
   return typeof route.peek === "string" ? (scope.config.routes.find((r) => r.name === route.peek) ?? route) : route;
 }
 
+/** What verifying a request's bearer token needs: the `jwt` settings, the key's variable, the JWKS cache. */
+export type Verifier = Pick<Scope, "config" | "env" | "runtime" | "bearer">;
+
 /**
  * The request's bearer token, verified once per request (the lists and the route's own claims
  * ask the same question): with the `jwt` settings and the HMAC key in the Worker's `secret_env`.
  */
-export function verifiedBearer(c: Context, scope: Scope): Promise<Verified> {
-  scope.bearer ??= verifyBearer(c.req.raw, scope.config.jwt, jwtSecret(scope), scope.runtime.jwks);
+export function verifiedBearer(c: Context, scope: Verifier, secret = jwtSecret(scope)): Promise<Verified> {
+  scope.bearer ??= verifyBearer(c.req.raw, scope.config.jwt, secret, scope.runtime.jwks);
   return scope.bearer;
+}
+
+/** How `bearerClaims` treats a request: whether a token is required, the key, and the thrower's `problem_base`. */
+export interface ClaimsRule {
+  required?: boolean;
+  secret?: unknown;
+  problemBase?: string;
+}
+
+/**
+ * The verified claims of the request's bearer token: a token that does not verify is a 401
+ * problem, and so is none when one is `required`; otherwise no token means no claims.
+ */
+export async function bearerClaims(
+  c: Context,
+  verifier: Verifier,
+  rule: ClaimsRule = {},
+): Promise<Record<string, unknown> | undefined> {
+  const verified = await verifiedBearer(c, verifier, rule.secret ?? jwtSecret(verifier));
+  if (!verified.ok) throw invalidToken(verified.detail, rule.problemBase);
+  if (!verified.claims && rule.required) throw invalidToken("a bearer token is required", rule.problemBase);
+  return verified.claims;
+}
+
+function invalidToken(detail: string, problemBase: string | undefined): Problem {
+  const init = {
+    status: 401,
+    title: "Invalid token",
+    detail,
+    headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' },
+  };
+  return new Problem(init, "reject", problemBase);
 }
 
 /** The HMAC key tokens are verified with: the Worker's variable named by `jwt.secret_env`. */
@@ -37,16 +72,7 @@ export const verifyJwtStep: Step = async (c, scope, next) => {
   // claims already verified (verifyJwt(), hono's jwt() middleware, or the lists) stand
   if (!route || scope.facts.claims) return next();
   if (usesJwt(limitedRoute(scope, route)) && !scope.allowListed) {
-    const verified = await verifiedBearer(c, scope);
-    if (!verified.ok) {
-      throw new Problem({
-        status: 401,
-        title: "Invalid token",
-        detail: verified.detail,
-        headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' },
-      });
-    }
-    scope.facts.claims = verified.claims;
+    scope.facts.claims = await bearerClaims(c, scope);
   } else if (scope.config.jwt && followsCaller(route, scope.method)) {
     // nothing here reads claims but `auto`, which falls back to the Authorization header's hash:
     // a token that does not verify is the origin's to refuse, and names no one else's principal

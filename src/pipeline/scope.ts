@@ -1,6 +1,6 @@
-import type { Context, MiddlewareHandler } from "hono";
+import type { Context } from "hono";
 import type { Config } from "../config/index.js";
-import { publicDecision, type Scope, type SluiceEnv } from "../context.js";
+import type { Scope, SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
 import { clientIp } from "../keys/identify.js";
 import type { Defer } from "../limiter/decide.js";
@@ -75,13 +75,13 @@ export class ScopedProblem extends Problem {
 }
 
 /**
- * The gateway's first step: the configuration of the environment (a bad one is a 500 problem
- * naming the field, on every request), then the request's scope, on the context for every step
- * after it.
+ * The gateway's scope: the configuration of the environment (a bad one is a 500 problem naming
+ * the field, on every request), then the request's scope, its route matched on the normalised path.
  */
-export function gatewayScope(runtime: Runtime): MiddlewareHandler<SluiceEnv & { Bindings: Env }> {
-  return async (c, next) => {
-    const loaded = runtime.configs.of(c.env);
+export function configuredScope(runtime: Runtime): ScopeSource {
+  return (c) => {
+    const env = c.env as Env;
+    const loaded = runtime.configs.of(env);
     if (!loaded.ok) {
       const { field, problem } = loaded.error;
       throw new Problem({
@@ -92,19 +92,18 @@ export function gatewayScope(runtime: Runtime): MiddlewareHandler<SluiceEnv & { 
       });
     }
     const config = loaded.config;
-    let scope: Scope;
-    try {
-      scope = newScope(c, { runtime, config, connect: envConnections(c.env, config.home_region), env: c.env }, true);
-    } catch (e) {
-      if (e instanceof ScopedProblem) c.set("sluiceScope", e.scope);
-      throw e;
-    }
-    scope.target = forwardTarget(config, scope);
-    if (scope.route) scope.meta = { route: scope.route.name, limit: "-" };
-    c.set("sluiceScope", scope);
-    c.set("sluice", publicDecision(scope));
-    await next();
+    return entered(newScope(c, { runtime, config, connect: envConnections(env, config.home_region), env }, true));
   };
+}
+
+/** How a pipeline makes its request's scope; throws a problem (a `ScopedProblem` when a scope exists). */
+export type ScopeSource = (c: Context<SluiceEnv>) => Scope;
+
+/** A scope ready for the steps: where an allowed request goes, and the route it is counted under. */
+export function entered(scope: Scope): Scope {
+  scope.target = forwardTarget(scope.config, scope);
+  if (scope.route) scope.meta = { route: scope.route.name, limit: "-" };
+  return scope;
 }
 
 /**

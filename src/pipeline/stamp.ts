@@ -1,9 +1,9 @@
-import type { Context, MiddlewareHandler } from "hono";
-import type { DecisionMeta, Scope, SluiceEnv } from "../../context.js";
-import { madeWithoutRedis } from "../../limiter/decide.js";
-import { Problem, type DecisionHeader } from "../../problem.js";
-import { IdempotencyRefusal } from "../../idempotency/trail.js";
-import { log } from "../../util/log.js";
+import type { Context } from "hono";
+import type { DecisionMeta, Scope, SluiceEnv } from "../context.js";
+import { madeWithoutRedis } from "../limiter/decide.js";
+import { Problem, type DecisionHeader } from "../problem.js";
+import { IdempotencyRefusal } from "../idempotency/trail.js";
+import { log } from "../util/log.js";
 
 /**
  * What the client is told: `Sluice-Decision` (from the problem that ended the request, else
@@ -72,10 +72,12 @@ function countDecision(scope: Scope, meta: DecisionMeta, decision: DecisionHeade
   });
 }
 
-/** The gateway's outermost middleware: every step runs inside it, and it stamps what they decided. */
-export function decisions(): MiddlewareHandler<SluiceEnv> {
-  return async (c, next) => {
-    await next();
-    stamp(c, c.get("sluiceScope"));
-  };
+/**
+ * What a pipeline does once its steps are done: stamps the decision. In an app, a sluice
+ * middleware nearer the handler may have stamped it already: this one's decision is then counted
+ * only (its route's metrics), the nearer one's headers stay.
+ */
+export function settle(c: Context<SluiceEnv>, scope: Scope | undefined, nested: boolean): void {
+  if (!nested || !c.res.headers.has("Sluice-Decision")) stamp(c, scope);
+  else if (scope?.meta) record(scope, scope.meta, decisionOf(c, scope), countsAsDecision(c));
 }

@@ -1,0 +1,80 @@
+import type { Context, MiddlewareHandler, Next } from "hono";
+import { every } from "hono/combine";
+import { publicDecision, type Scope, type SluiceEnv } from "../context.js";
+import type { Step } from "../middleware/step.js";
+import type { Answer } from "./answer.js";
+import { ScopedProblem, type ScopeSource } from "./scope.js";
+import { settle } from "./stamp.js";
+
+/** What differs between the gateway and a sluice middleware in an app. */
+export interface Shell {
+  /** Where the request's scope comes from: the environment's configuration, or the middleware's options. */
+  scope: ScopeSource;
+  /** Which errors sluice answers (the gateway: all; in an app: its own problems). */
+  answer: Answer;
+  /** In an app, a sluice middleware nearer the handler may have stamped the decision already. */
+  nested: boolean;
+}
+
+/**
+ * The request path as one middleware, the same for the gateway and for `sluice()` and the
+ * single-step middlewares: the scope is made, the steps run in order (composed by Hono, each
+ * one's `next` the one after it, the last one's the mount's own `next`), and what they decided is
+ * stamped (`Sluice-Decision`, `Sluice-Region`) and counted once. An error is answered where it was
+ * thrown (`c.error`, `c.res`), so the steps before it still do their work after the response.
+ */
+export function mount(shell: Shell, steps: Step[]): MiddlewareHandler<SluiceEnv> {
+  const stepHandlers = steps.map((step) => inScope(step, shell.answer));
+  return async (c, next) => {
+    let scope: Scope | undefined;
+    const scoping = scopeMaker(shell, (made) => (scope = made));
+    await every(scoping, ...stepHandlers)(c, next);
+    settle(c, scope, shell.nested);
+  };
+}
+
+/** The mount's first middleware: the scope on the context, for every step after it; a problem answered. */
+function scopeMaker(shell: Shell, made: (scope: Scope) => void): MiddlewareHandler<SluiceEnv> {
+  return async (c, next) => {
+    let scope: Scope;
+    try {
+      scope = shell.scope(c);
+    } catch (e) {
+      if (!(e instanceof Error)) throw e;
+      // a path that cannot be normalised still has a region to stamp
+      const partial = e instanceof ScopedProblem ? e.scope : undefined;
+      if (partial) made(partial);
+      answered(c, e, shell.answer, partial);
+      return;
+    }
+    made(scope);
+    c.set("sluiceScope", scope);
+    c.set("sluice", publicDecision(scope));
+    await next();
+  };
+}
+
+/**
+ * A step as middleware: its scope is the one on the context when it is called (a sluice
+ * middleware nearer the handler sets its own later); a response it returns becomes `c.res`.
+ */
+function inScope(step: Step, answer: Answer): MiddlewareHandler<SluiceEnv> {
+  return async (c: Context<SluiceEnv>, next: Next) => {
+    const scope = c.get("sluiceScope");
+    try {
+      const res = await step(c, scope, next);
+      // a step that passed the request on returns what Hono's `next` resolves to: not a response
+      if (res instanceof Response) c.res = res;
+    } catch (e) {
+      if (!(e instanceof Error)) throw e;
+      answered(c, e, answer, scope);
+    }
+  };
+}
+
+/** An error answered where it was thrown, as Hono's `onError` would be (or thrown on, see `Answer`). */
+function answered(c: Context<SluiceEnv>, err: Error, answer: Answer, scope: Scope | undefined): void {
+  const res = answer(err, c, scope);
+  c.error = err;
+  c.res = res;
+}

@@ -1,0 +1,21 @@
+import { accessListsStep } from "../middleware/access-lists/index.js";
+import { breakerStep } from "../middleware/breaker/index.js";
+import { idempotencyStep } from "../middleware/idempotency/index.js";
+import { rateLimitStep } from "../middleware/rate-limit/index.js";
+import { sessionStep } from "../middleware/session/index.js";
+import { keepFallbackCopies } from "../middleware/shedding/index.js";
+import type { Step } from "../middleware/step.js";
+import { verifyJwtStep } from "../middleware/verify-jwt/index.js";
+import { jobStatus } from "../queue/enqueue.js";
+
+/** The steps of the request path, in the order a request meets them (the gateway's and `sluice()`'s). */
+export const PIPELINE_STEPS: Step[] = [
+  jobStatus, //           GET /__sluice-jobs/{id}: a queued request's status
+  accessListsStep, //     deny list → 403 (a jwt: entry verifies the token first); an allow-listed client skips the limits
+  verifyJwtStep, //       claims, for routes keyed on the JWT
+  breakerStep, //         open → fallback or 503; records the origin's outcome after the response
+  rateLimitStep, //       one Redis call decides every limit; a refusal is shed as on_limit says
+  idempotencyStep, //     one side effect per key; duplicates get the replay; settles after the response
+  sessionStep, //         one call per session at a time; released after the response
+  keepFallbackCopies, //  keeps the last good copy of a fallback route's page after the response
+];
