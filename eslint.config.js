@@ -3,6 +3,7 @@ import { defineConfig } from "eslint/config";
 import { createTypeScriptImportResolver } from "eslint-import-resolver-typescript";
 import { importX } from "eslint-plugin-import-x";
 import tseslint from "typescript-eslint";
+import importCycles from "./dev/eslint-import-cycles.mjs";
 
 const tsFiles = [
   "src/**/*.ts",
@@ -21,7 +22,7 @@ export default defineConfig(
   {
     files: tsFiles,
     extends: [tseslint.configs.recommended],
-    plugins: { "import-x": importX },
+    plugins: { "import-x": importX, sluice: importCycles },
     settings: {
       // The code imports "./x.js" for x.ts (ESM as emitted): the TypeScript resolver maps those
       // specifiers back to the sources, without which no-cycle would see no edges and pass vacuously.
@@ -30,8 +31,10 @@ export default defineConfig(
       "import-x/parsers": { "@typescript-eslint/parser": [".ts", ".tsx"] },
     },
     rules: {
-      // The project must stay free of import cycles (type-only imports are erased, so they are allowed).
+      // The project must stay free of import cycles. import-x/no-cycle skips type-only imports;
+      // sluice/no-import-cycle counts them too (a circle of types is still a circle of meaning).
       "import-x/no-cycle": "error",
+      "sluice/no-import-cycle": "error",
       "@typescript-eslint/no-unused-vars": [
         "error",
         { args: "after-used", argsIgnorePattern: "^_", varsIgnorePattern: "^_", caughtErrors: "none" },

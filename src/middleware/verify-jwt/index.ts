@@ -1,7 +1,8 @@
 import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
 import type { Scope } from "../../context.js";
-import { usesJwt, verifyBearer, type Verified } from "../../keys/jwt.js";
+import { usesJwt } from "../../config/uses-jwt.js";
+import { verifyBearer, type Verified } from "../../keys/jwt.js";
 import { AUTO_PRINCIPAL } from "../../keys/principal.js";
 import { Problem } from "../../problem.js";
 import type { Step } from "../step.js";
