@@ -68,6 +68,63 @@ export default defineConfig(
     },
   },
   {
+    // The layering (docs/architecture.md): each zone is an import that would run back up it.
+    files: ["src/**/*.ts", "src/**/*.tsx"],
+    rules: {
+      "import-x/no-restricted-paths": [
+        "error",
+        {
+          zones: [
+            {
+              // capabilities and shared machinery never reach up into the request pipeline's steps,
+              // the Worker's shell or the admin
+              target: [
+                "src/access",
+                "src/adaptive",
+                "src/breaker",
+                "src/config",
+                "src/fallback",
+                "src/idempotency",
+                "src/keys",
+                "src/limiter",
+                "src/metrics",
+                "src/origin",
+                "src/queue",
+                "src/region",
+                "src/routing",
+                "src/session",
+                "src/store",
+                "src/util",
+              ],
+              from: ["src/middleware", "src/gateway", "src/admin", "src/app.ts", "src/index.ts", "src/scheduled.ts"],
+              message: "a capability or shared module imports the pipeline, the Worker's shell or the admin",
+            },
+            {
+              target: ["src/store", "src/util"],
+              from: ["src/config"],
+              message: "the store and the utilities know no configuration: pass them what they need",
+            },
+            {
+              target: ["src/keys", "src/routing"],
+              from: ["src/config/schema.ts"],
+              message: "identity and routing take the compiled configuration's types, never its schema",
+            },
+            {
+              target: ["src/store", "src/util", "src/keys", "src/routing", "src/limiter", "src/config"],
+              from: ["src/context.ts", "src/runtime.ts"],
+              message: "a low module imports the request scope or the isolate's runtime",
+            },
+            {
+              target: "src/runtime.ts",
+              from: ["src/admin", "src/middleware", "src/gateway"],
+              message: "the isolate's runtime holds state for the admin, it never imports it",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // The one module that writes log lines.
     files: ["src/util/log.ts"],
     rules: { "no-console": "off" },

@@ -1,4 +1,4 @@
-import type { Route } from "../config/index.js";
+import type { Config, Route } from "../config/index.js";
 import { matchesPattern } from "./match.js";
 
 /**
@@ -12,4 +12,9 @@ export function findRoute(routes: readonly Route[], method: string, matchPath: s
       matchesPattern(r.pattern, matchPath) &&
       (!r.methods || r.methods.includes(m) || (m === "HEAD" && r.methods.includes("GET"))),
   );
+}
+
+/** The route whose limits a request is decided against: its own, or the one a peek route names. */
+export function limitedRoute(scope: { config: Pick<Config, "routes"> }, route: Route): Route {
+  return typeof route.peek === "string" ? (scope.config.routes.find((r) => r.name === route.peek) ?? route) : route;
 }

@@ -5,12 +5,8 @@ import { usesJwt } from "../../config/uses-jwt.js";
 import { verifyBearer, type Verified } from "../../keys/jwt.js";
 import { AUTO_PRINCIPAL } from "../../keys/principal.js";
 import { Problem } from "../../problem.js";
+import { limitedRoute } from "../../routing/route.js";
 import type { Step } from "../step.js";
-
-/** The route whose limits a request is decided against: its own, or the one a peek route names. */
-export function limitedRoute(scope: Pick<Scope, "config">, route: Route): Route {
-  return typeof route.peek === "string" ? (scope.config.routes.find((r) => r.name === route.peek) ?? route) : route;
-}
 
 /**
  * The request's bearer token, verified once per request (the lists and the route's own claims
