@@ -129,4 +129,35 @@ export default defineConfig(
     files: ["src/util/log.ts"],
     rules: { "no-console": "off" },
   },
+  {
+    // Redis only through the runner (src/store/redis.ts: deadline, circuit, round-trip estimate):
+    // outside src/store/ no code holds the client, so no command skips them. `Store` does not hand
+    // its client out (TypeScript refuses `store.redis`); these rules also refuse a client made or
+    // reached some other way. Tests may drive Redis directly to set up and inspect it.
+    files: ["src/**/*.ts", "src/**/*.tsx"],
+    ignores: ["src/store/**", "src/**/*.test.ts"],
+    rules: {
+      "@typescript-eslint/no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              group: ["@upstash/redis", "@upstash/redis/*"],
+              allowTypeImports: true,
+              message:
+                "Redis goes through Store (src/store/redis.ts): its typed commands keep the deadline and circuit.",
+            },
+          ],
+        },
+      ],
+      "no-restricted-syntax": [
+        "error",
+        {
+          selector: "MemberExpression[object.type='MemberExpression'][object.property.name='redis']",
+          message:
+            "No `.redis.*` outside src/store/: use the Store's typed commands (keys, hash, stream, pipeline, run).",
+        },
+      ],
+    },
+  },
 );

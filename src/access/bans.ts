@@ -4,9 +4,10 @@ import { hashIdentifier, type KeyHash } from "../keys/hash.js";
 import { readPart, trimHttpWhitespace, type RequestFacts } from "../keys/identify.js";
 import type { LimitOutcome } from "../limiter/types.js";
 import type { Runtime } from "../runtime.js";
-import { banLevelKey, banRefusalsKey, listsKey } from "../store/layout.js";
+import { banLevelKey, banRefusalsKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
-import { LISTS_TTL_S, listField, parseEntries, validEntry, type ListEntry } from "./lists.js";
+import { validEntry } from "./lists.js";
+import { decodeEntries, readEntryIn, writeEntry, type ListEntry } from "./lists-store.js";
 import { log, settleQuietly } from "../util/log.js";
 
 /** A limit's `ban` table, durations in ms. */
@@ -91,15 +92,13 @@ export function countRefusal(scope: Scope, blocking: LimitOutcome): void {
  */
 async function refused(ban: BanCount): Promise<void> {
   const counter = banRefusalsKey(ban.prefix, ban.route, ban.limit, ban.hash);
-  const [count] = await ban.store.redis.pipeline().incr(counter).pexpire(counter, ban.settings.within, "NX").exec();
+  const [count] = await ban.store.pipeline((b) => b.incr(counter).pexpire(counter, ban.settings.within, true));
   // INCR answers `after` once per window, so one refusal (in one isolate) bans
   if (Number(count) !== ban.settings.after) return;
-  const lists = listsKey(ban.prefix);
-  const [current] = await ban.store.redis
-    .pipeline()
-    .hget(lists, listField(deny(ban.entry)))
-    .del(counter)
-    .exec();
+  const [current] = await ban.store.pipeline((b) => {
+    readEntryIn(b, ban.prefix, deny(ban.entry));
+    b.del(counter);
+  });
   // already denied (another isolate's ban, an operator's entry): the refusals came from isolates
   // that have not read it yet, and are no reason to escalate or to shorten it
   if (inForce(current)) return;
@@ -110,17 +109,12 @@ async function refused(ban: BanCount): Promise<void> {
 async function escalate(ban: BanCount): Promise<void> {
   const levelKey = banLevelKey(ban.prefix, ban.route, ban.limit, ban.hash);
   const history = banHistoryMs(ban.settings.for);
-  const [reply] = await ban.store.redis.pipeline().incr(levelKey).pexpire(levelKey, history).exec();
+  const [reply] = await ban.store.pipeline((b) => b.incr(levelKey).pexpire(levelKey, history));
   const level = Number(reply);
   const until = Date.now() + banDuration(ban.settings.for, level);
   const note = `ban by route "${ban.route}", limit "${ban.limit}", level ${level}`;
   const entry: ListEntry = { ...deny(ban.entry), until, note };
-  const lists = listsKey(ban.prefix);
-  await ban.store.redis
-    .pipeline()
-    .hset(lists, { [listField(entry)]: JSON.stringify(entry) })
-    .expire(lists, LISTS_TTL_S)
-    .exec();
+  await writeEntry(ban.store, ban.prefix, entry);
   ban.runtime.lists.add(ban.prefix, entry);
   ban.runtime.metrics.countBan(ban.route, ban.limit);
   const at = new Date(until).toISOString();
@@ -135,5 +129,5 @@ function deny(entry: string): Pick<ListEntry, "kind" | "entry"> {
 function inForce(value: unknown): boolean {
   if (typeof value !== "string") return false;
   const now = Date.now();
-  return parseEntries({ current: value }).some((e) => e.until > now);
+  return decodeEntries([value]).some((e) => e.until > now);
 }

@@ -1,19 +1,10 @@
 import { readPart, trimHttpWhitespace, type RequestFacts } from "../keys/identify.js";
 import type { Defer } from "../util/defer.js";
-import { listsKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 import { inCidr, parseCidr, parseIp, type Cidr } from "./cidr.js";
+import { listField, readEntries, type ListEntry } from "./lists-store.js";
 
-/** An entry of the deny or allow list: an IP, a CIDR range, or `<key part>=<value>` (e.g. `header:x-api-key=k1`). */
-export interface ListEntry {
-  kind: "deny" | "allow";
-  entry: string;
-  /** ms since epoch */
-  until: number;
-  /** allow entries: the routes whose limits are skipped (all when absent) */
-  routes?: string[];
-  note?: string;
-}
+export type { ListEntry } from "./lists-store.js";
 
 interface Compiled extends ListEntry {
   cidr?: Cidr;
@@ -22,14 +13,6 @@ interface Compiled extends ListEntry {
 }
 
 const REFRESH_MS = 5_000;
-
-/** How long the lists hash outlives its last change (each entry has its own expiry inside). */
-export const LISTS_TTL_S = 30 * 86_400;
-
-/** An entry's field in the lists hash: one per kind and entry, so writing it again replaces it. */
-export function listField(entry: Pick<ListEntry, "kind" | "entry">): string {
-  return `${entry.kind}:${entry.entry}`;
-}
 
 /** Whether `entry` is an IP, a CIDR range or `<key part>=<value>`; the admin API refuses anything else. */
 export function validEntry(entry: string): boolean {
@@ -121,24 +104,10 @@ async function refresh(c: { at: number; entries: Compiled[] }, source: ListSourc
   c.at = Date.now();
   if (!source.store) return;
   try {
-    c.entries = parseEntries(await source.store.redis.hgetall(listsKey(source.prefix)));
+    c.entries = (await readEntries(source.store, source.prefix)).map(compileEntry);
   } catch {
     // keep the last lists we had: a Redis hiccup must not lift a deny entry
   }
-}
-
-/** HGETALL, as an object or as the flat [field, value, ...] list the client gives without deserialisation. */
-export function parseEntries(reply: unknown): Compiled[] {
-  const values: unknown[] = Array.isArray(reply)
-    ? reply.filter((_, i) => i % 2 === 1)
-    : Object.values((reply ?? {}) as Record<string, unknown>);
-  return values.flatMap((v): Compiled[] => {
-    try {
-      return [compileEntry((typeof v === "string" ? JSON.parse(v) : v) as ListEntry)];
-    } catch {
-      return [];
-    }
-  });
 }
 
 /** An entry as `verdictOf` matches it: its CIDR range, or its key part and value. */

@@ -28,7 +28,7 @@ export function bucketsApp(): Hono<AdminEnv> {
 
   app.delete("/:route/:limit", async (c) => {
     const a = await addressOf(c);
-    await a.store.redis.del(a.key);
+    await a.store.keys.del(a.key);
     return c.json({
       reset: a.key,
       note: "isolates that cached this bucket as closed keep refusing until its retry time",

@@ -1,8 +1,8 @@
 import { Hono } from "hono";
 import type { Config } from "../config/index.js";
 import { minuteOf } from "../metrics/index.js";
+import { readMinutes } from "../metrics/reads.js";
 import type { Stores } from "../region/index.js";
-import { metricsKeys } from "../store/layout.js";
 import { asHash } from "../store/replies.js";
 import { tokenMatches } from "./auth.js";
 import { adaptiveFigures, hourOfRoute, regionFigures, withLabels } from "./figures.js";
@@ -86,11 +86,8 @@ export async function dashboardData(config: Config, stores: Stores): Promise<Das
     bans: 0,
   }));
   const store = stores.offPath();
-  const p = store?.redis.pipeline();
-  for (const m of minutes) p?.hgetall(metricsKeys(config.key_prefix, m).minute);
-  for (const m of minutes) p?.zrange(metricsKeys(config.key_prefix, m).blocked, 0, 19, { rev: true, withScores: true });
-  const replies = ((await p?.exec()) ?? []) as unknown[];
-  const hour = minutes.map((_, i) => asHash(replies[i]));
+  const read = store ? await readMinutes(store, config.key_prefix, minutes) : undefined;
+  const hour = read?.counts ?? minutes.map(() => ({}));
   hour.forEach((counts, i) => chartMinute(routes, i, counts));
   const adaptiveByRoute = await adaptive;
   for (const r of routes) {
@@ -98,7 +95,7 @@ export async function dashboardData(config: Config, stores: Stores): Promise<Das
     const rows = adaptiveByRoute.get(r.route);
     if (rows) r.adaptive = rows;
   }
-  const top_blocked = await withLabels(config, stores, topBlocked(replies.slice(60), minutes));
+  const top_blocked = await withLabels(config, stores, topBlocked(read?.blocked ?? [], minutes));
   return {
     minutes,
     routes,

@@ -8,11 +8,11 @@ import type { Config, Route } from "../config/index.js";
 import { ADAPTIVE_LIMIT } from "../config/schema.js";
 import { identify } from "../keys/identify.js";
 import { bucketHash } from "../limiter/buckets.js";
-import { ENTRY_FIELD, LOCAL, REGION_FIELD, RTT_FIELD, STORE_FAILED } from "../metrics/index.js";
+import { LOCAL, REGION_FIELD, RTT_FIELD, STORE_FAILED } from "../metrics/index.js";
+import { readLabels } from "../metrics/reads.js";
 import type { DecisionHeader } from "../problem.js";
 import { allRegions, type Stores } from "../region/index.js";
-import { adaptiveStateKey, bucketKey, metricsKeys } from "../store/layout.js";
-import { asHash } from "../store/replies.js";
+import { adaptiveStateKey, bucketKey } from "../store/layout.js";
 import type { DashboardData } from "./dashboard-data.js";
 import { factsFromParams } from "./identity.js";
 import { orElse } from "../util/log.js";
@@ -173,16 +173,15 @@ async function adaptiveRow(config: Config, stores: Stores, route: Route, region:
   if (identity.kind !== "id") return undefined;
   const hash = await bucketHash(limit, identity.id, region);
   const key = adaptiveStateKey(config.key_prefix, route.name, hash);
-  const [stateReply, slots] = await Promise.all([
-    orElse(store.redis.hgetall(key), null, "adaptive_figures_read_failed", { route: route.name }),
+  const [state, slots] = await Promise.all([
+    orElse(store.hash.getAll(key), {} as Record<string, string>, "adaptive_figures_read_failed", { route: route.name }),
     orElse(
-      store.redis.get(bucketKey(config.key_prefix, route.name, limit.name, hash)),
+      store.keys.get(bucketKey(config.key_prefix, route.name, limit.name, hash)),
       undefined,
       "adaptive_figures_read_failed",
       { route: route.name },
     ),
   ]);
-  const state = asHash(stateReply);
   if (state.limit === undefined) return undefined;
   const whole = Math.floor(Number(state.limit));
   const histogram = new Map<number, number>();
@@ -212,12 +211,11 @@ export async function withLabels(
   const store = stores.offPath();
   const plain = rows.map(({ minute: _, ...row }) => row);
   if (!store || rows.length === 0) return plain;
-  const p = store.redis.pipeline();
-  for (const r of rows) {
-    const field = `${r.route}|${r.id}`;
-    p.hmget(metricsKeys(config.key_prefix, r.minute).labels, field, ENTRY_FIELD + field);
-  }
-  const replies = (await orElse(p.exec(), [], "dashboard_labels_read_failed")) as unknown[];
+  const replies = await orElse(
+    readLabels(store, config.key_prefix, rows),
+    [] as unknown[],
+    "dashboard_labels_read_failed",
+  );
   return plain.map((row, i) => {
     const [label, entry] = labelPair(replies[i]);
     return { ...row, ...(label ? { label } : {}), ...(entry ? { entry } : {}) };

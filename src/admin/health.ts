@@ -37,7 +37,7 @@ async function ping(stores: Stores, region: string): Promise<RegionHealth> {
   if (!store) return { region, reachable: false, error: "no Redis configured" };
   const started = Date.now();
   try {
-    await store.redis.ping();
+    await store.ping();
     return { region, reachable: true, rtt_ms: Date.now() - started };
   } catch {
     return { region, reachable: false, rtt_ms: Date.now() - started };

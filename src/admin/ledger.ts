@@ -1,5 +1,5 @@
 import type { Context } from "hono";
-import { ledgerKey } from "../store/layout.js";
+import { appendLedger } from "../store/ledger.js";
 import type { AdminEnv } from "./context.js";
 import { adminActor } from "./guard.js";
 
@@ -25,7 +25,5 @@ export async function ledgerAdminAction(
   const home = c.get("stores").offPath();
   if (!home) return;
   const fields = { event, who: await adminActor(c), at: String(Date.now()), detail: JSON.stringify(detail) };
-  await home.redis.xadd(ledgerKey(c.get("config").key_prefix), "*", fields, {
-    trim: { type: "MAXLEN", threshold: c.get("config").ledger_length, comparison: "~" },
-  });
+  await appendLedger(home, c.get("config").key_prefix, fields, c.get("config").ledger_length);
 }

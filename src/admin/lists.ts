@@ -1,10 +1,10 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { LISTS_TTL_S, parseEntries, validEntry, type ListEntry } from "../access/lists.js";
+import { validEntry } from "../access/lists.js";
+import { readEntries, removeEntry as removeListEntry, writeEntry, type ListEntry } from "../access/lists-store.js";
 import type { Config } from "../config/index.js";
 import { parseDuration } from "../config/duration.js";
 import type { Stores } from "../region/index.js";
-import { listsKey } from "../store/layout.js";
 import { adminHandlers, required, type AdminEnv } from "./context.js";
 import { ledgerAdminAction } from "./ledger.js";
 import type { ListRow } from "./view/types.js";
@@ -23,7 +23,6 @@ const listBody = z
 const removalBody = z.object({ kind: z.enum(["deny", "allow"]), entry: z.string() }).strict();
 
 const addEntry = adminHandlers.createHandlers(jsonBody(listBody), async (c) => {
-  const key = listsKey(c.get("config").key_prefix);
   const b = c.req.valid("json");
   const home = required(c.get("stores").offPath(), "Store unavailable", "no Redis for the home region");
   const until = Date.now() + (parseDuration(b.ttl) as number);
@@ -34,8 +33,7 @@ const addEntry = adminHandlers.createHandlers(jsonBody(listBody), async (c) => {
     ...(b.routes ? { routes: b.routes } : {}),
     ...(b.note ? { note: b.note } : {}),
   };
-  await home.redis.hset(key, { [`${b.kind}:${b.entry}`]: JSON.stringify(entry) });
-  await home.redis.expire(key, LISTS_TTL_S);
+  await writeEntry(home, c.get("config").key_prefix, entry);
   await ledgerAdminAction(c, b.kind === "deny" ? "admin_ban" : "admin_allow", { ...entry, ttl: b.ttl });
   return c.json({ ok: true, ...entry, note: "isolates pick lists up within 5 seconds" });
 });
@@ -47,7 +45,7 @@ const listEntries = adminHandlers.createHandlers(async (c) =>
 /** The deny and allow entries that have not run out, as the API and the dashboard show them. */
 export async function entriesInForce(config: Config, stores: Stores): Promise<ListRow[]> {
   const home = stores.offPath();
-  const entries = home ? parseEntries(await home.redis.hgetall(listsKey(config.key_prefix))) : [];
+  const entries = home ? await readEntries(home, config.key_prefix) : [];
   const live = entries.filter((e) => e.until > Date.now());
   return live.map(({ kind, entry, until, routes, note }) => ({
     kind,
@@ -62,8 +60,8 @@ const removeEntry = adminHandlers.createHandlers(jsonBody(removalBody), async (c
   const b = c.req.valid("json");
   const home = c.get("stores").offPath();
   // nothing to remove where no Redis is configured: the answer is the same
-  const removed = await home?.redis.hdel(listsKey(c.get("config").key_prefix), `${b.kind}:${b.entry}`);
-  await ledgerAdminAction(c, b.kind === "deny" ? "admin_unban" : "admin_unallow", { ...b, removed: removed === 1 });
+  const removed = home ? await removeListEntry(home, c.get("config").key_prefix, b) : false;
+  await ledgerAdminAction(c, b.kind === "deny" ? "admin_unban" : "admin_unallow", { ...b, removed });
   return c.json({ ok: true });
 });
 

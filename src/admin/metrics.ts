@@ -1,7 +1,6 @@
 import { Hono } from "hono";
 import { minuteOf, prometheus, type MetricsBuffer } from "../metrics/index.js";
-import { asHash } from "../store/replies.js";
-import { metricsKeys } from "../store/layout.js";
+import { readTotals } from "../metrics/reads.js";
 import { deferOf, required, type AdminEnv } from "./context.js";
 
 /**
@@ -15,9 +14,8 @@ export function metricsApp(metrics: MetricsBuffer): Hono<AdminEnv> {
     const stores = c.get("stores");
     await metrics.flush(config, stores, deferOf(c), true);
     const home = required(stores.offPath(), "Metrics unavailable", "no Redis for the home region");
-    const k = metricsKeys(config.key_prefix, minuteOf(Date.now()));
-    const [total, minute] = await Promise.all([home.redis.hgetall(k.total), home.redis.hgetall(k.minute)]);
-    return c.text(prometheus(asHash(total), asHash(minute)), 200, {
+    const { total, minute } = await readTotals(home, config.key_prefix, minuteOf(Date.now()));
+    return c.text(prometheus(total, minute), 200, {
       "content-type": "text/plain; version=0.0.4; charset=utf-8",
     });
   });

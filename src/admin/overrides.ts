@@ -5,7 +5,13 @@ import { parseDuration } from "../config/duration.js";
 import { exactnessProblem } from "../config/exactness.js";
 import { Problem } from "../problem.js";
 import { allRegions, type Stores } from "../region/index.js";
-import { asHash } from "../store/replies.js";
+import {
+  decodeOverride,
+  encodeOverride,
+  readOverrides,
+  removeOverride as removeField,
+  writeOverride,
+} from "../limiter/overrides-store.js";
 import { overridesKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 import { adminHandlers, type AdminEnv } from "./context.js";
@@ -47,9 +53,9 @@ const setOverride = adminHandlers.createHandlers(jsonBody(overrideBody), async (
   const field = await overrideFieldFor(config, limit, o.identity, o.region);
   const ms = parseDuration(o.ttl) as number;
   const until = Date.now() + ms;
-  const value = `${o.rate}:${o.burst ?? o.rate}:${periodMs}:${until}`;
+  const value = encodeOverride({ rate: o.rate, burst: o.burst ?? o.rate, periodMs, until });
   const key = overridesKey(config.key_prefix, o.route);
-  await Promise.all(distinctStores(config, c.get("stores")).map((s) => writeField(s, key, field, value, ms)));
+  await Promise.all(distinctStores(config, c.get("stores")).map((s) => writeOverride(s, key, field, value, ms)));
   const detail = { route: o.route, limit: o.limit, field, rate: o.rate, burst: o.burst ?? o.rate, period_ms: periodMs };
   await ledgerAdminAction(c, "admin_override", { ...detail, region: o.region, ttl: o.ttl, until });
   return c.json({ ok: true, key, field, value, expires_at: new Date(until).toISOString() });
@@ -64,7 +70,7 @@ export async function overridesInForce(config: Config, stores: Stores): Promise<
   const home = stores.offPath();
   const out: OverrideRow[] = [];
   for (const r of config.routes) {
-    const hash = home ? asHash(await home.redis.hgetall(overridesKey(config.key_prefix, r.name))) : {};
+    const hash = home ? await readOverrides(home, overridesKey(config.key_prefix, r.name)) : {};
     out.push(...inForce(r.name, hash, Date.now()));
   }
   return out;
@@ -76,7 +82,7 @@ const removeOverride = adminHandlers.createHandlers(jsonBody(removalBody), async
   const limit = limitOf(config, b.route, b.limit, "no such route or limit");
   const field = await overrideFieldFor(config, limit, b.identity, b.region);
   const key = overridesKey(config.key_prefix, b.route);
-  await Promise.all(distinctStores(config, c.get("stores")).map((s) => s.redis.hdel(key, field)));
+  await Promise.all(distinctStores(config, c.get("stores")).map((s) => removeField(s, key, field)));
   await ledgerAdminAction(c, "admin_override_removed", { route: b.route, limit: b.limit, field, region: b.region });
   return c.json({ ok: true, removed: field });
 });
@@ -96,9 +102,9 @@ export function overridesApp(): Hono<AdminEnv> {
 /** The overrides of one route's hash (`field` → `rate:burst:period_ms:until_ms`) that have not run out. */
 function inForce(route: string, hash: Record<string, string>, now: number): OverrideRow[] {
   return Object.entries(hash).flatMap(([field, v]) => {
-    const [rate = 0, burst = 0, period = 0, until = 0] = v.split(":").map(Number);
+    const { rate, burst, periodMs, until } = decodeOverride(v);
     if (until <= now) return [];
-    return [{ route, field, rate, burst, period_ms: period, expires_at: new Date(until).toISOString() }];
+    return [{ route, field, rate, burst, period_ms: periodMs, expires_at: new Date(until).toISOString() }];
   });
 }
 
@@ -119,13 +125,6 @@ function checkExact(limit: Limit, o: OverrideBody, periodMs: number): void {
   throw badRequest(
     `${inexact.field === "burst" && o.burst === undefined ? "rate" : inexact.field}: ${inexact.message}`,
   );
-}
-
-/** Sets one field; the hash lives as long as its longest override (its TTL is raised, never cut). */
-async function writeField(store: Store, key: string, field: string, value: string, ttlMs: number): Promise<void> {
-  await store.redis.hset(key, { [field]: value });
-  const left = await store.redis.pttl(key);
-  if (left < ttlMs) await store.redis.pexpire(key, ttlMs);
 }
 
 /** Every distinct Redis of the deployment (regions without secrets of their own share the home one). */

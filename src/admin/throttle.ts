@@ -71,17 +71,17 @@ export function throttled(retryAfterMs: number): Problem {
 
 /** INCR (this attempt included) and the window's time left; a key found without a TTL gets one. */
 async function countInRedis(store: Store, key: string): Promise<{ attempts: number; windowLeftMs: number }> {
-  const [attempts, ttl] = (await store.redis.pipeline().incr(key).pttl(key).exec()).map(Number) as [number, number];
+  const [attempts, ttl] = (await store.pipeline((b) => b.incr(key).pttl(key))).map(Number) as [number, number];
   if (ttl >= 0) return { attempts, windowLeftMs: ttl };
-  await store.redis.pexpire(key, AUTH_WINDOW_MS);
+  await store.keys.pexpire(key, AUTH_WINDOW_MS);
   return { attempts, windowLeftMs: AUTH_WINDOW_MS };
 }
 
 /** DECR, best effort: a key the DECR made anew (its window had just ended) is deleted, not left without a TTL. */
 async function giveBack(store: Store, key: string): Promise<void> {
   try {
-    const [, ttl] = (await store.redis.pipeline().decr(key).pttl(key).exec()).map(Number);
-    if (ttl === -1) await store.redis.del(key);
+    const [, ttl] = (await store.pipeline((b) => b.decr(key).pttl(key))).map(Number);
+    if (ttl === -1) await store.keys.del(key);
   } catch {
     // an attempt not given back counts as one failure more: stricter, never looser
   }

@@ -53,7 +53,7 @@ export class Breakers {
     b.record(client, outcome.ok, outcome.latencyMs, Date.now(), outcome.probe);
     if (b.until > before && route.breaker?.shared && share.store) {
       share.defer(
-        share.store.redis
+        share.store.keys
           .set(share.key, String(b.until), { px: Math.max(1, b.until - Date.now()) })
           .catch((e: unknown) => logError("breaker_share_failed", e, { route: route.name })),
       );
@@ -66,9 +66,9 @@ export class Breakers {
     this.lastSync.set(route, now);
     if (!share.store) return;
     share.defer(
-      share.store.redis
-        .get<string>(share.key)
-        .then((v: string | null) => {
+      share.store.keys
+        .get(share.key)
+        .then((v) => {
           const until = Number(v ?? 0);
           if (until > Date.now() && b.state === "closed") b.open(Date.now(), until);
         })

@@ -1,6 +1,6 @@
 import { overrideField, overridesKeyOfBucket, routeKeyPrefixOf } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
-import { asHash } from "../store/replies.js";
+import { countOverrides, readOverrides } from "./overrides-store.js";
 
 /**
  * Runtime overrides (`PUT /__sluice/overrides`) as this isolate knows them, so that decide.lua
@@ -136,11 +136,11 @@ const copyId = (store: Store, key: string) => `${store.id}\u0000${key}`;
 async function reload(c: Copy, asked: number, changed: (routePrefix: string) => void): Promise<void> {
   try {
     // past the cap only the size is asked (HLEN), until the hash is back under it
-    if (c.fields === "too many" && Number(await c.store.redis.hlen(c.key)) > MAX_OVERRIDES) {
+    if (c.fields === "too many" && (await countOverrides(c.store, c.key)) > MAX_OVERRIDES) {
       c.asOf = asked;
       return;
     }
-    const hash = Object.entries(asHash(await c.store.redis.hgetall(c.key)));
+    const hash = Object.entries(await readOverrides(c.store, c.key));
     const next = hash.length > MAX_OVERRIDES ? "too many" : new Map(hash);
     const before = c.fields;
     c.fields = next;

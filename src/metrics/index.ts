@@ -3,7 +3,7 @@ import type { Defer } from "../util/defer.js";
 import type { Stores } from "../region/index.js";
 import type { DecisionHeader } from "../problem.js";
 import { metricsKeys } from "../store/layout.js";
-import type { Store } from "../store/redis.js";
+import type { Batch } from "../store/redis.js";
 import { latencyBucket } from "../adaptive/histogram.js";
 import type { ClientLabel } from "./labels.js";
 import { idempotencyLines } from "./idempotency.js";
@@ -137,18 +137,20 @@ export class MetricsBuffer {
     this.pending = empty();
     const store = stores.offPath();
     if (!store) return undefined;
-    const done = write(store.redis.pipeline(), metricsKeys(config.key_prefix, minuteOf(now)), batch).then(
-      () => undefined,
-      () => undefined, // metrics are best effort: a lost batch never fails a request
-    );
+    const keys = metricsKeys(config.key_prefix, minuteOf(now));
+    const done = store
+      .pipeline((p) => write(p, keys, batch))
+      .then(
+        () => undefined,
+        () => undefined, // metrics are best effort: a lost batch never fails a request
+      );
     defer(done);
     return done;
   }
 }
 
-type Pipeline = ReturnType<Store["redis"]["pipeline"]>;
-
-function write(p: Pipeline, k: ReturnType<typeof metricsKeys>, batch: Pending): Promise<unknown> {
+/** One flush's commands, sent as one pipeline. */
+function write(p: Batch, k: ReturnType<typeof metricsKeys>, batch: Pending): void {
   for (const [field, n] of batch.counts) {
     p.hincrby(k.minute, field, n);
     p.hincrby(k.total, field, n);
@@ -166,7 +168,6 @@ function write(p: Pipeline, k: ReturnType<typeof metricsKeys>, batch: Pending): 
   p.expire(k.minute, MINUTE_TTL_S);
   p.expire(k.blocked, MINUTE_TTL_S);
   p.expire(k.total, TOTAL_TTL_S);
-  return p.exec();
 }
 
 /** The all-time counters and the last minute's round-trip time, in the Prometheus text format. */

@@ -13,10 +13,8 @@ import type { RecordTrail } from "../idempotency/trail.js";
 import { newTraceparent } from "../util/traceparent.js";
 import { envConnections, SETTLE_TIMEOUT_MS, type Stores } from "../region/index.js";
 import type { Runtime } from "../runtime.js";
-import { hashIdentifier } from "../keys/hash.js";
-import { jobLeaseKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
-import { leaseJob, readJob, writeJob, type JobStatus } from "./jobs.js";
+import { leaseJob, readJob, releaseJob, writeJob, type JobStatus } from "./jobs.js";
 import { requestOf, type JobMessage } from "./queue.js";
 import { logError, settleQuietly } from "../util/log.js";
 
@@ -248,9 +246,5 @@ async function later(message: Message<JobMessage>, env: Env, m: JobMessage, ms: 
 }
 
 async function releaseLease(home: Store, config: Config, id: string): Promise<void> {
-  await settleQuietly(
-    home.redis.del(jobLeaseKey(config.key_prefix, await hashIdentifier(id))),
-    "job_lease_release_failed",
-    { job: id },
-  );
+  await settleQuietly(releaseJob(home, config.key_prefix, id), "job_lease_release_failed", { job: id });
 }

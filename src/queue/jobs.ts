@@ -35,11 +35,11 @@ export async function writeJob(
   onlyIfNew = false,
 ): Promise<void> {
   const key = await jobKey(prefix, job.id);
-  await store.redis.set(key, JSON.stringify(job), onlyIfNew ? { px: ttlMs, nx: true } : { px: ttlMs });
+  await store.keys.set(key, JSON.stringify(job), { px: ttlMs, nx: onlyIfNew });
 }
 
 export async function readJob(store: Store, prefix: string, id: string): Promise<JobStatus | undefined> {
-  const raw = await store.redis.get<string>(await jobKey(prefix, id));
+  const raw = await store.keys.get(await jobKey(prefix, id));
   return raw ? (JSON.parse(raw) as JobStatus) : undefined;
 }
 
@@ -48,5 +48,10 @@ export async function readJob(store: Store, prefix: string, id: string): Promise
  * least once) reaches the origin once. Returns false when another consumer holds it.
  */
 export async function leaseJob(store: Store, prefix: string, id: string, ms: number): Promise<boolean> {
-  return (await store.redis.set(jobLeaseKey(prefix, await hashIdentifier(id)), "1", { px: ms, nx: true })) !== null;
+  return store.keys.set(jobLeaseKey(prefix, await hashIdentifier(id)), "1", { px: ms, nx: true });
+}
+
+/** Gives the delivery lease back, so the next copy of the message need not wait it out. */
+export async function releaseJob(store: Store, prefix: string, id: string): Promise<void> {
+  await store.keys.del(jobLeaseKey(prefix, await hashIdentifier(id)));
 }

@@ -3,7 +3,6 @@ import { rebalanceLockKey, shareKeys, shareRecordKey } from "../store/layout.js"
 import type { Store } from "../store/redis.js";
 import { allRegions, type Stores } from "./index.js";
 import { splitShares, type Share } from "./shares.js";
-import { asHash } from "../store/replies.js";
 import { logError, settleQuietly } from "../util/log.js";
 
 /** Rebalancing runs off the request path: it may take longer than a decision's budget. */
@@ -34,11 +33,11 @@ export async function rebalance(config: Config, stores: Stores): Promise<Rebalan
   if (split.length === 0) return report;
   const home = stores.fixed(REBALANCE_TIMEOUT_MS);
   if (!home) return report;
-  const lock = await home.redis.set(rebalanceLockKey(config.key_prefix), String(Date.now()), {
+  const locked = await home.keys.set(rebalanceLockKey(config.key_prefix), String(Date.now()), {
     nx: true,
     px: Math.max(1_000, config.rebalance_every - 100),
   });
-  if (lock === null) return report;
+  if (!locked) return report;
   report.ran = true;
   const regions = allRegions(config);
   const byRegion = new Map(regions.map((r) => [r, stores.fixed(REBALANCE_TIMEOUT_MS, r) as Store]));
@@ -69,7 +68,7 @@ async function rebalanceLimit(
   const shares = splitShares({ rate: limit.rate, burst: limit.burst, regions, demand, frozen });
   const failedWrites: string[] = [];
   const write = (r: string) =>
-    (byRegion.get(r) as Store).redis
+    (byRegion.get(r) as Store).keys
       .set(keysOf(r).shareKey, formatShare(shares[r] as Share), { ex: SHARE_TTL_S })
       .catch(() => failedWrites.push(r));
   await Promise.all(regions.filter((r) => !(r in frozen)).map(write));
@@ -77,9 +76,9 @@ async function rebalanceLimit(
   const held = Object.fromEntries(
     regions.filter((r) => !failedWrites.includes(r)).map((r) => [r, formatShare(shares[r] as Share)]),
   );
-  await home.redis
-    .hset(recordKey, held)
-    .then(() => home.redis.expire(recordKey, SHARE_TTL_S))
+  await home.hash
+    .set(recordKey, held)
+    .then(() => home.keys.expire(recordKey, SHARE_TTL_S))
     .catch((e: unknown) => logError("rebalance_record_failed", e, { route, limit: limit.name }));
   return { shares, unreachable: [...Object.keys(frozen), ...failedWrites] };
 }
@@ -97,9 +96,9 @@ async function demandOf(
 ): Promise<{ demand: Record<string, number>; frozen: Record<string, Share> }> {
   const regions = [...byRegion.keys()];
   const [record, ...demands] = await Promise.all([
-    home.redis.hgetall(recordKey).then(asHash, (): Record<string, string> => ({})),
+    home.hash.getAll(recordKey).catch((): Record<string, string> => ({})),
     ...regions.map((r) =>
-      (byRegion.get(r) as Store).redis.getdel<string | number>(demandKey(r)).then(
+      (byRegion.get(r) as Store).keys.getdel(demandKey(r)).then(
         (v) => Number(v ?? 0),
         () => undefined,
       ),

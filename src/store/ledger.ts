@@ -1,6 +1,22 @@
 import { ledgerKey } from "./layout.js";
 import type { Store } from "./redis.js";
 
+/**
+ * The ledger (`{prefix}:ledger`), a stream capped at about `ledger_length` entries: the scripts
+ * append the idempotency and session outcomes, the admin API the operator's changes
+ * (`appendLedger`), and the admin API reads it back (`readLedgerPage`).
+ */
+
+/** Appends one entry (its id given by Redis), keeping the stream at about `maxLen` entries. */
+export async function appendLedger(
+  store: Store,
+  prefix: string,
+  fields: Record<string, string>,
+  maxLen: number,
+): Promise<void> {
+  await store.stream.add(ledgerKey(prefix), fields, maxLen);
+}
+
 /** One ledger entry: its stream id and its fields. */
 export type LedgerEntry = Record<string, string> & { id: string };
 
@@ -15,7 +31,7 @@ export async function readLedgerPage(
   start: string,
   count: number,
 ): Promise<LedgerEntry[]> {
-  return ledgerEntries(await store.redis.xrevrange(ledgerKey(prefix), end, start, count));
+  return ledgerEntries(await store.stream.revRange(ledgerKey(prefix), end, start, count));
 }
 
 /** XREVRANGE as the client gives it without deserialisation: [[id, [field, value, ...]], ...]. */

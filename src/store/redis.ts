@@ -1,19 +1,33 @@
 import { Redis } from "@upstash/redis/cloudflare";
 import { StoreCircuit } from "./circuit.js";
+import {
+  hashCommands,
+  keyCommands,
+  pipelineOn,
+  streamCommands,
+  type Batch,
+  type Call,
+  type HashCommands,
+  type KeyCommands,
+  type StreamCommands,
+} from "./commands.js";
 import { StoreError, withDeadline } from "./deadline.js";
 import { RttEstimator, type BudgetBounds } from "./rtt.js";
 import { runScript, Script, type ScriptSender } from "./script.js";
 
 export type { Script } from "./script.js";
 export type { BudgetBounds } from "./rtt.js";
+export type { Batch, HashCommands, KeyCommands, SetOptions, StreamCommands } from "./commands.js";
 
-/** One Redis database as sluice uses it: scripts only, each call bounded in time. */
+/**
+ * One Redis database as sluice uses it: scripts, and typed commands for the structures sluice
+ * keeps besides (hashes, strings, the ledger's stream), every call bounded in time and sent
+ * through the database's circuit. The client itself stays in src/store/.
+ */
 export interface Store {
   readonly name: string;
   /** Same id, same database: limits of different scopes that meet in one database share one call. */
   readonly id: string;
-  /** The client itself, for work off the request path (the rebalancer). */
-  readonly redis: Redis;
   /**
    * Runs a Lua script and returns its raw reply: EVAL until this isolate has seen the database
    * run it, EVALSHA after. Throws `StoreError`, with reason "circuit_open" at once (no request)
@@ -24,6 +38,19 @@ export interface Store {
   script(source: string): Script;
   /** The smoothed round trip this isolate has measured to the database (ms), or undefined before any reply. */
   roundTripMs(): number | undefined;
+  /** Strings and key lifetimes (GET, SET, GETDEL, DEL, PTTL, PEXPIRE, EXPIRE). */
+  readonly keys: KeyCommands;
+  /** Hashes (HGETALL, HSET, HDEL, HLEN). */
+  readonly hash: HashCommands;
+  /** Streams (XADD, XREVRANGE). */
+  readonly stream: StreamCommands;
+  /**
+   * Several commands in one request (Upstash's pipeline: replies in order, not atomic), under one
+   * deadline. Throws `StoreError` as `run` does, with reason "error" when a command failed.
+   */
+  pipeline(build: (batch: Batch) => void): Promise<unknown[]>;
+  /** PING: resolves when the database answered. */
+  ping(): Promise<void>;
 }
 
 /** Where a database is: its REST URL and token, or a client the caller made (`@upstash/redis`). */
@@ -36,7 +63,7 @@ export interface StoreOptions {
    * How long a call may take. Bounds: the decision budget, adapted to the round trip this
    * isolate sees between them, and the store is skipped while its circuit is open. A number:
    * that fixed time, for work off the request path, which the circuit never refuses (it still
-   * learns from its outcomes).
+   * learns from its outcomes; for commands, see `countsAsFailure`).
    */
   budget: BudgetBounds | number;
 }
@@ -148,23 +175,45 @@ function storeOf(
   script: (source: string) => Script,
 ): Store {
   const line: Line = { name, client, database, gated, budgetMs };
+  const call: Call = (send) => guarded(line, "command", () => send(client));
   return {
     name,
     id,
-    redis: client,
     script,
     roundTripMs: () => database.rtt.smoothed?.srttMs,
     run: (s, keys, args) => runOn(line, s, keys, args),
+    keys: keyCommands(call),
+    hash: hashCommands(call),
+    stream: streamCommands(call),
+    pipeline: (build) => pipelineOn(call, build),
+    ping: () => call((c) => c.ping()).then(() => undefined),
   };
 }
 
 /**
- * The one way sluice runs a Lua script: through the database's circuit (refused at once while
- * it is open, for decision stores), within the call's budget, EVAL or EVALSHA as the database
- * has seen the script, feeding the round-trip estimate and the circuit with the outcome.
+ * The one way sluice runs a Lua script: through the runner (`guarded`), EVAL or EVALSHA as the
+ * database has seen the script, each request feeding the round-trip estimate.
  */
-async function runOn(line: Line, script: Script, keys: string[], args: Array<string | number>): Promise<unknown> {
+function runOn(line: Line, script: Script, keys: string[], args: Array<string | number>): Promise<unknown> {
   const { database, client } = line;
+  const send: ScriptSender = {
+    eval: (source, k, a) => timed(database, () => client.eval(source, k, a)),
+    evalsha: (sha, k, a) => timed(database, () => client.evalsha(sha, k, a)),
+    evalRo: (source, k, a) => timed(database, () => client.evalRo(source, k, a)),
+    evalshaRo: (sha, k, a) => timed(database, () => client.evalshaRo(sha, k, a)),
+  };
+  return guarded(line, "script", (abandoned) =>
+    runScript(send, database.loaded, script, keys, args.map(String), abandoned),
+  );
+}
+
+/**
+ * The runner, for scripts and commands alike: through the database's circuit (refused at once
+ * while it is open, for decision stores), within the call's budget, feeding the circuit with the
+ * outcome. `abandoned` tells the work whether the runner gave up on it already.
+ */
+async function guarded<T>(line: Line, kind: CallKind, work: (abandoned: () => boolean) => Promise<T>): Promise<T> {
+  const { database } = line;
   const admission = line.gated ? database.circuit.admit(Date.now()) : "pass";
   if (admission === "refuse") {
     const left = Math.max(0, database.circuit.openUntilMs - Date.now());
@@ -173,32 +222,44 @@ async function runOn(line: Line, script: Script, keys: string[], args: Array<str
       `Redis of "${line.name}" skipped after repeated failures; next probe in ${left} ms`,
     );
   }
-  const send: ScriptSender = {
-    eval: (source, k, a) => timed(database, () => client.eval(source, k, a)),
-    evalsha: (sha, k, a) => timed(database, () => client.evalsha(sha, k, a)),
-    evalRo: (source, k, a) => timed(database, () => client.evalRo(source, k, a)),
-    evalshaRo: (sha, k, a) => timed(database, () => client.evalshaRo(sha, k, a)),
-  };
   const ms = line.budgetMs();
   let gaveUp = false;
   try {
     const reply = await withDeadline(
-      runScript(send, database.loaded, script, keys, args.map(String), () => gaveUp),
+      work(() => gaveUp),
       ms,
     );
     database.circuit.succeeded();
     return reply;
   } catch (e) {
     const error = asStoreError(e);
-    if (error.reason === "timeout") {
-      gaveUp = true;
-      database.rtt.timedOut(ms);
-    }
+    if (error.reason === "timeout") gaveUp = true;
+    // the round-trip estimate is the scripts': a command's budget and size are not a decision's
+    if (error.reason === "timeout" && kind === "script") database.rtt.timedOut(ms);
     // An error reply is still an answer: the store is there.
     if (error.reason === "error") database.circuit.succeeded();
-    else database.circuit.failed(Date.now(), admission === "probe");
+    else if (countsAsFailure(line, kind, error)) database.circuit.failed(Date.now(), admission === "probe");
     throw error;
   }
+}
+
+/** A script (a decision, a settlement) or one of the typed commands. */
+type CallKind = "script" | "command";
+
+/**
+ * Whether a failed call counts towards opening the circuit, which refuses decisions. Scripts, and
+ * every call of a decision store: always (as decisions have always counted). A command off the
+ * request path (admin API, metrics flush, queue consumer, rebalancer, shared breaker: fixed
+ * budgets, never refused) counts only when the database could not be reached at all, which no
+ * decision would reach either; its timeout does not count, since its budget (1 to 5 s) is not
+ * the decision's and its work (a dashboard's pipeline of 120 commands, a big HGETALL) is not a
+ * decision's size: running out of it says nothing of whether a decision fits in its own budget.
+ * So admin traffic cannot open the circuit on a database that answers decisions. Its answers do
+ * close it, as any answer does: the database is there.
+ */
+function countsAsFailure(line: Line, kind: CallKind, error: StoreError): boolean {
+  if (kind === "script" || line.gated) return true;
+  return error.reason === "unreachable";
 }
 
 /** Sends one request and feeds its round trip to the estimate when an answer came back. */

@@ -31,9 +31,9 @@ async function flushed(m: MetricsBuffer): Promise<Record<string, number>> {
             },
     },
   );
-  const stores = { offPath: () => ({ redis: { pipeline: () => pipeline } }) } as unknown as Parameters<
-    MetricsBuffer["flush"]
-  >[1];
+  const stores = {
+    offPath: () => ({ pipeline: async (build: (batch: typeof pipeline) => void) => (build(pipeline), []) }),
+  } as unknown as Parameters<MetricsBuffer["flush"]>[1];
   await m.flush({ key_prefix: "t" }, stores, () => undefined, true);
   return total;
 }

@@ -97,7 +97,7 @@ describe("MetricsBuffer", () => {
         get: (_, op: string) => (op === "exec" ? async () => [] : (...args: unknown[]) => written.push([op, ...args])),
       },
     );
-    const store = { redis: { pipeline: () => pipeline } };
+    const store = { pipeline: async (build: (batch: typeof pipeline) => void) => (build(pipeline), []) };
     const stores = { offPath: () => store } as unknown as Parameters<MetricsBuffer["flush"]>[1];
     await m.flush({ key_prefix: "t" }, stores, () => undefined, true);
     const ops = (op: string) => written.filter((w) => w[0] === op).map((w) => w.slice(1));

@@ -16,18 +16,17 @@ function fakeStore(id: string, hash: () => Record<string, string> | Error) {
     if (h instanceof Error) throw h;
     return h;
   };
-  const redis = {
-    hgetall: async () => {
+  const commands = {
+    getAll: async () => {
       asked.hgetall++;
-      // the flat list the client gives without deserialisation
-      return Object.entries(read()).flat();
+      return { ...read() };
     },
-    hlen: async () => {
+    len: async () => {
       asked.hlen++;
       return Object.keys(read()).length;
     },
   };
-  const store = { name: id, id, redis, run: async () => null, script: () => null } as unknown as Store;
+  const store = { name: id, id, hash: commands, run: async () => null, script: () => null } as unknown as Store;
   return { store, asked };
 }
 

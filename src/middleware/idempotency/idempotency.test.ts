@@ -24,9 +24,9 @@ async function totals(metrics: MetricsBuffer, prefix: string): Promise<Record<st
             },
     },
   );
-  const stores = { offPath: () => ({ redis: { pipeline: () => pipeline } }) } as unknown as Parameters<
-    MetricsBuffer["flush"]
-  >[1];
+  const stores = {
+    offPath: () => ({ pipeline: async (build: (batch: typeof pipeline) => void) => (build(pipeline), []) }),
+  } as unknown as Parameters<MetricsBuffer["flush"]>[1];
   await metrics.flush({ key_prefix: "t" }, stores, () => undefined, true);
   return total;
 }
