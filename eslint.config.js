@@ -3,6 +3,7 @@ import { defineConfig } from "eslint/config";
 import { createTypeScriptImportResolver } from "eslint-import-resolver-typescript";
 import { importX } from "eslint-plugin-import-x";
 import tseslint from "typescript-eslint";
+import importCycles from "./dev/eslint-import-cycles.mjs";
 
 const tsFiles = [
   "src/**/*.ts",
@@ -21,7 +22,7 @@ export default defineConfig(
   {
     files: tsFiles,
     extends: [tseslint.configs.recommended],
-    plugins: { "import-x": importX },
+    plugins: { "import-x": importX, sluice: importCycles },
     settings: {
       // The code imports "./x.js" for x.ts (ESM as emitted): the TypeScript resolver maps those
       // specifiers back to the sources, without which no-cycle would see no edges and pass vacuously.
@@ -30,8 +31,10 @@ export default defineConfig(
       "import-x/parsers": { "@typescript-eslint/parser": [".ts", ".tsx"] },
     },
     rules: {
-      // The project must stay free of import cycles (type-only imports are erased, so they are allowed).
+      // The project must stay free of import cycles. import-x/no-cycle skips type-only imports;
+      // sluice/no-import-cycle counts them too (a circle of types is still a circle of meaning).
       "import-x/no-cycle": "error",
+      "sluice/no-import-cycle": "error",
       "@typescript-eslint/no-unused-vars": [
         "error",
         { args: "after-used", argsIgnorePattern: "^_", varsIgnorePattern: "^_", caughtErrors: "none" },
@@ -65,8 +68,8 @@ export default defineConfig(
     },
   },
   {
-    // One shell: the library entry and the pipeline both mounts use import nothing of the Worker
-    // (its wiring in worker/, and anything a src/app.ts or src/gateway/ would hold).
+    // The layering (docs/architecture.md): each zone is an import that would run back up it. One
+    // shell: the library entry and the pipeline both mounts use import nothing of the Worker.
     files: ["src/**/*.ts", "src/**/*.tsx"],
     rules: {
       "import-x/no-restricted-paths": [
@@ -77,6 +80,50 @@ export default defineConfig(
               target: ["./src/index.ts", "./src/pipeline"],
               from: ["./src/app.ts", "./src/gateway", "./worker"],
               message: "The library entry and the pipeline import nothing of the Worker.",
+            },
+            {
+              // capabilities and shared machinery never reach up into the request pipeline's steps,
+              // the Worker's shell or the admin
+              target: [
+                "src/access",
+                "src/adaptive",
+                "src/breaker",
+                "src/config",
+                "src/fallback",
+                "src/idempotency",
+                "src/keys",
+                "src/limiter",
+                "src/metrics",
+                "src/origin",
+                "src/queue",
+                "src/region",
+                "src/routing",
+                "src/session",
+                "src/store",
+                "src/util",
+              ],
+              from: ["src/middleware", "src/pipeline", "src/admin", "src/index.ts", "src/scheduled.ts"],
+              message: "a capability or shared module imports the pipeline, the Worker's shell or the admin",
+            },
+            {
+              target: ["src/store", "src/util", "src/routing"],
+              from: ["src/config"],
+              message: "the store, the utilities and routing know no configuration: pass them what they need",
+            },
+            {
+              target: ["src/keys"],
+              from: ["src/config/schema.ts"],
+              message: "identity takes the compiled configuration's types, never its schema",
+            },
+            {
+              target: ["src/store", "src/util", "src/keys", "src/routing", "src/limiter", "src/config"],
+              from: ["src/context.ts", "src/runtime.ts"],
+              message: "a low module imports the request scope or the isolate's runtime",
+            },
+            {
+              target: "src/runtime.ts",
+              from: ["src/admin", "src/middleware", "src/pipeline"],
+              message: "the isolate's runtime holds state for the admin, it never imports it",
             },
           ],
         },

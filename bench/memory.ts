@@ -11,7 +11,8 @@
 import { createHash } from "node:crypto";
 import { RespClient, type RespReply, replyToJs } from "../dev/resp.js";
 import { loadConfig, type Limit } from "../src/config/index.js";
-import { bucketKey, hashIdentifier } from "../src/keys/hash.js";
+import { hashIdentifier } from "../src/keys/hash.js";
+import { bucketKey } from "../src/store/layout.js";
 import type { scriptCall } from "../src/limiter/decide.js";
 import type { LimitInput } from "./config.js";
 import type { Cleanup } from "./stack.js";

@@ -13,7 +13,7 @@ import { loadConfig, type Config } from "./config/index.js";
 import type { SluiceInput } from "./config/schema.js";
 import type { SluiceEnv } from "./context.js";
 import type { Env } from "./env.js";
-import { usesJwt } from "./keys/jwt.js";
+import { usesJwt } from "./config/uses-jwt.js";
 import { accessListsStep } from "./middleware/access-lists/index.js";
 import { breakerStep } from "./middleware/breaker/index.js";
 import { idempotencyStep } from "./middleware/idempotency/index.js";

@@ -1,6 +1,6 @@
+import { AuthThrottle } from "./access/auth-throttle.js";
 import { ListCache } from "./access/lists.js";
 import { AdaptiveReports } from "./adaptive/reports.js";
-import { AuthThrottle } from "./admin/throttle.js";
 import { Breakers } from "./breaker/breakers.js";
 import { ConfigCache } from "./config/cache.js";
 import { JwksCache } from "./keys/jwt.js";

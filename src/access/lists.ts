@@ -1,5 +1,5 @@
 import { readPart, trimHttpWhitespace, type RequestFacts } from "../keys/identify.js";
-import type { Defer } from "../limiter/decide.js";
+import type { Defer } from "../util/defer.js";
 import type { Store } from "../store/redis.js";
 import { inCidr, parseCidr, parseIp, type Cidr } from "./cidr.js";
 import { listField, readEntries, type ListEntry } from "./lists-store.js";

@@ -1,8 +1,8 @@
 import adaptiveLua from "../../lua/adaptive.lua";
 import type { Route } from "../config/index.js";
-import type { Bucket, Defer } from "../limiter/decide.js";
+import type { Defer } from "../util/defer.js";
 import type { OverrideCopies } from "../limiter/overrides.js";
-import type { LimitOutcome } from "../limiter/types.js";
+import type { Bucket, LimitOutcome } from "../limiter/types.js";
 import { asKeyHash, type KeyHash } from "../keys/hash.js";
 import { StoreError } from "../store/deadline.js";
 import { adaptiveStateKey, overrideField, overridesKeyOfBucket } from "../store/layout.js";

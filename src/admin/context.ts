@@ -2,7 +2,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import { createFactory } from "hono/factory";
 import type { Config } from "../config/index.js";
 import type { Env } from "../env.js";
-import type { Defer } from "../limiter/decide.js";
+import type { Defer } from "../util/defer.js";
 import { Problem } from "../problem.js";
 import type { ProblemTitle } from "../problem-types.js";
 import { envConnections, type Stores } from "../region/index.js";

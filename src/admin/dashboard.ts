@@ -6,7 +6,8 @@ import type { Stores } from "../region/index.js";
 import { asHash } from "../store/replies.js";
 import { tokenMatches } from "./auth.js";
 import { adaptiveFigures, hourOfRoute, regionFigures, withLabels } from "./figures.js";
-import { idempotencyRows, type IdempotencyRow } from "./idempotency-figures.js";
+import type { DashboardData } from "./dashboard-data.js";
+import { idempotencyRows } from "./idempotency-figures.js";
 import type { AdminEnv } from "./context.js";
 import { signedIn, signOut, startSession, throttledCompare } from "./guard.js";
 import { limitChoices, panelsData } from "./panels.js";
@@ -65,49 +66,6 @@ export function dashboardApp(throttle: AuthThrottle): Hono<AdminEnv> {
  * through, and those are requests a limit refused, whoever answered them in the origin's place.
  */
 const ALLOWED = new Set(["allow", "shadow", "degraded", "replay"]);
-
-/** The figures of `GET /__sluice/api/dashboard`, which the page's panels draw (docs/operating.md: how each is computed). */
-export interface DashboardData {
-  /** The last 60 minutes (epoch ms / 60 000), oldest first. */
-  minutes: number[];
-  routes: Array<{
-    route: string;
-    /** Per minute of `minutes`. */
-    allowed: number[];
-    shed: number[];
-    /** Each limit's decisions over the hour; `-` holds the requests no limit refused. */
-    limits: Array<{ limit: string; allowed: number; shed: number }>;
-    /** Automatic bans the route's limits gave in the last hour. */
-    bans: number;
-    /**
-     * Adaptive routes: the limit in each region, the requests in flight under it (live slots of
-     * its bucket; `null` when unread), the latency it follows and the unloaded latency it learnt.
-     */
-    adaptive?: Array<{
-      region: string;
-      limit: number;
-      in_flight: number | null;
-      latency_ms: number | null;
-      base_ms: number;
-    }>;
-  }>;
-  regions: Array<{
-    region: string;
-    /** Decisions per second by verdict (`Sluice-Decision`), over the last 5 minutes. */
-    per_second: Record<string, number>;
-    /** The decision's Redis round trip as isolates measured it, last 5 minutes (`null`: none). */
-    rtt_p50_ms: number | null;
-    rtt_p99_ms: number | null;
-    /** 0..1: decisions made in the isolate without a round trip (leases, blocked-bucket cache), last 5 minutes. */
-    local_share: number;
-    /** Seconds of the last hour spent deciding without Redis because it failed (each minute: 60 s × its share). */
-    degraded_seconds: number;
-  }>;
-  /** The most refused identifiers over the hour, with the client's label and deny entry where kept. */
-  top_blocked: Array<{ route: string; id: string; refusals: number; label?: string; entry?: string }>;
-  /** Routes with an `idempotency` table: their outcomes, duplicate suppression and first arrivals over the hour. */
-  idempotency: IdempotencyRow[];
-}
 
 /**
  * The last 60 minutes per route (allowed vs shed, each limit's figures and bans, from the

@@ -13,7 +13,7 @@ import { readLabels } from "../metrics/reads.js";
 import type { DecisionHeader } from "../problem.js";
 import { allRegions, type Stores } from "../region/index.js";
 import { adaptiveStateKey, bucketKey } from "../store/layout.js";
-import type { DashboardData } from "./dashboard.js";
+import type { DashboardData } from "./dashboard-data.js";
 import { factsFromParams } from "./identity.js";
 import { orElse } from "../util/log.js";
 

@@ -3,26 +3,9 @@
  * from the hour's per-minute metrics hashes dashboardData has already read.
  */
 import type { Config } from "../config/index.js";
-import { duplicateFigures, idempotencyFigures, noFigures, type IdempotencyOutcome } from "../metrics/idempotency.js";
+import { duplicateFigures, idempotencyFigures, noFigures } from "../metrics/idempotency.js";
+import type { IdempotencyRow } from "./dashboard-data.js";
 import { quantile } from "./figures.js";
-
-/** One idempotent route's hour. */
-export interface IdempotencyRow {
-  route: string;
-  outcomes: Record<IdempotencyOutcome, number>;
-  /** Duplicates: replays, 409s while the first ran, and takeovers (those reached the origin). */
-  duplicates: number;
-  /** 0..1: duplicates answered without the origin (replay, in flight) over all duplicates; `null` without duplicates. */
-  suppression_rate: number | null;
-  /** 0..1: replays over the requests that came with a key (first, taken over, replay, in flight, mismatch); `null` without any. */
-  replay_share: number | null;
-  /** First arrivals (and takeovers) the origin answered, or failed, this hour, and those that failed (no answer, timeout, 5xx). */
-  first_arrivals: number;
-  first_failures: number;
-  /** The origin latency of first arrivals at p50 and p99 (histogram bucket bounds); `null` without any. */
-  first_p50_ms: number | null;
-  first_p99_ms: number | null;
-}
 
 /** The figures of every route with an `idempotency` table, over `hour` (in configuration order). */
 export function idempotencyRows(

@@ -1,4 +1,6 @@
-import { algorithm, type Algorithm } from "../limiter/registry.js";
+import { algorithm, type Algorithm, type ExactnessProblem } from "../limiter/registry.js";
+
+export type { ExactnessProblem };
 
 /** The figures decide.lua counts a bucket with: a configured limit's, a tier's, or an override's. */
 export interface BucketFigures {
@@ -7,12 +9,6 @@ export interface BucketFigures {
   /** Capacity; windows ignore it (they hold `rate`), a tier's is its rate. */
   burst: number;
   periodMs: number;
-}
-
-/** Which of the figures is at fault, so the caller can name its own field. */
-export interface ExactnessProblem {
-  field: "rate" | "burst" | "period";
-  message: string;
 }
 
 /** decide.lua takes the period in µs; beyond this (about 285 years) it is no longer an exact double. */

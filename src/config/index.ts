@@ -2,7 +2,7 @@ import { z } from "zod";
 import { sluiceSchema, type LimitSettings, type RouteSettings, type SluiceSettings } from "./schema.js";
 import { exactnessProblem, maxDelayProblem, responseMaxProblem } from "./exactness.js";
 import { compilePattern, type PathPattern } from "../routing/match.js";
-import { usesJwt } from "../keys/jwt.js";
+import { usesJwt } from "./uses-jwt.js";
 
 /** A limit as the request path uses it (durations in ms, key as a list of parts). */
 export type Limit = LimitSettings;

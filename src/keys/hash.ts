@@ -29,6 +29,3 @@ export function asKeyHash(text: string): KeyHash {
   if (!KEY_HASH.test(text)) throw new TypeError("not a key hash (32 hex digits)");
   return text as KeyHash;
 }
-
-/** Kept here for the callers that import it from here; the layout lives in store/layout.ts. */
-export { bucketKey } from "../store/layout.js";

@@ -1,5 +1,5 @@
 import { decode, verify, verifyWithJwks } from "hono/jwt";
-import type { Config, Route } from "../config/index.js";
+import type { Config } from "../config/index.js";
 import { logFailure } from "../util/log.js";
 
 export type Verified = { ok: true; claims?: Record<string, unknown> } | { ok: false; detail: string };
@@ -8,18 +8,6 @@ type JwtSettings = NonNullable<Config["jwt"]>;
 type Jwk = NonNullable<Parameters<typeof verifyWithJwks>[1]["keys"]>[number];
 
 const JWKS_TTL_MS = 10 * 60_000;
-
-/** Whether any limit of the route keys (or takes its tier) on a JWT claim, or its session lock, idempotency principal or priority does. */
-export function usesJwt(
-  route: Pick<Route, "limits" | "session" | "idempotency"> & Partial<Pick<Route, "priority">>,
-): boolean {
-  const session = route.session ? [route.session.key, ...route.session.principal] : [];
-  const principal = route.idempotency?.principal ?? [];
-  const priority = route.priority ?? "";
-  return [...route.limits.flatMap((l) => [...l.key, l.tier ?? ""]), ...session, ...principal, priority].some((p) =>
-    p.startsWith("jwt:"),
-  );
-}
 
 /**
  * Verifies the request's bearer token with hono's JWT helpers, against the HMAC secret in

@@ -22,11 +22,8 @@
  * Warm-up is not modelled here (test/support/warmup-model.ts is its reference).
  */
 
-import type { Algorithm } from "./registry.js";
-
-// Which model an algorithm has is the registry's to say (`modelOf` in ./registry.ts): this file
-// only imports its names as a type, so that the registry can import the models.
-export type { Algorithm };
+// Which model an algorithm has is the registry's to say (`modelOf` and `AlgoLimit` in
+// ./registry.ts): this file imports nothing of it, so that the registry can import the models.
 
 /** The figures a model counts with. */
 export interface AlgoFigures {
@@ -40,10 +37,6 @@ export interface AlgoFigures {
   maxDelayUs?: number;
   /** leaky_bucket: the queue is taken at once, the request waits 0. */
   nodelay?: boolean;
-}
-
-export interface AlgoLimit extends AlgoFigures {
-  algorithm: Algorithm;
 }
 
 export interface AlgoState {

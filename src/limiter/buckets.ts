@@ -6,7 +6,7 @@ import { equalShare } from "../region/shares.js";
 import { StoreError } from "../store/deadline.js";
 import { bucketKey, shareKeys } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
-import type { Bucket, BucketParams } from "./decide.js";
+import type { Bucket, BucketParams } from "./types.js";
 import { floorOf, priorityOf, type Priority } from "./priority.js";
 
 export interface RegionStores {

@@ -1,48 +1,16 @@
-import type { Limit } from "../config/index.js";
-import type { Share } from "../region/shares.js";
 import { StoreError } from "../store/deadline.js";
-import type { Store } from "../store/redis.js";
 import type { BlockedBuckets } from "./blocked.js";
 import type { LeaseBroker } from "./lease-broker.js";
 import type { OverrideCopies, OverrideInput } from "./overrides.js";
 import { refusalCacheable } from "./registry.js";
 import { groupByStore, runDecide, type GroupResult } from "./script-call.js";
-import type { Decision, LimitOutcome } from "./types.js";
+import type { Bucket, Decision, LimitOutcome } from "./types.js";
+import type { Defer } from "../util/defer.js";
 import { settleQuietly } from "../util/log.js";
 
 export { DECIDE_SCRIPT, scriptCall, type ScriptBucket, type ScriptMode } from "./script-call.js";
-
-/** The figures one request is decided with: the limit's, or its tier's, and the request's cost. */
-export interface BucketParams {
-  rate: number;
-  /** ms */
-  period: number;
-  burst: number;
-  cost: number;
-  /**
-   * Whole tokens (requests, queue places, slots) the request must leave in the bucket: the
-   * capacity kept for priorities above the request's (docs/algorithms.md, Priorities); 0 or absent for none.
-   */
-  floor?: number;
-}
-
-/** One bucket a request falls into, and the Redis that holds it. */
-export interface Bucket {
-  limit: Limit;
-  key: string;
-  store: Store;
-  /** Defaults to the limit's own rate, period, burst and cost. */
-  params?: BucketParams;
-  /** `split` limits: where this region's share and demand are kept, and the share to use before the first rebalance. */
-  split?: { shareKey: string; demandKey: string; start: Share };
-  /** concurrency limits: the id of the in-flight slot this request takes (one per request and limit). */
-  slot?: string;
-  /** "settle" calls (cost from the response): whole tokens to charge on top of the reserve taken (< 0: given back). */
-  delta?: number;
-}
-
-/** Work that may finish after the response (`ctx.waitUntil`). */
-export type Defer = (work: Promise<unknown>) => void;
+export type { Bucket, BucketParams } from "./types.js";
+export type { Defer } from "../util/defer.js";
 
 /** What an isolate keeps between requests for its decisions: buckets known closed, its leases (none: every decision central), and its copy of the overrides. */
 export interface IsolateState {

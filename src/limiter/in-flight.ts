@@ -1,7 +1,6 @@
-import type { Bucket } from "./decide.js";
 import type { OverrideCopies } from "./overrides.js";
 import { groupByStore, runDecide } from "./script-call.js";
-import type { Decision, LimitOutcome } from "./types.js";
+import type { Bucket, Decision, LimitOutcome } from "./types.js";
 
 /*
  * In-flight slots (concurrency limits; docs/algorithms.md, In-flight caps). A request takes one slot per

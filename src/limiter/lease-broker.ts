@@ -1,10 +1,10 @@
 import type { Limit } from "../config/index.js";
-import type { Bucket, Defer } from "./decide.js";
+import type { Defer } from "../util/defer.js";
 import { leaseEnd, LeaseTable, type GiveBack, type LeaseLevel, type LeaseTerms, type Renewal } from "./leases.js";
 import type { OverrideCopies } from "./overrides.js";
 import { algorithm, leasableShape } from "./registry.js";
 import { groupByStore, runDecide, type GroupResult, type LeaseArgs } from "./script-call.js";
-import type { Decision, LimitOutcome } from "./types.js";
+import type { Bucket, Decision, LimitOutcome } from "./types.js";
 
 /** A lease covers at least this long (ms) of demand, however near the store: a renewal has to come back in time, and tiny leases cost a renewal each. */
 export const MIN_HORIZON_MS = 100;

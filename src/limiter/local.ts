@@ -1,7 +1,7 @@
 import type { AlgoModel, AlgoOutcome, AlgoState } from "./algorithms.js";
-import { longestWait, type Bucket } from "./decide.js";
+import { longestWait } from "./decide.js";
 import { algorithm } from "./registry.js";
-import type { Decision, LimitOutcome } from "./types.js";
+import type { Bucket, Decision, LimitOutcome } from "./types.js";
 
 /** What a local decision needs of a bucket: its limit, its key, its figures and (concurrency) its slot; no store. */
 export type LocalBucket = Pick<Bucket, "limit" | "key" | "params" | "slot">;

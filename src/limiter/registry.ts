@@ -1,4 +1,3 @@
-import type { ExactnessProblem } from "../config/exactness.js";
 import {
   FixedWindow,
   InFlight,
@@ -6,7 +5,6 @@ import {
   SlidingWindow,
   TokenBucket,
   type AlgoFigures,
-  type AlgoLimit,
   type AlgoModel,
 } from "./algorithms.js";
 import type { ResponseSource } from "./response-figures.js";
@@ -19,8 +17,14 @@ import type { ResponseSource } from "./response-figures.js";
  * plus its table in lua/decide.lua (`code` is its index in the script's `algorithms`); one that
  * brings a setting of its own also adds it to AlgorithmSetting, and its field to the schema.
  *
- * Nothing here imports the configuration at runtime: config/ imports this file.
+ * Nothing here imports the configuration: config/ imports this file.
  */
+
+/** Which of a bucket's figures is at fault, so the caller can name its own field (config/exactness.ts). */
+export interface ExactnessProblem {
+  field: "rate" | "burst" | "period";
+  message: string;
+}
 
 /** Settings of a limit that only some algorithms read. */
 export type AlgorithmSetting = "warmup" | "max_delay" | "nodelay";
@@ -139,6 +143,11 @@ export const ALGORITHMS = {
 } satisfies Record<string, AlgorithmEntry>;
 
 export type Algorithm = keyof typeof ALGORITHMS;
+
+/** A model's figures with the algorithm that counts them. */
+export interface AlgoLimit extends AlgoFigures {
+  algorithm: Algorithm;
+}
 
 /** The entry of an algorithm. */
 export function algorithm(name: Algorithm): AlgorithmEntry {

@@ -1,8 +1,7 @@
-import type { Bucket } from "./decide.js";
 import type { OverrideCopies } from "./overrides.js";
 import { figureReader, type FigureReader, type ResponseSource } from "./response-figures.js";
 import { groupByStore, runDecide } from "./script-call.js";
-import type { Decision } from "./types.js";
+import type { Bucket, Decision } from "./types.js";
 import { logError } from "../util/log.js";
 
 /*

@@ -1,10 +1,9 @@
 import decideLua from "../../lua/decide.lua";
 import { StoreError } from "../store/deadline.js";
 import type { Store } from "../store/redis.js";
-import type { Bucket } from "./decide.js";
 import { overridesKeyOf, type OverrideInput } from "./overrides.js";
 import { algorithm } from "./registry.js";
-import type { LimitOutcome } from "./types.js";
+import type { Bucket, LimitOutcome } from "./types.js";
 
 /** The script source, for `store.script()`. */
 export const DECIDE_SCRIPT: string = decideLua;

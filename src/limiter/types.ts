@@ -1,4 +1,6 @@
 import type { Limit } from "../config/index.js";
+import type { Share } from "../region/shares.js";
+import type { Store } from "../store/redis.js";
 
 /** What one limit said about one request; the same shape whatever the algorithm. */
 export interface LimitOutcome {
@@ -29,3 +31,32 @@ export interface LimitOutcome {
 export type Decision =
   | { verdict: "allow" | "shadow"; outcomes: LimitOutcome[]; leased?: true }
   | { verdict: "reject"; outcomes: LimitOutcome[]; blocking: LimitOutcome; cached: boolean };
+
+/** The figures one request is decided with: the limit's, or its tier's, and the request's cost. */
+export interface BucketParams {
+  rate: number;
+  /** ms */
+  period: number;
+  burst: number;
+  cost: number;
+  /**
+   * Whole tokens (requests, queue places, slots) the request must leave in the bucket: the
+   * capacity kept for priorities above the request's (docs/algorithms.md, Priorities); 0 or absent for none.
+   */
+  floor?: number;
+}
+
+/** One bucket a request falls into, and the Redis that holds it. */
+export interface Bucket {
+  limit: Limit;
+  key: string;
+  store: Store;
+  /** Defaults to the limit's own rate, period, burst and cost. */
+  params?: BucketParams;
+  /** `split` limits: where this region's share and demand are kept, and the share to use before the first rebalance. */
+  split?: { shareKey: string; demandKey: string; start: Share };
+  /** concurrency limits: the id of the in-flight slot this request takes (one per request and limit). */
+  slot?: string;
+  /** "settle" calls (cost from the response): whole tokens to charge on top of the reserve taken (< 0: given back). */
+  delta?: number;
+}

@@ -1,5 +1,5 @@
 import type { Config } from "../config/index.js";
-import type { Defer } from "../limiter/decide.js";
+import type { Defer } from "../util/defer.js";
 import type { Stores } from "../region/index.js";
 import type { DecisionHeader } from "../problem.js";
 import { metricsKeys } from "../store/layout.js";

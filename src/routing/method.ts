@@ -1,5 +1,4 @@
-import type { Route } from "../config/index.js";
-import { findRoute } from "./route.js";
+import { findRoute, type RoutableRoute } from "./route.js";
 
 /** The headers frameworks read a method override from (Express's method-override, Laravel, Symfony). */
 export const METHOD_OVERRIDE_HEADERS = ["x-http-method-override", "x-http-method", "x-method-override"] as const;
@@ -8,8 +7,8 @@ export const METHOD_OVERRIDE_HEADERS = ["x-http-method-override", "x-http-method
 const OVERRIDABLE = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]);
 
 /** The route a request meets and the method its guards decide on; `overridden`: its override header is honoured. */
-export interface MethodChoice {
-  route?: Route;
+export interface MethodChoice<R> {
+  route?: R;
   method: string;
   overridden: boolean;
 }
@@ -22,7 +21,11 @@ export interface MethodChoice {
  *
  * @example chooseRoute(routes, request, "/api/items/1") // { route: deletes, method: "DELETE", overridden: true }
  */
-export function chooseRoute(routes: readonly Route[], request: Request, matchPath: string): MethodChoice {
+export function chooseRoute<R extends RoutableRoute & { method_override?: boolean }>(
+  routes: readonly R[],
+  request: Request,
+  matchPath: string,
+): MethodChoice<R> {
   const method = request.method.toUpperCase();
   const wanted = method === "POST" ? overrideOf(request.headers) : undefined;
   if (wanted) {

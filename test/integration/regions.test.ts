@@ -2,7 +2,8 @@ import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RespClient } from "../../dev/resp.js";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { bucketKey, hashIdentifier } from "../../src/keys/hash.js";
+import { hashIdentifier } from "../../src/keys/hash.js";
+import { bucketKey } from "../../src/store/layout.js";
 import { call, startWorker, TOKEN, type DemoOrigin, type RedisStack, sleep, useStack } from "./stack.js";
 
 const regions = { us: { continents: ["NA"] }, eu: { continents: ["EU"], colos: ["DME"] }, ap: { continents: ["AS"] } };

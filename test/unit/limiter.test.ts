@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
-import { bucketKey, hashIdentifier } from "../../src/keys/hash.js";
+import { hashIdentifier } from "../../src/keys/hash.js";
+import { bucketKey } from "../../src/store/layout.js";
 import { clientIp, identify, type RequestFacts } from "../../src/keys/identify.js";
 import { BlockedBuckets } from "../../src/limiter/blocked.js";
 import { rateLimitHeaders, retryAfterSeconds } from "../../src/limiter/headers.js";

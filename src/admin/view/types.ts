@@ -3,11 +3,11 @@
  * (src/admin/dashboard.ts builds it): the optional fields are drawn when present, and a panel
  * says "no figures" where they are not.
  */
-import type { DashboardData } from "../dashboard.js";
+import type { DashboardData } from "../dashboard-data.js";
 
 /**
  * `GET /__sluice/api/dashboard`'s figures as the panels take them: `DashboardData` (built by
- * src/admin/dashboard.ts, documented there), with the per-limit figures and regions optional so
+ * src/admin/dashboard.ts, documented in src/admin/dashboard-data.ts), with the per-limit figures and regions optional so
  * that a panel says "no figures" where they are missing.
  */
 export interface DashboardView {

@@ -5,8 +5,8 @@ import { SHARE_TIMEOUT_MS, type BreakerShare } from "../../breaker/breakers.js";
 import { retryAfterSeconds } from "../../limiter/headers.js";
 import { originFailed } from "../../origin/forward.js";
 import { Problem } from "../../problem.js";
+import { fallbackFor } from "../../fallback/answer.js";
 import { breakerKey } from "../../store/layout.js";
-import { fallbackFor } from "../shedding/index.js";
 import type { Step } from "../step.js";
 
 /**

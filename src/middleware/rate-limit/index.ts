@@ -21,7 +21,7 @@ import { Problem } from "../../problem.js";
 import { StoreError } from "../../store/deadline.js";
 import { shed, withHeaders } from "../shedding/index.js";
 import type { Step } from "../step.js";
-import { limitedRoute } from "../verify-jwt/index.js";
+import { limitedRoute } from "../../routing/route.js";
 import { logError, settleQuietly } from "../../util/log.js";
 
 /**

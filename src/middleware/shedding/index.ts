@@ -4,13 +4,13 @@ import type { Scope, SluiceEnv } from "../../context.js";
 import { allowance, rateLimitHeaders, retryAfterSeconds } from "../../limiter/headers.js";
 import type { Decision } from "../../limiter/types.js";
 import { clientLabel } from "../../metrics/labels.js";
-import { originRequest } from "../../origin/forward.js";
 import { Problem } from "../../problem.js";
 import { enqueue } from "../../queue/enqueue.js";
-import { findCopy, isKeepable, keepCopy, type CopyAddress } from "../../fallback/copies.js";
+import { copyAddress, fallbackFor } from "../../fallback/answer.js";
+import { isKeepable, keepCopy } from "../../fallback/copies.js";
 import type { Step } from "../step.js";
 import { divert } from "./divert.js";
-import { orElse, settleQuietly } from "../../util/log.js";
+import { settleQuietly } from "../../util/log.js";
 
 export type Refusal = Extract<Decision, { verdict: "reject" }>;
 
@@ -62,36 +62,6 @@ export function tooManyRequests(refusal: Refusal, route: string): Problem {
     detail: `limit "${limit.name}" of route "${route}" ${allowance(limit)}; retry in ${retryAfterMs} ms`,
     extensions: { limit: limit.name, retry_after_ms: retryAfterMs },
     headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)), ...rateLimitHeaders([refusal.blocking]) },
-  });
-}
-
-/** Where a fallback copy of this request's page is filed: what the origin is asked, never the matching view. */
-export function copyAddress(scope: Scope): CopyAddress {
-  return {
-    host: scope.facts.url.host,
-    route: routeOf(scope).name,
-    path: scope.forwardPath,
-    search: scope.facts.url.search,
-  };
-}
-
-/** The cached copy (GET/HEAD of fallback routes), else the route's static fallback, else nothing. */
-export async function fallbackFor(c: Context, scope: Scope): Promise<Response | undefined> {
-  const route = routeOf(scope);
-  const method = scope.method;
-  if (route.on_limit === "fallback" && (method === "GET" || method === "HEAD")) {
-    // a response's Vary refers to the headers the origin was sent, not the client's
-    const sent = scope.target ? originRequest(c.req.raw, scope.target).headers : c.req.raw.headers;
-    const copy = await orElse(findCopy(copyAddress(scope), sent, method), undefined, "fallback_copy_read_failed", {
-      route: route.name,
-    });
-    if (copy) return copy;
-  }
-  const s = route.fallback;
-  if (!s) return undefined;
-  return new Response(method === "HEAD" ? null : s.body, {
-    status: s.status,
-    headers: { "content-type": s.content_type, "cache-control": "no-store" },
   });
 }
 

@@ -1,15 +1,12 @@
 import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
 import type { Scope } from "../../context.js";
-import { usesJwt, verifyBearer, type Verified } from "../../keys/jwt.js";
+import { usesJwt } from "../../config/uses-jwt.js";
+import { verifyBearer, type Verified } from "../../keys/jwt.js";
 import { AUTO_PRINCIPAL } from "../../keys/principal.js";
 import { Problem } from "../../problem.js";
+import { limitedRoute } from "../../routing/route.js";
 import type { Step } from "../step.js";
-
-/** The route whose limits a request is decided against: its own, or the one a peek route names. */
-export function limitedRoute(scope: Pick<Scope, "config">, route: Route): Route {
-  return typeof route.peek === "string" ? (scope.config.routes.find((r) => r.name === route.peek) ?? route) : route;
-}
 
 /** What verifying a request's bearer token needs: the `jwt` settings, the key's variable, the JWKS cache. */
 export type Verifier = Pick<Scope, "config" | "env" | "runtime" | "bearer">;

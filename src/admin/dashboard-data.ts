@@ -1,0 +1,67 @@
+/*
+ * The dashboard's data model: the figures of `GET /__sluice/api/dashboard`, which
+ * src/admin/dashboard.ts builds (with figures.ts and idempotency-figures.ts) and the page's
+ * panels draw (view/types.ts). Types only, so that builders and views both stand above it.
+ */
+import type { IdempotencyOutcome } from "../metrics/idempotency.js";
+
+/** The figures of `GET /__sluice/api/dashboard`, which the page's panels draw (docs/operating.md: how each is computed). */
+export interface DashboardData {
+  /** The last 60 minutes (epoch ms / 60 000), oldest first. */
+  minutes: number[];
+  routes: Array<{
+    route: string;
+    /** Per minute of `minutes`. */
+    allowed: number[];
+    shed: number[];
+    /** Each limit's decisions over the hour; `-` holds the requests no limit refused. */
+    limits: Array<{ limit: string; allowed: number; shed: number }>;
+    /** Automatic bans the route's limits gave in the last hour. */
+    bans: number;
+    /**
+     * Adaptive routes: the limit in each region, the requests in flight under it (live slots of
+     * its bucket; `null` when unread), the latency it follows and the unloaded latency it learnt.
+     */
+    adaptive?: Array<{
+      region: string;
+      limit: number;
+      in_flight: number | null;
+      latency_ms: number | null;
+      base_ms: number;
+    }>;
+  }>;
+  regions: Array<{
+    region: string;
+    /** Decisions per second by verdict (`Sluice-Decision`), over the last 5 minutes. */
+    per_second: Record<string, number>;
+    /** The decision's Redis round trip as isolates measured it, last 5 minutes (`null`: none). */
+    rtt_p50_ms: number | null;
+    rtt_p99_ms: number | null;
+    /** 0..1: decisions made in the isolate without a round trip (leases, blocked-bucket cache), last 5 minutes. */
+    local_share: number;
+    /** Seconds of the last hour spent deciding without Redis because it failed (each minute: 60 s × its share). */
+    degraded_seconds: number;
+  }>;
+  /** The most refused identifiers over the hour, with the client's label and deny entry where kept. */
+  top_blocked: Array<{ route: string; id: string; refusals: number; label?: string; entry?: string }>;
+  /** Routes with an `idempotency` table: their outcomes, duplicate suppression and first arrivals over the hour. */
+  idempotency: IdempotencyRow[];
+}
+
+/** One idempotent route's hour. */
+export interface IdempotencyRow {
+  route: string;
+  outcomes: Record<IdempotencyOutcome, number>;
+  /** Duplicates: replays, 409s while the first ran, and takeovers (those reached the origin). */
+  duplicates: number;
+  /** 0..1: duplicates answered without the origin (replay, in flight) over all duplicates; `null` without duplicates. */
+  suppression_rate: number | null;
+  /** 0..1: replays over the requests that came with a key (first, taken over, replay, in flight, mismatch); `null` without any. */
+  replay_share: number | null;
+  /** First arrivals (and takeovers) the origin answered, or failed, this hour, and those that failed (no answer, timeout, 5xx). */
+  first_arrivals: number;
+  first_failures: number;
+  /** The origin latency of first arrivals at p50 and p99 (histogram bucket bounds); `null` without any. */
+  first_p50_ms: number | null;
+  first_p99_ms: number | null;
+}
