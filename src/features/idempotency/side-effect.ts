@@ -1,12 +1,6 @@
 import type { Route } from "../../config/index.js";
 import type { Scope } from "../../context.js";
-import {
-  guard,
-  type ClaimStores,
-  type ClaimSubject,
-  type Guarded,
-  type IdempotencySettings,
-} from "./guard.js";
+import { guard, type ClaimStores, type ClaimSubject, type Guarded, type IdempotencySettings } from "./guard.js";
 import type { ClaimTicket } from "./records.js";
 import { principalOf } from "../../keys/principal.js";
 import { Problem } from "../../problem.js";

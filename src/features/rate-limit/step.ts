@@ -9,13 +9,7 @@ import { decide, giveBack, madeWithoutRedis, type Bucket } from "./decision/deci
 import { rateLimitHeaders } from "./headers.js";
 import { heldSlots, releaseSlots } from "./decision/in-flight.js";
 import { observeBody } from "./cost/observe-body.js";
-import {
-  BodyCosts,
-  chargedFromResponse,
-  headerSettlements,
-  readCostBody,
-  settle,
-} from "./cost/response-cost.js";
+import { BodyCosts, chargedFromResponse, headerSettlements, readCostBody, settle } from "./cost/response-cost.js";
 import type { Decision } from "./types.js";
 import { Problem } from "../../problem.js";
 import { StoreError } from "../../store/deadline.js";

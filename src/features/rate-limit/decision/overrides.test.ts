@@ -1,11 +1,5 @@
 import { describe, expect, it } from "vitest";
-import {
-  MAX_OVERRIDES,
-  OverrideCopies,
-  REFRESH_AFTER_MS,
-  TRUSTED_MS,
-  type OverrideAddress,
-} from "./overrides.js";
+import { MAX_OVERRIDES, OverrideCopies, REFRESH_AFTER_MS, TRUSTED_MS, type OverrideAddress } from "./overrides.js";
 import type { Store } from "../../../store/redis.js";
 
 /** A store whose override hash is whatever `hash` holds, counting the commands asked of it. */

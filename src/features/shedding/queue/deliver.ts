@@ -5,7 +5,13 @@ import { bucketsFor } from "../../rate-limit/decision/buckets.js";
 import { decide } from "../../rate-limit/decision/decide.js";
 import type { Defer } from "../../../util/defer.js";
 import { heldSlots, releaseSlots } from "../../rate-limit/decision/in-flight.js";
-import { originFailed, outcomeUnknown, sendToOrigin, withLateAnswer, type OriginReply } from "../../../origin/forward.js";
+import {
+  originFailed,
+  outcomeUnknown,
+  sendToOrigin,
+  withLateAnswer,
+  type OriginReply,
+} from "../../../origin/forward.js";
 import { LATE_ANSWER_MS, noteSettled, settleClaim } from "../../idempotency/guard.js";
 import { refFromTicket, settleFailure } from "../../idempotency/records.js";
 import { release } from "../../session/lock.js";
