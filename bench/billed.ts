@@ -8,7 +8,7 @@
  */
 import type { Miniflare } from "miniflare";
 import type { SluiceInput } from "../src/config/schema.js";
-import { DECIDE_COMMANDS } from "../src/limiter/commands.js";
+import { DECIDE_COMMANDS } from "../src/features/rate-limit/decision/commands.js";
 import { type FeatureRow, featureRoutes, measureFeatures, startUsageOrigin } from "./billed-features.js";
 import { type EdgeStack, FROM_EU, outcomesOf, sleep } from "./edge.js";
 import { startMonitor } from "./monitor.js";

@@ -65,7 +65,7 @@ export interface DecisionResult {
 /** Each of the Worker's background tasks (metrics flush, lists refresh) runs at most this often per isolate. */
 const BACKGROUND_EVERY_S = 5;
 const BACKGROUND_TASKS = 2;
-/** The copy of the measured route's overrides is refreshed at most this often per isolate (src/limiter/overrides.ts). */
+/** The copy of the measured route's overrides is refreshed at most this often per isolate (src/features/rate-limit/decision/overrides.ts). */
 const OVERRIDES_EVERY_S = 0.8;
 
 export async function measureDecisions(

@@ -1,9 +1,9 @@
 import type { Config, Route } from "./config/index.js";
 import type { Env } from "./env.js";
 import type { RequestFacts } from "./keys/identify.js";
-import type { Verified } from "./keys/jwt.js";
+import type { Verified } from "./features/jwt/jwt.js";
 import type { Defer } from "./util/defer.js";
-import type { Bucket, Decision } from "./limiter/types.js";
+import type { Bucket, Decision } from "./features/rate-limit/types.js";
 import type { ClientLabel } from "./metrics/labels.js";
 import type { ForwardTarget, OriginReply } from "./origin/forward.js";
 import type { DecisionHeader } from "./problem.js";

@@ -1,4 +1,4 @@
-import type { JobMessage } from "./queue/queue.js";
+import type { JobMessage } from "./features/shedding/queue/queue.js";
 
 /** The Worker's bindings: vars from wrangler.toml, secrets from `.dev.vars` / `wrangler secret put`. */
 export interface Env {

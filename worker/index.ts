@@ -2,8 +2,8 @@ import { createApp } from "../src/pipeline/gateway.js";
 import { Runtime } from "../src/runtime.js";
 import type { Env } from "../src/env.js";
 import { onSchedule } from "../src/scheduled.js";
-import { onQueue } from "../src/queue/deliver.js";
-import type { JobMessage } from "../src/queue/queue.js";
+import { onQueue } from "../src/features/shedding/queue/deliver.js";
+import type { JobMessage } from "../src/features/shedding/queue/queue.js";
 
 // Wiring only: requests go to the Hono app, cron triggers to the scheduled work, queue batches
 // to the consumer that delivers shed requests.

@@ -1,5 +1,5 @@
 import { Hono, type Context } from "hono";
-import { peekBucket } from "../limiter/decide.js";
+import { peekBucket } from "../features/rate-limit/decision/decide.js";
 import type { AdminEnv } from "./context.js";
 import { bucketAddress, type BucketAddress } from "./identity.js";
 

@@ -3,11 +3,11 @@
  * computed"), read from the per-minute metrics hashes dashboardData has already fetched, and from
  * each region's adaptive state. Nothing here makes a decision: it only reads what isolates wrote.
  */
-import { bucketBound, QUANTILES } from "../adaptive/histogram.js";
+import { bucketBound, QUANTILES } from "../features/adaptive/histogram.js";
 import type { Config, Route } from "../config/index.js";
 import { ADAPTIVE_LIMIT } from "../config/schema.js";
 import { identify } from "../keys/identify.js";
-import { bucketHash } from "../limiter/buckets.js";
+import { bucketHash } from "../features/rate-limit/decision/buckets.js";
 import { LOCAL, REGION_FIELD, RTT_FIELD, STORE_FAILED } from "../metrics/index.js";
 import { readLabels } from "../metrics/reads.js";
 import type { DecisionHeader } from "../problem.js";

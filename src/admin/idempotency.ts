@@ -1,6 +1,6 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { refFromHash, resolve } from "../idempotency/records.js";
+import { refFromHash, resolve } from "../features/idempotency/records.js";
 import { asKeyHash } from "../keys/hash.js";
 import { Problem } from "../problem.js";
 import { required, type AdminEnv } from "./context.js";

@@ -1,7 +1,7 @@
 import type { Config, Limit, Route } from "../config/index.js";
 import type { KeyHash } from "../keys/hash.js";
 import { identify, type RequestFacts } from "../keys/identify.js";
-import { bucketHash } from "../limiter/buckets.js";
+import { bucketHash } from "../features/rate-limit/decision/buckets.js";
 import { Problem } from "../problem.js";
 import type { Stores } from "../region/index.js";
 import { bucketKey, overrideField } from "../store/layout.js";

@@ -1,7 +1,12 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { validEntry } from "../access/lists.js";
-import { readEntries, removeEntry as removeListEntry, writeEntry, type ListEntry } from "../access/lists-store.js";
+import { validEntry } from "../features/access/lists.js";
+import {
+  readEntries,
+  removeEntry as removeListEntry,
+  writeEntry,
+  type ListEntry,
+} from "../features/access/lists-store.js";
 import type { Config } from "../config/index.js";
 import { parseDuration } from "../config/duration.js";
 import type { Stores } from "../region/index.js";

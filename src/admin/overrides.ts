@@ -11,7 +11,7 @@ import {
   readOverrides,
   removeOverride as removeField,
   writeOverride,
-} from "../limiter/overrides-store.js";
+} from "../features/rate-limit/decision/overrides-store.js";
 import { overridesKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 import { adminHandlers, type AdminEnv } from "./context.js";

@@ -6,7 +6,12 @@ import { orElse } from "../util/log.js";
 
 // The isolate's memory of failed authentications stands apart (the runtime holds one per isolate
 // and imports nothing of the admin); it is re-exported here for the admin's own callers.
-import { AUTH_FAILURE_LIMIT, AUTH_WINDOW_MS, type AuthAttempt, type AuthThrottle } from "../access/auth-throttle.js";
+import {
+  AUTH_FAILURE_LIMIT,
+  AUTH_WINDOW_MS,
+  type AuthAttempt,
+  type AuthThrottle,
+} from "../features/access/auth-throttle.js";
 
 export {
   AUTH_FAILURE_LIMIT,
@@ -14,7 +19,7 @@ export {
   AuthThrottle,
   type AuthAttempt,
   type AuthWindow,
-} from "../access/auth-throttle.js";
+} from "../features/access/auth-throttle.js";
 
 /**
  * Throttles guessing of the admin token (bearer or login form): a client (its CF-Connecting-IP)

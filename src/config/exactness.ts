@@ -1,4 +1,4 @@
-import { algorithm, type Algorithm, type ExactnessProblem } from "../limiter/registry.js";
+import { algorithm, type Algorithm, type ExactnessProblem } from "../features/rate-limit/algorithms/registry.js";
 
 export type { ExactnessProblem };
 
@@ -21,7 +21,7 @@ const MAX_PERIOD_MS = Math.floor(Number.MAX_SAFE_INTEGER / 1000);
  *
  * - every algorithm: the period in µs must be exact (token and leaky buckets take its gcd with the
  *   rate, windows divide Redis time by it);
- * - then the algorithm's own rule (its `exactness` in src/limiter/registry.ts): the buckets' capacity
+ * - then the algorithm's own rule (its `exactness` in src/features/rate-limit/algorithms/registry.ts): the buckets' capacity
  *   in units, the windows' rate × period.
  *
  * Pure: the configuration (limits and tier rates) and the admin API's overrides both ask it.

@@ -10,12 +10,12 @@ import {
   type Algorithm,
   type AlgorithmSetting,
   type AlgorithmSettings,
-} from "../limiter/registry.js";
-import { compiledFigures, figureProblems } from "../limiter/figures.js";
-import { PRIORITIES, RESERVABLE, type Reserve } from "../limiter/priority.js";
-import { parseResponseSource } from "../limiter/response-figures.js";
+} from "../features/rate-limit/algorithms/registry.js";
+import { compiledFigures, figureProblems } from "../features/rate-limit/algorithms/figures.js";
+import { PRIORITIES, RESERVABLE, type Reserve } from "../features/rate-limit/decision/priority.js";
+import { parseResponseSource } from "../features/rate-limit/cost/response-figures.js";
 import { DEFAULT_PROBLEM_BASE } from "../problem.js";
-import { isJsonPointer } from "../idempotency/json-pointer.js";
+import { isJsonPointer } from "../features/idempotency/json-pointer.js";
 import { AUTO_PRINCIPAL } from "../keys/principal.js";
 
 /** Names end up inside Redis key names and headers: keep them to a safe alphabet. */
@@ -149,7 +149,7 @@ const bannable = (key: string[]) => key.length === 1 && key[0] !== "global" && k
 
 /**
  * `cost = { response = "header:<name>" | "json:<path>" | "sse:<path>", reserve, max }`: taken at
- * admission, settled to what the origin reports (src/limiter/response-figures.ts; `trailer:` is
+ * admission, settled to what the origin reports (src/features/rate-limit/cost/response-figures.ts; `trailer:` is
  * refused there by name).
  */
 const responseCost = z
@@ -186,7 +186,7 @@ const limit = z
     name,
     key: z.union([keyPart, z.array(keyPart).min(1).max(8)]).default("ip"),
     algorithm: z.enum(ALGORITHM_NAMES).default("token_bucket"),
-    /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/limiter/figures.ts). */
+    /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/features/rate-limit/algorithms/figures.ts). */
     rate: z.number().int().positive().max(1_000_000_000).optional(),
     period: duration.optional(),
     burst: z.number().int().positive().max(1_000_000_000).optional(),
@@ -371,7 +371,7 @@ const principal = z
     });
   });
 
-/** `derive = { fields, window }`: the key is these JSON pointers' values in the body, one per window (src/idempotency/derive.ts). */
+/** `derive = { fields, window }`: the key is these JSON pointers' values in the body, one per window (src/features/idempotency/derive.ts). */
 const deriveFields = z
   .object({
     fields: z
@@ -488,7 +488,7 @@ const sessionSettings = z
   .transform((s) => ({ ...s, principal: Array.isArray(s.principal) ? s.principal : [s.principal], wait: s.wait ?? 0 }));
 
 /**
- * A route's `adaptive` in-flight limit for its origin (docs/algorithms.md, Adaptive limit; src/adaptive/):
+ * A route's `adaptive` in-flight limit for its origin (docs/algorithms.md, Adaptive limit; src/features/adaptive/):
  * the limit moves with the origin's latency at `latency` (a percentile) towards `target`, or,
  * without one, towards `tolerance` times the latency it learns the origin has unloaded.
  */
@@ -591,7 +591,7 @@ const route = z
 /**
  * The concurrency limit an adaptive route is decided with: one bucket per region (`global` key,
  * `region` scope), `initial` slots until the region's Redis holds a learnt figure, which reaches
- * the script as an override of this bucket (src/adaptive/).
+ * the script as an override of this bucket (src/features/adaptive/).
  */
 function adaptiveLimit(a: z.output<typeof adaptiveSettings>, originTimeoutMs: number) {
   return limit.parse({

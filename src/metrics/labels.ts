@@ -1,5 +1,5 @@
-import { validEntry } from "../access/lists.js";
-import { parseIp } from "../access/cidr.js";
+import { validEntry } from "../features/access/lists.js";
+import { parseIp } from "../features/access/cidr.js";
 import type { Config, Limit } from "../config/index.js";
 import { readPart, trimHttpWhitespace, type RequestFacts } from "../keys/identify.js";
 

@@ -1,12 +1,12 @@
-import { accessListsStep } from "../middleware/access-lists/index.js";
-import { breakerStep } from "../middleware/breaker/index.js";
-import { idempotencyStep } from "../middleware/idempotency/index.js";
-import { rateLimitStep } from "../middleware/rate-limit/index.js";
-import { sessionStep } from "../middleware/session/index.js";
-import { keepFallbackCopies } from "../middleware/shedding/index.js";
+import { accessListsStep } from "../features/access/step.js";
+import { breakerStep } from "../features/breaker/step.js";
+import { idempotencyStep } from "../features/idempotency/step.js";
+import { rateLimitStep } from "../features/rate-limit/step.js";
+import { sessionStep } from "../features/session/step.js";
+import { keepFallbackCopies } from "../features/shedding/step.js";
 import type { Step } from "../middleware/step.js";
-import { verifyJwtStep } from "../middleware/verify-jwt/index.js";
-import { jobStatus } from "../queue/enqueue.js";
+import { verifyJwtStep } from "../features/jwt/step.js";
+import { jobStatus } from "../features/shedding/queue/enqueue.js";
 
 /** The steps of the request path, in the order a request meets them (the gateway's and `sluice()`'s). */
 export const PIPELINE_STEPS: Step[] = [

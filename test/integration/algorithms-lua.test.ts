@@ -4,15 +4,15 @@ import type { Redis } from "@upstash/redis";
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Limit } from "../../src/config/index.js";
-import { scriptCall, type ScriptMode } from "../../src/limiter/decide.js";
-import type { AlgoModel } from "../../src/limiter/algorithms.js";
-import { modelOf, type Algorithm } from "../../src/limiter/registry.js";
+import { scriptCall, type ScriptMode } from "../../src/features/rate-limit/decision/decide.js";
+import type { AlgoModel } from "../../src/features/rate-limit/algorithms/algorithms.js";
+import { modelOf, type Algorithm } from "../../src/features/rate-limit/algorithms/registry.js";
 import { warmupTokens } from "../support/warmup-model.js";
 import { withTestClock } from "../support/test-clock.js";
 import { fileRedis } from "./stack.js";
 
 /*
- * decide.lua's four algorithms against the reference models of src/limiter/algorithms.ts,
+ * decide.lua's four algorithms against the reference models of src/features/rate-limit/algorithms/algorithms.ts,
  * run by a real Redis with a test clock (as in decide-lua.test.ts): every reply figure must match
  * exactly, request after request, so a request wrongly charged or wrongly spared shows up as a
  * disagreement later on.

@@ -1,4 +1,4 @@
-import { DECIDE_COMMANDS } from "../../src/limiter/commands.js";
+import { DECIDE_COMMANDS } from "../../src/features/rate-limit/decision/commands.js";
 import { readFileSync } from "node:fs";
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -6,8 +6,8 @@ import { stripUnknownFlags } from "../../dev/bridge.js";
 import { RespClient, type RespArg } from "../../dev/resp.js";
 import { loadConfig, type Limit } from "../../src/config/index.js";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { scriptCall, type ScriptBucket, type ScriptMode } from "../../src/limiter/decide.js";
-import { MAX_OVERRIDES } from "../../src/limiter/overrides.js";
+import { scriptCall, type ScriptBucket, type ScriptMode } from "../../src/features/rate-limit/decision/decide.js";
+import { MAX_OVERRIDES } from "../../src/features/rate-limit/decision/overrides.js";
 import { call, commandCalls, type RedisStack, sleep, useStack } from "./stack.js";
 
 /*

@@ -3,15 +3,15 @@ import { compileLimits } from "../support/limits.js";
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Limit } from "../../src/config/index.js";
-import { InFlight, type AlgoModel } from "../../src/limiter/algorithms.js";
-import { scriptCall, type ScriptBucket, type ScriptMode } from "../../src/limiter/decide.js";
-import { modelOf } from "../../src/limiter/registry.js";
+import { InFlight, type AlgoModel } from "../../src/features/rate-limit/algorithms/algorithms.js";
+import { scriptCall, type ScriptBucket, type ScriptMode } from "../../src/features/rate-limit/decision/decide.js";
+import { modelOf } from "../../src/features/rate-limit/algorithms/registry.js";
 import { clockArgs, loadDecideWithTestClock } from "../support/test-clock.js";
 import { fileRedis } from "./stack.js";
 
 /*
  * decide.lua's concurrency branch (in-flight slots) against the slot-set model of
- * src/limiter/algorithms.ts (`InFlight`: slot id → expiry), on a test clock, as
+ * src/features/rate-limit/algorithms/algorithms.ts (`InFlight`: slot id → expiry), on a test clock, as
  * algorithms-lua.test.ts does for the other algorithms: every reply figure of every take, peek,
  * refund and release must match, the stored value must list exactly the model's live slots, and a
  * refusal or a peek must leave the bucket byte for byte as it was.

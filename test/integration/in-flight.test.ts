@@ -3,8 +3,8 @@ import type { AddressInfo } from "node:net";
 import type { Miniflare } from "miniflare";
 import { describe, expect, it } from "vitest";
 import { loadConfig, type Config, type Limit } from "../../src/config/index.js";
-import { keyedBuckets } from "../../src/limiter/buckets.js";
-import { scriptCall } from "../../src/limiter/decide.js";
+import { keyedBuckets } from "../../src/features/rate-limit/decision/buckets.js";
+import { scriptCall } from "../../src/features/rate-limit/decision/decide.js";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { call, sleep, useStack } from "./stack.js";
 

@@ -6,8 +6,8 @@ import { loadConfig, type Limit } from "../../src/config/index.js";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { hashIdentifier } from "../../src/keys/hash.js";
 import { bucketKey } from "../../src/store/layout.js";
-import { modelOf } from "../../src/limiter/registry.js";
-import { scriptCall, type LeaseArgs, type ScriptMode } from "../../src/limiter/script-call.js";
+import { modelOf } from "../../src/features/rate-limit/algorithms/registry.js";
+import { scriptCall, type LeaseArgs, type ScriptMode } from "../../src/features/rate-limit/decision/script-call.js";
 import { clockArgs, withTestClock } from "../support/test-clock.js";
 import { call, fileRedis, sleep, type DemoOrigin, useStack } from "./stack.js";
 

@@ -4,7 +4,7 @@ import type { Miniflare } from "miniflare";
 import { describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config/index.js";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { keyedBuckets } from "../../src/limiter/buckets.js";
+import { keyedBuckets } from "../../src/features/rate-limit/decision/buckets.js";
 import { call, sleep, useStack } from "./stack.js";
 
 /*

@@ -7,7 +7,7 @@ import { createServer, type Server } from "node:http";
 import { sign } from "hono/jwt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { JWKS_REFETCH_MS, JwksCache, type JwksFetch } from "../../src/keys/jwt.js";
+import { JWKS_REFETCH_MS, JwksCache, type JwksFetch } from "../../src/features/jwt/jwt.js";
 import { call, useStack } from "../integration/stack.js";
 
 const URL_ = "https://issuer.test/jwks.json";

@@ -12,7 +12,7 @@ import { connect, type AddressInfo } from "node:net";
 import { describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config/index.js";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { keyedBuckets } from "../../src/limiter/buckets.js";
+import { keyedBuckets } from "../../src/features/rate-limit/decision/buckets.js";
 import { call, sleep, useStack } from "../integration/stack.js";
 import { portOf } from "../support/raw-http.js";
 

@@ -1,7 +1,7 @@
-import { TokenBucket, type AlgoOutcome } from "../../src/limiter/algorithms.js";
+import { TokenBucket, type AlgoOutcome } from "../../src/features/rate-limit/algorithms/algorithms.js";
 
 /**
- * The token bucket's reference model (GCRA in exact BigInt arithmetic, src/limiter/algorithms.ts)
+ * The token bucket's reference model (GCRA in exact BigInt arithmetic, src/features/rate-limit/algorithms/algorithms.ts)
  * with the cost fixed per limit, as decide-lua.test.ts plays it. Times in microseconds.
  */
 export interface ModelLimit {

@@ -1,6 +1,6 @@
 /**
  * The reference of the token bucket's warm-up ramp (the four algorithms' models live in
- * src/limiter/algorithms.ts, where the isolate's local buckets use them too; warm-up is only
+ * src/features/rate-limit/algorithms/algorithms.ts, where the isolate's local buckets use them too; warm-up is only
  * checked against the script, as local buckets approximate it by the plain token bucket).
  */
 /**

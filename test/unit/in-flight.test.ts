@@ -2,13 +2,13 @@ import { compileLimits, loadLimits } from "../support/limits.js";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { Limit } from "../../src/config/index.js";
-import { InFlight } from "../../src/limiter/algorithms.js";
-import { allowance, rateLimitHeaders } from "../../src/limiter/headers.js";
-import { heldSlots } from "../../src/limiter/in-flight.js";
-import { observeBody } from "../../src/limiter/observe-body.js";
-import { LocalBuckets, type LocalBucket } from "../../src/limiter/local.js";
-import { leasableShape, MAX_IN_FLIGHT, refusalCacheable } from "../../src/limiter/registry.js";
-import type { Decision, LimitOutcome } from "../../src/limiter/types.js";
+import { InFlight } from "../../src/features/rate-limit/algorithms/algorithms.js";
+import { allowance, rateLimitHeaders } from "../../src/features/rate-limit/headers.js";
+import { heldSlots } from "../../src/features/rate-limit/decision/in-flight.js";
+import { observeBody } from "../../src/features/rate-limit/cost/observe-body.js";
+import { LocalBuckets, type LocalBucket } from "../../src/features/rate-limit/isolate/local.js";
+import { leasableShape, MAX_IN_FLIGHT, refusalCacheable } from "../../src/features/rate-limit/algorithms/registry.js";
+import type { Decision, LimitOutcome } from "../../src/features/rate-limit/types.js";
 
 /*
  * In-flight caps (algorithm = "concurrency"): the configuration's fields, the isolate's own slots

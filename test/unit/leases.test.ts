@@ -1,8 +1,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config/index.js";
-import { Demand } from "../../src/limiter/demand.js";
-import { LeaseTable, type GiveBack, type GiveBackReason } from "../../src/limiter/leases.js";
+import { Demand } from "../../src/features/rate-limit/isolate/demand.js";
+import { LeaseTable, type GiveBack, type GiveBackReason } from "../../src/features/rate-limit/isolate/leases.js";
 
 /** A bucket as the table sees it; the route is the part of `id` before the last colon-separated pair. */
 interface TestBucket {

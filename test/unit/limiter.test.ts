@@ -3,9 +3,9 @@ import { loadConfig, type Limit } from "../../src/config/index.js";
 import { hashIdentifier } from "../../src/keys/hash.js";
 import { bucketKey } from "../../src/store/layout.js";
 import { clientIp, identify, type RequestFacts } from "../../src/keys/identify.js";
-import { BlockedBuckets } from "../../src/limiter/blocked.js";
-import { rateLimitHeaders, retryAfterSeconds } from "../../src/limiter/headers.js";
-import type { LimitOutcome } from "../../src/limiter/types.js";
+import { BlockedBuckets } from "../../src/features/rate-limit/isolate/blocked.js";
+import { rateLimitHeaders, retryAfterSeconds } from "../../src/features/rate-limit/headers.js";
+import type { LimitOutcome } from "../../src/features/rate-limit/types.js";
 
 function limits(...defs: Array<Record<string, unknown>>): Limit[] {
   const r = loadConfig({

@@ -3,11 +3,21 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { Limit } from "../../src/config/index.js";
 import { sluiceSchema } from "../../src/config/schema.js";
-import { FixedWindow, LeakyBucket, SlidingWindow, TokenBucket } from "../../src/limiter/algorithms.js";
-import type { Bucket } from "../../src/limiter/decide.js";
-import { leasable, leaseTerms } from "../../src/limiter/lease-broker.js";
-import { algorithm, ALGORITHM_NAMES, leasableShape, refusalCacheable } from "../../src/limiter/registry.js";
-import { scriptCall } from "../../src/limiter/script-call.js";
+import {
+  FixedWindow,
+  LeakyBucket,
+  SlidingWindow,
+  TokenBucket,
+} from "../../src/features/rate-limit/algorithms/algorithms.js";
+import type { Bucket } from "../../src/features/rate-limit/decision/decide.js";
+import { leasable, leaseTerms } from "../../src/features/rate-limit/isolate/lease-broker.js";
+import {
+  algorithm,
+  ALGORITHM_NAMES,
+  leasableShape,
+  refusalCacheable,
+} from "../../src/features/rate-limit/algorithms/registry.js";
+import { scriptCall } from "../../src/features/rate-limit/decision/script-call.js";
 import type { Store } from "../../src/store/redis.js";
 
 /*

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { observeBody } from "../../src/limiter/observe-body.js";
+import { observeBody } from "../../src/features/rate-limit/cost/observe-body.js";
 import {
   figureAt,
   figureReader,
@@ -8,7 +8,7 @@ import {
   parseResponseSource,
   SseFigures,
   type FigureReader,
-} from "../../src/limiter/response-figures.js";
+} from "../../src/features/rate-limit/cost/response-figures.js";
 import { loadLimits } from "../support/limits.js";
 
 /*

@@ -1,0 +1,68 @@
+import type { Context } from "hono";
+import type { Route } from "../../config/index.js";
+import type { Scope } from "../../context.js";
+import { SHARE_TIMEOUT_MS, type BreakerShare } from "./breakers.js";
+import { retryAfterSeconds } from "../rate-limit/headers.js";
+import { originFailed } from "../../origin/forward.js";
+import { Problem } from "../../problem.js";
+import { fallbackFor } from "../shedding/fallback/answer.js";
+import { breakerKey } from "../../store/layout.js";
+import type { Step } from "../../middleware/step.js";
+
+/**
+ * The route's circuit breaker: while it is open the origin gets nothing and the client gets the
+ * last good copy, the static fallback page, or a 503. After the response, the origin's outcome
+ * (its reply in the gateway; the handler's response in an app) is recorded against the client.
+ */
+export const breakerStep: Step = async (c, scope, next) => {
+  const route = scope.route;
+  if (!route?.breaker) return next();
+  const share = shareOf(scope, route);
+  const breaker = scope.runtime.breakers.of(route, share);
+  const admission = breaker?.admit(Date.now());
+  if (admission && !admission.pass) return breakerOpen(c, scope, route, admission.retryAfterMs);
+  const started = Date.now();
+  await next();
+  const probe = admission?.pass ? admission.probe : false;
+  const outcome = originOutcome(c, scope, started);
+  if (outcome) scope.runtime.breakers.record(route, scope.facts.ip, { ...outcome, probe }, share);
+  // a probe the origin never saw (the limits refused it, a replay answered it) tells nothing
+  else if (probe) breaker?.probeUnused();
+};
+
+/**
+ * How the origin did for this request: its reply in the gateway; in an app, the handler is the
+ * origin (its 5xx, or its exception, is the failure). Nothing when the origin was not asked: a
+ * problem, a fallback copy, the queue, a divert or a replay answered instead.
+ */
+function originOutcome(c: Context, scope: Scope, started: number): { ok: boolean; latencyMs: number } | undefined {
+  if (scope.reply) return { ok: !originFailed(scope.reply), latencyMs: scope.reply.latencyMs };
+  if (scope.target || c.error instanceof Problem) return undefined;
+  if (!["allow", "shadow", "degraded"].includes(scope.decision)) return undefined;
+  return { ok: c.res.status < 500, latencyMs: Date.now() - started };
+}
+
+/** The breaker is open: the origin gets nothing; the client gets a copy, the static page, or a 503. */
+async function breakerOpen(c: Context, scope: Scope, route: Route, retryAfterMs: number): Promise<Response> {
+  if (scope.meta) scope.meta.limit = "breaker";
+  const fallback = await fallbackFor(c, scope);
+  if (fallback) {
+    scope.decision = "fallback";
+    return fallback;
+  }
+  throw new Problem({
+    status: 503,
+    title: "Origin unavailable",
+    detail: `the origin of route "${route.name}" is failing; sluice is giving it ${retryAfterMs} ms to recover`,
+    extensions: { retry_after_ms: retryAfterMs },
+    headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)) },
+  });
+}
+
+function shareOf(scope: Scope, route: Route): BreakerShare {
+  return {
+    store: scope.stores.fixed(SHARE_TIMEOUT_MS, scope.region),
+    key: breakerKey(scope.config.key_prefix, route.name),
+    defer: scope.defer,
+  };
+}

@@ -1,0 +1,429 @@
+import type { Route } from "../../config/index.js";
+import { originDidNotAct, withLateAnswer, type OriginReply } from "../../origin/forward.js";
+import { fromBase64, toBase64 } from "../../util/base64.js";
+import { declaresMoreThan, readCapped } from "../../util/body.js";
+import { pollWhile } from "../../util/poll.js";
+import { Problem } from "../../problem.js";
+import type { Store } from "../../store/redis.js";
+import { keyFromFields } from "./derive.js";
+import { canonicalBody, fingerprint, parseKey, sha256Hex } from "./key.js";
+import {
+  claim,
+  complete,
+  noteClaim,
+  recordRef,
+  settleFailure,
+  type Claim,
+  type ClaimTicket,
+  type RecordRef,
+} from "./records.js";
+import { keepClaimed } from "./renewal.js";
+import { IdempotencyRefusal, noteIdempotency, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
+import type { ProblemTitle } from "../../problem-types.js";
+import { discardBody, log, logError, settleQuietly } from "../../util/log.js";
+
+/** Headers of the origin's answer that are kept and replayed; cookies and hop-by-hop ones never are. */
+const REPLAYED_HEADERS = [
+  "content-type",
+  "content-language",
+  "cache-control",
+  "etag",
+  "last-modified",
+  "location",
+  "link",
+  "retry-after",
+];
+/**
+ * How long after a timeout (the client has its 504) sluice keeps waiting for the origin's answer,
+ * to store it for the retries. Workers give `ctx.waitUntil` 30 s after the response; 5 s of those
+ * are left for storing the answer. No answer by then: the key is indeterminate.
+ */
+export const LATE_ANSWER_MS = 25_000;
+
+/**
+ * What became of a claim, once its request is done with:
+ * - `completed`: the answer is stored for replays; `late_answer`: so is one that came after the
+ *   client's 504 (a timeout).
+ * - `released`: the origin certainly did not act (never sent, or a 5xx under `release`); a retry runs.
+ * - `indeterminate`: the origin may have acted and no answer can be replayed; duplicates get 409.
+ * - `not_owner`: the claim was no longer this request's (taken over); `store_error`: the store failed.
+ */
+export type SettleOutcome = "completed" | "late_answer" | "released" | "indeterminate" | "not_owner" | "store_error";
+
+/**
+ * Reports what became of a held claim once its request is done with. `released` and
+ * `indeterminate` are counted where the record changes (`settleFailure`), `completed` needs no
+ * report; an answer stored after the client's 504 is `late_answer`, and a claim that stopped
+ * being this request's, or a store that failed, is logged.
+ */
+export function noteSettled(ref: RecordRef, outcome: SettleOutcome): void {
+  if (outcome === "late_answer") noteIdempotency(ref, "late_answer", "late_answer");
+  else if (outcome === "not_owner" || outcome === "store_error")
+    log("idempotency_outcome", { route: ref.route, outcome });
+}
+
+/** The largest request body an idempotent request may carry: it is read whole to fingerprint it. */
+export const MAX_REQUEST_BODY = 10 * 1024 * 1024;
+
+export type IdempotencySettings = NonNullable<Route["idempotency"]>;
+
+/** What a request is, for its key: the route it came by, and the method, path, query and principal that make it the same request. */
+export interface ClaimSubject {
+  route: string;
+  /** The path the origin is asked for. */
+  path: string;
+  query: string;
+  /** Who asks (the configured identity, else the client IP): one client's key is not another's. */
+  principal: string;
+}
+
+/** Where claims live: the home region's Redis with the decision budget (claim) and with a budget for storing answers (settle). */
+export interface ClaimStores {
+  prefix: string;
+  claim: Store;
+  settle: Store;
+  /** The request's trace and session for the ledger, and where outcomes are counted. */
+  trail?: RecordTrail;
+}
+
+/** What the idempotency step decided: go to the origin with these, or answer with the stored answer. */
+export type Guarded =
+  | {
+      kind: "forward";
+      request: Request;
+      sluiceHeaders: Record<string, string>;
+      settle: (reply: OriginReply & { latencyMs?: number }) => Promise<Response>;
+      abandon: () => Promise<void>;
+      /** Set when a claim is held: how long past a timeout the origin's answer is awaited (`LATE_ANSWER_MS`). */
+      lateAnswerMs?: number;
+      /** The claim, for a request that goes to the queue instead (absent: no key, nothing claimed). */
+      ticket?: ClaimTicket;
+    }
+  | { kind: "replay"; response: Response };
+
+/**
+ * One side effect per key. Claims the request's key (header, or derived from the body), and
+ * either lets it through, holding the claim, with a fencing token for the origin, or answers
+ * with the stored answer (replay). Throws a `Problem`: 409 while another attempt is in flight or
+ * the outcome is indeterminate, 422 when the key comes with a different request, 400 when a
+ * required key is missing, 413 when the body is too large to fingerprint. `settle` stores the
+ * origin's answer (or releases / holds the claim when the origin failed). `leaseMs` overrides the
+ * configured lease: a queued request holds its claim until the consumer settles it.
+ */
+export async function guard(
+  request: Request,
+  settings: IdempotencySettings,
+  subject: ClaimSubject,
+  stores: ClaimStores,
+  defer: (work: Promise<void>) => void,
+  leaseMs?: number,
+): Promise<Guarded> {
+  const keyed = await keyOf(request, settings, subject);
+  if (!keyed) {
+    // nothing to claim: the body is not needed, so it is streamed to the origin unread
+    const unguarded = async () => undefined;
+    return { kind: "forward", request, sluiceHeaders: {}, settle: async (reply) => reply.response, abandon: unguarded };
+  }
+  const { key, body, canonical } = keyed;
+  const ref = await recordRef(stores.claim, stores.prefix, subject.route, subject.principal, key, stores.trail);
+  const fp = await fingerprint(request.method, subject.path, subject.query, subject.principal, canonical);
+  const owner = crypto.randomUUID();
+
+  // a duplicate of an in-flight request may wait (polling with backoff) for its answer
+  const once = () => claim(ref, owner, fp, leaseMs ?? settings.lease, settings.ttl, settings.replays);
+  const poll = { startMs: 50, maxMs: 500, budgetMs: settings.wait };
+  const c = noteClaim(ref, await pollWhile(await once(), (r) => r.kind === "inflight", once, poll));
+  if (c.kind !== "claimed") return countedAsOutcome(() => refused(c));
+
+  const sluiceHeaders = {
+    "sluice-fencing-token": String(c.fence),
+    "idempotency-key": key,
+    ...traceHeader(stores.trail),
+  };
+  const claimed: ClaimHeld = { ref: { ...ref, store: stores.settle }, owner, settings, defer, leaseMs };
+  return held(claimed, rebuilt(request, body), sluiceHeaders);
+}
+
+/** A claim this request holds, settled in `ref` (the settle store). */
+interface ClaimHeld {
+  ref: RecordRef;
+  owner: string;
+  settings: IdempotencySettings;
+  defer: (work: Promise<void>) => void;
+  /** Set for a queued request: held that long for the consumer, not renewed. */
+  leaseMs?: number;
+}
+
+/**
+ * The request goes on holding its claim. A live request's claim is renewed until it is settled
+ * (its call may outlast `lease`); a queued one is held `leaseMs` for the consumer.
+ */
+function held(
+  { ref, owner, settings, defer, leaseMs }: ClaimHeld,
+  request: Request,
+  sluiceHeaders: Record<string, string>,
+): Guarded {
+  const renewal = leaseMs === undefined ? keepClaimed(ref, owner, settings.lease) : undefined;
+  if (renewal) defer(renewal.done);
+  const settled = (outcome: Promise<SettleOutcome>): Promise<void> =>
+    outcome.then((o) => noteSettled(ref, o)).finally(() => renewal?.stop());
+  return {
+    kind: "forward",
+    request,
+    sluiceHeaders,
+    settle: async (reply) => {
+      const s = await settleClaim(ref, owner, settings, reply);
+      defer(settled(s.settled));
+      return s.response;
+    },
+    // sluice itself decided not to forward (a busy session, a full queue): the key is free for the retry
+    abandon: async () => {
+      renewal?.stop();
+      await settleQuietly(settleFailure(ref, owner, "release", undefined), "idempotency_release_failed", {
+        route: ref.route,
+      });
+    },
+    lateAnswerMs: LATE_ANSWER_MS,
+    ticket: { keyHash: ref.keyHash, fenceKey: ref.fenceKey, owner },
+  };
+}
+
+/** A request's key and the body it was read from, or nothing to claim (no key, none required or derived). */
+interface Keyed {
+  key: string;
+  body: Uint8Array;
+  /** What the fingerprint hashes of the body: its canonical form, or with `derive.fields` those fields'. */
+  canonical: Uint8Array;
+}
+
+/**
+ * The request's key: with `derive = { fields }`, always the fields' (the header is not read);
+ * else the header's, else with `derive = true` one made from the canonical body. Throws a 400
+ * problem for a malformed key, a required key that is missing, or fields the body lacks.
+ */
+async function keyOf(
+  request: Request,
+  settings: IdempotencySettings,
+  subject: ClaimSubject,
+): Promise<Keyed | undefined> {
+  if (typeof settings.derive === "object") {
+    const body = await readBody(request);
+    const fields = await keyFromFields({ method: request.method, ...subject }, body, settings.derive);
+    return { key: fields.key, body, canonical: fields.canonical };
+  }
+  const parsed = parseKey(request.headers.get("idempotency-key"));
+  if (!parsed.ok) throw refusal(400, "Invalid Idempotency-Key", parsed.detail);
+  if (parsed.key === undefined && !settings.derive) {
+    if (!settings.required) return undefined;
+    const detail = `${request.method} ${subject.route} needs an Idempotency-Key header`;
+    throw refusal(400, "Idempotency-Key required", detail);
+  }
+  const body = await readBody(request);
+  const canonical = canonicalBody(body, request.headers.get("content-type"), settings.ignore);
+  return { key: parsed.key ?? (await derivedKey(request.method, subject, canonical)), body, canonical };
+}
+
+/** A key for a request that brought none (`derive`): the same request, the same key; method, path, query, who asks, what body. */
+async function derivedKey(method: string, subject: ClaimSubject, canonical: Uint8Array): Promise<string> {
+  const { path, query, principal } = subject;
+  return sha256Hex(
+    new TextEncoder().encode(JSON.stringify([method, path, query, principal, await sha256Hex(canonical)])),
+  );
+}
+
+/** The whole body, to fingerprint it: 413 past the cap. */
+async function readBody(request: Request): Promise<Uint8Array> {
+  const read = declaresMoreThan(request, MAX_REQUEST_BODY)
+    ? { whole: false as const }
+    : await readCapped(request.body, MAX_REQUEST_BODY);
+  if (!read.whole)
+    throw refusal(413, "Request too large", `idempotent requests may carry at most ${MAX_REQUEST_BODY} bytes`);
+  return read.bytes;
+}
+
+/** A settled claim: the response for the client, and what became of the claim once the work after it is done. */
+export interface Settlement {
+  response: Response;
+  /** Never rejects: a store failure is logged and told as `store_error`. */
+  settled: Promise<SettleOutcome>;
+}
+
+/**
+ * Settles `owner`'s claim with what the origin did, and gives back the response for the client.
+ * Only an origin that certainly did not act frees the key; an unknown outcome never does.
+ * - An answer below 500 is stored for replays; storing reads the body from a tee as the client
+ *   reads its own copy, and is `settled` (run it after the response, on the live path).
+ * - Never sent, or a 5xx: `on_origin_error` says whether the key is released (a retry runs
+ *   again) or held as indeterminate.
+ * - A timeout: the client gets its 504 at once, while the origin's answer is still awaited (the
+ *   reply's `late`, up to `LATE_ANSWER_MS`) and stored when it comes; the key stays in flight
+ *   meanwhile, and becomes indeterminate if nothing comes.
+ * - A connection that broke without an answer, or an answer that could not be relayed (an interim
+ *   1xx): the origin may have acted on it, so the key is held as indeterminate whatever
+ *   `on_origin_error` says; releasing it would let a retry run the side effect a second time.
+ */
+export async function settleClaim(
+  ref: RecordRef,
+  owner: string,
+  settings: IdempotencySettings,
+  reply: OriginReply & { latencyMs?: number },
+): Promise<Settlement> {
+  noteOriginReply(ref, reply);
+  const res = reply.response;
+  if (reply.outcome === "timeout" && reply.late) {
+    return { response: res, settled: settleLate(ref, owner, settings, reply) };
+  }
+  if (reply.outcome === "answered" && res.status < 500) {
+    const [toClient, toStore] = res.body ? res.body.tee() : [null, null];
+    return { response: new Response(toClient, res), settled: storeAnswer(ref, owner, settings, res, toStore) };
+  }
+  // settled before the client hears of it: a retry that follows finds the key released or held
+  const outcome = await settleFailed(ref, owner, originDidNotAct(reply) ? settings.on_origin_error : "hold", reply);
+  return { response: res, settled: Promise.resolve(outcome) };
+}
+
+/** The answer that came after the client's 504: stored as any answer would have been; none at all, indeterminate. */
+async function settleLate(
+  ref: RecordRef,
+  owner: string,
+  settings: IdempotencySettings,
+  reply: OriginReply,
+): Promise<SettleOutcome> {
+  const late = await withLateAnswer(reply);
+  if (late.outcome !== "answered") return settleFailed(ref, owner, "hold", late);
+  if (late.response.status >= 500) {
+    // nobody reads this answer: the client had its 504
+    await discardBody(late.response.body);
+    return settleFailed(ref, owner, settings.on_origin_error, late);
+  }
+  const stored = await storeAnswer(ref, owner, settings, late.response, late.response.body);
+  return stored === "completed" ? "late_answer" : stored;
+}
+
+/** Releases or holds the claim (the origin failed, or may have acted without an answer to keep). */
+async function settleFailed(
+  ref: RecordRef,
+  owner: string,
+  how: "release" | "hold",
+  reply: OriginReply,
+): Promise<SettleOutcome> {
+  const status = reply.outcome === "answered" ? reply.response.status : undefined;
+  try {
+    if (!(await settleFailure(ref, owner, how, status))) return "not_owner";
+    return how === "release" ? "released" : "indeterminate";
+  } catch (e) {
+    logSettleError(ref, e);
+    return "store_error";
+  }
+}
+
+/** Stores the origin's answer for replays, reading its body from a tee as the client reads its own copy. */
+async function storeAnswer(
+  ref: RecordRef,
+  owner: string,
+  settings: IdempotencySettings,
+  res: Response,
+  body: ReadableStream<Uint8Array> | null,
+): Promise<SettleOutcome> {
+  const headers = REPLAYED_HEADERS.flatMap((h): Array<[string, string]> => {
+    const v = res.headers.get(h);
+    return v === null ? [] : [[h, v]];
+  });
+  try {
+    let read;
+    try {
+      read = await readCapped(body, settings.max_body);
+    } catch {
+      // the origin's body broke off after it answered: it acted, but there is no answer to replay
+      return (await settleFailure(ref, owner, "hold", res.status)) ? "indeterminate" : "not_owner";
+    }
+    const body64 = read.whole ? toBase64(read.bytes) : "";
+    const done = await complete(ref, owner, res.status, headers, body64, read.whole, settings.ttl);
+    return done ? "completed" : "not_owner";
+  } catch (e) {
+    logSettleError(ref, e);
+    return "store_error";
+  }
+}
+
+function logSettleError(ref: RecordRef, e: unknown): void {
+  logError("idempotency_complete_error", e, { route: ref.route });
+}
+
+function refused(c: Exclude<Claim, { kind: "claimed" }>): Guarded {
+  switch (c.kind) {
+    case "completed":
+      if (!c.stored)
+        throw refusal(
+          409,
+          "Completed, answer not stored",
+          "this key's request completed, but its answer was too large to keep; it will not run again",
+        );
+      return {
+        kind: "replay",
+        response: new Response(c.body ? fromBase64(c.body) : null, {
+          status: c.status,
+          headers: [...c.headers, ["idempotent-replayed", "true"]],
+        }),
+      };
+    case "inflight":
+      throw refusal(
+        409,
+        "Request in flight",
+        `a request with this key is still running (fencing token ${c.fence})`,
+        { "Retry-After": "1" },
+        { lease_left_ms: c.leftMs },
+      );
+    case "indeterminate":
+      throw refusal(
+        409,
+        "Outcome indeterminate",
+        "a request with this key failed at the origin after it may have taken effect; an operator must resolve it",
+        { "Retry-After": "60" },
+      );
+    case "mismatch":
+      throw refusal(
+        422,
+        "Idempotency-Key reused",
+        "this key was used with a different request (method, path, query, principal or body)",
+      );
+    case "replay_limited":
+      throw tooManyReplays(c.retryAfterMs);
+  }
+}
+
+/** The principal's replays are spent (`replays`): replays cost no tokens of the limits, so this is their bound. */
+function tooManyReplays(retryAfterMs: number): Problem {
+  return refusal(
+    429,
+    "Too many replays",
+    "this client has been answered with stored answers as often as the route allows for now",
+    { "Retry-After": String(Math.max(1, Math.ceil(retryAfterMs / 1000))) },
+    { retry_after_ms: retryAfterMs },
+  );
+}
+
+function refusal(
+  status: number,
+  title: ProblemTitle,
+  detail: string,
+  headers?: Record<string, string>,
+  extensions?: Record<string, number>,
+): Problem {
+  return new Problem({ status, title, detail, headers, extensions });
+}
+
+/** A refusal of a duplicate is counted among the idempotency outcomes, not the limits' decisions. */
+function countedAsOutcome(refuse: () => Guarded): Guarded {
+  try {
+    return refuse();
+  } catch (e) {
+    // the replay bound's 429 is a limit like the others: it stays among the decisions
+    throw e instanceof Problem && e.status !== 429 ? new IdempotencyRefusal(e.init) : e;
+  }
+}
+
+function rebuilt(request: Request, body: Uint8Array): Request {
+  const hasBody = request.method !== "GET" && request.method !== "HEAD";
+  return new Request(request.url, { method: request.method, headers: request.headers, body: hasBody ? body : null });
+}

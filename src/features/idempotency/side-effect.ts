@@ -1,0 +1,135 @@
+import type { Route } from "../../config/index.js";
+import type { Scope } from "../../context.js";
+import { guard, type ClaimStores, type ClaimSubject, type Guarded, type IdempotencySettings } from "./guard.js";
+import type { ClaimTicket } from "./records.js";
+import { principalOf } from "../../keys/principal.js";
+import { Problem } from "../../problem.js";
+import { SETTLE_TIMEOUT_MS } from "../../region/index.js";
+import {
+  holdSession,
+  sluiceHeadersOf,
+  type SessionHold,
+  type SessionPlace,
+  type SessionTicket,
+} from "../session/guard.js";
+import { StoreError } from "../../store/deadline.js";
+import type { RecordTrail } from "./trail.js";
+import { readPart } from "../../keys/identify.js";
+import { traceparentOf } from "../../util/traceparent.js";
+
+/** What makes two requests the same request, for a route's idempotency keys. */
+export async function claimSubject(scope: Scope, route: Route, settings: IdempotencySettings): Promise<ClaimSubject> {
+  return {
+    route: route.name,
+    path: scope.forwardPath,
+    query: scope.facts.url.search,
+    principal: await principalOf(settings.principal, scope.facts),
+  };
+}
+
+/** The home region's Redis, where claims and session locks live (a `StoreError` when none is configured). */
+export function claimStores(scope: Scope): ClaimStores {
+  const claim = scope.stores.home();
+  // settling stores up to a MiB: it gets a fixed budget (the side effect happened, so its outcome is worth waiting for)
+  const settle = scope.stores.fixed(SETTLE_TIMEOUT_MS);
+  if (!claim || !settle)
+    throw new StoreError(
+      "unreachable",
+      "no Upstash URL/token for the home region, where idempotency records and session locks live",
+    );
+  return { prefix: scope.config.key_prefix, claim, settle, trail: claimTrail(scope) };
+}
+
+/** The request's trace (its valid `traceparent`, else a new one), session, metrics and ledger length, for its claim. */
+function claimTrail(scope: Scope): RecordTrail {
+  scope.trace ??= traceparentOf(scope.facts.headers).traceparent;
+  const sessionKey = scope.route?.session?.key;
+  return {
+    trace: scope.trace,
+    session: sessionKey === undefined ? undefined : readPart(sessionKey, scope.facts),
+    metrics: scope.runtime.metrics,
+    ledgerLength: scope.config.ledger_length,
+  };
+}
+
+export function sessionPlace(scope: Scope, route: Route): SessionPlace {
+  const { prefix, claim } = claimStores(scope);
+  return { store: claim, prefix, route: route.name, ledgerLength: scope.config.ledger_length };
+}
+
+/**
+ * Runs a guard's work (a claim, a lock): either guard store failing is a 503, whatever
+ * `on_store_error` says for limits: a side effect is never sent unguarded.
+ */
+export async function coordinated<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (e) {
+    throw e instanceof StoreError ? coordinationUnavailable(e) : e;
+  }
+}
+
+function coordinationUnavailable(e: StoreError): Problem {
+  return new Problem({
+    status: 503,
+    title: "Coordination store unavailable",
+    detail: `idempotency records or session locks could not be reached (${e.reason})`,
+    headers: { "Retry-After": "1" },
+  });
+}
+
+/** A queued side effect's guards, taken before it is queued; they travel with the job. */
+export interface ClaimedEffect {
+  /** The request to send (its body already read when the key had to be fingerprinted). */
+  request: Request;
+  sluiceHeaders: Record<string, string>;
+  /** Sluice decided not to send it after all: the key and the session are free again. */
+  abandon: () => Promise<void>;
+  claim?: ClaimTicket;
+  session?: SessionTicket;
+}
+
+/**
+ * One side effect per key, then one call per session at a time, for a request that goes to the
+ * queue instead of the origin: claims its idempotency key (held `leaseMs`, until the consumer
+ * settles it) and its session lock, where the route has them for this method. A replay is
+ * returned as such; a refusal (duplicate in flight, busy session, store down) is thrown.
+ */
+export async function claimSideEffect(
+  request: Request,
+  scope: Scope,
+  route: Route,
+  leaseMs?: number,
+): Promise<ClaimedEffect | { kind: "replay"; response: Response }> {
+  let guarded: Guarded | undefined;
+  let session: SessionHold = { kind: "none" };
+  try {
+    if (route.idempotency?.methods.includes(scope.method)) {
+      guarded = await guard(
+        request,
+        route.idempotency,
+        await claimSubject(scope, route, route.idempotency),
+        claimStores(scope),
+        scope.defer,
+        leaseMs,
+      );
+      if (guarded.kind === "replay") return guarded;
+    }
+    if (route.session?.methods.includes(scope.method))
+      session = await holdSession(route.session, scope.facts, sessionPlace(scope, route));
+  } catch (e) {
+    if (guarded?.kind === "forward") await guarded.abandon();
+    throw e instanceof StoreError ? coordinationUnavailable(e) : e;
+  }
+  const claimed = guarded?.kind === "forward" ? guarded : undefined;
+  const held = session.kind === "held" ? session : undefined;
+  return {
+    request: claimed?.request ?? request,
+    sluiceHeaders: sluiceHeadersOf(claimed?.sluiceHeaders ?? {}, held?.headers),
+    abandon: async () => {
+      await Promise.all([claimed?.abandon(), held?.release()]);
+    },
+    claim: claimed?.ticket,
+    session: held?.ticket,
+  };
+}

@@ -1,0 +1,50 @@
+import type { Context } from "hono";
+import { publicDecision, type Scope, type SluiceEnv } from "../../context.js";
+import { guard } from "./guard.js";
+import type { OriginReply } from "../../origin/forward.js";
+import { Problem } from "../../problem.js";
+import { claimStores, claimSubject, coordinated } from "./side-effect.js";
+import type { Step } from "../../middleware/step.js";
+
+/**
+ * One side effect per key: claims the request's key before it goes on (a duplicate gets the
+ * stored answer, or 409/422), tells the origin the claim's fencing token, and after the response
+ * stores the answer for replays (or releases / holds the key when the origin failed).
+ */
+export const idempotencyStep: Step = async (c, scope, next) => {
+  const route = scope.route;
+  const settings = route?.idempotency;
+  if (!route || !settings?.methods.includes(scope.method)) return next();
+  const subject = await claimSubject(scope, route, settings);
+  const guarded = await coordinated(() => guard(c.req.raw, settings, subject, claimStores(scope), scope.defer));
+  if (guarded.kind === "replay") {
+    scope.decision = "replay";
+    return guarded.response;
+  }
+  // the key's body was read to fingerprint it: what goes on is the same bytes
+  c.req.raw = guarded.request;
+  Object.assign(scope.sluiceHeaders, guarded.sluiceHeaders);
+  // a held claim must learn what the origin did: past origin_timeout its answer is still awaited
+  if (scope.target && guarded.lateAnswerMs) scope.target = { ...scope.target, lateAnswerMs: guarded.lateAnswerMs };
+  c.set("sluice", publicDecision(scope));
+  const started = Date.now();
+  await next();
+  const reply = replyOf(c, scope, started);
+  if (reply) c.res = await guarded.settle(reply);
+  else await guarded.abandon();
+};
+
+/**
+ * What the origin did: the gateway's reply, or in an app the handler's response (its exception
+ * is a 5xx, an origin failure). Nothing when sluice itself stopped the request after the claim
+ * (a busy session): the key is free again.
+ */
+function replyOf(
+  c: Context<SluiceEnv>,
+  scope: Scope,
+  started: number,
+): (OriginReply & { latencyMs: number }) | undefined {
+  if (scope.target) return scope.reply;
+  if (c.error instanceof Problem) return undefined;
+  return { response: c.res, outcome: "answered", sent: c.req.raw.headers, latencyMs: Date.now() - started };
+}

@@ -1,0 +1,90 @@
+import type { Context } from "hono";
+import type { Route } from "../../config/index.js";
+import type { Scope } from "../../context.js";
+import { usesJwt } from "../../config/uses-jwt.js";
+import { verifyBearer, type Verified } from "./jwt.js";
+import { AUTO_PRINCIPAL } from "../../keys/principal.js";
+import { Problem } from "../../problem.js";
+import { limitedRoute } from "../../routing/route.js";
+import type { Step } from "../../middleware/step.js";
+
+/** What verifying a request's bearer token needs: the `jwt` settings, the key's variable, the JWKS cache. */
+export type Verifier = Pick<Scope, "config" | "env" | "runtime" | "bearer">;
+
+/**
+ * The request's bearer token, verified once per request (the lists and the route's own claims
+ * ask the same question): with the `jwt` settings and the HMAC key in the Worker's `secret_env`.
+ */
+export function verifiedBearer(c: Context, scope: Verifier, secret = jwtSecret(scope)): Promise<Verified> {
+  scope.bearer ??= verifyBearer(c.req.raw, scope.config.jwt, secret, scope.runtime.jwks);
+  return scope.bearer;
+}
+
+/** How `bearerClaims` treats a request: whether a token is required, the key, and the thrower's `problem_base`. */
+export interface ClaimsRule {
+  required?: boolean;
+  secret?: unknown;
+  problemBase?: string;
+}
+
+/**
+ * The verified claims of the request's bearer token: a token that does not verify is a 401
+ * problem, and so is none when one is `required`; otherwise no token means no claims.
+ */
+export async function bearerClaims(
+  c: Context,
+  verifier: Verifier,
+  rule: ClaimsRule = {},
+): Promise<Record<string, unknown> | undefined> {
+  const verified = await verifiedBearer(c, verifier, rule.secret ?? jwtSecret(verifier));
+  if (!verified.ok) throw invalidToken(verified.detail, rule.problemBase);
+  if (!verified.claims && rule.required) throw invalidToken("a bearer token is required", rule.problemBase);
+  return verified.claims;
+}
+
+function invalidToken(detail: string, problemBase: string | undefined): Problem {
+  const init = {
+    status: 401,
+    title: "Invalid token",
+    detail,
+    headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' },
+  };
+  return new Problem(init, "reject", problemBase);
+}
+
+/** The HMAC key tokens are verified with: the Worker's variable named by `jwt.secret_env`. */
+export function jwtSecret(scope: Pick<Scope, "config" | "env">): unknown {
+  return (scope.env as unknown as Record<string, unknown>)[scope.config.jwt?.secret_env ?? "SLUICE_JWT_SECRET"];
+}
+
+/**
+ * Verifies the bearer token of a request whose route reads JWT claims (limits, tiers, session or
+ * idempotency principals): a token that does not verify is a 401, never a silent fallback to
+ * another identity; no token means no claims. The claims go to the request's facts. Where the
+ * deployment has a `jwt` table and the route's only reader of claims is an `auto` principal, the
+ * token is verified too, but one that does not verify leaves the principal to the next rule.
+ */
+export const verifyJwtStep: Step = async (c, scope, next) => {
+  const route = scope.route;
+  // claims already verified (verifyJwt(), hono's jwt() middleware, or the lists) stand
+  if (!route || scope.facts.claims) return next();
+  if (usesJwt(limitedRoute(scope, route)) && !scope.allowListed) {
+    scope.facts.claims = await bearerClaims(c, scope);
+  } else if (scope.config.jwt && followsCaller(route, scope.method)) {
+    // nothing here reads claims but `auto`, which falls back to the Authorization header's hash:
+    // a token that does not verify is the origin's to refuse, and names no one else's principal
+    const verified = await verifiedBearer(c, scope);
+    if (verified.ok) scope.facts.claims = verified.claims;
+  }
+  await next();
+};
+
+/**
+ * Whether this request's idempotency key or session lock belongs to an `auto` principal, which
+ * is the verified JWT's sub where the deployment verifies JWTs (a `jwt` table).
+ */
+function followsCaller(route: Route, method: string): boolean {
+  return [route.idempotency, route.session].some(
+    (t) => t?.methods.includes(method) && t.principal.length === 1 && t.principal[0] === AUTO_PRINCIPAL,
+  );
+}

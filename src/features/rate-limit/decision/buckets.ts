@@ -1,0 +1,133 @@
+import type { Config, Limit, Route } from "../../../config/index.js";
+import { hashIdentifier, type KeyHash } from "../../../keys/hash.js";
+import { identify, readPart, type RequestFacts } from "../../../keys/identify.js";
+import { allRegions } from "../../../region/index.js";
+import { equalShare } from "../../../region/shares.js";
+import { StoreError } from "../../../store/deadline.js";
+import { bucketKey, shareKeys } from "../../../store/layout.js";
+import type { Store } from "../../../store/redis.js";
+import type { Bucket, BucketParams } from "../types.js";
+import { floorOf, priorityOf, type Priority } from "./priority.js";
+
+export interface RegionStores {
+  region: string;
+  /** The region's own Redis (or the home region's, when the region has no secrets of its own). */
+  regional: Store | undefined;
+  home: Store | undefined;
+}
+
+/** A request sluice refuses before deciding: an identity it must carry, or a cost it cannot have. */
+export class BadLimitInput extends Error {
+  constructor(
+    readonly limit: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "BadLimitInput";
+  }
+}
+
+/**
+ * The bucket of each limit of `route` that this request falls into, where it lives, and the
+ * figures it is decided with: `global` limits in the home region's Redis, one bucket for the
+ * world; `region` and `split` limits in the region's Redis. Throws what `keyedBuckets` throws, and
+ * `StoreError` when a needed Redis is not configured.
+ */
+export async function bucketsFor(
+  route: Route,
+  facts: RequestFacts,
+  config: Config,
+  stores: RegionStores,
+): Promise<Bucket[]> {
+  const regionCount = allRegions(config).length;
+  const keyed = await keyedBuckets(route, facts, config, stores.region);
+  return keyed.map((b): Bucket => {
+    const { limit, params } = b;
+    const global = limit.scope === "global";
+    const store = global ? stores.home : stores.regional;
+    if (!store)
+      throw new StoreError(
+        "unreachable",
+        `no Upstash URL/token for region "${global ? config.home_region : stores.region}" nor for the home region`,
+      );
+    const bucket: Bucket = { ...b, store };
+    if (limit.scope === "split")
+      bucket.split = {
+        ...shareKeys(config.key_prefix, route.name, limit.name, stores.region),
+        start: equalShare(params.rate, params.burst, regionCount),
+      };
+    return bucket;
+  });
+}
+
+/** A bucket as the request identifies it, before any Redis is involved (what local decisions need). */
+export type KeyedBucket = Pick<Bucket, "limit" | "key" | "slot"> & { params: BucketParams };
+
+/**
+ * The bucket of each limit of `route` that this request falls into, and the figures it is
+ * decided with, wherever it lives: the region is part of the hashed identifier of `region` and
+ * `split` buckets, so regions sharing one database still keep separate buckets. A tier takes its
+ * rate from the limit's table; a header cost is read and bounded. Limits whose identity is
+ * missing under `missing = "skip"` are left out. The route's `priority` sets each bucket's floor. A concurrency limit's bucket names the in-flight
+ * slot the request takes (a fresh UUID). Throws `BadLimitInput` for a missing identity
+ * under `missing = "reject"` or a bad cost.
+ */
+export async function keyedBuckets(
+  route: Route,
+  facts: RequestFacts,
+  config: Config,
+  region: string,
+): Promise<KeyedBucket[]> {
+  const priority = priorityOf(route.priority ?? "default", facts);
+  const buckets = await Promise.all(
+    route.limits.map(async (limit): Promise<KeyedBucket | undefined> => {
+      const identity = identify(limit.key, facts, limit.missing);
+      if (identity.kind === "skip") return undefined;
+      if (identity.kind === "missing")
+        throw new BadLimitInput(
+          limit.name,
+          `limit "${limit.name}" needs ${identity.part}, which the request does not carry`,
+        );
+      const params = paramsFor(limit, facts, priority);
+      const hash = await bucketHash(limit, identity.id, region);
+      const key = bucketKey(config.key_prefix, route.name, limit.name, hash);
+      return limit.algorithm === "concurrency"
+        ? { limit, key, params, slot: crypto.randomUUID() }
+        : { limit, key, params };
+    }),
+  );
+  return buckets.filter((b): b is KeyedBucket => b !== undefined);
+}
+
+/**
+ * The hash of a bucket's identifier: `global` limits have one bucket for the world; the others
+ * carry the region, so regions sharing one database still keep separate buckets.
+ */
+export function bucketHash(limit: Pick<Limit, "scope">, identity: string, region: string): Promise<KeyHash> {
+  return hashIdentifier(identity + (limit.scope === "global" ? "" : `@${region}`));
+}
+
+/**
+ * The rate of the request's tier (or the limit's own), the request's cost, and the floor its
+ * priority must leave in the bucket (the limit's reserve for priorities above it, on those figures).
+ */
+function paramsFor(limit: Limit, facts: RequestFacts, priority: Priority): BucketParams {
+  const tierValue = limit.tier ? readPart(limit.tier, facts) : undefined;
+  const tier = tierValue !== undefined ? limit.rates?.[tierValue] : undefined;
+  const base = tier
+    ? { rate: tier.rate, period: tier.period, burst: tier.rate }
+    : { rate: limit.rate, period: limit.period, burst: limit.burst };
+  const floor = floorOf({ algorithm: limit.algorithm, reserve: limit.reserve, ...base }, priority);
+  return { ...base, cost: costOf(limit, facts), ...(floor > 0 ? { floor } : {}) };
+}
+
+function costOf(limit: Limit, facts: RequestFacts): number {
+  if (!limit.costHeader) return limit.cost;
+  const text = facts.headers.get(limit.costHeader);
+  if (text === null) return 1;
+  const max = limit.max_cost ?? 1;
+  if (!/^\d{1,9}$/.test(text.trim()) || Number(text) < 1 || Number(text) > max) {
+    throw new BadLimitInput(limit.name, `${limit.costHeader} must be a whole number from 1 to ${max}`);
+  }
+  return Number(text);
+}

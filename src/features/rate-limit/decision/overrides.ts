@@ -1,0 +1,159 @@
+import { overrideField, overridesKeyOfBucket, routeKeyPrefixOf } from "../../../store/layout.js";
+import type { Store } from "../../../store/redis.js";
+import { countOverrides, readOverrides } from "./overrides-store.js";
+
+/**
+ * Runtime overrides (`PUT /__sluice/overrides`) as this isolate knows them, so that decide.lua
+ * does not read the route's override hash on every decision (Upstash bills that HMGET each time).
+ *
+ * Each isolate keeps a copy of the hash of each route it decides (`{prefix}:{route}:overrides`,
+ * per Redis), refreshed off the request path (the caller's `defer`, i.e. `ctx.waitUntil`) once it
+ * is `REFRESH_AFTER_MS` old, one HGETALL per route and Redis at most that often. A copy is trusted
+ * for `TRUSTED_MS` after its HGETALL was sent, so an override written before then is in it. When
+ * there is no trusted copy (the isolate's first decision of the route, a quiet second, a Redis
+ * that did not answer the refresh) or the hash holds more than `MAX_OVERRIDES` fields, the decision
+ * does not wait: the script reads the two fields it needs itself (one HMGET, as before), so an
+ * override still applies within a second everywhere, and nothing on the request path waits for a
+ * refresh. Expiry is left to the script, against Redis's clock: the copy keeps expired values.
+ */
+
+/** Past this age a copy is not used: the script reads the hash itself. */
+export const TRUSTED_MS = 1_000;
+/** From this age a copy is refreshed in the background, so a busy route keeps a trusted copy. */
+export const REFRESH_AFTER_MS = 800;
+/** A hash with more fields than this is not copied (memory, transfer): its route's decisions read it in the script. */
+export const MAX_OVERRIDES = 1_000;
+/** Copies kept per isolate (one per route and Redis in use); the oldest goes first. */
+export const MAX_COPIES = 1_000;
+
+/**
+ * What decide.lua is told about a bucket's overrides: the values of its two fields in the hash
+ * (`rate:burst:period_ms:until_ms`, absent for none), or `"read"`: read them yourself.
+ */
+export type OverrideInput = { everybody?: string; own?: string } | "read";
+
+/** What locates a bucket's overrides: its key (`{prefix}:{route}:{limit}:{hash}`) and its Redis. */
+export interface OverrideAddress {
+  key: string;
+  store: Store;
+}
+
+interface Copy {
+  readonly store: Store;
+  readonly key: string;
+  /** `{prefix}:{route}:`, what `changed` is told. */
+  readonly routePrefix: string;
+  /** When the HGETALL of the copy was sent (isolate clock): every override written before is in it. 0: never. */
+  asOf: number;
+  /** When a refresh last started, whatever came of it: a failing Redis is asked at most once per REFRESH_AFTER_MS. */
+  tried: number;
+  /** field → value; "too many" past MAX_OVERRIDES; undefined before the first load. */
+  fields?: Map<string, string> | "too many";
+  loading?: Promise<void>;
+}
+
+/** The override hash of a bucket's route: `{prefix}:{route}:overrides` from `{prefix}:{route}:{limit}:{hash}`. */
+export const overridesKeyOf = overridesKeyOfBucket;
+
+/**
+ * The isolate's copies of the override hashes, one per route and Redis in use, at most `capacity`
+ * (the oldest goes first). Kept by whoever keeps the isolate's other state, and handed to each
+ * decision.
+ *
+ * @example
+ * const overrides = new OverrideCopies();
+ * overrides.refresh(buckets, Date.now(), defer, (routePrefix) => blocked.forgetRoute(routePrefix));
+ * const input = overrides.input(bucket, Date.now()); // "read" until a copy is in
+ */
+export class OverrideCopies {
+  /** In insertion order: past `capacity`, the first goes. */
+  private readonly copies = new Map<string, Copy>();
+
+  constructor(private readonly capacity = MAX_COPIES) {}
+
+  /**
+   * Starts, in the background, a refresh of each copy these buckets need that is due (or missing).
+   * Never waits. `changed(routePrefix)` is called when a refresh finds a route's overrides changed
+   * since the copy before, with `{prefix}:{route}:`, so that refusals decided on the old figures
+   * can be forgotten.
+   */
+  refresh(
+    buckets: ReadonlyArray<OverrideAddress>,
+    now: number,
+    defer: (work: Promise<unknown>) => void,
+    changed: (routePrefix: string) => void,
+  ): void {
+    for (const b of buckets) {
+      const c = this.copyOf(b);
+      if (c.loading || now - c.tried < REFRESH_AFTER_MS) continue;
+      c.tried = now;
+      c.loading = reload(c, now, changed).finally(() => (c.loading = undefined));
+      defer(c.loading);
+    }
+  }
+
+  /** What the script gets for this bucket at `now`: the values from a trusted copy, else "read". */
+  input(b: OverrideAddress, now: number): OverrideInput {
+    const c = this.copies.get(copyId(b.store, overridesKeyOf(b.key)));
+    if (!c || !(c.fields instanceof Map) || now - c.asOf > TRUSTED_MS) return "read";
+    const name = b.key.slice(routeKeyPrefixOf(b.key).length);
+    const limit = name.slice(0, name.indexOf(":"));
+    return { everybody: c.fields.get(overrideField(limit)), own: c.fields.get(name) };
+  }
+
+  /**
+   * Puts a value this isolate wrote itself (the adaptive limit, src/features/adaptive/) into its copy of
+   * the bucket's override hash, so that its next decisions use it before the next refresh; the
+   * refresh then brings what every writer wrote. A copy it does not hold is left to the refresh.
+   */
+  patch(b: OverrideAddress, field: string, value: string): void {
+    const c = this.copies.get(copyId(b.store, overridesKeyOf(b.key)));
+    if (c?.fields instanceof Map) c.fields.set(field, value);
+  }
+
+  /** Copies kept (for tests and metrics). */
+  get size(): number {
+    return this.copies.size;
+  }
+
+  private copyOf(b: OverrideAddress): Copy {
+    const routePrefix = routeKeyPrefixOf(b.key);
+    const key = overridesKeyOfBucket(b.key);
+    const id = copyId(b.store, key);
+    let c = this.copies.get(id);
+    if (!c) {
+      c = { store: b.store, key, routePrefix, asOf: 0, tried: 0 };
+      this.copies.set(id, c);
+      if (this.copies.size > this.capacity) this.copies.delete(this.copies.keys().next().value as string);
+    }
+    return c;
+  }
+}
+
+const copyId = (store: Store, key: string) => `${store.id}\u0000${key}`;
+
+/** `asked` is the caller's clock when the refresh started: the copy's age counts from then. */
+async function reload(c: Copy, asked: number, changed: (routePrefix: string) => void): Promise<void> {
+  try {
+    // past the cap only the size is asked (HLEN), until the hash is back under it
+    if (c.fields === "too many" && (await countOverrides(c.store, c.key)) > MAX_OVERRIDES) {
+      c.asOf = asked;
+      return;
+    }
+    const hash = Object.entries(await readOverrides(c.store, c.key));
+    const next = hash.length > MAX_OVERRIDES ? "too many" : new Map(hash);
+    const before = c.fields;
+    c.fields = next;
+    c.asOf = asked;
+    if (before !== undefined && !same(before, next)) changed(c.routePrefix);
+  } catch {
+    // keep the copy and its age: past TRUSTED_MS the script reads the hash itself
+  }
+}
+
+function same(a: Map<string, string> | "too many", b: Map<string, string> | "too many"): boolean {
+  if (a === "too many" || b === "too many") return a === b;
+  if (a.size !== b.size) return false;
+  for (const [k, v] of a) if (b.get(k) !== v) return false;
+  return true;
+}

@@ -1,0 +1,161 @@
+import decideLua from "../../../../lua/decide.lua";
+import { StoreError } from "../../../store/deadline.js";
+import type { Store } from "../../../store/redis.js";
+import { overridesKeyOf, type OverrideInput } from "./overrides.js";
+import { algorithm } from "../algorithms/registry.js";
+import type { Bucket, LimitOutcome } from "../types.js";
+
+/** The script source, for `store.script()`. */
+export const DECIDE_SCRIPT: string = decideLua;
+/**
+ * The same script flagged `no-writes`, for peeks (which write nothing): sent with EVAL_RO, which
+ * Upstash can serve from a read replica and Redis refuses to let write anything, so a peek can
+ * never spend a token by mistake.
+ */
+export const DECIDE_PEEK_SCRIPT: string = decideLua.replace(/^#!lua flags=/, "#!lua flags=no-writes,");
+
+export { DECIDE_COMMANDS } from "./commands.js";
+
+export type ScriptMode = "take" | "peek" | "refund" | "lease" | "return" | "release" | "settle";
+
+/** A lease being closed: the epoch (token bucket) or window (fixed window) it was granted in, its tokens, and those never spent. */
+export interface LeaseClose {
+  epoch: number;
+  granted: number;
+  left: number;
+}
+
+/** What a call asks of a bucket's lease: tokens wanted (take, lease) and one lease to close (lease, return). */
+export interface LeaseArgs {
+  ask: number;
+  close?: LeaseClose;
+}
+
+/** Tokens decide.lua debited for the caller's lease, for how long (ms of Redis time), and the epoch to close it with. */
+export interface LeaseGrant {
+  tokens: number;
+  ms: number;
+  epoch: number;
+}
+
+/** A bucket as the script call needs it; without `override`, no override applies (tests, bench); without `lease`, none is asked or closed. */
+export type ScriptBucket = Pick<Bucket, "limit" | "key" | "split" | "params" | "slot" | "delta"> & {
+  override?: OverrideInput;
+  lease?: LeaseArgs;
+};
+
+/** Figures decide.lua replies per limit (see the contract atop the script). */
+const PER_LIMIT = 8;
+
+/**
+ * KEYS and ARGV of decide.lua for these buckets (all in one Redis, of one route); see the contract
+ * atop the script. A bucket whose override is "read" adds the route's override hash to KEYS, and
+ * the script reads every bucket's fields from it (one HMGET).
+ */
+export function scriptCall(buckets: ReadonlyArray<ScriptBucket>, mode: ScriptMode): { keys: string[]; args: string[] } {
+  const keys = buckets.map((b) => b.key);
+  const perLimit: Array<string | number> = [];
+  for (const { limit: l, split, params, override, lease, slot, delta } of buckets) {
+    let share = 0;
+    let demand = 0;
+    if (split) {
+      share = keys.push(split.shareKey);
+      demand = keys.push(split.demandKey);
+    }
+    const p = params ?? l;
+    const { rate, burst } = split?.start ?? p;
+    const algo = algorithm(l.algorithm);
+    const [p1, p2] = mode === "settle" ? [0, delta ?? 0] : algo.scriptArgs(l, { slot });
+    const known = override === "read" ? undefined : override;
+    const close = lease?.close ?? { epoch: 0, granted: 0, left: 0 };
+    perLimit.push(
+      algo.code,
+      rate,
+      p.period * 1000,
+      burst,
+      p.cost,
+      l.shadow ? 1 : 0,
+      share,
+      demand,
+      p1,
+      p2,
+      known?.everybody ?? "",
+      known?.own ?? "",
+    );
+    const floor = floorAt(params?.floor ?? 0, algo.capacity === "burst" ? [p.burst, burst] : [p.rate, rate]);
+    perLimit.push(lease?.ask ?? 0, close.epoch, close.granted, close.left, floor);
+  }
+  const reader = buckets.find((b) => b.override === "read");
+  const overrideIdx = reader ? keys.push(overridesKeyOf(reader.key)) : 0;
+  return { keys, args: [mode, buckets.length, overrideIdx, ...perLimit].map(String) };
+}
+
+/**
+ * The floor in terms of the capacity sent in ARGV (a split limit's starting share rather than the
+ * full figures it was computed on), as decide.lua scales it for an override or a share.
+ */
+function floorAt(floor: number, [computedOn, sent]: [number, number]): number {
+  return floor > 0 && sent !== computedOn && computedOn > 0 ? Math.ceil((floor * sent) / computedOn) : floor;
+}
+
+/** One call of decide.lua on one Redis: its verdict, an outcome and a lease grant per bucket, and when it went and came back (isolate clock). */
+export interface GroupResult {
+  store: Store;
+  admitted: boolean;
+  buckets: Bucket[];
+  outcomes: LimitOutcome[];
+  grants: LeaseGrant[];
+  sentAt: number;
+  receivedAt: number;
+}
+
+/** Runs decide.lua once for buckets that all live in one Redis. `leaseOf` gives each bucket's lease arguments (none by default). */
+export async function runDecide(
+  buckets: Bucket[],
+  mode: ScriptMode,
+  overrides: (b: Bucket) => OverrideInput,
+  leaseOf: (b: Bucket) => LeaseArgs | undefined = () => undefined,
+): Promise<GroupResult> {
+  const store = (buckets[0] as Bucket).store;
+  const { keys, args } = scriptCall(
+    buckets.map((b) => ({ ...b, override: overrides(b), lease: leaseOf(b) })),
+    mode,
+  );
+  const sentAt = Date.now();
+  const reply = await store.run(store.script(mode === "peek" ? DECIDE_PEEK_SCRIPT : DECIDE_SCRIPT), keys, args);
+  const receivedAt = Date.now();
+  const numbers = asNumbers(reply, 1 + PER_LIMIT * buckets.length);
+  const at = (i: number, j: number) => numbers[1 + PER_LIMIT * i + j] as number;
+  const outcomes = buckets.map(({ limit, key, params, slot }, i): LimitOutcome => ({
+    limit,
+    key,
+    cost: params?.cost ?? limit.cost,
+    allowed: at(i, 0) === 1,
+    remaining: at(i, 1),
+    retryAfterMs: at(i, 2),
+    resetMs: at(i, 3),
+    delayMs: at(i, 4),
+    // the slot a take holds (when allowed and admitted): what the request frees later
+    ...(slot === undefined || mode !== "take" ? {} : { slot }),
+  }));
+  const grants = buckets.map((_, i): LeaseGrant => ({ tokens: at(i, 5), ms: at(i, 6), epoch: at(i, 7) }));
+  return { store, admitted: numbers[0] === 1, buckets, outcomes, grants, sentAt, receivedAt };
+}
+
+/** Buckets by the Redis that holds them, in first-seen order. */
+export function groupByStore(buckets: Bucket[]): Bucket[][] {
+  const groups = new Map<string, Bucket[]>();
+  for (const b of buckets) {
+    const g = groups.get(b.store.id);
+    if (g) g.push(b);
+    else groups.set(b.store.id, [b]);
+  }
+  return [...groups.values()];
+}
+
+function asNumbers(reply: unknown, length: number): number[] {
+  if (!Array.isArray(reply) || reply.length !== length || !reply.every((v) => typeof v === "number")) {
+    throw new StoreError("error", `unexpected reply from decide.lua: ${JSON.stringify(reply).slice(0, 200)}`);
+  }
+  return reply as number[];
+}

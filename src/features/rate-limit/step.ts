@@ -1,0 +1,260 @@
+import type { Context } from "hono";
+import { countRefusal } from "../access/bans.js";
+import type { Route } from "../../config/index.js";
+import { ADAPTIVE_LIMIT } from "../../config/schema.js";
+import { originFailed } from "../../origin/forward.js";
+import { publicDecision, type LimitRun, type Scope, type SluiceEnv } from "../../context.js";
+import { BadLimitInput, bucketsFor, keyedBuckets } from "./decision/buckets.js";
+import { decide, giveBack, madeWithoutRedis, type Bucket } from "./decision/decide.js";
+import { rateLimitHeaders } from "./headers.js";
+import { heldSlots, releaseSlots } from "./decision/in-flight.js";
+import { observeBody } from "./cost/observe-body.js";
+import { BodyCosts, chargedFromResponse, headerSettlements, readCostBody, settle } from "./cost/response-cost.js";
+import type { Decision } from "./types.js";
+import { Problem } from "../../problem.js";
+import { StoreError } from "../../store/deadline.js";
+import { shed, withHeaders } from "../shedding/step.js";
+import type { Step } from "../../middleware/step.js";
+import { limitedRoute } from "../../routing/route.js";
+import { logError, settleQuietly } from "../../util/log.js";
+
+/**
+ * Every limit of the route, decided in one Redis call per database (or from the isolate's
+ * leases), all or nothing. A refusal is shed as the route's `on_limit` says; an admission goes on
+ * (after its leaky-bucket slot, if it has one) and its response gets the `RateLimit` headers. A
+ * request later answered by a replay gives back what it was charged. The in-flight slots of its
+ * concurrency limits are freed once its response body has been delivered (or the client went
+ * away), at once when a later step answered instead.
+ */
+export const rateLimitStep: Step = async (c, scope, next) => {
+  const route = scope.route;
+  if (!route || scope.allowListed) return next();
+  const limited = limitedRoute(scope, route);
+  if (limited.limits.length === 0) return next();
+  const peek = route.peek !== false;
+  const run = await decideLimits(scope, limited, peek);
+  scope.limits = run;
+  if (!run) {
+    scope.decision = "degraded";
+    c.set("sluice", publicDecision(scope));
+    return next();
+  }
+  const { decision } = run;
+  if (!run.degraded && limited.limits.some((l) => l.scope === "split"))
+    scope.runtime.rebalance.nudge(scope.config, scope.stores, Date.now(), scope.defer);
+  if (decision.verdict === "reject" && !peek) {
+    // every refusal counts towards a ban, from the blocked-bucket cache too, however it is shed
+    countRefusal(scope, decision.blocking);
+    return shed(c, scope, decision);
+  }
+  if (decision.verdict === "shadow" && scope.meta)
+    scope.meta.limit = decision.outcomes.find((o) => !o.allowed)?.limit.name ?? "-";
+  scope.decision = run.degraded ? "degraded" : peek || decision.verdict === "reject" ? "allow" : decision.verdict;
+  c.set("sluice", publicDecision(scope));
+  // leaky buckets hand out slots: the request waits for its own before it goes
+  if (run.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, run.delayMs));
+  const release = slotRelease(scope, run);
+  const started = Date.now();
+  try {
+    await next();
+  } catch (e) {
+    if (release) scope.defer(release());
+    throw e;
+  }
+  afterResponse(c, scope, run, release);
+  reportToAdaptive(c, scope, run, Date.now() - started);
+};
+
+/**
+ * A response of an adaptive route is a sample of its origin (src/features/adaptive/): the gateway's own
+ * measure of the origin when it forwarded (none when a later step answered instead, a replay or a
+ * conflict), or, in an app, how long the handlers after this middleware took. A 4xx (a 429 from
+ * the origin's own per-user limit, a 408 for a client too slow to send) is about the client's
+ * request, not the origin's load: it is no sample at all, neither a failure nor a latency.
+ */
+function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, elapsedMs: number): void {
+  const route = scope.route;
+  if (!route?.adaptive || run.degraded || run.peek || run.decision.verdict === "reject") return;
+  const outcome = run.decision.outcomes.find((o) => o.limit.name === ADAPTIVE_LIMIT && o.allowed);
+  const bucket = outcome && run.buckets.find((b) => b.key === outcome.key);
+  if (!bucket || !outcome || (scope.target && !scope.reply)) return;
+  const status = c.res.status;
+  if (status >= 400 && status < 500) return;
+  const client = scope.facts.ip;
+  const sample = scope.reply
+    ? { latencyMs: scope.reply.latencyMs, failed: originFailed(scope.reply), client }
+    : { latencyMs: elapsedMs, failed: status >= 500, client };
+  const { runtime, config } = scope;
+  runtime.adaptive.record(
+    { bucket, outcome, route, prefix: config.key_prefix },
+    sample,
+    Date.now(),
+    scope.defer,
+    runtime.overrides,
+  );
+}
+
+/**
+ * The decision, or `undefined` when Redis failed and the deployment fails open. Redis failing
+ * under `on_store_error = "local"` is decided by this isolate alone; under `closed` it is a 503.
+ */
+async function decideLimits(scope: Scope, limited: Route, peek: boolean): Promise<LimitRun | undefined> {
+  const { config, region, stores, facts, runtime } = scope;
+  const mode = peek ? "peek" : "take";
+  let buckets: Bucket[] = [];
+  try {
+    buckets = await bucketsFor(limited, facts, config, {
+      region,
+      regional: stores.decision(region),
+      home: stores.home(),
+    });
+    const started = Date.now();
+    const decision = await decide(buckets, runtime.decisions, started, scope.defer, mode);
+    if (!madeWithoutRedis(decision) && scope.meta) scope.meta.rttMs = Date.now() - started;
+    return { decision, buckets, degraded: false, peek, delayMs: delayOf(decision, peek) };
+  } catch (e) {
+    if (e instanceof BadLimitInput)
+      throw new Problem({
+        status: 400,
+        title: "Bad request for limit",
+        detail: e.message,
+        extensions: { limit: e.limit },
+      });
+    if (!(e instanceof StoreError)) throw e;
+    storeTrouble(e, scope);
+    if (config.on_store_error !== "local") return undefined;
+    // idempotency and sessions still apply: only the limits are decided here, by this isolate
+    const keyed = buckets.length > 0 ? buckets : await keyedBuckets(limited, facts, config, region);
+    const decision = runtime.localBuckets.decide(keyed, Date.now(), mode);
+    return { decision, buckets, degraded: true, peek, delayMs: delayOf(decision, peek) };
+  }
+}
+
+function delayOf(decision: Decision, peek: boolean): number {
+  return peek ? 0 : Math.max(0, ...decision.outcomes.map((o) => o.delayMs));
+}
+
+/** Logs a store failure; under `on_store_error = "closed"` it is the 503 the client gets. */
+function storeTrouble(e: StoreError, scope: Scope): void {
+  const { config, region, route } = scope;
+  logError("store_error", e, { reason: e.reason, region, route: route?.name, on_store_error: config.on_store_error });
+  if (config.on_store_error !== "closed") return;
+  throw new Problem({
+    status: 503,
+    title: "Rate limiter unavailable",
+    detail: `the rate limit store did not answer (${e.reason}) and this deployment fails closed`,
+    headers: { "Retry-After": "1" },
+  });
+}
+
+/**
+ * A response the request went on to get carries the `RateLimit` headers (and the leaky bucket's
+ * wait); one a later step answered (a replay, a refusal) does not, and a replay gives back its
+ * charge: it never reached the origin. A local decision charged nothing in Redis to give back.
+ */
+function afterResponse(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, release?: Release): void {
+  // a replay told by this scope (the gateway), or by an idempotency() middleware of its own
+  if (scope.decision === "replay" || c.res.headers.get("Sluice-Decision") === "replay") {
+    // the refund frees the slots too; a local decision's are this isolate's to free
+    if (!run.degraded)
+      scope.defer(
+        settleQuietly(
+          giveBack(run.buckets, run.decision, scope.runtime.leases, scope.runtime.overrides),
+          "refund_failed",
+          { route: scope.route?.name },
+        ),
+      );
+    else if (release) scope.defer(release());
+    return;
+  }
+  if (c.error) {
+    if (release) scope.defer(release());
+    return;
+  }
+  const bodyCost = settleResponseCost(c, scope, run);
+  const extra = rateLimitHeaders(run.decision.outcomes);
+  if (run.delayMs > 0) extra["Sluice-Delay-Ms"] = String(run.delayMs);
+  withHeaders(c.res, extra);
+  watchDelivery(c, scope, [...(bodyCost ? [bodyCost] : []), ...(release ? [{ finish: release }] : [])]);
+}
+
+/** Something done once the response body has been delivered (see watchDelivery), seeing its chunks on the way. */
+interface DeliveryWatch {
+  onChunk?: (chunk: Uint8Array) => void;
+  finish: () => Promise<void>;
+}
+
+/**
+ * Limits charged from the response (docs/algorithms.md, Cost from the response): the figure the origin
+ * reported in a header is known with the headers, so it is settled at once (deferred). One in the
+ * body (json:, sse:) is read from a copy of the body (a tee) that sluice reads itself, as fast as
+ * the origin sends it, in waitUntil: a client that stops reading or goes away does not stop it.
+ * The watch returned tells it when the client's delivery is over, which starts its time bound
+ * (REST_BOUNDS). A 2xx response whose figure cannot be read pays `max`. A local decision's reserve
+ * stays with the isolate.
+ */
+function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun): DeliveryWatch | undefined {
+  if (run.degraded || run.peek) return undefined;
+  const charged = chargedFromResponse(run.buckets, run.decision);
+  if (charged.length === 0) return undefined;
+  const { overrides } = scope.runtime;
+  const due = headerSettlements(charged, c.res);
+  if (due.length > 0) scope.defer(settle(due, overrides).catch(settleFailed));
+  const body = BodyCosts.of(charged, c.res);
+  if (!body) return undefined;
+  if (!c.res.body) {
+    scope.defer(settle(body.due(true), overrides).catch(settleFailed));
+    return undefined;
+  }
+  const [toClient, toRead] = c.res.body.tee();
+  c.res = new Response(toClient, c.res);
+  let delivered: () => void = () => undefined;
+  const deliveryOver = new Promise<void>((resolve) => (delivered = resolve));
+  const read = readCostBody(toRead, body, deliveryOver);
+  scope.defer(read.then((whole) => settle(body.due(whole), overrides)).catch(settleFailed));
+  return { finish: async () => delivered() };
+}
+
+function settleFailed(e: unknown): void {
+  logError("response_cost_settle_failed", e);
+}
+
+/** Frees a request's in-flight slots, once however often called. */
+type Release = () => Promise<void>;
+
+/** The release of the slots a decision took (none: undefined): in their Redis, or in this isolate for a local decision. */
+function slotRelease(scope: Scope, run: LimitRun): Release | undefined {
+  const held = heldSlots(run.decision);
+  if (held.length === 0) return undefined;
+  const { localBuckets, overrides } = scope.runtime;
+  let released: Promise<void> | undefined;
+  return () => {
+    released ??= run.degraded
+      ? Promise.resolve(localBuckets.release(held))
+      : settleQuietly(releaseSlots(run.buckets, held, overrides), "slot_release_failed");
+    return released;
+  };
+}
+
+/**
+ * Runs the watches (the slots' release, a cost read from the body) when the response body has been
+ * delivered: read to its end, failed, or cancelled by a client that went away; at once for a
+ * response without a body. The body is wrapped once for all of them, its bytes passed on as they
+ * come and unchanged. The work is handed to `defer` now (ctx.waitUntil), so it runs even though it
+ * comes after the response.
+ */
+function watchDelivery(c: Context<SluiceEnv>, scope: Scope, watches: readonly DeliveryWatch[]): void {
+  if (watches.length === 0) return;
+  const res = c.res;
+  // each finishes whatever another does (a throw included): a failed settle never keeps a slot held
+  const finish = () => Promise.allSettled(watches.map(async (w) => w.finish())).then(() => undefined);
+  if (!res.body) {
+    scope.defer(finish());
+    return;
+  }
+  let delivered: () => void = () => undefined;
+  const done = new Promise<void>((resolve) => (delivered = resolve));
+  const onChunk = (chunk: Uint8Array) => watches.forEach((w) => w.onChunk?.(chunk));
+  c.res = new Response(observeBody(res.body, { onChunk, onEnd: delivered }), res);
+  scope.defer(done.then(finish));
+}

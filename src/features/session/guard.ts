@@ -1,0 +1,90 @@
+import type { Route } from "../../config/index.js";
+import { identify, readPart, type RequestFacts } from "../../keys/identify.js";
+import { principalOf } from "../../keys/principal.js";
+import { Problem } from "../../problem.js";
+import type { Store } from "../../store/redis.js";
+import { pollWhile } from "../../util/poll.js";
+import { acquire, release, sessionRef, type Acquired } from "./lock.js";
+import { settleQuietly } from "../../util/log.js";
+
+export type SessionSettings = NonNullable<Route["session"]>;
+
+export type SessionHold =
+  | { kind: "none" }
+  | { kind: "held"; headers: Record<string, string>; release: () => Promise<void>; ticket: SessionTicket };
+
+/** What a held lock travelling with a queued job needs to be released by the consumer. */
+export interface SessionTicket {
+  hash: string;
+  owner: string;
+}
+
+/** Where session locks live: the home region's Redis, under the deployment's prefix, per route. */
+export interface SessionPlace {
+  store: Store;
+  prefix: string;
+  route: string;
+  /** The ledger's length (`ledger_length`). */
+  ledgerLength?: number;
+}
+
+/**
+ * Takes the request's session lock (routes keyed on the same session share it), waiting up to
+ * `wait` for a busy one, polling with backoff. Held: the origin gets the grant's fencing token and
+ * the session, and `release` gives the lock back (only if this request still holds it). Busy: a
+ * 409 problem is thrown, naming the session as busy. No session identity: no lock.
+ *
+ * The lock is the principal's (`principal`, `auto` by default: the caller's credential): a session id is no secret (it
+ * travels in headers, logs, URLs), and whoever knew another client's could otherwise hold that
+ * client's session at 409 by keeping calls in flight under it.
+ */
+export async function holdSession(
+  settings: SessionSettings,
+  facts: RequestFacts,
+  place: SessionPlace,
+): Promise<SessionHold> {
+  const who = identify([settings.key], facts, "skip");
+  if (who.kind !== "id") return { kind: "none" };
+  const ref = {
+    ...(await sessionRef(place.store, place.prefix, place.route, await principalOf(settings.principal, facts), who.id)),
+    ledgerLength: place.ledgerLength,
+  };
+  const owner = crypto.randomUUID();
+  // polls start at 20 ms and back off to 200 ms: a session's calls follow each other closely
+  const a: Acquired = await pollWhile(
+    await acquire(ref, owner, settings.lease, settings.wait < 20),
+    (r) => r.kind === "busy",
+    (last) => acquire(ref, owner, settings.lease, last),
+    { startMs: 20, maxMs: 200, budgetMs: settings.wait },
+  );
+  if (a.kind === "busy") {
+    throw new Problem({
+      status: 409,
+      title: "Session busy",
+      detail: `another side-effecting call of this session is in flight (fencing token ${a.fence}); calls of one session run one at a time`,
+      headers: { "Retry-After": String(Math.max(1, Math.ceil(Math.min(a.leftMs, 5_000) / 1000))) },
+      extensions: { lease_left_ms: a.leftMs },
+    });
+  }
+  return {
+    kind: "held",
+    headers: { "sluice-fencing-token": String(a.fence), "sluice-session": readPart(settings.key, facts) ?? "" },
+    release: async () => {
+      await settleQuietly(release(ref, owner), "session_release_failed", { route: ref.route });
+    },
+    ticket: { hash: ref.hash, owner },
+  };
+}
+
+/**
+ * What sluice tells the origin: the fencing token of the grant that lets the call through (the
+ * session's when the route has one, else the idempotency claim's), the session, the key.
+ */
+export function sluiceHeadersOf(
+  idem: Record<string, string>,
+  session: Record<string, string> | undefined,
+): Record<string, string> {
+  if (!session) return idem;
+  const { "sluice-fencing-token": idemToken, ...rest } = idem;
+  return { ...rest, ...(idemToken ? { "sluice-idempotency-fencing-token": idemToken } : {}), ...session };
+}

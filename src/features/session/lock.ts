@@ -1,0 +1,74 @@
+import sessionLua from "../../../lua/session.lua";
+import { asKeyHash, hashIdentifier } from "../../keys/hash.js";
+import { LEDGER_MAXLEN } from "../idempotency/records.js";
+import { StoreError } from "../../store/deadline.js";
+import { ledgerKey, sessionFenceKey, sessionLockKey } from "../../store/layout.js";
+import type { Store } from "../../store/redis.js";
+
+/** A session's lock: where it lives (home region's Redis) and how the ledger names it. */
+export interface SessionRef {
+  store: Store;
+  prefix: string;
+  route: string;
+  /** The lock's: over [principal, session identity]. The ledger names the lock by it. */
+  hash: string;
+  /** The ledger's length (`ledger_length`; the default when absent). */
+  ledgerLength?: number;
+}
+
+export type Acquired =
+  { kind: "granted"; fence: number; takeover: boolean } | { kind: "busy"; leftMs: number; fence: number };
+
+/**
+ * The lock of one principal's session, shared by every route keyed on the same session identity
+ * (and principal). The principal is part of the lock's hash, so the same session id sent by
+ * someone else is another lock: it can neither hold nor be held by this one.
+ *
+ * Fencing tokens come from one key for the whole deployment (lua/session.lua): origins remember
+ * the highest token per `Sluice-Session` value, and a token that rises across every grant rises
+ * under each value, while session ids a client invents leave no key behind once their locks go.
+ */
+export async function sessionRef(
+  store: Store,
+  prefix: string,
+  route: string,
+  principal: string,
+  identity: string,
+): Promise<SessionRef> {
+  return { store, prefix, route, hash: await hashIdentifier(JSON.stringify([principal, identity])) };
+}
+
+async function call(
+  r: SessionRef,
+  op: "acquire" | "release",
+  owner: string,
+  rest: Array<string | number>,
+): Promise<unknown[]> {
+  // a ref may be rebuilt from a queue message (the consumer releases the lock): its hash is checked before it names a key
+  const lock = sessionLockKey(r.prefix, asKeyHash(r.hash));
+  const reply = await r.store.run(
+    r.store.script(sessionLua),
+    [lock, sessionFenceKey(r.prefix), ledgerKey(r.prefix)],
+    [op, owner, r.route, r.hash, r.ledgerLength ?? LEDGER_MAXLEN, ...rest],
+  );
+  if (!Array.isArray(reply))
+    throw new StoreError("error", `unexpected reply from session.lua: ${JSON.stringify(reply).slice(0, 200)}`);
+  return reply;
+}
+
+/**
+ * One Lua call: the lock and the next fencing token, or how long the holder's lease has left.
+ * `last` marks the caller's last try, whose refusal goes to the ledger (polls while waiting do not).
+ */
+export async function acquire(r: SessionRef, owner: string, leaseMs: number, last: boolean): Promise<Acquired> {
+  const [kind, a, b] = await call(r, "acquire", owner, [leaseMs, last ? 1 : 0]);
+  return kind === "granted"
+    ? { kind, fence: Number(a), takeover: Number(b) === 1 }
+    : { kind: "busy", leftMs: Number(a), fence: Number(b) };
+}
+
+/** Releases the lock, only if `owner` still holds it. */
+export async function release(r: SessionRef, owner: string): Promise<boolean> {
+  const [result] = await call(r, "release", owner, []);
+  return result === "ok";
+}

@@ -1,0 +1,118 @@
+import type { Context } from "hono";
+import type { Config, Route } from "../../../config/index.js";
+import type { Scope, SluiceEnv } from "../../../context.js";
+import { Problem } from "../../../problem.js";
+import { claimSideEffect } from "../../idempotency/side-effect.js";
+import type { Store } from "../../../store/redis.js";
+import { JOB_ID, readJob, writeJob } from "./jobs.js";
+import { accepted, JOBS_PATH, toJob, type JobMessage } from "./queue.js";
+import { orElse, settleQuietly } from "../../../util/log.js";
+
+/**
+ * Sends a shed request to the queue and answers 202 with where its status can be read. A
+ * side-effecting request takes its guards first, exactly as if it went to the origin now: its
+ * idempotency key is claimed (held until the consumer settles it) and its session lock taken, and
+ * both travel with the job, so a duplicate gets 409 or the replay, never a second job. The
+ * `queued` status is written after the response (`ctx.waitUntil`), and only if no later status
+ * landed first.
+ */
+export async function enqueue(
+  request: Request,
+  scope: Scope,
+  retryAfterMs: number,
+): Promise<{ response: Response; decision: "queued" | "replay" }> {
+  const route = scope.route as Route;
+  const queue = scope.env.SLUICE_QUEUE;
+  if (!queue)
+    throw new Problem({
+      status: 500,
+      title: "Queue not bound",
+      detail: "this route sheds to a queue but the Worker has no SLUICE_QUEUE binding",
+    });
+  const effect = await claimSideEffect(request, scope, route, queuedClaimLease(route));
+  if ("kind" in effect) return { response: effect.response, decision: "replay" };
+  let message: JobMessage;
+  try {
+    message = await toJob(effect.request, route, scope.facts, scope.region, scope.forwardPath, scope.method);
+    message = { ...message, claim: effect.claim, session: effect.session, sluiceHeaders: effect.sluiceHeaders };
+    await queue.send(message, {
+      contentType: "json",
+      delaySeconds: Math.min(60, Math.max(0, Math.ceil(retryAfterMs / 1000))),
+    });
+  } catch (e) {
+    await effect.abandon();
+    throw e;
+  }
+  deferQueuedStatus(scope, route, message.id);
+  return { response: accepted(message.id, retryAfterMs), decision: "queued" };
+}
+
+/** Writes the job's `queued` status after the response, unless a later status landed first. */
+function deferQueuedStatus(scope: Scope, route: Route, id: string): void {
+  const home = scope.stores.offPath();
+  if (!home) return;
+  const status = {
+    id,
+    status: "queued" as const,
+    route: route.name,
+    failures: 0,
+    updated_at: new Date().toISOString(),
+  };
+  scope.defer(
+    settleQuietly(
+      writeJob(home, scope.config.key_prefix, status, route.queue.status_ttl, true),
+      "job_status_write_failed",
+      { job: id },
+    ),
+  );
+}
+
+/**
+ * How long a queued request holds its idempotency claim: until its status expires (a job is not
+ * delivered after that), and never past the record's own lifetime. The consumer settles it sooner.
+ */
+function queuedClaimLease(route: Route): number | undefined {
+  return route.idempotency ? Math.min(route.queue.status_ttl, route.idempotency.ttl - 1) : undefined;
+}
+
+/** `GET /__sluice-jobs/{id}`: the status of a queued request. The id is its own capability. */
+export async function jobStatusResponse(
+  home: Store | undefined,
+  config: Pick<Config, "key_prefix">,
+  id: string,
+): Promise<Response> {
+  // a job lookup is no limited request: its problems are told as "allow", as its answers are
+  if (!JOB_ID.test(id))
+    throw new Problem({ status: 404, title: "No such job", detail: "not a job id sluice issued" }, "allow");
+  const job = home
+    ? await orElse(readJob(home, config.key_prefix, id), null, "job_status_read_failed", { job: id })
+    : null;
+  if (job === null)
+    throw new Problem(
+      {
+        status: 503,
+        title: "Job status unavailable",
+        detail: "the job store could not be reached",
+        headers: { "Retry-After": "1" },
+      },
+      "allow",
+    );
+  if (!job) throw new Problem({ status: 404, title: "No such job", detail: "unknown or expired job id" }, "allow");
+  return new Response(JSON.stringify(job), {
+    headers: { "content-type": "application/json", "cache-control": "no-store" },
+  });
+}
+
+/** The gateway's job-status endpoint, before any route: the job id is the capability, no limits apply. */
+export async function jobStatus(
+  c: Context<SluiceEnv>,
+  scope: Scope,
+  next: () => Promise<void>,
+): Promise<Response | void> {
+  const path = scope.facts.matchPath;
+  if (!(path.startsWith(JOBS_PATH) && c.req.method === "GET")) return next();
+  // answered as allow: it is not a limited route (and a job lookup does not count as a decision)
+  scope.route = undefined;
+  scope.meta = undefined;
+  return jobStatusResponse(scope.stores.offPath(), scope.config, path.slice(JOBS_PATH.length));
+}

@@ -1,0 +1,99 @@
+import type { Context } from "hono";
+import type { Route } from "../../config/index.js";
+import type { Scope, SluiceEnv } from "../../context.js";
+import { allowance, rateLimitHeaders, retryAfterSeconds } from "../rate-limit/headers.js";
+import type { Decision } from "../rate-limit/types.js";
+import { clientLabel } from "../../metrics/labels.js";
+import { Problem } from "../../problem.js";
+import { enqueue } from "./queue/enqueue.js";
+import { copyAddress, fallbackFor } from "./fallback/answer.js";
+import { isKeepable, keepCopy } from "./fallback/copies.js";
+import type { Step } from "../../middleware/step.js";
+import { divert } from "./divert.js";
+import { settleQuietly } from "../../util/log.js";
+
+export type Refusal = Extract<Decision, { verdict: "reject" }>;
+
+/** A way to answer a request its limits refused: the response, with `scope.decision` set; or a thrown problem. */
+type Strategy = (c: Context<SluiceEnv>, scope: Scope, refusal: Refusal) => Promise<Response>;
+
+/** The shedding strategies, by the route's `on_limit`: the one place a strategy is chosen. */
+const STRATEGIES: Record<Route["on_limit"], Strategy> = {
+  reject: async (_c, scope, refusal) => {
+    throw tooManyRequests(refusal, routeOf(scope).name);
+  },
+  fallback: async (c, scope, refusal) => {
+    const copy = await fallbackFor(c, scope);
+    if (!copy) throw tooManyRequests(refusal, routeOf(scope).name);
+    scope.decision = "fallback";
+    return withHeaders(copy, rateLimitHeaders([refusal.blocking]));
+  },
+  queue: async (c, scope, refusal) => {
+    const queued = await enqueue(c.req.raw, scope, refusal.blocking.retryAfterMs);
+    scope.decision = queued.decision;
+    return queued.response;
+  },
+  // the divert origin's answer; if it has none, what `fallback` would give (static page, else 429)
+  divert: async (c, scope, refusal) => {
+    const diverted = await divert(c, scope, routeOf(scope));
+    if (!diverted) return STRATEGIES.fallback(c, scope, refusal);
+    scope.decision = "diverted";
+    return withHeaders(diverted, rateLimitHeaders([refusal.blocking]));
+  },
+};
+
+/** A refused request, as the route's `on_limit` says: 429, the last good copy, the queue, or the divert origin. */
+export function shed(c: Context<SluiceEnv>, scope: Scope, refusal: Refusal): Promise<Response> {
+  const route = routeOf(scope);
+  if (scope.meta) {
+    scope.meta.limit = refusal.blocking.limit.name;
+    scope.meta.blockedId = refusal.blocking.key.slice(refusal.blocking.key.lastIndexOf(":") + 1);
+    scope.meta.label = clientLabel(refusal.blocking.limit, scope.facts, scope.config.labels);
+  }
+  return STRATEGIES[route.on_limit](c, scope, refusal);
+}
+
+/** The 429 problem for a refusal, with `Retry-After` and the refusing limit's `RateLimit` headers. */
+export function tooManyRequests(refusal: Refusal, route: string): Problem {
+  const { limit, retryAfterMs } = refusal.blocking;
+  return new Problem({
+    status: 429,
+    title: "Too many requests",
+    detail: `limit "${limit.name}" of route "${route}" ${allowance(limit)}; retry in ${retryAfterMs} ms`,
+    extensions: { limit: limit.name, retry_after_ms: retryAfterMs },
+    headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)), ...rateLimitHeaders([refusal.blocking]) },
+  });
+}
+
+/**
+ * Keeps the origin's answer as the last good copy of a fallback route's page, after the
+ * response (`waitUntil`), when a shared cache may keep it.
+ */
+export const keepFallbackCopies: Step = async (c, scope, next) => {
+  await next();
+  const route = scope.route;
+  const reply = scope.reply;
+  if (
+    route?.on_limit !== "fallback" ||
+    reply?.outcome !== "answered" ||
+    !isKeepable(c.req.raw, reply.response, route.fallback_cookies)
+  )
+    return;
+  scope.defer(
+    settleQuietly(
+      keepCopy(copyAddress(scope), reply.sent, reply.response.clone(), route.fallback_ttl),
+      "fallback_copy_keep_failed",
+      { route: route.name },
+    ),
+  );
+};
+
+export function withHeaders(res: Response, headers: Record<string, string>): Response {
+  for (const [k, v] of Object.entries(headers)) res.headers.set(k, v);
+  return res;
+}
+
+function routeOf(scope: Scope): Route {
+  if (!scope.route) throw new Error("a shedding step ran without a route");
+  return scope.route;
+}
