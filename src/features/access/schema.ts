@@ -1,0 +1,31 @@
+import { z } from "zod";
+import { duration } from "../../config/primitives.js";
+
+/** The longest a `ban` counts refusals over, and the longest one ban lasts. */
+const MAX_BAN_WITHIN_MS = 86_400_000;
+const MAX_BAN_MS = 365 * 86_400_000;
+
+/**
+ * Escalating bans (docs/operating.md, Bans): a client this limit refuses `after` times within `within` goes
+ * on the deny list for the first of `for`, each repeat ban for the next (the last repeats), so a
+ * ban never gets shorter.
+ */
+export const banSettings = z
+  .object({
+    after: z.number().int().min(1).max(1_000_000),
+    within: duration.refine((ms) => ms <= MAX_BAN_WITHIN_MS, "must be at most 1d"),
+    for: z
+      .array(duration.refine((ms) => ms <= MAX_BAN_MS, "must be at most 365d"))
+      .min(1)
+      .max(16),
+  })
+  .strict()
+  .superRefine((b, ctx) => {
+    b.for.forEach((ms, i) => {
+      if (i > 0 && ms < (b.for[i - 1] as number))
+        ctx.addIssue({ code: "custom", path: ["for", i], message: "must be at least the duration before it" });
+    });
+  });
+
+/** The key parts a ban can name as a deny-list entry: one per client, never everybody or a path. */
+export const bannable = (key: string[]) => key.length === 1 && key[0] !== "global" && key[0] !== "path";

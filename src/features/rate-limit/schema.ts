@@ -1,0 +1,205 @@
+import { z } from "zod";
+import { booleanOrDuration, duration, keyPart, name, tierRate } from "../../config/primitives.js";
+import { banSettings, bannable } from "../access/schema.js";
+import {
+  algorithm,
+  ALGORITHM_NAMES,
+  leasableAlgorithms,
+  leasableShape,
+  MAX_IN_FLIGHT,
+  readersOf,
+  type Algorithm,
+  type AlgorithmSetting,
+  type AlgorithmSettings,
+} from "./algorithms/registry.js";
+import { compiledFigures, figureProblems } from "./algorithms/figures.js";
+import { PRIORITIES, RESERVABLE, type Reserve } from "./decision/priority.js";
+import { parseResponseSource } from "./cost/response-figures.js";
+
+/**
+ * A limit's `reserve`: fractions of its capacity kept for the priorities above a request's
+ * (docs/algorithms.md, Priorities), `critical` and `default` only (nothing ranks below sheddable), each
+ * 0 < f < 1, summing to less than 1.
+ */
+export const reserve = z.record(z.string(), z.number()).transform((r, ctx): Reserve => {
+  const issue = (key: string, message: string) => ctx.addIssue({ code: "custom", path: [key], message });
+  for (const [key, f] of Object.entries(r)) {
+    if (key === "sheddable")
+      issue(key, "cannot be reserved for: sheddable is the lowest priority, there is nobody to keep room from");
+    else if (!(RESERVABLE as readonly string[]).includes(key))
+      issue(key, `is not a priority that can be reserved for: use ${RESERVABLE.join(" or ")}`);
+    else if (!(f > 0 && f < 1)) issue(key, "must be a fraction of the capacity between 0 and 1 (exclusive)");
+  }
+  const total = Object.values(r).reduce((sum, f) => sum + f, 0);
+  if (!(total < 1))
+    ctx.addIssue({ code: "custom", message: `the fractions add up to ${total}: they must total less than 1` });
+  return r;
+});
+
+/** A route's `priority`: one of the names, or where a request carries one (a header, a verified JWT claim). */
+export const priority = z.union([
+  z.enum(PRIORITIES),
+  z
+    .string()
+    .regex(
+      /^(header:[A-Za-z0-9!#$%&'*+.^_`|~-]+|jwt:.+)$/,
+      'must be critical, default, sheddable, "header:<name>" or "jwt:<claim>"',
+    ),
+]);
+
+const DEFAULT_MAX_DELAY_MS = 1_000;
+
+/** Whether a limit sets an algorithm-specific setting: leaving its default is not setting it. */
+const SETS: Record<AlgorithmSetting, (l: AlgorithmSettings) => boolean> = {
+  warmup: (l) => l.warmup !== undefined,
+  max_delay: (l) => l.max_delay !== DEFAULT_MAX_DELAY_MS,
+  nodelay: (l) => l.nodelay,
+};
+
+/** Settings a limit sets that its algorithm does not read: of each other algorithm's, the first it sets. */
+function misplacedSettings(l: AlgorithmSettings & { algorithm: Algorithm }): AlgorithmSetting[] {
+  const own = algorithm(l.algorithm).settings;
+  const found = new Set<AlgorithmSetting>();
+  for (const name of ALGORITHM_NAMES) {
+    const first = algorithm(name).settings.find((s) => !own.includes(s) && SETS[s](l));
+    if (first) found.add(first);
+  }
+  return [...found];
+}
+
+/**
+ * `cost = { response = "header:<name>" | "json:<path>" | "sse:<path>", reserve, max }`: taken at
+ * admission, settled to what the origin reports (src/features/rate-limit/cost/response-figures.ts; `trailer:` is
+ * refused there by name).
+ */
+const responseCost = z
+  .object({
+    response: z.string().superRefine((text, ctx) => {
+      const source = parseResponseSource(text);
+      if (typeof source === "string") ctx.addIssue({ code: "custom", message: source });
+    }),
+    reserve: z.number().int().positive(),
+    max: z.number().int().positive().max(1_000_000_000),
+  })
+  .strict();
+
+/** What a limit charged from the response may not be. */
+function responseCostProblems(l: {
+  algorithm: Algorithm;
+  warmup?: number;
+  scope: string;
+  cost: number;
+  max_cost?: number;
+  responseCost?: { max: number };
+}): string[] {
+  const problems: string[] = [];
+  if (l.algorithm !== "token_bucket") problems.push("from the response applies to token_bucket limits only");
+  if (l.warmup !== undefined) problems.push("from the response does not go with warmup");
+  if (l.scope === "split") problems.push("from the response does not go with scope = split");
+  if (l.max_cost !== undefined) problems.push("from the response takes its bound from `max`, not max_cost");
+  if (l.responseCost && l.responseCost.max < l.cost) problems.push("from the response: reserve must not exceed max");
+  return problems;
+}
+
+export const limit = z
+  .object({
+    name,
+    key: z.union([keyPart, z.array(keyPart).min(1).max(8)]).default("ip"),
+    algorithm: z.enum(ALGORITHM_NAMES).default("token_bucket"),
+    /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/features/rate-limit/algorithms/figures.ts). */
+    rate: z.number().int().positive().max(1_000_000_000).optional(),
+    period: duration.optional(),
+    burst: z.number().int().positive().max(1_000_000_000).optional(),
+    /** concurrency: requests of a key in flight at once. */
+    limit: z
+      .number()
+      .int()
+      .positive()
+      .max(MAX_IN_FLIGHT, `must be at most ${MAX_IN_FLIGHT}: the bucket lists every slot in flight`)
+      .optional(),
+    /**
+     * Tokens one request takes: a number, "header:<name>" read from the request (bounded by
+     * max_cost), or what the origin reports (docs/algorithms.md, Cost from the response).
+     */
+    cost: z
+      .union([
+        z.number().int().positive(),
+        z.string().regex(/^header:[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a number or "header:<name>"'),
+        responseCost,
+      ])
+      .default(1),
+    max_cost: z.number().int().positive().optional(),
+    scope: z.enum(["region", "global", "split"]).default("region"),
+    shadow: z.boolean().default(false),
+    /** What to do when the request does not carry the identity: fall back to the IP, refuse (400), or skip the limit. */
+    missing: z.enum(["ip", "reject", "skip"]).default("ip"),
+    /** token_bucket: ramp from rate/3 to rate over this long after an idle period. */
+    warmup: duration.optional(),
+    /** leaky_bucket: the longest a request may wait for its slot before it is refused instead. */
+    max_delay: duration.optional(),
+    /** leaky_bucket: let the queued burst through at once (nginx nodelay); slots still refill at the rate. */
+    nodelay: z.boolean().optional(),
+    /** Take the rate from a table keyed by this identity's value, e.g. "jwt:plan". */
+    tier: keyPart.optional(),
+    rates: z.record(z.string().min(1).max(64), tierRate).optional(),
+    /**
+     * Let isolates hold leases on this limit's buckets (docs/regions-and-leases.md, Leases); default: wherever the limit
+     * can be leased. concurrency: how long a slot may be held, a duration.
+     */
+    lease: booleanOrDuration.optional(),
+    /** Put a client this limit keeps refusing on the deny list, for longer each time (docs/operating.md, Bans). */
+    ban: banSettings.optional(),
+    /** Capacity kept for higher priorities, e.g. `{ critical = 0.2 }` (docs/algorithms.md, Priorities). */
+    reserve: reserve.optional(),
+  })
+  .strict()
+  .superRefine((l, ctx) =>
+    figureProblems(l).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message })),
+  )
+  .transform((l) => {
+    const costHeader = typeof l.cost === "string" ? l.cost.slice(7).toLowerCase() : undefined;
+    const fromResponse = typeof l.cost === "object" ? l.cost : undefined;
+    const source = fromResponse && parseResponseSource(fromResponse.response);
+    const responseCost = fromResponse && typeof source === "object" ? { ...source, max: fromResponse.max } : undefined;
+    return {
+      ...l,
+      ...compiledFigures(l),
+      key: Array.isArray(l.key) ? l.key : [l.key],
+      cost: typeof l.cost === "number" ? l.cost : (fromResponse?.reserve ?? 1),
+      costHeader,
+      responseCost,
+      max_delay: l.max_delay ?? DEFAULT_MAX_DELAY_MS,
+      nodelay: l.nodelay ?? false,
+      lease: typeof l.lease === "boolean" ? l.lease : leasableShape({ ...l, costHeader, responseCost }),
+    };
+  })
+  .superRefine((l, ctx) => {
+    const issue = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
+    const input = l as { burst?: number };
+    if (algorithm(l.algorithm).capacity === "rate" && input.burst !== l.rate)
+      issue("burst", `does not apply to ${l.algorithm}: the window holds \`rate\``);
+    for (const setting of misplacedSettings(l)) issue(setting, `applies to ${readersOf(setting)} only`);
+    const maxCost = l.costHeader ? l.max_cost : l.cost;
+    if (l.costHeader && l.max_cost === undefined)
+      issue("max_cost", 'is required when cost comes from a header ("header:<name>")');
+    if (!l.costHeader && l.max_cost !== undefined) issue("max_cost", "applies only when cost comes from a header");
+    const capacities = [l.burst, ...Object.values(l.rates ?? {}).map((t) => t.rate)];
+    if (maxCost !== undefined && maxCost > Math.min(...capacities))
+      issue(
+        l.costHeader ? "max_cost" : "cost",
+        `cost ${maxCost} exceeds the capacity ${Math.min(...capacities)}: such a request could never pass`,
+      );
+    if (l.responseCost) responseCostProblems(l).forEach((m) => issue("cost", m));
+    if ((l.tier === undefined) !== (l.rates === undefined))
+      issue(l.tier === undefined ? "tier" : "rates", "tier and rates go together");
+    if (l.lease && !leasableShape(l))
+      issue(
+        "lease",
+        `applies to ${leasableAlgorithms()} limits that are not split, with a fixed cost, no tier and no reserve`,
+      );
+    if (l.ban && !bannable(l.key))
+      issue(
+        "ban",
+        "needs a limit keyed on one client part: ip, header:<name>, cookie:<name>, query:<name> or jwt:<claim>",
+      );
+  });

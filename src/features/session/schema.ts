@@ -1,0 +1,22 @@
+import { z } from "zod";
+import { duration, keyPart, method, principal } from "../../config/primitives.js";
+
+export const sessionSettings = z
+  .object({
+    /** Whose session: an identity in the key syntax of limits, e.g. "header:x-session-id" or "jwt:sid". */
+    key: keyPart,
+    /**
+     * Whose sessions these are (`auto`, or the key syntax of limits; missing parts fall back to the
+     * IP): locks are per principal and session, so knowing another client's session id does not reach its lock.
+     */
+    principal,
+    mode: z.literal("exclusive").default("exclusive"),
+    /** How long a grant holds before the next request may take it over. */
+    lease: duration.default(30_000),
+    /** How long a second call of a busy session waits for the lock (0: 409 at once). */
+    wait: duration.optional(),
+    /** Methods that take the lock (reads do not). */
+    methods: z.array(method).min(1).default(["POST", "PUT", "PATCH", "DELETE"]),
+  })
+  .strict()
+  .transform((s) => ({ ...s, principal: Array.isArray(s.principal) ? s.principal : [s.principal], wait: s.wait ?? 0 }));

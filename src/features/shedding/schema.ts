@@ -1,0 +1,77 @@
+import { z } from "zod";
+import { duration } from "../../config/primitives.js";
+
+/** What a fallback route answers with when it is shed and no cached copy exists ("sold out"). */
+const staticFallback = z
+  .object({
+    status: z.number().int().min(200).max(599).default(200),
+    content_type: z.string().min(1).max(200).default("text/plain; charset=utf-8"),
+    body: z.string().max(64 * 1024),
+  })
+  .strict();
+
+const queueSettings = z
+  .object({
+    /** Larger request bodies are refused with 413 rather than queued. */
+    max_body: z
+      .number()
+      .int()
+      .min(0)
+      .max(100 * 1024)
+      .default(64 * 1024),
+    /** Request headers kept with the job (those a limit keys on are always kept). */
+    headers: z
+      .array(
+        z
+          .string()
+          .regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, "must be a header name")
+          .transform((h) => h.toLowerCase()),
+      )
+      .default(["content-type"]),
+    /** Deliveries that fail at the origin (5xx, network) before the job goes to the dead-letter queue. */
+    max_retries: z.number().int().min(0).max(100).default(3),
+    /** How long a job's status can be read. */
+    status_ttl: duration.default(86_400_000),
+  })
+  .strict();
+
+/** A route's shedding options: what a refused request gets instead of a 429 (docs/shedding.md). */
+export const sheddingOptions = {
+  on_limit: z.enum(["reject", "fallback", "queue", "divert"]).default("reject"),
+  /** Where `on_limit = "divert"` sends refused requests (a read replica, a static mirror, a cheaper model). */
+  divert_url: z.url({ protocol: /^https?$/, message: "must be an http or https URL" }).optional(),
+  /** Past it the divert origin is abandoned, and the refusal falls back (static page, else 429). */
+  divert_timeout: duration.default(10_000),
+  fallback_ttl: duration.default(300_000),
+  fallback: staticFallback.optional(),
+  /**
+   * "private": a response to a request with a cookie is not kept as a fallback copy unless the
+   * origin marks it shareable (as with Authorization). "shared": the route's pages do not depend
+   * on cookies, so they are kept.
+   */
+  fallback_cookies: z.enum(["private", "shared"]).default("private"),
+  queue: queueSettings.default(() => queueSettings.parse({})),
+};
+
+/**
+ * A divert route's fields go together, and it takes no idempotency key or session lock: a
+ * diverted request leaves before those steps run, so it would reach the divert origin unguarded.
+ */
+export function divertProblems(r: {
+  on_limit: string;
+  divert_url?: string;
+  idempotency?: unknown;
+  session?: unknown;
+}): Array<[string, string]> {
+  if (r.on_limit !== "divert")
+    return r.divert_url === undefined ? [] : [["divert_url", 'applies only when on_limit = "divert"']];
+  const problems: Array<[string, string]> = [];
+  if (r.divert_url === undefined) problems.push(["divert_url", 'is required when on_limit = "divert"']);
+  for (const table of ["idempotency", "session"] as const)
+    if (r[table] !== undefined)
+      problems.push([
+        table,
+        `cannot be combined with on_limit = "divert": a diverted request leaves before the ${table} step runs, unguarded (give those methods a route of their own)`,
+      ]);
+  return problems;
+}
