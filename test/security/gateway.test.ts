@@ -14,7 +14,7 @@ import { portOf, rawRequest, type RawHeader, type RawResponse } from "../support
 const ADMIN = "security-admin-token-0123456789";
 const PREFIX = "sg";
 const MIB = 1024 * 1024;
-/** The schema's ceiling for `queue.max_body` (src/config/schema.ts: 100 KiB). */
+/** The schema's ceiling for `queue.max_body` (src/features/shedding/schema.ts: 100 KiB). */
 const QUEUE_MAX_BODY = 100 * 1024;
 
 const SLUICE: SluiceInput = {

@@ -3,7 +3,7 @@ import { MAX_IN_FLIGHT } from "./registry.js";
 /**
  * What a limit counts with, as the configuration writes it, by algorithm: `rate` per `period`
  * (and `burst`) for the four rate algorithms; `limit` requests in flight at once, each slot held
- * at most `lease`, for `concurrency`. The schema (src/config/schema.ts) checks the written fields
+ * at most `lease`, for `concurrency`. The schema (src/features/rate-limit/schema.ts) checks the written fields
  * with `figureProblems` and compiles them with `compiledFigures`, so the rest of the code reads
  * `rate`, `period` and `burst` of every limit alike: a concurrency limit's are its limit, its lease
  * and its limit again (decide.lua takes them so: see its header).
