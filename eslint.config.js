@@ -85,7 +85,7 @@ export default defineConfig(
               // a capability's domain logic and the shared machinery never reach up into the steps,
               // the request pipeline, the Worker's shell or the admin
               target: [
-                "src/features/**/!(step|*.test).ts",
+                "src/features/**/!(step|admin*|*.test).ts",
                 "src/config/**",
                 "src/keys/**",
                 "src/metrics/**",
@@ -97,18 +97,35 @@ export default defineConfig(
               ],
               from: [
                 "src/features/*/step.ts",
+                "src/features/*/admin*.ts",
                 "src/middleware/**",
                 "src/pipeline/**",
                 "src/admin/**",
-                "src/{index,scheduled}.ts",
+                "src/{index.ts,gateway/**}",
               ],
               message: "a capability or shared module imports a step, the pipeline, the Worker's shell or the admin",
+            },
+            {
+              // a capability's admin routes (src/features/*/admin*.ts) mount under the admin API and take
+              // its shared helpers (request context, validation, the operator ledger, bucket identity,
+              // the dashboard's row types), never the admin's mount, its guard's internals or its pages;
+              // nor the steps, the pipeline or the Worker's shell
+              target: "src/features/*/admin*.ts",
+              from: "src/admin",
+              except: ["./context.ts", "./validate.ts", "./ledger.ts", "./identity.ts", "./view/types.ts"],
+              message:
+                "a capability's admin routes import only the admin's shared helpers (context, validate, ledger, identity, view/types)",
+            },
+            {
+              target: "src/features/*/admin*.ts",
+              from: ["src/features/*/step.ts", "src/middleware/**", "src/pipeline/**", "src/{index.ts,gateway/**}"],
+              message: "a capability's admin routes import a step, the pipeline or the Worker's shell",
             },
             {
               // a capability's step takes the shared step machinery (src/middleware/) but stands
               // below the pipeline that mounts it
               target: "src/features/*/step.ts",
-              from: ["src/pipeline", "src/admin", "src/index.ts", "src/scheduled.ts"],
+              from: ["src/pipeline/**", "src/admin/**", "src/features/*/admin*.ts", "src/{index.ts,gateway/**}"],
               message: "a capability's step imports the pipeline, the Worker's shell or the admin",
             },
             {
@@ -135,7 +152,14 @@ export default defineConfig(
             },
             {
               target: "src/runtime.ts",
-              from: ["src/admin/**", "src/middleware/**", "src/features/*/step.ts", "src/pipeline/**"],
+              from: [
+                "src/admin/**",
+                "src/features/*/admin*.ts",
+                "src/middleware/**",
+                "src/features/*/step.ts",
+                "src/pipeline/**",
+                "src/gateway/**",
+              ],
               message: "the isolate's runtime holds state for the admin, it never imports it",
             },
           ],

@@ -1,7 +1,7 @@
 import { createApp } from "../src/pipeline/gateway.js";
 import { Runtime } from "../src/runtime.js";
 import type { Env } from "../src/env.js";
-import { onSchedule } from "../src/scheduled.js";
+import { onSchedule } from "../src/gateway/scheduled.js";
 import { onQueue } from "../src/features/shedding/queue/deliver.js";
 import type { JobMessage } from "../src/features/shedding/queue/queue.js";
 

@@ -1,8 +1,15 @@
-import type { Context } from "hono";
+import { Hono, type Context } from "hono";
 import { z } from "zod";
 import { readLedgerPage, type LedgerEntry } from "../store/ledger.js";
 import { required, type AdminEnv } from "./context.js";
 import { invalidRequest } from "./validate.js";
+
+/** `GET /__sluice/ledger`: the idempotency (and session, and operator) ledger, filtered (see `answerLedger`). */
+export function ledgerApp(): Hono<AdminEnv> {
+  const app = new Hono<AdminEnv>();
+  app.get("/", answerLedger);
+  return app;
+}
 
 /** Entries read per XREVRANGE while filtering. */
 const PAGE = 500;

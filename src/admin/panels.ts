@@ -1,8 +1,8 @@
 import type { Config } from "../config/index.js";
 import type { Stores } from "../region/index.js";
 import { regionsHealth } from "./health.js";
-import { entriesInForce } from "./lists.js";
-import { overridesInForce } from "./overrides.js";
+import { entriesInForce } from "../features/access/admin.js";
+import { overridesInForce } from "../features/rate-limit/admin-overrides.js";
 import type { DashboardView, LimitChoice, PanelsData } from "./view/types.js";
 import { logError } from "../util/log.js";
 

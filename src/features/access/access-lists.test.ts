@@ -7,7 +7,7 @@ import { accessLists, sluice, type SharedOptions } from "../../index.js";
 const { db, options } = middlewareRig("acl");
 
 /**
- * Writes an entry as the admin API's `PUT /__sluice/lists` does (src/admin/lists.ts): one hash
+ * Writes an entry as the admin API's `PUT /__sluice/lists` does (src/features/access/admin.ts): one hash
  * `{key_prefix}:lists`, field `{kind}:{entry}`, the JSON entry with its expiry as the value.
  */
 async function listEntry(prefix: string, kind: "deny" | "allow", entry: string, ttlMs = 600_000): Promise<void> {

@@ -5,7 +5,7 @@ import type { Batch, Store } from "../../store/redis.js";
  * The deny and allow lists in the home region's Redis: one hash (`{prefix}:lists`), a field per
  * kind and entry (`{kind}:{entry}`) holding the entry as JSON, the hash living `LISTS_TTL_S` past
  * its last change (each entry has its own expiry inside). Every read and write of it is here: the
- * isolates' refresh (lists.ts), the admin API (src/admin/lists.ts) and automatic bans (bans.ts).
+ * isolates' refresh (lists.ts), the admin API (src/features/access/admin.ts) and automatic bans (bans.ts).
  */
 
 /** An entry of the deny or allow list: an IP, a CIDR range, or `<key part>=<value>` (e.g. `header:x-api-key=k1`). */

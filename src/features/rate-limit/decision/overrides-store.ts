@@ -4,7 +4,7 @@ import type { Store } from "../../../store/redis.js";
  * A route's overrides hash (`{prefix}:{route}:overrides`, in every region's Redis): field
  * `{limit}:{bucket hash}` (one client) or `{limit}:*` (everybody) → `rate:burst:period_ms:until_ms`,
  * the hash living as long as its longest override. Every command on it is here: the isolates'
- * copies (overrides.ts) and the admin API (src/admin/overrides.ts); decide.lua reads it and
+ * copies (overrides.ts) and the admin API (src/features/rate-limit/admin-overrides.ts); decide.lua reads it and
  * adaptive.lua writes its own field, each in its script.
  */
 

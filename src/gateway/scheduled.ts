@@ -1,8 +1,8 @@
-import type { Env } from "./env.js";
-import { envConnections } from "./region/index.js";
-import { rebalance, type RebalanceReport } from "./region/rebalance.js";
-import type { Runtime } from "./runtime.js";
-import { log } from "./util/log.js";
+import type { Env } from "../env.js";
+import { envConnections } from "../region/index.js";
+import { rebalance, type RebalanceReport } from "../region/rebalance.js";
+import type { Runtime } from "../runtime.js";
+import { log } from "../util/log.js";
 
 /** The cron trigger: rebalance split limits even when no request nudges it. */
 export async function onSchedule(env: Env, runtime: Runtime): Promise<RebalanceReport | undefined> {

@@ -1,19 +1,14 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { validEntry } from "../features/access/lists.js";
-import {
-  readEntries,
-  removeEntry as removeListEntry,
-  writeEntry,
-  type ListEntry,
-} from "../features/access/lists-store.js";
-import type { Config } from "../config/index.js";
-import { parseDuration } from "../config/duration.js";
-import type { Stores } from "../region/index.js";
-import { adminHandlers, required, type AdminEnv } from "./context.js";
-import { ledgerAdminAction } from "./ledger.js";
-import type { ListRow } from "./view/types.js";
-import { duration, jsonBody } from "./validate.js";
+import { validEntry } from "./lists.js";
+import { readEntries, removeEntry as removeListEntry, writeEntry, type ListEntry } from "./lists-store.js";
+import type { Config } from "../../config/index.js";
+import { parseDuration } from "../../config/duration.js";
+import type { Stores } from "../../region/index.js";
+import { adminHandlers, required, type AdminEnv } from "../../admin/context.js";
+import { ledgerAdminAction } from "../../admin/ledger.js";
+import type { ListRow } from "../../admin/view/types.js";
+import { duration, jsonBody } from "../../admin/validate.js";
 
 const listBody = z
   .object({

@@ -1,24 +1,24 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import type { Config, Limit } from "../config/index.js";
-import { parseDuration } from "../config/duration.js";
-import { exactnessProblem } from "../config/exactness.js";
-import { Problem } from "../problem.js";
-import { allRegions, type Stores } from "../region/index.js";
+import type { Config, Limit } from "../../config/index.js";
+import { parseDuration } from "../../config/duration.js";
+import { exactnessProblem } from "../../config/exactness.js";
+import { Problem } from "../../problem.js";
+import { allRegions, type Stores } from "../../region/index.js";
 import {
   decodeOverride,
   encodeOverride,
   readOverrides,
   removeOverride as removeField,
   writeOverride,
-} from "../features/rate-limit/decision/overrides-store.js";
-import { overridesKey } from "../store/layout.js";
-import type { Store } from "../store/redis.js";
-import { adminHandlers, type AdminEnv } from "./context.js";
-import { findLimit, overrideFieldFor } from "./identity.js";
-import { ledgerAdminAction } from "./ledger.js";
-import type { OverrideRow } from "./view/types.js";
-import { badRequest, duration, jsonBody } from "./validate.js";
+} from "./decision/overrides-store.js";
+import { overridesKey } from "../../store/layout.js";
+import type { Store } from "../../store/redis.js";
+import { adminHandlers, type AdminEnv } from "../../admin/context.js";
+import { findLimit, overrideFieldFor } from "../../admin/identity.js";
+import { ledgerAdminAction } from "../../admin/ledger.js";
+import type { OverrideRow } from "../../admin/view/types.js";
+import { badRequest, duration, jsonBody } from "../../admin/validate.js";
 
 const overrideBody = z
   .object({

@@ -1,20 +1,12 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { refFromHash, resolve } from "../features/idempotency/records.js";
-import { asKeyHash } from "../keys/hash.js";
-import { Problem } from "../problem.js";
-import { required, type AdminEnv } from "./context.js";
-import { answerLedger } from "./ledger-query.js";
-import { jsonBody } from "./validate.js";
+import { refFromHash, resolve } from "./records.js";
+import { asKeyHash } from "../../keys/hash.js";
+import { Problem } from "../../problem.js";
+import { required, type AdminEnv } from "../../admin/context.js";
+import { jsonBody } from "../../admin/validate.js";
 
 const NO_HOME = "no Redis configured for the home region";
-
-/** `GET /__sluice/ledger`: the idempotency (and session, and operator) ledger, filtered (see `answerLedger`). */
-export function ledgerApp(): Hono<AdminEnv> {
-  const app = new Hono<AdminEnv>();
-  app.get("/", answerLedger);
-  return app;
-}
 
 const resolveBody = z
   .object({
