@@ -238,7 +238,8 @@ async function guarded<T>(line: Line, kind: CallKind, work: (abandoned: () => bo
     if (error.reason === "timeout" && kind === "script") database.rtt.timedOut(ms);
     // An error reply is still an answer: the store is there.
     if (error.reason === "error") database.circuit.succeeded();
-    else if (countsAsFailure(line, kind, error)) database.circuit.failed(Date.now(), admission === "probe");
+    // a probe's failure always counts, whatever made it: else the circuit would wait for a lost probe
+    else if (countsAsFailure(kind) || admission === "probe") database.circuit.failed(Date.now(), admission === "probe");
     throw error;
   }
 }
@@ -247,19 +248,16 @@ async function guarded<T>(line: Line, kind: CallKind, work: (abandoned: () => bo
 type CallKind = "script" | "command";
 
 /**
- * Whether a failed call counts towards opening the circuit, which refuses decisions. Scripts, and
- * every call of a decision store: always (as decisions have always counted). A command off the
- * request path (admin API, metrics flush, queue consumer, rebalancer, shared breaker: fixed
- * budgets, never refused) counts only when the database could not be reached at all, which no
- * decision would reach either; its timeout does not count, since its budget (1 to 5 s) is not
- * the decision's and its work (a dashboard's pipeline of 120 commands, a big HGETALL) is not a
- * decision's size: running out of it says nothing of whether a decision fits in its own budget.
- * So admin traffic cannot open the circuit on a database that answers decisions. Its answers do
- * close it, as any answer does: the database is there.
+ * Whether a failed call counts towards opening the circuit, which refuses decisions: a script's
+ * failure does (decisions, settlements: as they always have); a command's never does. Commands
+ * are background and operator work (lists and overrides refreshes, metrics flushes, the admin API,
+ * the queue consumer, the rebalancer) with budgets and sizes that are not a decision's, and they
+ * run in bursts while a store is down: counted, they would keep the circuit open after the store
+ * is back and delay the decisions' return. A command on a decision store is still refused while
+ * the circuit is open, and any answer closes it: the database is there.
  */
-function countsAsFailure(line: Line, kind: CallKind, error: StoreError): boolean {
-  if (kind === "script" || line.gated) return true;
-  return error.reason === "unreachable";
+function countsAsFailure(kind: CallKind): boolean {
+  return kind === "script";
 }
 
 /** Sends one request and feeds its round trip to the estimate when an answer came back. */

@@ -55,11 +55,12 @@ async function failure(p: Promise<unknown>): Promise<StoreError> {
 }
 
 describe("Store's typed commands", () => {
-  it("go through the decision store's circuit: after three failures the next is refused without a request", async () => {
+  it("go through the decision store's circuit: once decisions opened it, a command is refused without a request", async () => {
     const db = fakeClient();
     const store = new StoreRegistry().store({ name: "home", connection: db.connection, budget: DECISION });
     db.state.mode = "unreachable";
-    for (let i = 0; i < 3; i++) expect((await failure(store.keys.get("k"))).reason).toBe("unreachable");
+    for (let i = 0; i < 3; i++)
+      expect((await failure(store.run(store.script("return 1"), [], []))).reason).toBe("unreachable");
     expect((await failure(store.hash.getAll("h"))).reason).toBe("circuit_open");
     expect(db.state.requests).toBe(3);
   });
@@ -74,21 +75,43 @@ describe("Store's typed commands", () => {
     expect(Date.now() - started).toBeLessThan(5_000);
   });
 
-  it("off the request path: timeouts never open the circuit decisions share, a database that cannot be reached does", async () => {
+  it("never open the circuit decisions share, whether they time out or cannot reach the database", async () => {
     const db = fakeClient();
     const registry = new StoreRegistry();
     const admin = registry.store({ name: "home", connection: db.connection, budget: 30 });
     const decision = registry.store({ name: "home", connection: db.connection, budget: DECISION });
     db.state.mode = "hang";
     for (let i = 0; i < 5; i++) expect((await failure(admin.keys.get("k"))).reason).toBe("timeout");
-    db.state.mode = "ok";
-    expect(await decision.keys.get("k")).toBeNull();
     db.state.mode = "unreachable";
-    for (let i = 0; i < 3; i++) expect((await failure(admin.keys.get("k"))).reason).toBe("unreachable");
+    for (let i = 0; i < 5; i++) expect((await failure(admin.keys.get("k"))).reason).toBe("unreachable");
+    for (let i = 0; i < 5; i++) expect((await failure(decision.keys.get("k"))).reason).toBe("unreachable");
+    db.state.mode = "ok";
     const before = db.state.requests;
-    expect((await failure(decision.run(decision.script("return 1"), [], []))).reason).toBe("circuit_open");
-    expect(db.state.requests).toBe(before);
-    // and an off-path command is never refused: it still goes, and its answer closes the circuit
+    expect(await decision.run(decision.script("return 1"), [], [])).toBeNull();
+    expect(db.state.requests).toBe(before + 1);
+  });
+
+  it("a command that fails as the circuit's probe reopens it: decisions are not left waiting for a lost probe", async () => {
+    const db = fakeClient();
+    const store = new StoreRegistry().store({ name: "home", connection: db.connection, budget: DECISION });
+    db.state.mode = "unreachable";
+    for (let i = 0; i < 3; i++) await failure(store.run(store.script("return 1"), [], []));
+    await new Promise((r) => setTimeout(r, 300)); // past the first open period (250 ms)
+    expect((await failure(store.keys.get("k"))).reason).toBe("unreachable"); // the probe
+    expect((await failure(store.keys.get("k"))).reason).toBe("circuit_open"); // reopened, for 500 ms
+    db.state.mode = "ok";
+    await new Promise((r) => setTimeout(r, 600));
+    expect(await store.run(store.script("return 1"), [], [])).toBeNull(); // the next probe, well before 15 s
+  });
+
+  it("off the request path are never refused, and their answer closes a circuit decisions opened", async () => {
+    const db = fakeClient();
+    const registry = new StoreRegistry();
+    const admin = registry.store({ name: "home", connection: db.connection, budget: 30 });
+    const decision = registry.store({ name: "home", connection: db.connection, budget: DECISION });
+    db.state.mode = "unreachable";
+    for (let i = 0; i < 3; i++) await failure(decision.run(decision.script("return 1"), [], []));
+    expect((await failure(decision.keys.get("k"))).reason).toBe("circuit_open");
     db.state.mode = "ok";
     await admin.ping();
     expect(await decision.keys.get("k")).toBeNull();
