@@ -16,27 +16,7 @@ import {
 import { MetricsBuffer, prometheus } from "../../src/metrics/index.js";
 import type { LedgerEntry } from "../../src/store/ledger.js";
 import { newTraceparent, parseTraceparent, traceparentOf } from "../../src/util/traceparent.js";
-
-/** What a buffer writes to the all-time hash on a forced flush, as HGETALL would give it back. */
-async function flushed(m: MetricsBuffer): Promise<Record<string, number>> {
-  const total: Record<string, number> = {};
-  const pipeline = new Proxy(
-    {},
-    {
-      get: (_, op: string) =>
-        op === "exec"
-          ? async () => []
-          : (key: string, field: string, n: number) => {
-              if (op === "hincrby" && key.endsWith(":total")) total[field] = (total[field] ?? 0) + n;
-            },
-    },
-  );
-  const stores = {
-    offPath: () => ({ pipeline: async (build: (batch: typeof pipeline) => void) => (build(pipeline), []) }),
-  } as unknown as Parameters<MetricsBuffer["flush"]>[1];
-  await m.flush({ key_prefix: "t" }, stores, () => undefined, true);
-  return total;
-}
+import { flushedTotals as flushed } from "../support/flushed-totals.js";
 
 describe("sluice_idempotency_total and the first-arrival histogram", () => {
   it("counts each outcome per route, apart from the decisions, and writes them as Prometheus text", async () => {

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { flushedTotals } from "../../../test/support/flushed-totals.js";
 import { background, countedApp, gate, middlewareRig } from "../../../test/support/middleware-rig.js";
 import { idempotency, type IdempotencyOptions } from "../../index.js";
 import type { MetricsBuffer } from "../../metrics/index.js";
@@ -13,21 +14,7 @@ async function totals(metrics: MetricsBuffer, prefix: string): Promise<Record<st
   const total: Record<string, number> = {};
   for (const [field, n] of Object.entries(asHash(await rig.db.redis.hgetall(`${prefix}:metrics:total`))))
     total[field] = Number(n);
-  const pipeline = new Proxy(
-    {},
-    {
-      get: (_, op: string) =>
-        op === "exec"
-          ? async () => []
-          : (key: string, field: string, n: number) => {
-              if (op === "hincrby" && key.endsWith(":total")) total[field] = (total[field] ?? 0) + n;
-            },
-    },
-  );
-  const stores = {
-    offPath: () => ({ pipeline: async (build: (batch: typeof pipeline) => void) => (build(pipeline), []) }),
-  } as unknown as Parameters<MetricsBuffer["flush"]>[1];
-  await metrics.flush({ key_prefix: "t" }, stores, () => undefined, true);
+  for (const [field, n] of Object.entries(await flushedTotals(metrics))) total[field] = (total[field] ?? 0) + n;
   return total;
 }
 
