@@ -13,7 +13,7 @@ import { RespClient, type RespReply, replyToJs } from "../dev/resp.js";
 import { loadConfig, type Limit } from "../src/config/index.js";
 import { hashIdentifier } from "../src/keys/hash.js";
 import { bucketKey } from "../src/store/layout.js";
-import type { scriptCall } from "../src/features/rate-limit/decision/decide.js";
+import type { scriptCall } from "../src/features/rate-limit/decision/decision.js";
 import type { LimitInput } from "./config.js";
 import type { Cleanup } from "./stack.js";
 import { IpSource, percentile } from "./stats.js";

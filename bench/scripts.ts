@@ -9,7 +9,7 @@ import { resolve } from "node:path";
 import { stripUnknownFlags } from "../dev/bridge.js";
 import { RespError, replyToJs } from "../dev/resp.js";
 import { loadConfig, type Limit } from "../src/config/index.js";
-import type { scriptCall } from "../src/features/rate-limit/decision/decide.js";
+import type { scriptCall } from "../src/features/rate-limit/decision/decision.js";
 import { type LimitInput } from "./config.js";
 import { importDecide } from "./lua-text.js";
 import { type Cleanup, commandStats, statsDelta, type BenchStack } from "./stack.js";

@@ -5,7 +5,7 @@ import { Breakers } from "./features/breaker/breakers.js";
 import { ConfigCache } from "./config/cache.js";
 import { JwksCache } from "./features/jwt/jwt.js";
 import { BlockedBuckets } from "./features/rate-limit/isolate/blocked.js";
-import type { IsolateState } from "./features/rate-limit/decision/decide.js";
+import type { IsolateState } from "./features/rate-limit/decision/decision.js";
 import { LeaseBroker } from "./features/rate-limit/isolate/lease-broker.js";
 import { LocalBuckets } from "./features/rate-limit/isolate/local.js";
 import { OverrideCopies } from "./features/rate-limit/decision/overrides.js";
@@ -32,10 +32,10 @@ export class Runtime {
   readonly blocked = new BlockedBuckets(ENTRIES);
   /** Buckets this isolate enforces on its own while Redis fails (`on_store_error = "local"`). */
   readonly localBuckets = new LocalBuckets(ENTRIES);
-  /** Tokens Redis has debited for this isolate, spent without a round trip (docs/regions-and-leases.md, Leases). */
-  readonly leases = new LeaseBroker(ENTRIES);
   /** Runtime overrides of limits, copied from Redis and refreshed in the background. */
   readonly overrides = new OverrideCopies(1_000);
+  /** Tokens Redis has debited for this isolate, spent without a round trip (docs/regions-and-leases.md, Leases); its background calls carry the overrides' copy. */
+  readonly leases = new LeaseBroker((b, now) => this.overrides.input(b, now), ENTRIES);
   /** Deny and allow lists, copied from Redis and refreshed in the background. */
   readonly lists = new ListCache();
   /** One circuit breaker per route. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
-import { scriptCall } from "../../src/features/rate-limit/decision/decide.js";
+import { scriptCall } from "../../src/features/rate-limit/decision/decision.js";
 import { floorOf, priorityOf } from "../../src/features/rate-limit/decision/priority.js";
 import { leasableShape, refusalCacheable } from "../../src/features/rate-limit/algorithms/registry.js";
 import type { RequestFacts } from "../../src/keys/identify.js";

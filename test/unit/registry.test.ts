@@ -9,7 +9,7 @@ import {
   SlidingWindow,
   TokenBucket,
 } from "../../src/features/rate-limit/algorithms/algorithms.js";
-import type { Bucket } from "../../src/features/rate-limit/decision/decide.js";
+import type { Bucket } from "../../src/features/rate-limit/decision/decision.js";
 import { leasable, leaseTerms } from "../../src/features/rate-limit/isolate/lease-broker.js";
 import {
   algorithm,

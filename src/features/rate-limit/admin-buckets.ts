@@ -1,5 +1,5 @@
 import { Hono, type Context } from "hono";
-import { peekBucket } from "./decision/decide.js";
+import { peekBucket } from "./decision/decision.js";
 import type { AdminEnv } from "../../admin/context.js";
 import { bucketAddress, type BucketAddress } from "../../admin/identity.js";
 

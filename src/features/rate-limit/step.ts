@@ -5,7 +5,7 @@ import { ADAPTIVE_LIMIT } from "../../config/schema.js";
 import { originFailed } from "../../origin/forward.js";
 import { publicDecision, type LimitRun, type Scope, type SluiceEnv } from "../../context.js";
 import { BadLimitInput, bucketsFor, keyedBuckets } from "./decision/buckets.js";
-import { decide, giveBack, madeWithoutRedis, type Bucket } from "./decision/decide.js";
+import { decide, giveBack, madeWithoutRedis, type Bucket } from "./decision/decision.js";
 import { rateLimitHeaders } from "./headers.js";
 import { heldSlots, releaseSlots } from "./decision/in-flight.js";
 import { observeBody } from "./cost/observe-body.js";

@@ -2,7 +2,7 @@ import type { Config, Route } from "../../../config/index.js";
 import type { Env } from "../../../env.js";
 import type { RequestFacts } from "../../../keys/identify.js";
 import { bucketsFor } from "../../rate-limit/decision/buckets.js";
-import { decide } from "../../rate-limit/decision/decide.js";
+import { decide } from "../../rate-limit/decision/decision.js";
 import type { Defer } from "../../../util/defer.js";
 import { heldSlots, releaseSlots } from "../../rate-limit/decision/in-flight.js";
 import {
