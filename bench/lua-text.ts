@@ -27,7 +27,7 @@ export function allowLuaText(): void {
   registered = true;
 }
 
-/** src/features/rate-limit/decision/decision.ts (which imports lua/decide.lua), loaded with the hook in place. */
+/** src/features/rate-limit/decision/decision.ts (which imports lua/decide.lua through script-call.ts), loaded with the hook in place. */
 export async function importDecide(): Promise<typeof import("../src/features/rate-limit/decision/decision.js")> {
   allowLuaText();
   return import("../src/features/rate-limit/decision/decision.js");

@@ -106,7 +106,7 @@ export class LeaseBroker {
     if (!central.admitted) return this.decideLocally(buckets, Date.now(), defer);
     const resetOf = new Map(
       central.calls.flatMap(
-        (c) => c.result?.buckets.map((b, j) => [b, c.result?.outcomes[j]?.resetMs ?? 0] as const) ?? [],
+        ({ result: r }) => r?.buckets.map((b, j) => [b, r.outcomes[j]?.resetMs ?? 0] as const) ?? [],
       ),
     );
     const all = central.calls.flatMap((c) => c.buckets);
