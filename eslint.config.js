@@ -87,7 +87,7 @@ export default defineConfig(
               target: [
                 "src/features/**/!(step|admin*|*.test).ts",
                 "src/config/**",
-                "src/keys/**",
+                "src/identity/**",
                 "src/metrics/**",
                 "src/origin/**",
                 "src/region/**",
@@ -129,20 +129,15 @@ export default defineConfig(
               message: "a capability's step imports the pipeline, the Worker's shell or the admin",
             },
             {
-              target: ["src/store", "src/util", "src/routing"],
+              target: ["src/store", "src/identity", "src/util", "src/routing"],
               from: ["src/config"],
-              message: "the store, the utilities and routing know no configuration: pass them what they need",
-            },
-            {
-              target: ["src/keys"],
-              from: ["src/config/schema.ts"],
-              message: "identity takes the compiled configuration's types, never its schema",
+              message: "the store, identity, the utilities and routing know no configuration: pass them what they need",
             },
             {
               target: [
                 "src/store/**",
                 "src/util/**",
-                "src/keys/**",
+                "src/identity/**",
                 "src/routing/**",
                 "src/features/rate-limit/**/!(step|*.test).ts",
                 "src/config/**",

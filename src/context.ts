@@ -1,6 +1,6 @@
 import type { Config, Route } from "./config/index.js";
 import type { Env } from "./env.js";
-import type { RequestFacts } from "./keys/identify.js";
+import type { RequestFacts } from "./identity/identify.js";
 import type { Verified } from "./features/jwt/jwt.js";
 import type { Defer } from "./util/defer.js";
 import type { Bucket, Decision } from "./features/rate-limit/types.js";

@@ -1,7 +1,7 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import { sha256 } from "hono/utils/crypto";
-import { clientIp } from "../keys/identify.js";
+import { clientIp } from "../identity/identify.js";
 import { Problem, type ProblemInit } from "../problem.js";
 import { issueSession, sessionOf, tokenMatches, type Session } from "./auth.js";
 import type { AdminEnv } from "./context.js";

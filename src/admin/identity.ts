@@ -1,6 +1,6 @@
 import type { Config, Limit, Route } from "../config/index.js";
-import type { KeyHash } from "../keys/hash.js";
-import { identify, type RequestFacts } from "../keys/identify.js";
+import type { KeyHash } from "../identity/hash.js";
+import { identify, type RequestFacts } from "../identity/identify.js";
 import { bucketHash } from "../features/rate-limit/decision/buckets.js";
 import { Problem } from "../problem.js";
 import type { Stores } from "../region/index.js";

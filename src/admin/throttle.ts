@@ -1,4 +1,4 @@
-import { hashIdentifier } from "../keys/hash.js";
+import { hashIdentifier } from "../identity/hash.js";
 import { Problem } from "../problem.js";
 import { adminAuthKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";

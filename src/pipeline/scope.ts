@@ -2,7 +2,7 @@ import type { Context } from "hono";
 import type { Config } from "../config/index.js";
 import type { Scope, SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
-import { clientIp } from "../keys/identify.js";
+import { clientIp } from "../identity/identify.js";
 import type { Defer } from "../util/defer.js";
 import { Problem } from "../problem.js";
 import { chooseRegion, envConnections, type Connect } from "../region/index.js";

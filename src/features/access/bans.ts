@@ -1,7 +1,7 @@
 import type { Limit } from "../../config/index.js";
 import type { Scope } from "../../context.js";
-import { hashIdentifier, type KeyHash } from "../../keys/hash.js";
-import { readPart, trimHttpWhitespace, type RequestFacts } from "../../keys/identify.js";
+import { hashIdentifier, type KeyHash } from "../../identity/hash.js";
+import { readPart, trimHttpWhitespace, type RequestFacts } from "../../identity/identify.js";
 import type { LimitOutcome } from "../rate-limit/types.js";
 import type { Runtime } from "../../runtime.js";
 import { banLevelKey, banRefusalsKey } from "../../store/layout.js";

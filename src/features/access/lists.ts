@@ -1,4 +1,4 @@
-import { readPart, trimHttpWhitespace, type RequestFacts } from "../../keys/identify.js";
+import { readPart, trimHttpWhitespace, type RequestFacts } from "../../identity/identify.js";
 import type { Defer } from "../../util/defer.js";
 import type { Store } from "../../store/redis.js";
 import { inCidr, parseCidr, parseIp, type Cidr } from "./cidr.js";

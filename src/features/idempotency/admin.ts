@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { refFromHash, resolve } from "./records.js";
-import { asKeyHash } from "../../keys/hash.js";
+import { asKeyHash } from "../../identity/hash.js";
 import { Problem } from "../../problem.js";
 import { required, type AdminEnv } from "../../admin/context.js";
 import { jsonBody } from "../../admin/validate.js";

@@ -2,7 +2,7 @@ import type { Route } from "../../config/index.js";
 import type { Scope } from "../../context.js";
 import { guard, type ClaimStores, type ClaimSubject, type Guarded, type IdempotencySettings } from "./guard.js";
 import type { ClaimTicket } from "./records.js";
-import { principalOf } from "../../keys/principal.js";
+import { principalOf } from "../../identity/principal.js";
 import { Problem } from "../../problem.js";
 import { SETTLE_TIMEOUT_MS } from "../../region/index.js";
 import {
@@ -14,7 +14,7 @@ import {
 } from "../session/guard.js";
 import { StoreError } from "../../store/deadline.js";
 import type { RecordTrail } from "./trail.js";
-import { readPart } from "../../keys/identify.js";
+import { readPart } from "../../identity/identify.js";
 import { traceparentOf } from "../../util/traceparent.js";
 
 /** What makes two requests the same request, for a route's idempotency keys. */

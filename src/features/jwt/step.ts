@@ -3,7 +3,7 @@ import type { Route } from "../../config/index.js";
 import type { Scope } from "../../context.js";
 import { usesJwt } from "../../config/uses-jwt.js";
 import { verifyBearer, type Verified } from "./jwt.js";
-import { AUTO_PRINCIPAL } from "../../keys/principal.js";
+import { AUTO_PRINCIPAL } from "../../identity/principal.js";
 import { Problem } from "../../problem.js";
 import { limitedRoute } from "../../routing/route.js";
 import type { Step } from "../../middleware/step.js";

@@ -1,6 +1,6 @@
 import type { Route } from "../../config/index.js";
-import { identify, readPart, type RequestFacts } from "../../keys/identify.js";
-import { principalOf } from "../../keys/principal.js";
+import { identify, readPart, type RequestFacts } from "../../identity/identify.js";
+import { principalOf } from "../../identity/principal.js";
 import { Problem } from "../../problem.js";
 import type { Store } from "../../store/redis.js";
 import { pollWhile } from "../../util/poll.js";

@@ -1,6 +1,6 @@
 import type { Config, Route } from "../../../config/index.js";
 import type { Env } from "../../../env.js";
-import type { RequestFacts } from "../../../keys/identify.js";
+import type { RequestFacts } from "../../../identity/identify.js";
 import { bucketsFor } from "../../rate-limit/decision/buckets.js";
 import { decide } from "../../rate-limit/decision/decide.js";
 import type { Defer } from "../../../util/defer.js";

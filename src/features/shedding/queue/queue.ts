@@ -1,5 +1,5 @@
 import type { Route } from "../../../config/index.js";
-import type { RequestFacts } from "../../../keys/identify.js";
+import type { RequestFacts } from "../../../identity/identify.js";
 import type { ClaimTicket } from "../../idempotency/records.js";
 import type { SessionTicket } from "../../session/guard.js";
 import { fromBase64, toBase64 } from "../../../util/base64.js";
