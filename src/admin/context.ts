@@ -4,7 +4,7 @@ import type { Config } from "../config/index.js";
 import type { Env } from "../env.js";
 import type { Defer } from "../util/defer.js";
 import { Problem } from "../problem.js";
-import type { ProblemTitle } from "../problem-types.js";
+import { PROBLEMS, type ProblemKind } from "../problem-types.js";
 import { envConnections, type Stores } from "../region/index.js";
 import type { Runtime } from "../runtime.js";
 import type { Store } from "../store/redis.js";
@@ -34,8 +34,7 @@ export function withConfig(runtime: Runtime): MiddlewareHandler<AdminEnv> {
     const loaded = runtime.configs.of(c.env);
     if (!loaded.ok) {
       throw new Problem({
-        status: 500,
-        title: "Invalid sluice configuration",
+        type: PROBLEMS.invalidConfiguration,
         detail: loaded.error.message,
         headers: { "Sluice-Decision": "reject", "Sluice-Region": "unknown" },
       });
@@ -47,9 +46,12 @@ export function withConfig(runtime: Runtime): MiddlewareHandler<AdminEnv> {
   };
 }
 
+/** A problem type that says a store is missing: a 503 (the compiler refuses any other). */
+export type Unavailable = Extract<ProblemKind, { status: readonly [503] }>;
+
 /** A store the route cannot do without: its absence (no Redis configured) is a 503 problem. */
-export function required(store: Store | undefined, title: ProblemTitle, detail: string): Store {
-  if (!store) throw new Problem({ status: 503, title, detail });
+export function required(store: Store | undefined, type: Unavailable, detail: string): Store {
+  if (!store) throw new Problem({ type, detail });
   return store;
 }
 

@@ -3,6 +3,7 @@ import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import { sha256 } from "hono/utils/crypto";
 import { clientIp } from "../identity/identify.js";
 import { Problem, type ProblemInit } from "../problem.js";
+import { PROBLEMS } from "../problem-types.js";
 import { issueSession, sessionOf, tokenMatches, type Session } from "./auth.js";
 import type { AdminEnv } from "./context.js";
 import { endSession, recordSession, touchSession, type SessionRecords } from "./sessions.js";
@@ -18,20 +19,17 @@ const HEALTH = "/__sluice/health";
 const OPEN = new Set(["/__sluice", "/__sluice/", "/__sluice/login"]);
 
 const API_OFF: ProblemInit = {
-  status: 404,
-  title: "Not found",
+  type: PROBLEMS.notFound,
   detail: "the admin API is off: no SLUICE_ADMIN_TOKEN is set",
 };
 /** Sessions are checked against their record in Redis: without it none can be opened or used. */
 const SESSIONS_UNAVAILABLE: ProblemInit = {
-  status: 503,
-  title: "Dashboard sessions unavailable",
+  type: PROBLEMS.dashboardSessionsUnavailable,
   detail:
     "dashboard sessions are kept in the home region's Redis, which could not be reached: use Authorization: Bearer <SLUICE_ADMIN_TOKEN>",
 };
 const UNAUTHORISED: ProblemInit = {
-  status: 401,
-  title: "Unauthorized",
+  type: PROBLEMS.unauthorized,
   detail: "the admin API needs Authorization: Bearer <SLUICE_ADMIN_TOKEN>",
   headers: { "WWW-Authenticate": 'Bearer realm="sluice"' },
 };
@@ -74,7 +72,7 @@ async function authenticate(
   // the cookie rides along on any request from a browser, cross-site forms included: changes
   // made with it must have a JSON body, which no cross-site form can send
   if (c.req.method !== "GET" && !(c.req.header("content-type") ?? "").startsWith("application/json")) {
-    throw new Problem({ status: 415, title: "JSON required", detail: "changes take a JSON body" });
+    throw new Problem({ type: PROBLEMS.jsonRequired, detail: "changes take a JSON body" });
   }
   const state = await sessionState(c, token);
   if (state === "unchecked" && !health) throw new Problem(SESSIONS_UNAVAILABLE);

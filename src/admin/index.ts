@@ -2,6 +2,7 @@ import { Hono, type Context } from "hono";
 import type { Config } from "../config/index.js";
 import { HTTPException } from "hono/http-exception";
 import { Problem, problem } from "../problem.js";
+import { PROBLEMS } from "../problem-types.js";
 import type { Runtime } from "../runtime.js";
 import { bucketsApp } from "../features/rate-limit/admin-buckets.js";
 import { configApp } from "./config.js";
@@ -49,7 +50,7 @@ export function adminApp(runtime: Runtime): Hono<AdminEnv> {
   admin.route("/ledger", ledgerApp());
   admin.route("/idempotency", idempotencyApp());
   // reached after the guard, so an unknown path tells a caller without the token nothing either
-  admin.notFound((c) => problem({ status: 404, title: "Not found", detail: "no such admin route" }, baseOf(c)));
+  admin.notFound((c) => problem({ type: PROBLEMS.notFound, detail: "no such admin route" }, baseOf(c)));
   admin.onError(answerError);
   return admin;
 }
@@ -67,7 +68,7 @@ function answerError(err: Error, c: Context<AdminEnv>): Response {
   if (err instanceof HTTPException && err.status === 400) return badRequest(`body: ${err.message}`).getResponse(base);
   if (err instanceof HTTPException) return err.getResponse();
   logError("unhandled", err, { where: "admin" });
-  const res = problem({ status: 500, title: "Internal error", detail: "sluice failed to handle this request" }, base);
+  const res = problem({ type: PROBLEMS.internalError, detail: "sluice failed to handle this request" }, base);
   res.headers.set("Sluice-Decision", "reject");
   res.headers.set("Sluice-Region", "unknown");
   return res;

@@ -9,6 +9,7 @@ import { adminHandlers, required, type AdminEnv } from "../../admin/context.js";
 import { ledgerAdminAction } from "../../admin/ledger.js";
 import type { ListRow } from "../../admin/view/types.js";
 import { duration, jsonBody } from "../../admin/validate.js";
+import { PROBLEMS } from "../../problem-types.js";
 
 const listBody = z
   .object({
@@ -24,7 +25,7 @@ const removalBody = z.object({ kind: z.enum(["deny", "allow"]), entry: z.string(
 
 const addEntry = adminHandlers.createHandlers(jsonBody(listBody), async (c) => {
   const b = c.req.valid("json");
-  const home = required(c.get("stores").offPath(), "Store unavailable", "no Redis for the home region");
+  const home = required(c.get("stores").offPath(), PROBLEMS.storeUnavailable, "no Redis for the home region");
   const until = Date.now() + (parseDuration(b.ttl) as number);
   const entry: ListEntry = {
     kind: b.kind,

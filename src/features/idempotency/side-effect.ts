@@ -4,6 +4,7 @@ import { guard, type ClaimStores, type ClaimSubject, type Guarded, type Idempote
 import type { ClaimTicket } from "./records.js";
 import { principalOf } from "../../identity/principal.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { SETTLE_TIMEOUT_MS } from "../../region/index.js";
 import {
   holdSession,
@@ -71,8 +72,7 @@ export async function coordinated<T>(work: () => Promise<T>): Promise<T> {
 
 function coordinationUnavailable(e: StoreError): Problem {
   return new Problem({
-    status: 503,
-    title: "Coordination store unavailable",
+    type: PROBLEMS.coordinationStoreUnavailable,
     detail: `idempotency records or session locks could not be reached (${e.reason})`,
     headers: { "Retry-After": "1" },
   });

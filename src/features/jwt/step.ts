@@ -5,6 +5,7 @@ import { usesJwt } from "../../config/uses-jwt.js";
 import { verifyBearer, type Verified } from "./jwt.js";
 import { AUTO_PRINCIPAL } from "../../identity/principal.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { limitedRoute } from "../../routing/route.js";
 import type { Step } from "../../middleware/step.js";
 
@@ -44,8 +45,7 @@ export async function bearerClaims(
 
 function invalidToken(detail: string, problemBase: string | undefined): Problem {
   const init = {
-    status: 401,
-    title: "Invalid token",
+    type: PROBLEMS.invalidToken,
     detail,
     headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' },
   };

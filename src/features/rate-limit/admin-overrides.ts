@@ -4,6 +4,7 @@ import type { Config, Limit } from "../../config/index.js";
 import { parseDuration } from "../../config/duration.js";
 import { exactnessProblem } from "../../config/exactness.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { allRegions, type Stores } from "../../region/index.js";
 import {
   decodeOverride,
@@ -110,7 +111,7 @@ function inForce(route: string, hash: Record<string, string>, now: number): Over
 
 function limitOf(config: Config, route: string, limit: string, detail: string): Limit {
   const found = findLimit(config, route, limit);
-  if (!found) throw new Problem({ status: 404, title: "No such limit", detail });
+  if (!found) throw new Problem({ type: PROBLEMS.noSuchLimit, detail });
   return found.limit;
 }
 

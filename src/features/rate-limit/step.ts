@@ -12,6 +12,7 @@ import { observeBody } from "./cost/observe-body.js";
 import { BodyCosts, chargedFromResponse, headerSettlements, readCostBody, settle } from "./cost/response-cost.js";
 import type { Decision } from "./types.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { StoreError } from "../../store/deadline.js";
 import { shed, withHeaders } from "../shedding/step.js";
 import type { Step } from "../../middleware/step.js";
@@ -115,8 +116,7 @@ async function decideLimits(scope: Scope, limited: Route, peek: boolean): Promis
   } catch (e) {
     if (e instanceof BadLimitInput)
       throw new Problem({
-        status: 400,
-        title: "Bad request for limit",
+        type: PROBLEMS.badRequestForLimit,
         detail: e.message,
         extensions: { limit: e.limit },
       });
@@ -140,8 +140,7 @@ function storeTrouble(e: StoreError, scope: Scope): void {
   logError("store_error", e, { reason: e.reason, region, route: route?.name, on_store_error: config.on_store_error });
   if (config.on_store_error !== "closed") return;
   throw new Problem({
-    status: 503,
-    title: "Rate limiter unavailable",
+    type: PROBLEMS.rateLimiterUnavailable,
     detail: `the rate limit store did not answer (${e.reason}) and this deployment fails closed`,
     headers: { "Retry-After": "1" },
   });
