@@ -3,7 +3,7 @@
  * computed"), read from the per-minute metrics hashes dashboardData has already fetched, and from
  * each region's adaptive state. Nothing here makes a decision: it only reads what isolates wrote.
  */
-import { bucketBound, QUANTILES } from "../features/adaptive/histogram.js";
+import { bucketBound, QUANTILES } from "../metrics/histogram.js";
 import type { Config, Route } from "../config/index.js";
 import { ADAPTIVE_LIMIT } from "../config/schema.js";
 import { identify } from "../identity/identify.js";

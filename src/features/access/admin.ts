@@ -1,6 +1,6 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { validEntry } from "./lists.js";
+import { validEntry } from "../../identity/entry.js";
 import { readEntries, removeEntry as removeListEntry, writeEntry, type ListEntry } from "./lists-store.js";
 import type { Config } from "../../config/index.js";
 import { parseDuration } from "../../config/duration.js";

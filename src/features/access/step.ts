@@ -1,10 +1,9 @@
 import type { Context } from "hono";
 import type { Config } from "../../config/index.js";
-import type { Scope } from "../../context.js";
+import type { Scope, Step } from "../../context.js";
 import { statedClaims } from "../jwt/jwt.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
-import type { Step } from "../../middleware/step.js";
 import { jwtSecret, verifiedBearer } from "../jwt/step.js";
 import { logFailure } from "../../util/log.js";
 

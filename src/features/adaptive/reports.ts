@@ -7,7 +7,7 @@ import { asKeyHash, type KeyHash } from "../../identity/hash.js";
 import { StoreError } from "../../store/deadline.js";
 import { adaptiveStateKey, overrideField, overridesKeyOfBucket } from "../../store/layout.js";
 import { ClientShare } from "./client-share.js";
-import { latencyBucket, QUANTILES, serialiseHistogram } from "./histogram.js";
+import { latencyBucket, QUANTILES, serialiseHistogram } from "../../metrics/histogram.js";
 import { settleQuietly } from "../../util/log.js";
 
 /*

@@ -1,6 +1,6 @@
 import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope } from "../../context.js";
+import type { Scope, Step } from "../../context.js";
 import { SHARE_TIMEOUT_MS, type BreakerShare } from "./breakers.js";
 import { retryAfterSeconds } from "../rate-limit/headers.js";
 import { originFailed } from "../../origin/forward.js";
@@ -8,7 +8,6 @@ import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { fallbackFor } from "../shedding/fallback/answer.js";
 import { breakerKey } from "../../store/layout.js";
-import type { Step } from "../../middleware/step.js";
 
 /**
  * The route's circuit breaker: while it is open the origin gets nothing and the client gets the

@@ -3,7 +3,7 @@ import { countRefusal } from "../access/bans.js";
 import type { Route } from "../../config/index.js";
 import { ADAPTIVE_LIMIT } from "../../config/schema.js";
 import { originFailed } from "../../origin/forward.js";
-import { publicDecision, type LimitRun, type Scope, type SluiceEnv } from "../../context.js";
+import { type LimitRun, publicDecision, type Scope, type SluiceEnv, type Step } from "../../context.js";
 import { BadLimitInput, bucketsFor, keyedBuckets } from "./decision/buckets.js";
 import { decide, giveBack, madeWithoutRedis, type Bucket } from "./decision/decide.js";
 import { rateLimitHeaders } from "./headers.js";
@@ -15,7 +15,6 @@ import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { StoreError } from "../../store/deadline.js";
 import { shed, withHeaders } from "../shedding/step.js";
-import type { Step } from "../../middleware/step.js";
 import { limitedRoute } from "../../routing/route.js";
 import { logError, settleQuietly } from "../../util/log.js";
 

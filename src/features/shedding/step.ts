@@ -1,6 +1,6 @@
 import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope, SluiceEnv } from "../../context.js";
+import type { Scope, SluiceEnv, Step } from "../../context.js";
 import { allowance, rateLimitHeaders, retryAfterSeconds } from "../rate-limit/headers.js";
 import type { Decision } from "../rate-limit/types.js";
 import { clientLabel } from "../../metrics/labels.js";
@@ -9,7 +9,6 @@ import { PROBLEMS } from "../../problem-types.js";
 import { enqueue } from "./queue/enqueue.js";
 import { copyAddress, fallbackFor } from "./fallback/answer.js";
 import { isKeepable, keepCopy } from "./fallback/copies.js";
-import type { Step } from "../../middleware/step.js";
 import { divert } from "./divert.js";
 import { settleQuietly } from "../../util/log.js";
 
