@@ -14,7 +14,7 @@ import type { DecisionHeader } from "../problem.js";
 import { allRegions, type Stores } from "../region/index.js";
 import { adaptiveStateKey, bucketKey } from "../store/layout.js";
 import type { DashboardData } from "./dashboard-data.js";
-import { factsFromParams } from "./identity.js";
+import { factsFromParams } from "../features/rate-limit/admin-identity.js";
 import { orElse } from "../util/log.js";
 
 type RouteFigures = DashboardData["routes"][number];

@@ -1,17 +1,16 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
-import { sha256 } from "hono/utils/crypto";
 import { clientIp } from "../identity/identify.js";
 import { Problem, type ProblemInit } from "../problem.js";
 import { PROBLEMS } from "../problem-types.js";
 import { issueSession, sessionOf, tokenMatches, type Session } from "./auth.js";
-import type { AdminEnv } from "./context.js";
+import { ADMIN_SESSION_COOKIE, type AdminEnv } from "../operator/context.js";
 import { endSession, recordSession, touchSession, type SessionRecords } from "./sessions.js";
 import { beginAuthAttempt, throttled, type AuthThrottle } from "./throttle.js";
 import { logFailure } from "../util/log.js";
 
 /** The dashboard's session cookie. */
-const SESSION = "sluice_admin";
+const SESSION = ADMIN_SESSION_COOKIE;
 /** Where the session cookie is sent: the admin API only. */
 const SESSION_PATH = "/__sluice";
 const HEALTH = "/__sluice/health";
@@ -170,17 +169,6 @@ export async function signOut(c: Context<AdminEnv>, token: string): Promise<bool
   }
   deleteCookie(c, SESSION, { path: SESSION_PATH, secure: new URL(c.req.url).protocol === "https:" });
   return session !== undefined;
-}
-
-/**
- * Who made an admin request, as the ledger records it: `token` for the bearer token, else
- * `session:` and the first 12 hex digits of the SHA-256 of the session cookie (one per sign-in,
- * the same for all of that session's requests, and no way back to the cookie).
- */
-export async function adminActor(c: Context<AdminEnv>): Promise<string> {
-  if (c.req.header("authorization")) return "token";
-  const session = getCookie(c, SESSION);
-  return session ? `session:${((await sha256(session)) ?? "").slice(0, 12)}` : "unknown";
 }
 
 /** A bearer token or a session cookie, right or wrong: what health checks before saying more. */

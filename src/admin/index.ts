@@ -6,7 +6,7 @@ import { PROBLEMS } from "../problem-types.js";
 import type { Runtime } from "../runtime.js";
 import { bucketsApp } from "../features/rate-limit/admin-buckets.js";
 import { configApp } from "./config.js";
-import { withConfig, type AdminEnv } from "./context.js";
+import type { AdminEnv } from "../operator/context.js";
 import { dashboardApp } from "./dashboard.js";
 import { guard } from "./guard.js";
 import { healthApp } from "./health.js";
@@ -16,10 +16,11 @@ import { listsApp } from "../features/access/admin.js";
 import { metricsApp } from "./metrics.js";
 import { overridesApp } from "../features/rate-limit/admin-overrides.js";
 import { problemsApp } from "./problems.js";
-import { badRequest } from "./validate.js";
+import { withConfig } from "./with-config.js";
+import { badRequest } from "../operator/validate.js";
 import { logError } from "../util/log.js";
 
-export type { AdminEnv } from "./context.js";
+export type { AdminEnv } from "../operator/context.js";
 
 /**
  * The admin API under `/__sluice/`, one sub-app per resource behind one guard: `health` answers

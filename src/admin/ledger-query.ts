@@ -1,8 +1,8 @@
 import { Hono, type Context } from "hono";
 import { z } from "zod";
 import { readLedgerPage, type LedgerEntry } from "../store/ledger.js";
-import { required, type AdminEnv } from "./context.js";
-import { invalidRequest } from "./validate.js";
+import { required, type AdminEnv } from "../operator/context.js";
+import { invalidRequest } from "../operator/validate.js";
 import { PROBLEMS } from "../problem-types.js";
 
 /** `GET /__sluice/ledger`: the idempotency (and session, and operator) ledger, filtered (see `answerLedger`). */

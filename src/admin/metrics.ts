@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { minuteOf, prometheus, type MetricsBuffer } from "../metrics/index.js";
 import { readTotals } from "../metrics/reads.js";
-import { deferOf, required, type AdminEnv } from "./context.js";
+import { deferOf, required, type AdminEnv } from "../operator/context.js";
 import { PROBLEMS } from "../problem-types.js";
 
 /**

@@ -4,7 +4,7 @@ import type { HtmlEscapedString } from "hono/utils/html";
 import { problem } from "../problem.js";
 import { PROBLEM_TYPES, PROBLEMS, type ProblemType } from "../problem-types.js";
 import type { Runtime } from "../runtime.js";
-import type { AdminEnv } from "./context.js";
+import type { AdminEnv } from "../operator/context.js";
 
 /** Documentation, the same for everyone: a shared cache may keep it for a day. */
 const CACHE = { "cache-control": "public, max-age=86400" };

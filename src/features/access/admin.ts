@@ -5,10 +5,9 @@ import { readEntries, removeEntry as removeListEntry, writeEntry, type ListEntry
 import type { Config } from "../../config/index.js";
 import { parseDuration } from "../../config/duration.js";
 import type { Stores } from "../../region/index.js";
-import { adminHandlers, required, type AdminEnv } from "../../admin/context.js";
-import { ledgerAdminAction } from "../../admin/ledger.js";
-import type { ListRow } from "../../admin/view/types.js";
-import { duration, jsonBody } from "../../admin/validate.js";
+import { adminHandlers, required, type AdminEnv } from "../../operator/context.js";
+import { ledgerAdminAction } from "../../operator/ledger.js";
+import { duration, jsonBody } from "../../operator/validate.js";
 import { PROBLEMS } from "../../problem-types.js";
 
 const listBody = z
@@ -42,6 +41,15 @@ const addEntry = adminHandlers.createHandlers(jsonBody(listBody), async (c) => {
 const listEntries = adminHandlers.createHandlers(async (c) =>
   c.json({ entries: await entriesInForce(c.get("config"), c.get("stores")) }),
 );
+
+/** A deny or allow entry in force, as `GET /__sluice/lists` shows it. */
+export interface ListRow {
+  kind: "deny" | "allow";
+  entry: string;
+  expires_at: string;
+  routes?: string[];
+  note?: string;
+}
 
 /** The deny and allow entries that have not run out, as the API and the dashboard show them. */
 export async function entriesInForce(config: Config, stores: Stores): Promise<ListRow[]> {

@@ -4,8 +4,8 @@ import { refFromHash, resolve } from "./records.js";
 import { asKeyHash } from "../../identity/hash.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
-import { required, type AdminEnv } from "../../admin/context.js";
-import { jsonBody } from "../../admin/validate.js";
+import { required, type AdminEnv } from "../../operator/context.js";
+import { jsonBody } from "../../operator/validate.js";
 
 const NO_HOME = "no Redis configured for the home region";
 

@@ -15,11 +15,10 @@ import {
 } from "./decision/overrides-store.js";
 import { overridesKey } from "../../store/layout.js";
 import type { Store } from "../../store/redis.js";
-import { adminHandlers, type AdminEnv } from "../../admin/context.js";
-import { findLimit, overrideFieldFor } from "../../admin/identity.js";
-import { ledgerAdminAction } from "../../admin/ledger.js";
-import type { OverrideRow } from "../../admin/view/types.js";
-import { badRequest, duration, jsonBody } from "../../admin/validate.js";
+import { adminHandlers, type AdminEnv } from "../../operator/context.js";
+import { findLimit, overrideFieldFor } from "./admin-identity.js";
+import { ledgerAdminAction } from "../../operator/ledger.js";
+import { badRequest, duration, jsonBody } from "../../operator/validate.js";
 
 const overrideBody = z
   .object({
@@ -65,6 +64,16 @@ const setOverride = adminHandlers.createHandlers(jsonBody(overrideBody), async (
 const listOverrides = adminHandlers.createHandlers(async (c) =>
   c.json({ overrides: await overridesInForce(c.get("config"), c.get("stores")) }),
 );
+
+/** An override in force, as `GET /__sluice/overrides` shows it. */
+export interface OverrideRow {
+  route: string;
+  field: string;
+  rate: number;
+  burst: number;
+  period_ms: number;
+  expires_at: string;
+}
 
 /** Every route's overrides that have not run out, as the home region holds them. */
 export async function overridesInForce(config: Config, stores: Stores): Promise<OverrideRow[]> {
