@@ -11,7 +11,7 @@
 import { createHash } from "node:crypto";
 import { RespClient, type RespReply, replyToJs } from "../dev/resp.js";
 import { loadConfig, type Limit } from "../src/config/index.js";
-import { hashIdentifier } from "../src/keys/hash.js";
+import { hashIdentifier } from "../src/identity/hash.js";
 import { bucketKey } from "../src/store/layout.js";
 import type { scriptCall } from "../src/features/rate-limit/decision/decision.js";
 import type { LimitInput } from "./config.js";

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { parseDuration } from "./duration.js";
-import { AUTO_PRINCIPAL } from "../keys/principal.js";
+import { AUTO_PRINCIPAL } from "../identity/principal.js";
 
 // The shared pieces of the configuration's schemas: names, durations, key parts, rates, methods
 // and principals, which the features' schemas (src/features/*/schema.ts) are written in.
@@ -61,7 +61,7 @@ export const method = z
 
 /**
  * Whose idempotency keys or session locks: `auto` (the verified JWT's sub, else a hash of the
- * Authorization header, else the IP; src/keys/principal.ts), or an identity in the key syntax of
+ * Authorization header, else the IP; src/identity/principal.ts), or an identity in the key syntax of
  * limits. `auto` stands alone: combined with other parts it would not say which credential it is.
  */
 export const principal = z

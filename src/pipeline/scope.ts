@@ -2,9 +2,10 @@ import type { Context } from "hono";
 import type { Config } from "../config/index.js";
 import type { Scope, SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
-import { clientIp } from "../keys/identify.js";
+import { clientIp } from "../identity/identify.js";
 import type { Defer } from "../util/defer.js";
 import { Problem } from "../problem.js";
+import { PROBLEMS } from "../problem-types.js";
 import { chooseRegion, envConnections, type Connect } from "../region/index.js";
 import { normalisePath } from "../routing/normalise.js";
 import { chooseRoute } from "../routing/method.js";
@@ -56,7 +57,7 @@ export function newScope(c: Context, input: ScopeInput, matchRoutes: boolean): S
     sluiceHeaders: {},
   };
   if (!normal.ok)
-    throw new ScopedProblem(scope, { status: normal.status, title: "Bad request path", detail: normal.detail });
+    throw new ScopedProblem(scope, { type: PROBLEMS.badRequestPath, status: normal.status, detail: normal.detail });
   if (matchRoutes) {
     const chosen = chooseRoute(config.routes, request, normal.path.match);
     Object.assign(scope, { route: chosen.route, method: chosen.method, methodOverridden: chosen.overridden });
@@ -85,8 +86,7 @@ export function configuredScope(runtime: Runtime): ScopeSource {
     if (!loaded.ok) {
       const { field, problem } = loaded.error;
       throw new Problem({
-        status: 500,
-        title: "Invalid sluice configuration",
+        type: PROBLEMS.invalidConfiguration,
         detail: loaded.error.message,
         extensions: { field, problem },
       });

@@ -1,10 +1,10 @@
+import type { Step } from "../context.js";
 import { accessListsStep } from "../features/access/step.js";
 import { breakerStep } from "../features/breaker/step.js";
 import { idempotencyStep } from "../features/idempotency/step.js";
 import { rateLimitStep } from "../features/rate-limit/step.js";
 import { sessionStep } from "../features/session/step.js";
 import { keepFallbackCopies } from "../features/shedding/step.js";
-import type { Step } from "../middleware/step.js";
 import { verifyJwtStep } from "../features/jwt/step.js";
 import { jobStatus } from "../features/shedding/queue/enqueue.js";
 

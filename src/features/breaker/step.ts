@@ -1,13 +1,13 @@
 import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope } from "../../context.js";
+import type { Scope, Step } from "../../context.js";
 import { SHARE_TIMEOUT_MS, type BreakerShare } from "./breakers.js";
 import { retryAfterSeconds } from "../rate-limit/headers.js";
 import { originFailed } from "../../origin/forward.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { fallbackFor } from "../shedding/fallback/answer.js";
 import { breakerKey } from "../../store/layout.js";
-import type { Step } from "../../middleware/step.js";
 
 /**
  * The route's circuit breaker: while it is open the origin gets nothing and the client gets the
@@ -51,8 +51,7 @@ async function breakerOpen(c: Context, scope: Scope, route: Route, retryAfterMs:
     return fallback;
   }
   throw new Problem({
-    status: 503,
-    title: "Origin unavailable",
+    type: PROBLEMS.originUnavailable,
     detail: `the origin of route "${route.name}" is failing; sluice is giving it ${retryAfterMs} ms to recover`,
     extensions: { retry_after_ms: retryAfterMs },
     headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)) },

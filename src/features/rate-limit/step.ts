@@ -3,7 +3,7 @@ import { countRefusal } from "../access/bans.js";
 import type { Route } from "../../config/index.js";
 import { ADAPTIVE_LIMIT } from "../../config/schema.js";
 import { originFailed } from "../../origin/forward.js";
-import { publicDecision, type LimitRun, type Scope, type SluiceEnv } from "../../context.js";
+import { type LimitRun, publicDecision, type Scope, type SluiceEnv, type Step } from "../../context.js";
 import { BadLimitInput, bucketsFor, keyedBuckets } from "./decision/buckets.js";
 import { decide, giveBack, madeWithoutRedis, type Bucket } from "./decision/decision.js";
 import { rateLimitHeaders } from "./headers.js";
@@ -12,9 +12,9 @@ import { observeBody } from "./cost/observe-body.js";
 import { BodyCosts, chargedFromResponse, headerSettlements, readCostBody, settle } from "./cost/response-cost.js";
 import type { Decision } from "./types.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { StoreError } from "../../store/deadline.js";
 import { shed, withHeaders } from "../shedding/step.js";
-import type { Step } from "../../middleware/step.js";
 import { limitedRoute } from "../../routing/route.js";
 import { logError, settleQuietly } from "../../util/log.js";
 
@@ -115,8 +115,7 @@ async function decideLimits(scope: Scope, limited: Route, peek: boolean): Promis
   } catch (e) {
     if (e instanceof BadLimitInput)
       throw new Problem({
-        status: 400,
-        title: "Bad request for limit",
+        type: PROBLEMS.badRequestForLimit,
         detail: e.message,
         extensions: { limit: e.limit },
       });
@@ -140,8 +139,7 @@ function storeTrouble(e: StoreError, scope: Scope): void {
   logError("store_error", e, { reason: e.reason, region, route: route?.name, on_store_error: config.on_store_error });
   if (config.on_store_error !== "closed") return;
   throw new Problem({
-    status: 503,
-    title: "Rate limiter unavailable",
+    type: PROBLEMS.rateLimiterUnavailable,
     detail: `the rate limit store did not answer (${e.reason}) and this deployment fails closed`,
     headers: { "Retry-After": "1" },
   });

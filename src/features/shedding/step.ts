@@ -1,14 +1,14 @@
 import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope, SluiceEnv } from "../../context.js";
+import type { Scope, SluiceEnv, Step } from "../../context.js";
 import { allowance, rateLimitHeaders, retryAfterSeconds } from "../rate-limit/headers.js";
 import type { Decision } from "../rate-limit/types.js";
 import { clientLabel } from "../../metrics/labels.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { enqueue } from "./queue/enqueue.js";
 import { copyAddress, fallbackFor } from "./fallback/answer.js";
 import { isKeepable, keepCopy } from "./fallback/copies.js";
-import type { Step } from "../../middleware/step.js";
 import { divert } from "./divert.js";
 import { settleQuietly } from "../../util/log.js";
 
@@ -57,8 +57,7 @@ export function shed(c: Context<SluiceEnv>, scope: Scope, refusal: Refusal): Pro
 export function tooManyRequests(refusal: Refusal, route: string): Problem {
   const { limit, retryAfterMs } = refusal.blocking;
   return new Problem({
-    status: 429,
-    title: "Too many requests",
+    type: PROBLEMS.tooManyRequests,
     detail: `limit "${limit.name}" of route "${route}" ${allowance(limit)}; retry in ${retryAfterMs} ms`,
     extensions: { limit: limit.name, retry_after_ms: retryAfterMs },
     headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)), ...rateLimitHeaders([refusal.blocking]) },
