@@ -68,6 +68,9 @@ export function sideFigures(rounds: readonly RoundCounts[]): SideFigures {
 
 export interface ShapeResult {
   key: "sparse" | "hot" | "bursty";
+  /** Short, for the tables' rows: "sparse", "hot client", "bursty client". */
+  name: string;
+  /** With its sizes: "sparse (4 isolates, 1 req/s each for 10 s)". */
   label: string;
   anchor: SideFigures;
   sluice: SideFigures;

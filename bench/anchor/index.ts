@@ -27,11 +27,16 @@ export interface AnchorOptions extends TrafficOptions {
   evaluations: number;
 }
 
-const SHAPES: Array<{ key: ShapeKey; label: (o: TrafficOptions) => string }> = [
-  { key: "sparse", label: (o) => `sparse (${o.sparse.isolates} isolates, 1 req/s each for ${o.sparse.seconds} s)` },
-  { key: "hot", label: (o) => `hot client (${o.hot.requests} sequential, 1 isolate)` },
+const SHAPES: Array<{ key: ShapeKey; name: string; label: (o: TrafficOptions) => string }> = [
+  {
+    key: "sparse",
+    name: "sparse",
+    label: (o) => `sparse (${o.sparse.isolates} isolates, 1 req/s each for ${o.sparse.seconds} s)`,
+  },
+  { key: "hot", name: "hot client", label: (o) => `hot client (${o.hot.requests} sequential, 1 isolate)` },
   {
     key: "bursty",
+    name: "bursty client",
     label: (o) => `bursty client (${o.bursty.bursts} bursts of ${o.bursty.size}, ${o.bursty.pauseMs} ms apart)`,
   },
 ];
@@ -57,6 +62,7 @@ export async function measureAnchor(
     const rounds = await interleaved(stack, built, shape.key, o, ips);
     shapes.push({
       key: shape.key,
+      name: shape.name,
       label: shape.label(o),
       anchor: sideFigures(rounds.anchor),
       sluice: sideFigures(rounds.sluice),
