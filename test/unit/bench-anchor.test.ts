@@ -88,12 +88,13 @@ describe("ratio and figures", () => {
 describe("the comparison rows", () => {
   it("has four figures per shape, then the bundle sizes and the evaluation time", () => {
     const rows = comparisonRows(RESULT);
-    expect(rows).toHaveLength(2 * 4 + 3);
+    expect(rows).toHaveLength(2 * 4 + 4);
     expect(rows[0]).toEqual({ measure: "sparse: Redis HTTP requests / decision", anchor: 1, sluice: 2.4, unit: "" });
     expect(rows[1]).toMatchObject({ measure: "sparse: billed commands / decision", anchor: 4, sluice: 8.47 });
     expect(rows[7]).toMatchObject({ measure: "bursty: p99", anchor: 140, sluice: 98, unit: "ms" });
     expect(rows[8]).toMatchObject({ anchor: 39.2, sluice: 146.2, unit: "KiB" });
     expect(rows[10]).toMatchObject({ anchor: 20, sluice: 85, unit: "ms" });
+    expect(rows[11]).toMatchObject({ anchor: 19, sluice: 84, unit: "ms" });
   });
 
   it("renders each figure with its ratio in the markdown table, with the date, revision and command", () => {
@@ -112,7 +113,7 @@ describe("the comparison rows", () => {
 
   it("prints the same rows in the stdout table", () => {
     const text = renderAnchorTable(RESULT);
-    expect(text.split("\n")).toHaveLength(2 + 11);
+    expect(text.split("\n")).toHaveLength(2 + 12);
     expect(text).toMatch(/bursty: p50\s+│\s+100\.0 ms\s+│\s+80\.0 ms\s+│\s+0\.80×/);
   });
 });
