@@ -31,13 +31,19 @@ const SHAPES: Array<{ key: ShapeKey; name: string; label: (o: TrafficOptions) =>
   {
     key: "sparse",
     name: "sparse",
-    label: (o) => `sparse (${o.sparse.isolates} isolates, 1 req/s each for ${o.sparse.seconds} s)`,
+    label: (o) =>
+      `sparse (${o.sparse.isolates} isolates, 1 req/s each for ${o.sparse.seconds} s; ${o.rounds.sparse} rounds per Worker)`,
   },
-  { key: "hot", name: "hot client", label: (o) => `hot client (${o.hot.requests} sequential, 1 isolate)` },
+  {
+    key: "hot",
+    name: "hot client",
+    label: (o) => `hot client (${o.hot.requests} sequential, 1 isolate; ${o.rounds.hot} rounds)`,
+  },
   {
     key: "bursty",
     name: "bursty client",
-    label: (o) => `bursty client (${o.bursty.bursts} bursts of ${o.bursty.size}, ${o.bursty.pauseMs} ms apart)`,
+    label: (o) =>
+      `bursty client (${o.bursty.bursts} bursts of ${o.bursty.size}, ${o.bursty.pauseMs} ms apart; ${o.rounds.bursty} rounds)`,
   },
 ];
 
@@ -58,7 +64,7 @@ export async function measureAnchor(
   await primeScripts(stack, built, ips);
   const shapes: ShapeResult[] = [];
   for (const shape of SHAPES) {
-    step(`12/12 ${shape.label(o)}, ${o.rounds} rounds per Worker, Redis +${o.delayMs} ms`);
+    step(`12/12 ${shape.label(o)}, Redis +${o.delayMs} ms`);
     const rounds = await interleaved(stack, built, shape.key, o, ips);
     shapes.push({
       key: shape.key,
@@ -116,7 +122,7 @@ async function interleaved(
   ips: IpSource,
 ): Promise<Record<Side, RoundCounts[]>> {
   const out: Record<Side, RoundCounts[]> = { anchor: [], sluice: [] };
-  for (let r = 0; r < o.rounds; r++) {
+  for (let r = 0; r < o.rounds[shape]; r++) {
     const order = r % 2 === 0 ? built : [...built].reverse();
     for (const b of order) out[b.side].push(await runRound(stack, b, shape, o, ips));
   }

@@ -5,17 +5,17 @@ import type { AnchorResult } from "./figures.js";
 import { renderAnchorMarkdown, renderAnchorTable } from "./render.js";
 
 export const ANCHOR_FULL: AnchorOptions = {
-  rounds: 2,
+  rounds: { sparse: 2, hot: 4, bursty: 4 },
   delayMs: 20,
   settleMs: 500,
   sparse: { isolates: 4, seconds: 10, ips: 4 },
-  hot: { warmup: 10, requests: 300 },
-  bursty: { warmup: 10, bursts: 15, size: 20, pauseMs: 300 },
-  evaluations: 15,
+  hot: { warmup: 10, requests: 150 },
+  bursty: { warmup: 10, bursts: 8, size: 20, pauseMs: 300 },
+  evaluations: 25,
 };
 
 export const ANCHOR_QUICK: AnchorOptions = {
-  rounds: 1,
+  rounds: { sparse: 1, hot: 1, bursty: 1 },
   delayMs: 20,
   settleMs: 500,
   sparse: { isolates: 4, seconds: 3, ips: 4 },

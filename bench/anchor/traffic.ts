@@ -16,8 +16,8 @@ import type { BuiltWorker, Side } from "./build.js";
 export type ShapeKey = "sparse" | "hot" | "bursty";
 
 export interface TrafficOptions {
-  /** Rounds per shape and Worker. */
-  rounds: number;
+  /** Rounds per Worker, by shape: more, shorter rounds spread the machine's drift over both Workers alike. */
+  rounds: Record<ShapeKey, number>;
   /** Added to every Redis round trip by the bridge, ms. */
   delayMs: number;
   /** After a round's last answer, before the counters are read (deferred work lands). */
