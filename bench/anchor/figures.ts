@@ -81,6 +81,8 @@ export interface WorkerFigures {
   source: string;
   raw_kib: number;
   gzip_kib: number;
+  /** wrangler's own "Total Upload" figures, kept to compare (its gzip varies with its module order). */
+  wrangler: { raw_kib: number; gzip_kib: number };
   evaluation: { samples: number; median_ms: number; p90_ms: number; min_ms: number };
 }
 

@@ -11,7 +11,7 @@ import type { IpSource } from "../stats.js";
 import { startTap } from "../tap.js";
 import { type BuiltWorker, buildSide, SIDES, type Side } from "./build.js";
 import { measureEvaluation } from "./evaluation.js";
-import { type AnchorResult, type ShapeResult, sideFigures } from "./figures.js";
+import { type AnchorResult, type ShapeResult, sideFigures, type WorkerFigures } from "./figures.js";
 import {
   type AnchorStack,
   type RoundCounts,
@@ -74,9 +74,9 @@ export async function measureAnchor(
       sluice: sideFigures(rounds.sluice),
     });
   }
-  const workerFigures = (side: Side) => {
-    const b = built.find((w) => w.side === side) as BuiltWorker;
-    return { source: b.source, raw_kib: b.raw_kib, gzip_kib: b.gzip_kib, evaluation: evaluation[side] };
+  const workerFigures = (side: Side): WorkerFigures => {
+    const { source, raw_kib, gzip_kib, wrangler } = built.find((w) => w.side === side) as BuiltWorker;
+    return { source, raw_kib, gzip_kib, wrangler, evaluation: evaluation[side] };
   };
   return {
     anchor_package: `@upstash/ratelimit ${anchorVersion()}`,
@@ -88,7 +88,7 @@ export async function measureAnchor(
     options: o,
     workers: { anchor: workerFigures("anchor"), sluice: workerFigures("sluice") },
     shapes,
-    problems: problemsOf(shapes),
+    problems: [...sizeProblems(built), ...problemsOf(shapes)],
   };
 }
 
@@ -127,6 +127,16 @@ async function interleaved(
     for (const b of order) out[b.side].push(await runRound(stack, b, shape, o, ips));
   }
   return out;
+}
+
+/** The modules measured must be the ones wrangler uploads: the raw sizes agree to wrangler's rounding. */
+function sizeProblems(built: readonly BuiltWorker[]): string[] {
+  return built
+    .filter((b) => Math.abs(b.raw_kib - b.wrangler.raw_kib) > 0.02)
+    .map(
+      (b) =>
+        `anchor section, ${b.side} Worker: modules of ${b.raw_kib} KiB measured, wrangler uploads ${b.wrangler.raw_kib} KiB`,
+    );
 }
 
 function problemsOf(shapes: readonly ShapeResult[]): string[] {

@@ -33,7 +33,7 @@ export function renderAnchorSection(out: string[], r: AnchorResult): void {
     renderAnchorTable(r),
     "   Redis HTTP requests = everything the Worker sent to Redis (tap); billed commands = everything Redis ran in the Worker's rounds",
     "   (INFO commandstats, background work included) ÷ decisions; p50/p99 = dispatchFetch until the body was read, every decision.",
-    `   Bundles: ${r.build_command}, wrangler's own "Total Upload" figures. Evaluation: ${r.evaluation_method}.`,
+    `   Bundles: ${r.build_command}, sizes as wrangler's "Total Upload" line, modules in a fixed order. Evaluation: ${r.evaluation_method}.`,
   );
   for (const s of r.shapes)
     out.push(

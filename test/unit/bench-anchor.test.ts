@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { describe, expect, it } from "vitest";
-import { parseUploadSize, wranglerConfig } from "../../bench/anchor/build.js";
+import { parseUploadSize, uploadModules, wranglerConfig } from "../../bench/anchor/build.js";
 import { ANCHOR_DOCS } from "../../bench/anchor/docs.js";
 import { type AnchorResult, type SideFigures, sideFigures } from "../../bench/anchor/figures.js";
 import {
@@ -46,8 +46,20 @@ const RESULT: AnchorResult = {
   evaluation_method: "fresh processes",
   options: {},
   workers: {
-    anchor: { source: "bench/workers/anchor.ts", raw_kib: 150, gzip_kib: 39.2, evaluation: evaluation(20) },
-    sluice: { source: "bench/workers/sluice.ts", raw_kib: 570, gzip_kib: 146.2, evaluation: evaluation(85) },
+    anchor: {
+      source: "bench/workers/anchor.ts",
+      raw_kib: 150,
+      gzip_kib: 39.2,
+      wrangler: { raw_kib: 150, gzip_kib: 39.2 },
+      evaluation: evaluation(20),
+    },
+    sluice: {
+      source: "bench/workers/sluice.ts",
+      raw_kib: 570,
+      gzip_kib: 146.2,
+      wrangler: { raw_kib: 570, gzip_kib: 146 },
+      evaluation: evaluation(85),
+    },
   },
   shapes: [
     {
@@ -153,6 +165,12 @@ describe("the build and the Workers", () => {
     const out = "⛅️ wrangler 4.84.1\nTotal Upload: 149.86 KiB / gzip: 39.16 KiB\nNo bindings found.";
     expect(parseUploadSize(out)).toEqual({ raw_kib: 149.86, gzip_kib: 39.16 });
     expect(() => parseUploadSize("Upload failed")).toThrow(/Total Upload/);
+  });
+
+  it("sizes the upload's modules in a fixed order: the bundle, then the text modules by name, no maps", () => {
+    const files = ["README.md", "b-idempotency.lua", "sluice.js.map", "a-decide.lua", "sluice.js"];
+    expect(uploadModules(files, "sluice.js")).toEqual(["sluice.js", "a-decide.lua", "b-idempotency.lua"]);
+    expect(uploadModules(["anchor.js", "anchor.js.map", "README.md"], "anchor.js")).toEqual(["anchor.js"]);
   });
 
   it("builds each Worker from its source, with .lua as text as in the project's wrangler.toml", () => {
