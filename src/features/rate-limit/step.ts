@@ -1,7 +1,7 @@
 import type { Context } from "hono";
 import { countRefusal } from "../access/bans.js";
 import type { Route } from "../../config/index.js";
-import { ADAPTIVE_LIMIT } from "../../config/schema.js";
+import { ADAPTIVE_LIMIT } from "../adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
 import { publicDecision, type LimitRun, type Scope, type SluiceEnv } from "../../context.js";
 import { BadLimitInput, bucketsFor, keyedBuckets } from "./decision/buckets.js";
