@@ -6,6 +6,7 @@ import type { Defer } from "../util/defer.js";
 import { Problem } from "../problem.js";
 import type { ProblemTitle } from "../problem-types.js";
 import { envConnections, type Stores } from "../region/index.js";
+import { ConfigCache } from "../config/cache.js";
 import type { Runtime } from "../runtime.js";
 import type { Store } from "../store/redis.js";
 
@@ -31,7 +32,7 @@ export const adminHandlers = createFactory<AdminEnv>();
  */
 export function withConfig(runtime: Runtime): MiddlewareHandler<AdminEnv> {
   return async (c, next) => {
-    const loaded = runtime.configs.of(c.env);
+    const loaded = runtime.own(ConfigCache).of(c.env);
     if (!loaded.ok) {
       throw new Problem({
         status: 500,

@@ -74,28 +74,6 @@ export class ScopedProblem extends Problem {
   }
 }
 
-/**
- * The gateway's scope: the configuration of the environment (a bad one is a 500 problem naming
- * the field, on every request), then the request's scope, its route matched on the normalised path.
- */
-export function configuredScope(runtime: Runtime): ScopeSource {
-  return (c) => {
-    const env = c.env as Env;
-    const loaded = runtime.configs.of(env);
-    if (!loaded.ok) {
-      const { field, problem } = loaded.error;
-      throw new Problem({
-        status: 500,
-        title: "Invalid sluice configuration",
-        detail: loaded.error.message,
-        extensions: { field, problem },
-      });
-    }
-    const config = loaded.config;
-    return entered(newScope(c, { runtime, config, connect: envConnections(env, config.home_region), env }, true));
-  };
-}
-
 /** How a pipeline makes its request's scope; throws a problem (a `ScopedProblem` when a scope exists). */
 export type ScopeSource = (c: Context<SluiceEnv>) => Scope;
 

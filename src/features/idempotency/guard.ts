@@ -18,7 +18,8 @@ import {
   type RecordRef,
 } from "./records.js";
 import { keepClaimed } from "./renewal.js";
-import { IdempotencyRefusal, noteIdempotency, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
+import { IdempotencyRefusal } from "./refusal.js";
+import { noteIdempotency, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
 import type { ProblemTitle } from "../../problem-types.js";
 import { discardBody, log, logError, settleQuietly } from "../../util/log.js";
 

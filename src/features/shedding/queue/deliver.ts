@@ -18,6 +18,7 @@ import { release } from "../../session/lock.js";
 import type { RecordTrail } from "../../idempotency/trail.js";
 import { newTraceparent } from "../../../util/traceparent.js";
 import { envConnections, SETTLE_TIMEOUT_MS, type Stores } from "../../../region/index.js";
+import { ConfigCache } from "../../../config/cache.js";
 import type { Runtime } from "../../../runtime.js";
 import type { Store } from "../../../store/redis.js";
 import { leaseJob, readJob, releaseJob, writeJob, type JobStatus } from "./jobs.js";
@@ -40,7 +41,7 @@ export async function onQueue(
   defer: Defer,
   runtime: Runtime,
 ): Promise<void> {
-  const loaded = runtime.configs.of(env);
+  const loaded = runtime.own(ConfigCache).of(env);
   if (!loaded.ok) return batch.retryAll({ delaySeconds: 30 });
   const config = loaded.config;
   const stores = runtime.stores(envConnections(env, config.home_region), config);
