@@ -1,3 +1,4 @@
+import type * as z from "zod/mini";
 import en from "zod/v4/locales/en.js";
 
 /**
@@ -5,4 +6,4 @@ import en from "zod/v4/locales/en.js";
  * parse rather than installed with `z.config()`: zod/mini loads no locale, and a library must not
  * change the configuration of the app's own zod.
  */
-export const enLocale = en();
+export const enLocale: { localeError: z.core.$ZodErrorMap } = en();

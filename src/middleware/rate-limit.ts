@@ -11,7 +11,7 @@ import { plainConfigSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import { usesJwt } from "../config/uses-jwt.js";
 import { verifyJwtStep } from "../features/jwt/step.js";
-import { reject } from "../features/rate-limit/refusal.js";
+import { reject } from "../features/shedding/refusal.js";
 import { rateLimitStep } from "../features/rate-limit/step.js";
 import { compileOptions, standalone, type SharedOptions } from "./standalone.js";
 

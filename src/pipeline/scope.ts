@@ -5,7 +5,7 @@ import type { Env } from "../env.js";
 import { clientIp } from "../keys/identify.js";
 import type { Defer } from "../util/defer.js";
 import { Problem } from "../problem.js";
-import { chooseRegion, envConnections, type Connect } from "../region/index.js";
+import { chooseRegion, type Connect } from "../region/index.js";
 import { normalisePath } from "../routing/normalise.js";
 import { chooseRoute } from "../routing/method.js";
 import type { Runtime } from "../runtime.js";

@@ -9,7 +9,6 @@ import {
   type IdempotencyOutcome,
 } from "../../metrics/idempotency.js";
 import { originFailed, type OriginReply } from "../../origin/forward.js";
-import { Problem } from "../../problem.js";
 import { log } from "../../util/log.js";
 
 /** The header that tells the origin the request's trace. */

@@ -13,7 +13,7 @@ import { BodyCosts, chargedFromResponse, headerSettlements, readCostBody, settle
 import type { Decision } from "./types.js";
 import { Problem } from "../../problem.js";
 import { StoreError } from "../../store/deadline.js";
-import { withHeaders, type Shed } from "./refusal.js";
+import { withHeaders, type Shed } from "../shedding/refusal.js";
 import type { Step } from "../../middleware/step.js";
 import { limitedRoute } from "../../routing/route.js";
 import { logError, settleQuietly } from "../../util/log.js";
@@ -25,7 +25,7 @@ import { logError, settleQuietly } from "../../util/log.js";
  * request later answered by a replay gives back what it was charged. The in-flight slots of its
  * concurrency limits are freed once its response body has been delivered (or the client went
  * away), at once when a later step answered instead. `shed` answers refusals: the gateway's
- * sheds them as `on_limit` says, the middleware's refuses them (./refusal.ts).
+ * sheds them as `on_limit` says, the middleware's refuses them (src/features/shedding/refusal.ts).
  */
 export const rateLimitStep =
   (shed: Shed): Step =>

@@ -1,8 +1,7 @@
-import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope, SluiceEnv } from "../../context.js";
+import type { Scope } from "../../context.js";
 import { rateLimitHeaders } from "../rate-limit/headers.js";
-import { noteRefusal, tooManyRequests, withHeaders, type Shed } from "../rate-limit/refusal.js";
+import { noteRefusal, tooManyRequests, withHeaders, type Shed } from "./refusal.js";
 import { enqueue } from "./queue/enqueue.js";
 import { copyAddress, fallbackFor } from "./fallback/answer.js";
 import { isKeepable, keepCopy } from "./fallback/copies.js";

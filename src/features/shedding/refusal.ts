@@ -2,14 +2,14 @@ import type { Context } from "hono";
 import type { Scope, SluiceEnv } from "../../context.js";
 import { clientLabel } from "../../metrics/labels.js";
 import { Problem } from "../../problem.js";
-import { allowance, rateLimitHeaders, retryAfterSeconds } from "./headers.js";
-import type { Decision } from "./types.js";
+import { allowance, rateLimitHeaders, retryAfterSeconds } from "../rate-limit/headers.js";
+import type { Decision } from "../rate-limit/types.js";
 
 export type Refusal = Extract<Decision, { verdict: "reject" }>;
 
 /**
  * How a refused request is answered: the gateway sheds it as the route's `on_limit` says
- * (src/features/shedding/step.ts), the `rateLimit()` middleware, which has no `on_limit`, refuses
+ * (./step.ts), the `rateLimit()` middleware, which has no `on_limit`, refuses
  * it (`reject`), so an app using it alone carries none of the queue, fallback or divert code.
  */
 export type Shed = (c: Context<SluiceEnv>, scope: Scope, refusal: Refusal) => Promise<Response>;

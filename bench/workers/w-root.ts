@@ -1,8 +1,0 @@
-// A Worker whose only sluice import is rateLimit: what an app carries for it (bench/weight.ts, test/package/weight.test.ts).
-import { Hono } from "hono";
-import { rateLimit } from "../../src/index.js";
-
-const app = new Hono();
-app.use("*", rateLimit({ limits: [{ name: "per-ip", key: "ip", rate: 10, period: "1s" }] }));
-app.get("*", (c) => c.text("ok"));
-export default app;
