@@ -77,10 +77,11 @@ export default defineConfig(
         {
           zones: [
             {
-              target: ["./src/index.ts", "./src/pipeline"],
+              target: ["./src/index.ts", "./src/middleware", "./src/pipeline"],
               from: ["./src/app.ts", "./src/gateway", "./worker"],
               message: "The library entry and the pipeline import nothing of the Worker.",
             },
+
             {
               // a capability's domain logic and the shared machinery never reach up into the steps,
               // the request pipeline, the Worker's shell or the admin
