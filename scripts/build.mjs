@@ -11,7 +11,7 @@
  * than the consumer's.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -94,6 +94,16 @@ const result = await build({
   metafile: true,
   logLevel: "warning",
 });
+
+// esbuild's split entries and chunks also import every chunk they reach by a bare `import "./chunks/x.js"`,
+// which only orders evaluation; with "sideEffects": false an app's bundler drops each of them and
+// warns ("Ignoring this import ...") once per chunk. Every binding a module uses comes with a named
+// import (nothing in src/ runs for its effect at import), so they go here rather than in every build.
+const bareChunkImport = /^import "\.\.?\/(?:chunks\/)?[^"]+\.js";\n/gm;
+for (const file of Object.keys(result.metafile.outputs).filter((f) => f.endsWith(".js"))) {
+  const path = join(root, file);
+  writeFileSync(path, readFileSync(path, "utf8").replace(bareChunkImport, ""));
+}
 
 const declared = new Set([...Object.keys(pkg.dependencies ?? {}), ...Object.keys(pkg.peerDependencies ?? {})]);
 /** "@scope/name/sub" or "name/sub" -> the package's name */

@@ -1,4 +1,4 @@
-// A Worker whose only sluice import is rateLimit: what an app carries for it (bench/weight.ts, test/package/weight.test.ts).
+// A Worker whose only sluice import is rateLimit (bench/weight.ts measures it, test/package/weight.test.ts checks what it carries).
 import { Hono } from "hono";
 import { rateLimit } from "../../src/middleware/rate-limit.js";
 
