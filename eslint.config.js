@@ -77,10 +77,11 @@ export default defineConfig(
         {
           zones: [
             {
-              target: ["./src/index.ts", "./src/pipeline"],
+              target: ["./src/index.ts", "./src/middleware", "./src/pipeline"],
               from: ["./src/app.ts", "./src/gateway", "./worker"],
               message: "The library entry and the pipeline import nothing of the Worker.",
             },
+
             {
               // no capability, its step and admin routes included, reaches up into the request
               // pipeline, the shells (the middleware's, the library entry, the Worker's) or the admin:

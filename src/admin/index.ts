@@ -3,6 +3,7 @@ import type { Config } from "../config/index.js";
 import { HTTPException } from "hono/http-exception";
 import { Problem, problem } from "../problem.js";
 import { PROBLEMS } from "../problem-types.js";
+import { AuthThrottle } from "../features/access/auth-throttle.js";
 import type { Runtime } from "../runtime.js";
 import { bucketsApp } from "../features/rate-limit/admin-buckets.js";
 import { configApp } from "./config.js";
@@ -40,8 +41,8 @@ export function adminApp(runtime: Runtime): Hono<AdminEnv> {
   const admin = new Hono<AdminEnv>().basePath("/__sluice");
   // before the guard: the pages problem types link to are documentation for any client
   admin.route("/problems", problemsApp(runtime));
-  admin.use("*", withConfig(runtime), guard(runtime.authThrottle));
-  admin.route("/", dashboardApp(runtime.authThrottle));
+  admin.use("*", withConfig(runtime), guard(runtime.own(AuthThrottle)));
+  admin.route("/", dashboardApp(runtime.own(AuthThrottle)));
   admin.route("/health", healthApp());
   admin.route("/config", configApp());
   admin.route("/buckets", bucketsApp());

@@ -2,6 +2,7 @@ import type { MiddlewareHandler } from "hono";
 import type { AdminEnv } from "../operator/context.js";
 import { Problem } from "../problem.js";
 import { PROBLEMS } from "../problem-types.js";
+import { ConfigCache } from "../config/cache.js";
 import { envConnections } from "../region/index.js";
 import type { Runtime } from "../runtime.js";
 
@@ -12,7 +13,7 @@ import type { Runtime } from "../runtime.js";
  */
 export function withConfig(runtime: Runtime): MiddlewareHandler<AdminEnv> {
   return async (c, next) => {
-    const loaded = runtime.configs.of(c.env);
+    const loaded = runtime.own(ConfigCache).of(c.env);
     if (!loaded.ok) {
       throw new Problem({
         type: PROBLEMS.invalidConfiguration,

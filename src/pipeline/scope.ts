@@ -6,7 +6,7 @@ import { clientIp } from "../identity/identify.js";
 import type { Defer } from "../util/defer.js";
 import { Problem } from "../problem.js";
 import { PROBLEMS } from "../problem-types.js";
-import { chooseRegion, envConnections, type Connect } from "../region/index.js";
+import { chooseRegion, type Connect } from "../region/index.js";
 import { normalisePath } from "../routing/normalise.js";
 import { chooseRoute } from "../routing/method.js";
 import type { Runtime } from "../runtime.js";
@@ -73,27 +73,6 @@ export class ScopedProblem extends Problem {
   ) {
     super(init);
   }
-}
-
-/**
- * The gateway's scope: the configuration of the environment (a bad one is a 500 problem naming
- * the field, on every request), then the request's scope, its route matched on the normalised path.
- */
-export function configuredScope(runtime: Runtime): ScopeSource {
-  return (c) => {
-    const env = c.env as Env;
-    const loaded = runtime.configs.of(env);
-    if (!loaded.ok) {
-      const { field, problem } = loaded.error;
-      throw new Problem({
-        type: PROBLEMS.invalidConfiguration,
-        detail: loaded.error.message,
-        extensions: { field, problem },
-      });
-    }
-    const config = loaded.config;
-    return entered(newScope(c, { runtime, config, connect: envConnections(env, config.home_region), env }, true));
-  };
 }
 
 /** How a pipeline makes its request's scope; throws a problem (a `ScopedProblem` when a scope exists). */

@@ -1,7 +1,7 @@
 import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
 import type { Scope, Step } from "../../context.js";
-import { SHARE_TIMEOUT_MS, type BreakerShare } from "./breakers.js";
+import { Breakers, SHARE_TIMEOUT_MS, type BreakerShare } from "./breakers.js";
 import { retryAfterSeconds } from "../rate-limit/headers.js";
 import { originFailed } from "../../origin/forward.js";
 import { Problem } from "../../problem.js";
@@ -18,14 +18,14 @@ export const breakerStep: Step = async (c, scope, next) => {
   const route = scope.route;
   if (!route?.breaker) return next();
   const share = shareOf(scope, route);
-  const breaker = scope.runtime.breakers.of(route, share);
+  const breaker = scope.runtime.own(Breakers).of(route, share);
   const admission = breaker?.admit(Date.now());
   if (admission && !admission.pass) return breakerOpen(c, scope, route, admission.retryAfterMs);
   const started = Date.now();
   await next();
   const probe = admission?.pass ? admission.probe : false;
   const outcome = originOutcome(c, scope, started);
-  if (outcome) scope.runtime.breakers.record(route, scope.facts.ip, { ...outcome, probe }, share);
+  if (outcome) scope.runtime.own(Breakers).record(route, scope.facts.ip, { ...outcome, probe }, share);
   // a probe the origin never saw (the limits refused it, a replay answered it) tells nothing
   else if (probe) breaker?.probeUnused();
 };

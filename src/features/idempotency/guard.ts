@@ -19,7 +19,8 @@ import {
   type RecordRef,
 } from "./records.js";
 import { keepClaimed } from "./renewal.js";
-import { IdempotencyRefusal, noteIdempotency, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
+import { IdempotencyRefusal } from "./refusal.js";
+import { noteIdempotency, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
 import { discardBody, log, logError, settleQuietly } from "../../util/log.js";
 
 /** Headers of the origin's answer that are kept and replayed; cookies and hop-by-hop ones never are. */

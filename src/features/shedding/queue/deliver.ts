@@ -1,4 +1,3 @@
-import type { ConfigCache } from "../../../config/cache.js";
 import type { Config, Route } from "../../../config/index.js";
 import type { Env } from "../../../env.js";
 import type { RequestFacts } from "../../../identity/identify.js";
@@ -20,6 +19,7 @@ import { release } from "../../session/lock.js";
 import type { RecordTrail } from "../../idempotency/trail.js";
 import { newTraceparent } from "../../../util/traceparent.js";
 import { envConnections, SETTLE_TIMEOUT_MS, type Connect, type Stores } from "../../../region/index.js";
+import { ConfigCache } from "../../../config/cache.js";
 import type { Store } from "../../../store/redis.js";
 import { leaseJob, readJob, releaseJob, writeJob, type JobStatus } from "./jobs.js";
 import { requestOf, type JobMessage } from "./queue.js";
@@ -30,7 +30,8 @@ import { logError, settleQuietly } from "../../../util/log.js";
  * above the capabilities and holds their isolate state).
  */
 export interface ConsumerIsolate {
-  configs: ConfigCache;
+  /** The isolate's state of one kind, made on first use (the configuration cache here). */
+  own<T extends object>(kind: new () => T): T;
   decisions: IsolateState;
   overrides: OverrideCopies;
   stores(connect: Connect, config: Pick<Config, "home_region" | "timeout_ms" | "max_timeout_ms">): Stores;
@@ -52,7 +53,7 @@ export async function onQueue(
   defer: Defer,
   runtime: ConsumerIsolate,
 ): Promise<void> {
-  const loaded = runtime.configs.of(env);
+  const loaded = runtime.own(ConfigCache).of(env);
   if (!loaded.ok) return batch.retryAll({ delaySeconds: 30 });
   const config = loaded.config;
   const stores = runtime.stores(envConnections(env, config.home_region), config);
