@@ -3,6 +3,9 @@ import { sluiceSchema, type LimitSettings, type RouteSettings, type SluiceSettin
 import { exactnessProblem, maxDelayProblem, responseMaxProblem } from "./exactness.js";
 import { compilePattern, type PathPattern } from "../routing/match.js";
 import { usesJwt } from "./uses-jwt.js";
+import { globalQuotaWarnings, type ScopeWarning } from "./global-quotas.js";
+
+export type { ScopeWarning };
 
 /** A limit as the request path uses it (durations in ms, key as a list of parts). */
 export type Limit = LimitSettings;
@@ -31,7 +34,11 @@ export class ConfigError extends Error {
   }
 }
 
-export type ConfigResult = { ok: true; config: Config } | { ok: false; error: ConfigError };
+/**
+ * A valid configuration, with what it may cost that is not an error: shared quotas kept per region
+ * (src/config/global-quotas.ts), which `npm run check`, the dev start and the Worker report.
+ */
+export type ConfigResult = { ok: true; config: Config; warnings: ScopeWarning[] } | { ok: false; error: ConfigError };
 
 /**
  * Validates the `SLUICE` variable (an object, or its JSON text) and `ORIGIN_URL`, and compiles
@@ -44,7 +51,9 @@ export type ConfigResult = { ok: true; config: Config } | { ok: false; error: Co
  */
 export function loadConfig(vars: ConfigVars): ConfigResult {
   try {
-    return { ok: true, config: compile(vars) };
+    const written = typeof vars.SLUICE === "string" ? parseJson(vars.SLUICE) : (vars.SLUICE ?? {});
+    const config = compile(vars, written);
+    return { ok: true, config, warnings: globalQuotaWarnings(config, written) };
   } catch (e) {
     if (e instanceof ConfigError) return { ok: false, error: e };
     throw e;
@@ -63,9 +72,8 @@ export interface ConfigVars {
   originOptional?: boolean;
 }
 
-function compile(vars: ConfigVars): Config {
+function compile(vars: ConfigVars, raw: unknown): Config {
   const originUrl = vars.originOptional && vars.ORIGIN_URL === undefined ? undefined : parseOrigin(vars.ORIGIN_URL);
-  const raw = typeof vars.SLUICE === "string" ? parseJson(vars.SLUICE) : (vars.SLUICE ?? {});
   const parsed = sluiceSchema.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0] as z.core.$ZodIssue;
