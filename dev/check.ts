@@ -1,5 +1,6 @@
 // `npm run check [-- --config file]`: validates the sluice configuration in a wrangler config,
-// and warns (exit code 0) about what a valid one may cost, such as a region without its own database.
+// and warns (exit code 0) about what a valid one may cost, such as a region without its own database
+// or a shared quota (a `global` key) kept per region, which the origin sees once per region.
 import { configWarnings, visibleVariables } from "./region-databases.js";
 import { checkWranglerConfig, configPathFromArgs } from "./wrangler-config.js";
 
@@ -16,6 +17,7 @@ try {
   );
   for (const warning of configWarnings(result.config, visibleVariables(path)))
     console.warn(`${path}: warning: ${warning}`);
+  for (const warning of result.warnings) console.warn(`${path}: warning: ${warning.field}: ${warning.message}`);
 } catch (e) {
   console.error(`${path}: ${(e as Error).message}`);
   process.exit(1);

@@ -111,7 +111,7 @@ async function main(): Promise<void> {
   if (!checked.ok) {
     console.error(`${configPath}: invalid sluice configuration: ${checked.error.message}`);
     await stopAll(1);
-  }
+  } else for (const warning of checked.warnings) console.warn(`${configPath}: warning: ${warning.message}`);
 
   // an admin token for the dashboard and the admin API (yours from SLUICE_ADMIN_TOKEN, else a fresh one)
   vars.SLUICE_ADMIN_TOKEN = process.env.SLUICE_ADMIN_TOKEN ?? randomBytes(12).toString("hex");

@@ -1,5 +1,6 @@
 import type { Env } from "../env.js";
 import { loadConfig, type ConfigResult } from "./index.js";
+import { logFailure } from "../util/log.js";
 
 /**
  * The configuration of an environment, validated once and kept while the environment's values
@@ -20,6 +21,8 @@ export class ConfigCache {
       hasSecret: (name) => typeof secrets[name] === "string" && secrets[name] !== "",
     });
     this.memo = { sluice: env.SLUICE, origin: env.ORIGIN_URL, queue, result };
+    // once per isolate and configuration, in the Worker's logs (`wrangler tail`): not on the request path
+    if (result.ok) for (const w of result.warnings) logFailure("config_warning", { ...w });
     return result;
   }
 }

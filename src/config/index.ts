@@ -1,7 +1,15 @@
-import { loadConfigWith, type ConfigResult, type ConfigVars } from "./load.js";
+import { loadConfigWith, type Config, type ConfigError, type ConfigVars } from "./load.js";
 import { sluiceSchema } from "./schema.js";
+import { globalQuotaWarnings, type ScopeWarning } from "./global-quotas.js";
 
-export { ConfigError, type Config, type ConfigResult, type ConfigVars, type Limit, type Route } from "./load.js";
+export { ConfigError, type Config, type ConfigVars, type Limit, type Route } from "./load.js";
+export type { ScopeWarning };
+
+/**
+ * A valid configuration, with what it may cost that is not an error: shared quotas kept per region
+ * (src/config/global-quotas.ts), which `npm run check`, the dev start and the Worker report.
+ */
+export type ConfigResult = { ok: true; config: Config; warnings: ScopeWarning[] } | { ok: false; error: ConfigError };
 
 /**
  * Validates the `SLUICE` variable (an object, or its JSON text) and `ORIGIN_URL` as the gateway
@@ -13,5 +21,9 @@ export { ConfigError, type Config, type ConfigResult, type ConfigVars, type Limi
  * if (!r.ok) console.error(r.error.message); // e.g. "SLUICE.routes[0].limits[0].rate: ..."
  */
 export function loadConfig(vars: ConfigVars): ConfigResult {
-  return loadConfigWith(sluiceSchema, vars);
+  const result = loadConfigWith(sluiceSchema, vars);
+  if (!result.ok) return result;
+  // read as written (it parsed above): an explicit `scope = "region"` silences a warning, a default does not
+  const written: unknown = typeof vars.SLUICE === "string" ? JSON.parse(vars.SLUICE) : (vars.SLUICE ?? {});
+  return { ...result, warnings: globalQuotaWarnings(result.config, written) };
 }

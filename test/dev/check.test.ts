@@ -1,10 +1,11 @@
-/** `npm run check`: its warnings about regions without a database of their own. */
+/** `npm run check`: its warnings about regions without a database of their own and shared quotas kept per region. */
 import { execFileSync, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { configWarnings, dotenvNames, regionsWithoutDatabase } from "../../dev/region-databases.js";
+import { checkWranglerConfig } from "../../dev/wrangler-config.js";
 import { loadConfig, type Config } from "../../src/config/index.js";
 
 const dir = mkdtempSync(join(tmpdir(), "sluice-check-"));
@@ -98,5 +99,59 @@ describe("regions without a database of their own", () => {
     expect(() =>
       execFileSync(process.execPath, ["--import", "tsx", "dev/check.ts", "--config", toml], { stdio: "pipe" }),
     ).toThrow(/SLUICE\.max_timeout_ms: must be at least timeout_ms \(200\)/);
+  });
+});
+
+describe("shared quotas kept per region", () => {
+  it("the repo's wrangler.toml keeps none: every global limit of its two regions has its scope", () => {
+    const r = checkWranglerConfig("wrangler.toml");
+    if (!r.ok) throw r.error;
+    expect(Object.keys(r.config.regions).length + 1).toBeGreaterThan(1); // the check has something to look at
+    const shared = r.config.routes.flatMap((route) => route.limits.filter((l) => l.key.includes("global")));
+    expect(shared.map((l) => l.name)).toEqual(["site", "site", "provider"]);
+    expect(r.warnings).toEqual([]);
+    const run = spawnSync(process.execPath, ["--import", "tsx", "dev/check.ts"], { encoding: "utf8" });
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stderr).not.toMatch(/scope/);
+  });
+
+  it("npm run check warns about the SMS incident, naming route, limit and what the provider sees, and exits 0", () => {
+    const toml = join(dir, "sms.toml");
+    const provider = (scope: string) =>
+      `limits = [ { name = "provider", key = "global", rate = 400, period = "1s"${scope} } ]`;
+    const config = (scope: string) =>
+      [
+        'name = "t"',
+        "[vars]",
+        'ORIGIN_URL = "https://origin.example"',
+        'UPSTASH_REDIS_REST_URL_EU = "https://eu.example"',
+        "[vars.SLUICE]",
+        'home_region = "us"',
+        "[vars.SLUICE.regions.eu]",
+        'continents = ["EU"]',
+        "[[vars.SLUICE.routes]]",
+        'name = "sms"',
+        'match = "/api/sms"',
+        provider(scope),
+      ].join("\n");
+    writeFileSync(toml, config(""));
+    const run = spawnSync(process.execPath, ["--import", "tsx", "dev/check.ts", "--config", toml], {
+      encoding: "utf8",
+    });
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/: ok \(/);
+    expect(run.stderr).toContain(
+      'warning: SLUICE.routes[0].limits[0].scope: route "sms", limit "provider": key "global" runs at scope = "region" (the default)',
+    );
+    expect(run.stderr).toContain("400/1s per region × 2 regions = up to 800/1s at the origin");
+    expect(run.stderr.split("\n").filter((l) => l.includes("warning:"))).toHaveLength(1);
+
+    // the fixes, and the opt-out of a deliberate per-region limit, all silence it
+    for (const scope of ['scope = "global"', 'scope = "split"', 'scope = "region"']) {
+      writeFileSync(toml, config(`, ${scope}`));
+      const r = checkWranglerConfig(toml);
+      if (!r.ok) throw r.error;
+      expect(r.warnings, scope).toEqual([]);
+    }
   });
 });
