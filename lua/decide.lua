@@ -66,7 +66,10 @@ KEYS     1..n: the bucket of limit i: {key_prefix}:{route}:{limit}:{hash}
            share   {key_prefix}:{route}:{limit}:share:{region}  "rate:burst" (absent: ARGV's)
            demand  {key_prefix}:{route}:{limit}:demand:{region} tokens asked for since the
                    rebalancer last read it (GETDEL); TTL 1 h
-         last, only when ARGV[3] > 0: the route's override hash (below)
+         then, only when ARGV[3] > 0: the route's override hash (below)
+         last (KEYS[#KEYS]): {key_prefix}:version, the change counter of what isolates copy
+           (lists, overrides), read in the same MGET and returned last, so an isolate learns
+           of a change without polling
          Every key the script touches is one of these (Upstash's key-based locking needs that).
 ARGV[1]  mode: "take" decide and charge; "peek" decide, charge nothing, record nothing;
          "refund" give back `cost` to every bucket (undoing a take another Redis vetoed, or one
@@ -112,7 +115,7 @@ ARGV     then seventeen per limit i, at 3 + 17*(i-1) + 1 ..:
                    it: ceil(floor × capacity' / capacity). (The caller's reserve for higher
                    priorities, docs/algorithms.md, "Priorities"; the script knows nothing of priorities.)
 Returns  { admitted, then eight per limit: allowed, remaining, retry_after_ms, reset_ms, delay_ms,
-           leased, lease_ms, lease_epoch }
+           leased, lease_ms, lease_epoch, then the version }
            admitted        1 if no enforced (non-shadow) limit refused; then, and only then,
                            every limit that allowed is charged. A refused request takes nothing.
                            Always 1 in "refund", "lease", "return", "release" and "settle" modes.
@@ -126,8 +129,9 @@ Returns  { admitted, then eight per limit: allowed, remaining, retry_after_ms, r
            leased          tokens granted to the caller's lease (0: none)
            lease_ms        how long the lease is valid, in Redis time from now
            lease_epoch     what to pass as lease_epoch when closing it
+           version         the last KEY's value (0 when absent)
 Cost (Upstash bills every command a script runs, EVALSHA included): 1 TIME + 1 MGET of every
-      bucket and share key, + 1 SET (or DEL, a bucket back to its initial state) per bucket
+      bucket and share key and the version, + 1 SET (or DEL, a bucket back to its initial state) per bucket
       charged (take, when admitted), refunded, leased or closed; a peek or a refusal writes
       nothing. A lease granted in "take" rides on the request's own SET. `split` limits add
       1 INCRBY of their demand key on take (+1 PEXPIRE when it starts a new count), refusals
@@ -505,7 +509,7 @@ for i = 1, n do
   end
 end
 
--- every read in one MGET: the buckets (KEYS 1..n), then the shares of split limits
+-- every read in one MGET: the buckets (KEYS 1..n), then the shares of split limits, then the version
 local reads, share_at = {}, {}
 for i = 1, n do reads[i] = KEYS[i] end
 for i = 1, n do
@@ -515,7 +519,9 @@ for i = 1, n do
     share_at[i] = #reads
   end
 end
+reads[#reads + 1] = KEYS[#KEYS]
 local stored = redis.call('MGET', unpack(reads))
+local version = tonumber(stored[#reads]) or 0
 
 -- modes that decide a request; the others (refund, lease, return, release) admit by definition
 local deciding = mode == 'take' or mode == 'peek'
@@ -609,4 +615,5 @@ for i = 1, n do
   out[o + 7] = lease_ms
   out[o + 8] = lease_epoch
 end
+out[#out + 1] = version
 return out

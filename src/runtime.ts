@@ -14,6 +14,7 @@ import { RebalanceClock } from "./region/rebalance.js";
 import { Stores, type Connect } from "./region/index.js";
 import type { Config } from "./config/index.js";
 import { StoreRegistry } from "./store/redis.js";
+import { StoreVersions } from "./store/versions.js";
 
 /** Bound on each per-isolate table, so a flood of distinct clients cannot grow an isolate's memory. */
 const ENTRIES = 10_000;
@@ -34,10 +35,12 @@ export class Runtime {
   readonly localBuckets = new LocalBuckets(ENTRIES);
   /** Tokens Redis has debited for this isolate, spent without a round trip (docs/regions-and-leases.md, Leases). */
   readonly leases = new LeaseBroker(ENTRIES);
-  /** Runtime overrides of limits, copied from Redis and refreshed in the background. */
-  readonly overrides = new OverrideCopies(1_000);
-  /** Deny and allow lists, copied from Redis and refreshed in the background. */
-  readonly lists = new ListCache();
+  /** Each Redis's change counter as decisions last reported it: what tells the copies below they are behind. */
+  readonly versions = new StoreVersions();
+  /** Runtime overrides of limits, copied from Redis and refetched in the background when its counter moves. */
+  readonly overrides = new OverrideCopies(1_000, this.versions);
+  /** Deny and allow lists, copied from Redis and read again in the background when a counter moves. */
+  readonly lists = new ListCache(this.versions);
   /** One circuit breaker per route. */
   readonly breakers = new Breakers();
   /** Decision counts waiting to be flushed to Redis. */

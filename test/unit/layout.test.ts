@@ -28,6 +28,7 @@ import {
   sessionLockKey,
   shareKeys,
   shareRecordKey,
+  versionKeyOfBucket,
   type LayoutKind,
   type LayoutStore,
 } from "../../src/store/layout.js";
@@ -61,6 +62,7 @@ const built: Record<LayoutKind, string[]> = {
   jobLease: [jobLeaseKey(prefix, h.id)],
   breaker: [breakerKey(prefix, route)],
   overrides: [overridesKey(prefix, route)],
+  version: [versionKeyOfBucket(bucketKey(prefix, route, limit, h.bucket))],
   adaptive: [adaptiveStateKey(prefix, route, h.bucket)],
   lists: [listsKey(prefix)],
   banRefusals: [banRefusalsKey(prefix, route, limit, h.entry)],

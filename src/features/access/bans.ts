@@ -7,7 +7,7 @@ import type { Runtime } from "../../runtime.js";
 import { banLevelKey, banRefusalsKey } from "../../store/layout.js";
 import type { Store } from "../../store/redis.js";
 import { validEntry } from "./lists.js";
-import { decodeEntries, readEntryIn, writeEntry, type ListEntry } from "./lists-store.js";
+import { announce, decodeEntries, readEntryIn, writeEntry, type ListEntry } from "./lists-store.js";
 import { log, settleQuietly } from "../../util/log.js";
 
 /** A limit's `ban` table, durations in ms. */
@@ -59,6 +59,8 @@ export function banEntry(limit: Pick<Limit, "key">, facts: RequestFacts): string
 interface BanCount {
   runtime: Runtime;
   store: Store;
+  /** What tells every other Redis of the deployment that the lists changed. */
+  announce: () => Promise<void>;
   prefix: string;
   route: string;
   limit: string;
@@ -80,8 +82,19 @@ export function countRefusal(scope: Scope, blocking: LimitOutcome): void {
   const store = scope.stores.offPath();
   if (entry === undefined || !store) return;
   const { runtime, config } = scope;
+  const announced = () => announce(config, scope.stores, store);
   const counted = hashIdentifier(entry).then((hash) =>
-    refused({ runtime, store, prefix: config.key_prefix, route, limit: blocking.limit.name, settings, entry, hash }),
+    refused({
+      runtime,
+      store,
+      announce: announced,
+      prefix: config.key_prefix,
+      route,
+      limit: blocking.limit.name,
+      settings,
+      entry,
+      hash,
+    }),
   );
   scope.defer(settleQuietly(counted, "ban_count_failed", { route }));
 }
@@ -115,6 +128,7 @@ async function escalate(ban: BanCount): Promise<void> {
   const note = `ban by route "${ban.route}", limit "${ban.limit}", level ${level}`;
   const entry: ListEntry = { ...deny(ban.entry), until, note };
   await writeEntry(ban.store, ban.prefix, entry);
+  await ban.announce();
   ban.runtime.lists.add(ban.prefix, entry);
   ban.runtime.metrics.countBan(ban.route, ban.limit);
   const at = new Date(until).toISOString();

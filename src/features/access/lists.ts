@@ -1,8 +1,9 @@
 import { readPart, trimHttpWhitespace, type RequestFacts } from "../../keys/identify.js";
 import type { Defer } from "../../util/defer.js";
 import type { Store } from "../../store/redis.js";
+import { StoreVersions } from "../../store/versions.js";
 import { inCidr, parseCidr, parseIp, type Cidr } from "./cidr.js";
-import { listField, readEntries, type ListEntry } from "./lists-store.js";
+import { listField, readEntriesAt, type ListEntry } from "./lists-store.js";
 
 export type { ListEntry } from "./lists-store.js";
 
@@ -12,7 +13,25 @@ interface Compiled extends ListEntry {
   value?: string;
 }
 
-const REFRESH_MS = 5_000;
+/** A read that failed, or one the counter moved during, is tried again no sooner than this. */
+const RETRY_MS = 800;
+/** No decision has reported a change counter for this long (an isolate whose requests do not decide): the lists are read again. */
+export const LISTS_FALLBACK_MS = 60_000;
+/** Whatever the decisions report, the lists are read again at least this often. */
+export const LISTS_MAX_AGE_MS = 300_000;
+
+interface Held {
+  prefix: string;
+  /** When the last read started (isolate clock). */
+  at: number;
+  entries: Compiled[];
+  /** The home Redis's change counter the entries were read at, and that Redis. */
+  version?: number;
+  storeId?: string;
+  /** A counter moved since the last read started: read again. */
+  behind: boolean;
+  loading?: Promise<void>;
+}
 
 /** Whether `entry` is an IP, a CIDR range or `<key part>=<value>`; the admin API refuses anything else. */
 export function validEntry(entry: string): boolean {
@@ -26,12 +45,20 @@ export interface ListSource {
 }
 
 /**
- * The deny and allow lists as this isolate last read them, refreshed in the background at most
- * every 5 seconds, so the lists cost no Redis call on the request path (an isolate's first request
- * waits for the first load).
+ * The deny and allow lists as this isolate last read them, read again in the background only when
+ * a change counter (`{prefix}:version`, which every writer of the lists bumps and every decision
+ * returns) moved, so the lists cost no Redis call while nothing changes, and none on the request
+ * path but the isolate's first (which waits for the first read). An isolate whose requests do not
+ * decide reads them again after `LISTS_FALLBACK_MS`, and every isolate after `LISTS_MAX_AGE_MS`.
  */
 export class ListCache {
-  private cache: { prefix: string; at: number; entries: Compiled[]; loading?: Promise<void> } | undefined;
+  private cache: Held | undefined;
+
+  constructor(private readonly versions = new StoreVersions()) {
+    versions.onChange(() => {
+      if (this.cache) this.cache.behind = true;
+    });
+  }
 
   /**
    * What the lists say about a request: `deny`, `allow` (skip this route's limits) or nothing.
@@ -70,14 +97,23 @@ export class ListCache {
     const now = Date.now();
     let c = this.cache;
     if (!c || c.prefix !== source.prefix) {
-      this.cache = c = { prefix: source.prefix, at: 0, entries: [] };
+      this.cache = c = { prefix: source.prefix, at: 0, entries: [], behind: false };
       await refresh(c, source);
-    } else if (now - c.at > REFRESH_MS && !c.loading) {
+    } else if (!c.loading && this.due(c, now)) {
       const held = c;
       held.loading = refresh(held, source).finally(() => (held.loading = undefined));
       defer(held.loading);
     }
     return c.entries;
+  }
+
+  /** Whether the lists held should be read again at `now`. */
+  private due(c: Held, now: number): boolean {
+    if (now - c.at > LISTS_MAX_AGE_MS || now - Math.max(c.at, this.versions.lastObservedAt) > LISTS_FALLBACK_MS)
+      return true;
+    const home = c.storeId === undefined ? undefined : this.versions.of(c.storeId);
+    const moved = c.behind || (home !== undefined && c.version !== undefined && home !== c.version);
+    return moved && now - c.at >= RETRY_MS;
   }
 }
 
@@ -100,13 +136,19 @@ function verdictOf(
   return undefined;
 }
 
-async function refresh(c: { at: number; entries: Compiled[] }, source: ListSource): Promise<void> {
+async function refresh(c: Held, source: ListSource): Promise<void> {
   c.at = Date.now();
+  const wasBehind = c.behind;
+  c.behind = false;
   if (!source.store) return;
   try {
-    c.entries = (await readEntries(source.store, source.prefix)).map(compileEntry);
+    const read = await readEntriesAt(source.store, source.prefix);
+    c.entries = read.entries.map(compileEntry);
+    c.version = read.version;
+    c.storeId = source.store.id;
   } catch {
-    // keep the last lists we had: a Redis hiccup must not lift a deny entry
+    // keep the last lists we had (a Redis hiccup must not lift a deny entry), and try again
+    c.behind ||= wasBehind;
   }
 }
 

@@ -4,7 +4,7 @@ import type { Config, Limit } from "../../config/index.js";
 import { parseDuration } from "../../config/duration.js";
 import { exactnessProblem } from "../../config/exactness.js";
 import { Problem } from "../../problem.js";
-import { allRegions, type Stores } from "../../region/index.js";
+import { allRegions, everyStore, type Stores } from "../../region/index.js";
 import {
   decodeOverride,
   encodeOverride,
@@ -55,7 +55,7 @@ const setOverride = adminHandlers.createHandlers(jsonBody(overrideBody), async (
   const until = Date.now() + ms;
   const value = encodeOverride({ rate: o.rate, burst: o.burst ?? o.rate, periodMs, until });
   const key = overridesKey(config.key_prefix, o.route);
-  await Promise.all(distinctStores(config, c.get("stores")).map((s) => writeOverride(s, key, field, value, ms)));
+  await Promise.all(everyStore(config, c.get("stores")).map((s) => writeOverride(s, key, field, value, ms)));
   const detail = { route: o.route, limit: o.limit, field, rate: o.rate, burst: o.burst ?? o.rate, period_ms: periodMs };
   await ledgerAdminAction(c, "admin_override", { ...detail, region: o.region, ttl: o.ttl, until });
   return c.json({ ok: true, key, field, value, expires_at: new Date(until).toISOString() });
@@ -82,7 +82,7 @@ const removeOverride = adminHandlers.createHandlers(jsonBody(removalBody), async
   const limit = limitOf(config, b.route, b.limit, "no such route or limit");
   const field = await overrideFieldFor(config, limit, b.identity, b.region);
   const key = overridesKey(config.key_prefix, b.route);
-  await Promise.all(distinctStores(config, c.get("stores")).map((s) => removeField(s, key, field)));
+  await Promise.all(everyStore(config, c.get("stores")).map((s) => removeField(s, key, field)));
   await ledgerAdminAction(c, "admin_override_removed", { route: b.route, limit: b.limit, field, region: b.region });
   return c.json({ ok: true, removed: field });
 });
@@ -127,12 +127,3 @@ function checkExact(limit: Limit, o: OverrideBody, periodMs: number): void {
   );
 }
 
-/** Every distinct Redis of the deployment (regions without secrets of their own share the home one). */
-function distinctStores(config: Config, stores: Stores): Store[] {
-  const seen = new Map<string, Store>();
-  for (const r of allRegions(config)) {
-    const s = stores.offPath(r);
-    if (s && !seen.has(s.id)) seen.set(s.id, s);
-  }
-  return [...seen.values()];
-}

@@ -49,10 +49,11 @@ export async function decide(
   // before the cache answers: a client held by it must not keep its route's copy from refreshing,
   // and a changed override reopens the route's buckets this isolate holds as closed, and gives
   // back the leases granted on the old figures
-  copies.refresh(buckets, now, defer, (routePrefix) => {
+  const changed = (routePrefix: string) => {
     blocked.forgetRoute(routePrefix);
     isolate.leases?.forgetRoute(routePrefix, defer, copies);
-  });
+  };
+  copies.refresh(buckets, now, defer, changed);
   const cached = mode === "take" ? fromCache(buckets, blocked, now) : undefined;
   if (cached) return cached;
   const local = leases?.decideLocally(buckets, now, defer, copies);
@@ -65,6 +66,9 @@ export async function decide(
     groups.map((g) => runDecide(g, mode, overrides, (b) => ({ ask: asked.get(b) ?? 0 }))),
   );
   const results = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
+  // each reply carries its Redis's change counter: a copy behind it is refetched in the background
+  for (const r of results) copies.observe(r.store, r.version, r.receivedAt);
+  copies.refresh(buckets, Date.now(), defer, changed);
   const failed = settled.find((s): s is PromiseRejectedResult => s.status === "rejected");
   const admitted = !failed && results.every((r) => r.admitted);
   leases?.afterCentral(groups, settled, asked, admitted, defer, copies);

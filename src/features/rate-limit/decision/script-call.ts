@@ -2,6 +2,7 @@ import decideLua from "../../../../lua/decide.lua";
 import { StoreError } from "../../../store/deadline.js";
 import type { Store } from "../../../store/redis.js";
 import { overridesKeyOf, type OverrideInput } from "./overrides.js";
+import { versionKeyOfBucket } from "../../../store/layout.js";
 import { algorithm } from "../algorithms/registry.js";
 import type { Bucket, LimitOutcome } from "../types.js";
 
@@ -87,6 +88,8 @@ export function scriptCall(buckets: ReadonlyArray<ScriptBucket>, mode: ScriptMod
   }
   const reader = buckets.find((b) => b.override === "read");
   const overrideIdx = reader ? keys.push(overridesKeyOf(reader.key)) : 0;
+  // last: the Redis's change counter, which the script reads in its MGET and returns
+  keys.push(versionKeyOfBucket((buckets[0] as ScriptBucket).key));
   return { keys, args: [mode, buckets.length, overrideIdx, ...perLimit].map(String) };
 }
 
@@ -107,6 +110,8 @@ export interface GroupResult {
   grants: LeaseGrant[];
   sentAt: number;
   receivedAt: number;
+  /** The Redis's change counter (`{prefix}:version`) as the script read it. */
+  version: number;
 }
 
 /** Runs decide.lua once for buckets that all live in one Redis. `leaseOf` gives each bucket's lease arguments (none by default). */
@@ -124,7 +129,7 @@ export async function runDecide(
   const sentAt = Date.now();
   const reply = await store.run(store.script(mode === "peek" ? DECIDE_PEEK_SCRIPT : DECIDE_SCRIPT), keys, args);
   const receivedAt = Date.now();
-  const numbers = asNumbers(reply, 1 + PER_LIMIT * buckets.length);
+  const numbers = asNumbers(reply, 2 + PER_LIMIT * buckets.length);
   const at = (i: number, j: number) => numbers[1 + PER_LIMIT * i + j] as number;
   const outcomes = buckets.map(({ limit, key, params, slot }, i): LimitOutcome => ({
     limit,
@@ -139,7 +144,8 @@ export async function runDecide(
     ...(slot === undefined || mode !== "take" ? {} : { slot }),
   }));
   const grants = buckets.map((_, i): LeaseGrant => ({ tokens: at(i, 5), ms: at(i, 6), epoch: at(i, 7) }));
-  return { store, admitted: numbers[0] === 1, buckets, outcomes, grants, sentAt, receivedAt };
+  const version = numbers[numbers.length - 1] as number;
+  return { store, admitted: numbers[0] === 1, buckets, outcomes, grants, sentAt, receivedAt, version };
 }
 
 /** Buckets by the Redis that holds them, in first-seen order. */
