@@ -124,6 +124,7 @@ describe("Redis layout: every key as documented", () => {
       jobLease: ["sluice:job:11111111111111111111111111111111:lease"],
       breaker: ["sluice:checkout:breaker"],
       overrides: ["sluice:checkout:overrides"],
+      version: ["sluice:version"],
       adaptive: ["sluice:checkout:adaptive:state:0123456789abcdef0123456789abcdef"],
       lists: ["sluice:lists"],
       banRefusals: ["sluice:checkout:per-ip:refusals:77777777777777777777777777777777"],
