@@ -100,8 +100,13 @@ export class MetricsBuffer {
   private since = 0;
   private written: MinuteWritten | undefined;
   private totalRenewedAt = 0;
-  /** This isolate's name in the minute hashes' fields. */
-  readonly isolate = crypto.randomUUID().replace(/-/g, "").slice(0, 12);
+  private name: string | undefined;
+
+  /** This isolate's name in the minute hashes' fields (drawn at the first flush: Workers refuse random values at startup). */
+  get isolate(): string {
+    this.name ??= crypto.randomUUID().replace(/-/g, "").slice(0, 12);
+    return this.name;
+  }
 
   /**
    * Counts one decision. `limit` is the limit that decided it (the refusing one), or "-" when no

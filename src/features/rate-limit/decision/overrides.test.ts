@@ -59,12 +59,21 @@ describe("the isolate's copy of the overrides", () => {
     copies.observe(store, 3, now);
     expect(await refresh(copies, [b], now)).toBe(1);
     expect(asked.hgetall).toBe(1);
-    expect(copies.input(b, now)).toEqual({ everybody: "50:50:1000:9999999999999", own: "9:9:1000:9999999999999" });
+    expect(copies.input(b, now)).toEqual({
+      everybody: "50:50:1000:9999999999999",
+      own: "9:9:1000:9999999999999",
+      version: 3,
+    });
     expect(copies.input({ key: "p:api:per-ip:zzz", store }, now)).toEqual({
       everybody: "50:50:1000:9999999999999",
       own: undefined,
+      version: 3,
     });
-    expect(copies.input({ key: "p:api:site:zzz", store }, now)).toEqual({ everybody: "7:7:1:9", own: undefined });
+    expect(copies.input({ key: "p:api:site:zzz", store }, now)).toEqual({
+      everybody: "7:7:1:9",
+      own: undefined,
+      version: 3,
+    });
     // another route of the same Redis has a copy of its own
     expect(copies.input({ key: "p:other:per-ip:abc", store }, now)).toBe("read");
   });
@@ -78,18 +87,19 @@ describe("the isolate's copy of the overrides", () => {
     await refresh(copies, [b], start);
     for (const later of [TRUSTED_MS + 50, 60_000, 3_600_000]) {
       copies.observe(store, 1, start + later);
-      expect(copies.input(b, start + later)).toEqual({ everybody: undefined, own: undefined });
+      expect(copies.input(b, start + later)).toEqual({ everybody: undefined, own: undefined, version: 1 });
       expect(await refresh(copies, [b, b], start + later)).toBe(0);
     }
     expect(asked.hgetall).toBe(1);
     // the counter moves: the copy is still used while its refetch is on the way, for TRUSTED_MS at most
     const moved = start + 3_700_000;
     copies.observe(store, 2, moved);
-    expect(copies.input(b, moved + TRUSTED_MS)).toEqual({ everybody: undefined, own: undefined });
+    // sent with the version it was read at: the script sees the counter moved and reads the hash itself
+    expect(copies.input(b, moved + TRUSTED_MS)).toEqual({ everybody: undefined, own: undefined, version: 1 });
     expect(copies.input(b, moved + TRUSTED_MS + 1)).toBe("read");
     expect(await refresh(copies, [b, b], moved)).toBe(1);
     expect(asked.hgetall).toBe(2);
-    expect(copies.input(b, moved + 60_000)).toEqual({ everybody: undefined, own: undefined });
+    expect(copies.input(b, moved + 60_000)).toEqual({ everybody: undefined, own: undefined, version: 2 });
   });
 
   it("tells which route changed, so refusals decided on old figures can be forgotten", async () => {
@@ -130,7 +140,11 @@ describe("the isolate's copy of the overrides", () => {
     copies.observe(store, 3, start + 2_000);
     await refresh(copies, [b], start + 2_000);
     expect(asked).toEqual({ hgetall: 2, hlen: 2 });
-    expect(copies.input(b, start + 2_000)).toEqual({ everybody: undefined, own: "10:10:1000:9999999999999" });
+    expect(copies.input(b, start + 2_000)).toEqual({
+      everybody: undefined,
+      own: "10:10:1000:9999999999999",
+      version: 3,
+    });
   });
 
   it("keeps the last copy when Redis fails, until it is too far behind to trust, and asks again at most every 800 ms", async () => {
@@ -149,6 +163,7 @@ describe("the isolate's copy of the overrides", () => {
     expect(copies.input(b, start + REFRESH_AFTER_MS + TRUSTED_MS - 1)).toEqual({
       everybody: "50:50:1000:9999999999999",
       own: undefined,
+      version: 1,
     });
     expect(copies.input(b, start + REFRESH_AFTER_MS + TRUSTED_MS + 1)).toBe("read");
     expect(await refresh(copies, [b], start + REFRESH_AFTER_MS + 100)).toBe(0);

@@ -11,17 +11,17 @@ import { countOverrides, readOverrides } from "./overrides-store.js";
  * per Redis), labelled with the Redis's change counter (`{prefix}:version`, src/store/versions.ts)
  * it was read at. Every writer of the hash bumps the counter after its write, and every decision
  * returns it, so a copy is refetched (one HGETALL, off the request path: the caller's `defer`,
- * i.e. `ctx.waitUntil`) only when the counter moved: nothing at all while nothing changes. A copy
- * at the counter last seen is trusted; one behind it still is for `TRUSTED_MS` after the move was
- * seen (its refetch is on the way), then no longer. When there is no trusted copy (the isolate's
- * first decision of the route, a Redis that did not answer the refetch) or the hash holds more
- * than `MAX_OVERRIDES` fields, the decision does not wait: the script reads the two fields it
- * needs itself (one HMGET), so an override applies everywhere within one round trip of each
- * isolate's next decision, a second at most. Expiry is left to the script, against Redis's
- * clock: the copy keeps expired values.
+ * i.e. `ctx.waitUntil`) only when the counter moved: nothing at all while nothing changes. The
+ * decision sends the copy's values with the version they were read at; decide.lua reads the
+ * counter in its MGET and, when it has moved, reads the two fields it needs itself (one HMGET),
+ * so an override applies on every isolate's next decision. When there is no copy worth sending
+ * (the isolate's first decision of the route, a copy still behind `TRUSTED_MS` after the move,
+ * a Redis that did not answer the refetch) or the hash holds more than `MAX_OVERRIDES` fields,
+ * the script reads the hash likewise. Nothing on the request path waits for a refetch. Expiry is
+ * left to the script, against Redis's clock: the copy keeps expired values.
  */
 
-/** How long after the counter moved a copy behind it is still used (its refetch is on the way); past that the script reads the hash. */
+/** How long after the counter moved a copy behind it is still sent (its refetch is on the way, the script checks); past that, "read". */
 export const TRUSTED_MS = 1_000;
 /** A refetch that failed is tried again no sooner than this. */
 export const REFRESH_AFTER_MS = 800;
@@ -32,9 +32,11 @@ export const MAX_COPIES = 1_000;
 
 /**
  * What decide.lua is told about a bucket's overrides: the values of its two fields in the hash
- * (`rate:burst:period_ms:until_ms`, absent for none), or `"read"`: read them yourself.
+ * (`rate:burst:period_ms:until_ms`, absent for none) and the version of the Redis's change counter
+ * they were read at (the script reads the hash itself when the counter has moved since), or
+ * `"read"`: read them yourself.
  */
-export type OverrideInput = { everybody?: string; own?: string } | "read";
+export type OverrideInput = { everybody?: string; own?: string; version?: number } | "read";
 
 /** What locates a bucket's overrides: its key (`{prefix}:{route}:{limit}:{hash}`) and its Redis. */
 export interface OverrideAddress {
@@ -111,10 +113,10 @@ export class OverrideCopies {
   /** What the script gets for this bucket at `now`: the values from a trusted copy, else "read". */
   input(b: OverrideAddress, now: number): OverrideInput {
     const c = this.copies.get(copyId(b.store, overridesKeyOf(b.key)));
-    if (!c || !(c.fields instanceof Map) || !this.current(c, now)) return "read";
+    if (!c || !(c.fields instanceof Map) || c.version === undefined || !this.current(c, now)) return "read";
     const name = b.key.slice(routeKeyPrefixOf(b.key).length);
     const limit = name.slice(0, name.indexOf(":"));
-    return { everybody: c.fields.get(overrideField(limit)), own: c.fields.get(name) };
+    return { everybody: c.fields.get(overrideField(limit)), own: c.fields.get(name), version: c.version };
   }
 
   /**
@@ -127,10 +129,14 @@ export class OverrideCopies {
     if (c?.fields instanceof Map) c.fields.set(field, value);
   }
 
-  /** Whether a copy may be used at `now`: at the counter last seen, or behind it for less than `TRUSTED_MS`. */
+  /**
+   * Whether a copy is worth sending at `now`: at the counter last seen, or behind it for less than
+   * `TRUSTED_MS` (its refetch is on the way; the script checks the counter and reads the hash
+   * itself meanwhile). Past that, "read" says so without the check.
+   */
   private current(c: Copy, now: number): boolean {
     const latest = this.versions.of(c.store.id);
-    if (c.version === undefined || latest === undefined) return false;
+    if (latest === undefined) return false;
     return c.version === latest || now - this.versions.changedAt(c.store.id) <= TRUSTED_MS;
   }
 

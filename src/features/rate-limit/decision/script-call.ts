@@ -86,11 +86,23 @@ export function scriptCall(buckets: ReadonlyArray<ScriptBucket>, mode: ScriptMod
     const floor = floorAt(params?.floor ?? 0, algo.capacity === "burst" ? [p.burst, burst] : [p.rate, rate]);
     perLimit.push(lease?.ask ?? 0, close.epoch, close.granted, close.left, floor);
   }
-  const reader = buckets.find((b) => b.override === "read");
-  const overrideIdx = reader ? keys.push(overridesKeyOf(reader.key)) : 0;
+  const overrideIdx = overrideArg(buckets, keys);
   // last: the Redis's change counter, which the script reads in its MGET and returns
   keys.push(versionKeyOfBucket((buckets[0] as ScriptBucket).key));
   return { keys, args: [mode, buckets.length, overrideIdx, ...perLimit].map(String) };
+}
+
+/**
+ * ARGV[3], pushing the route's override hash onto KEYS when the script may read it: "0" (the
+ * values in ARGV, no check), "{idx}" (no copy: read it), "{idx}:{version}" (the values of a copy
+ * read at that version of the Redis's change counter: read the hash only if it moved since).
+ */
+function overrideArg(buckets: ReadonlyArray<ScriptBucket>, keys: string[]): string | number {
+  const reader = buckets.find((b) => b.override === "read");
+  if (reader) return keys.push(overridesKeyOf(reader.key));
+  const copied = buckets.find((b) => typeof b.override === "object" && b.override.version !== undefined);
+  const version = typeof copied?.override === "object" ? copied.override.version : undefined;
+  return copied && version !== undefined ? `${keys.push(overridesKeyOf(copied.key))}:${version}` : 0;
 }
 
 /**

@@ -121,6 +121,8 @@ export class LeaseBroker {
   }
 
   private settle(r: GroupResult, askedOf: (b: Bucket) => number, defer: Defer, overrides: OverrideCopies): void {
+    // a renewal's reply carries the Redis's change counter too: a client served from leases still learns of changes
+    overrides.observe(r.store, r.version, r.receivedAt);
     let lastExpiry = 0;
     r.buckets.forEach((b, i) => {
       const grant = r.grants[i];
