@@ -195,13 +195,15 @@ export class MetricsBuffer {
       [...written.figures].map(([field, n]) => [`${field}${ISOLATE_MARK}${this.isolate}`, String(n)]),
     );
     const plan = { fields, minuteTtl: !written.ttlSet, renewTotal };
-    return store.pipeline((p) => write(p, metricsKeys(prefix, minute), batch, plan)).then(
-      () => {
-        written.ttlSet = true;
-        if (renewTotal) this.totalRenewedAt = now;
-      },
-      () => undefined, // metrics are best effort: a lost batch never fails a request
-    );
+    return store
+      .pipeline((p) => write(p, metricsKeys(prefix, minute), batch, plan))
+      .then(
+        () => {
+          written.ttlSet = true;
+          if (renewTotal) this.totalRenewedAt = now;
+        },
+        () => undefined, // metrics are best effort: a lost batch never fails a request
+      );
   }
 }
 

@@ -33,7 +33,10 @@ export async function readMinutes(
     for (const m of minutes) p.hgetall(metricsKeys(prefix, m).minute);
     for (const m of minutes) p.zrevrangeWithScores(metricsKeys(prefix, m).blocked, 0, 19);
   });
-  return { counts: minutes.map((_, i) => collapseIsolates(asHash(replies[i]))), blocked: replies.slice(minutes.length) };
+  return {
+    counts: minutes.map((_, i) => collapseIsolates(asHash(replies[i]))),
+    blocked: replies.slice(minutes.length),
+  };
 }
 
 /**

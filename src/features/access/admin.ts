@@ -67,7 +67,6 @@ const removeEntry = adminHandlers.createHandlers(jsonBody(removalBody), async (c
   return c.json({ ok: true });
 });
 
-
 /**
  * `/__sluice/lists`, the deny and allow lists in the home region's Redis: `PUT` adds an entry (an
  * IP, a CIDR range or `<key part>=<value>`) until its `ttl`, `GET` lists the entries in force,

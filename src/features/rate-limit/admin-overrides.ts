@@ -4,7 +4,7 @@ import type { Config, Limit } from "../../config/index.js";
 import { parseDuration } from "../../config/duration.js";
 import { exactnessProblem } from "../../config/exactness.js";
 import { Problem } from "../../problem.js";
-import { allRegions, everyStore, type Stores } from "../../region/index.js";
+import { everyStore, type Stores } from "../../region/index.js";
 import {
   decodeOverride,
   encodeOverride,
@@ -13,7 +13,6 @@ import {
   writeOverride,
 } from "./decision/overrides-store.js";
 import { overridesKey } from "../../store/layout.js";
-import type { Store } from "../../store/redis.js";
 import { adminHandlers, type AdminEnv } from "../../admin/context.js";
 import { findLimit, overrideFieldFor } from "../../admin/identity.js";
 import { ledgerAdminAction } from "../../admin/ledger.js";
@@ -126,4 +125,3 @@ function checkExact(limit: Limit, o: OverrideBody, periodMs: number): void {
     `${inexact.field === "burst" && o.burst === undefined ? "rate" : inexact.field}: ${inexact.message}`,
   );
 }
-
