@@ -81,7 +81,7 @@ export const LAYOUT = {
     patterns: ["{key_prefix}:{route}:overrides"],
     store: "every region",
     holds:
-      "hash of overrides: `{limit}:{hash}` / `{limit}:*` → `rate:burst:period_ms:until_ms`; copied by each isolate (`HGETALL` when `{key_prefix}:version` moved), read by the script (`HMGET`) only when the isolate has no copy, its copy lags the version by more than 1 s, or the hash holds more than 1 000 fields",
+      "hash of overrides: `{limit}:{hash}` / `{limit}:*` → `rate:burst:period_ms:until_ms`; copied by each isolate (`HGETALL` when `{key_prefix}:version` moved), read by the script (`HMGET`) only when the isolate has no copy, its copy was read at another version than the script's `MGET` finds (once per change), or the hash holds more than 1 000 fields",
     ttl: "the longest override's time",
   },
   adaptive: {
@@ -131,7 +131,8 @@ export const LAYOUT = {
   metricsMinute: {
     patterns: ["{key_prefix}:metrics:m:{minute}", "{key_prefix}:metrics:blocked:{minute}"],
     store: "home",
-    holds: "per-minute counts (decisions, bans, region figures, a round-trip histogram) and refused identifiers",
+    holds:
+      "per-minute counts (decisions, bans, region figures, a round-trip histogram), one field per figure and isolate (`{figure}@{isolate}`, its running count, which readers add up), and refused identifiers",
     ttl: "2 hours",
   },
   metricsLabels: {
@@ -145,7 +146,7 @@ export const LAYOUT = {
     patterns: ["{key_prefix}:metrics:total"],
     store: "home",
     holds: "all-time counts",
-    ttl: "30 days, renewed on every flush",
+    ttl: "30 days, renewed by each isolate's first flush of the day",
   },
   idempotencyRecord: {
     patterns: ["{key_prefix}:idem:{route}:{sha256(principal, key)}"],
