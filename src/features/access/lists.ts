@@ -13,7 +13,7 @@ interface Compiled extends ListEntry {
   value?: string;
 }
 
-/** A read that failed, or one the counter moved during, is tried again no sooner than this. */
+/** A read that failed is tried again no sooner than this. */
 const RETRY_MS = 800;
 /** No decision has reported a change counter for this long (an isolate whose requests do not decide): the lists are read again. */
 export const LISTS_FALLBACK_MS = 60_000;
@@ -30,6 +30,8 @@ interface Held {
   storeId?: string;
   /** A counter moved since the last read started: read again. */
   behind: boolean;
+  /** The last read failed: the next is not tried before `RETRY_MS`. */
+  failed?: boolean;
   loading?: Promise<void>;
 }
 
@@ -111,9 +113,11 @@ export class ListCache {
   private due(c: Held, now: number): boolean {
     if (now - c.at > LISTS_MAX_AGE_MS || now - Math.max(c.at, this.versions.lastObservedAt) > LISTS_FALLBACK_MS)
       return true;
+    // a decision reporting a later counter than the read's (a change the first sight of the counter
+    // could not flag as one); one reporting an earlier one is only a decision older than the read
     const home = c.storeId === undefined ? undefined : this.versions.of(c.storeId);
-    const moved = c.behind || (home !== undefined && c.version !== undefined && home !== c.version);
-    return moved && now - c.at >= RETRY_MS;
+    const moved = c.behind || (home !== undefined && c.version !== undefined && home > c.version);
+    return moved && (!c.failed || now - c.at >= RETRY_MS);
   }
 }
 
@@ -146,9 +150,11 @@ async function refresh(c: Held, source: ListSource): Promise<void> {
     c.entries = read.entries.map(compileEntry);
     c.version = read.version;
     c.storeId = source.store.id;
+    c.failed = false;
   } catch {
     // keep the last lists we had (a Redis hiccup must not lift a deny entry), and try again
     c.behind ||= wasBehind;
+    c.failed = true;
   }
 }
 
