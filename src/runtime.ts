@@ -42,7 +42,7 @@ export class Runtime {
   /** Deny and allow lists, copied from Redis and read again in the background when a counter moves. */
   readonly lists = new ListCache(this.versions);
   /** One circuit breaker per route. */
-  readonly breakers = new Breakers();
+  readonly breakers = new Breakers(this.versions);
   /** Decision counts waiting to be flushed to Redis. */
   readonly metrics = new MetricsBuffer();
   /** Keys of the JWKS endpoint, fetched at most every ten minutes. */

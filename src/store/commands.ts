@@ -60,6 +60,8 @@ export interface StreamCommands {
 export interface Batch {
   incr(key: string): Batch;
   get(key: string): Batch;
+  /** SET with PX: the value until `ms` from now. */
+  setPx(key: string, value: string, ms: number): Batch;
   decr(key: string): Batch;
   del(key: string): Batch;
   pttl(key: string): Batch;
@@ -88,6 +90,7 @@ class PipelineBatch implements Batch {
   }
   incr = (key: string) => this.add(() => this.p.incr(key));
   get = (key: string) => this.add(() => this.p.get(key));
+  setPx = (key: string, value: string, ms: number) => this.add(() => this.p.set(key, value, { px: ms }));
   decr = (key: string) => this.add(() => this.p.decr(key));
   del = (key: string) => this.add(() => this.p.del(key));
   pttl = (key: string) => this.add(() => this.p.pttl(key));

@@ -271,7 +271,12 @@ export function versionKey(prefix: string): string {
 
 /** The change counter of the Redis a bucket lives in: `{prefix}:version` from `{prefix}:{route}:{limit}:{hash}`. */
 export function versionKeyOfBucket(bucket: string): string {
-  return versionKey(bucket.slice(0, bucket.indexOf(":")));
+  return versionKey(keyPrefixOf(bucket));
+}
+
+/** The `key_prefix` a key starts with (a prefix never holds a colon). */
+export function keyPrefixOf(key: string): string {
+  return key.slice(0, key.indexOf(":"));
 }
 
 /** The deny and allow lists (home). */

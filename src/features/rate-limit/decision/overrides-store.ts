@@ -1,4 +1,5 @@
 import type { Store } from "../../../store/redis.js";
+import { keyPrefixOf } from "../../../store/layout.js";
 import { bumpVersionIn } from "../../../store/versions.js";
 
 /**
@@ -40,9 +41,6 @@ export function countOverrides(store: Store, key: string): Promise<number> {
   return store.hash.len(key);
 }
 
-/** The key prefix of an overrides hash: `{prefix}` of `{prefix}:{route}:overrides`. */
-const prefixOf = (key: string) => key.slice(0, key.indexOf(":"));
-
 /** Sets one field; the hash lives as long as its longest override (its TTL is raised, never cut). */
 export async function writeOverride(
   store: Store,
@@ -53,7 +51,7 @@ export async function writeOverride(
 ): Promise<void> {
   const [, left] = await store.pipeline((b) => {
     b.hset(key, { [field]: value }).pttl(key);
-    bumpVersionIn(b, prefixOf(key));
+    bumpVersionIn(b, keyPrefixOf(key));
   });
   if (Number(left) < ttlMs) await store.keys.pexpire(key, ttlMs);
 }
@@ -62,6 +60,6 @@ export async function writeOverride(
 export async function removeOverride(store: Store, key: string, field: string): Promise<void> {
   await store.pipeline((b) => {
     b.hdel(key, field);
-    bumpVersionIn(b, prefixOf(key));
+    bumpVersionIn(b, keyPrefixOf(key));
   });
 }
