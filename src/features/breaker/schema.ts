@@ -12,7 +12,7 @@ export const breakerSettings = z
     cooldown: duration.default(10_000),
     /** Requests let through when half-open; all must succeed to close. */
     probes: z.number().int().min(1).max(100).default(3),
-    /** Share the open state through Redis so every isolate of the region agrees (within a second). */
+    /** Share the open state through Redis so every isolate of the region agrees (docs/shedding.md, Circuit breaker). */
     shared: z.boolean().default(false),
     /**
      * The most of the window one client (IP) may account for, as a share of min_requests: its
