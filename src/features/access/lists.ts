@@ -15,8 +15,12 @@ interface Compiled extends ListEntry {
 
 /** A read that failed is tried again no sooner than this. */
 const RETRY_MS = 800;
-/** No decision has reported a change counter for this long (an isolate whose requests do not decide): the lists are read again. */
-export const LISTS_FALLBACK_MS = 60_000;
+/**
+ * An isolate whose last request reported no change counter (it did not decide: an unmatched path,
+ * a route without limits, a denied client, a decision from leases) reads the lists again once they
+ * are this old, as it always did. A request that decided keeps them current through its counter.
+ */
+export const LISTS_FALLBACK_MS = 5_000;
 /** Whatever the decisions report, the lists are read again at least this often. */
 export const LISTS_MAX_AGE_MS = 300_000;
 
@@ -51,10 +55,12 @@ export interface ListSource {
  * a change counter (`{prefix}:version`, which every writer of the lists bumps and every decision
  * returns) moved, so the lists cost no Redis call while nothing changes, and none on the request
  * path but the isolate's first (which waits for the first read). An isolate whose requests do not
- * decide reads them again after `LISTS_FALLBACK_MS`, and every isolate after `LISTS_MAX_AGE_MS`.
+ * decide reads them again once they are `LISTS_FALLBACK_MS` old, and every isolate after `LISTS_MAX_AGE_MS`.
  */
 export class ListCache {
   private cache: Held | undefined;
+  /** When the previous request's verdict was asked for; 0: never. */
+  private lastCheck = 0;
 
   constructor(private readonly versions = new StoreVersions()) {
     versions.onChange(() => {
@@ -74,7 +80,10 @@ export class ListCache {
     defer: Defer,
     claimed?: Record<string, unknown>,
   ): Promise<"deny" | "allow" | undefined> {
-    return verdictOf(await this.entries(source, defer), facts, route, claimed);
+    const entries = await this.entries(source, defer);
+    // once per request (namesClaims may have asked before): a decision after it reports a counter
+    this.lastCheck = Date.now();
+    return verdictOf(entries, facts, route, claimed);
   }
 
   /** Whether an entry in force names a JWT claim (`jwt:sub=…`): then the request's token must be read first. */
@@ -101,7 +110,7 @@ export class ListCache {
     if (!c || c.prefix !== source.prefix) {
       this.cache = c = { prefix: source.prefix, at: 0, entries: [], behind: false };
       await refresh(c, source);
-    } else if (!c.loading && this.due(c, now)) {
+    } else if (!c.loading && this.due(c, now, this.lastCheck)) {
       const held = c;
       held.loading = refresh(held, source).finally(() => (held.loading = undefined));
       defer(held.loading);
@@ -109,10 +118,12 @@ export class ListCache {
     return c.entries;
   }
 
-  /** Whether the lists held should be read again at `now`. */
-  private due(c: Held, now: number): boolean {
-    if (now - c.at > LISTS_MAX_AGE_MS || now - Math.max(c.at, this.versions.lastObservedAt) > LISTS_FALLBACK_MS)
-      return true;
+  /** Whether the lists held should be read again at `now`; `lastCheck`: when the previous request asked. */
+  private due(c: Held, now: number, lastCheck: number): boolean {
+    if (now - c.at > LISTS_MAX_AGE_MS) return true;
+    // the previous request reported no counter after asking: this isolate may not be deciding at all
+    const undecided = this.versions.lastObservedAt < lastCheck;
+    if (undecided && now - c.at > LISTS_FALLBACK_MS) return true;
     // a decision reporting a later counter than the read's (a change the first sight of the counter
     // could not flag as one); one reporting an earlier one is only a decision older than the read
     const home = c.storeId === undefined ? undefined : this.versions.of(c.storeId);
