@@ -17,8 +17,9 @@ interface Compiled extends ListEntry {
 const RETRY_MS = 800;
 /**
  * An isolate whose last request reported no change counter (it did not decide: an unmatched path,
- * a route without limits, a denied client, a decision from leases) reads the lists again once they
- * are this old, as it always did. A request that decided keeps them current through its counter.
+ * a route without limits, a denied client), and that has heard none for this long either, reads
+ * the lists again once they are this old, as it always did. Requests that decide keep them current
+ * through the counter their decisions report (a lease renewal reports one too).
  */
 export const LISTS_FALLBACK_MS = 5_000;
 /** Whatever the decisions report, the lists are read again at least this often. */
@@ -121,8 +122,10 @@ export class ListCache {
   /** Whether the lists held should be read again at `now`; `lastCheck`: when the previous request asked. */
   private due(c: Held, now: number, lastCheck: number): boolean {
     if (now - c.at > LISTS_MAX_AGE_MS) return true;
-    // the previous request reported no counter after asking: this isolate may not be deciding at all
-    const undecided = this.versions.lastObservedAt < lastCheck;
+    // the previous request reported no counter after asking, nor anything else for a while (a lease
+    // renewal reports one): this isolate may not be deciding at all
+    const observed = this.versions.lastObservedAt;
+    const undecided = observed < lastCheck && now - observed > LISTS_FALLBACK_MS;
     if (undecided && now - c.at > LISTS_FALLBACK_MS) return true;
     // a decision reporting a later counter than the read's (a change the first sight of the counter
     // could not flag as one); one reporting an earlier one is only a decision older than the read
