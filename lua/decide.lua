@@ -133,12 +133,12 @@ Returns  { admitted, then eight per limit: allowed, remaining, retry_after_ms, r
            lease_epoch     what to pass as lease_epoch when closing it
            version         the last KEY's value (0 when absent)
 Cost (Upstash bills every command a script runs, EVALSHA included): 1 TIME + 1 MGET of every
-      bucket and share key and the version, + 1 SET (or DEL, a bucket back to its initial state) per bucket
-      charged (take, when admitted), refunded, leased or closed; a peek or a refusal writes
-      nothing. A lease granted in "take" rides on the request's own SET. `split` limits add
-      1 INCRBY of their demand key on take (+1 PEXPIRE when it starts a new count), refusals
-      included. A read of the override hash (no copy, or a copy behind the version) adds 1 HMGET. So one limit: EVALSHA + TIME + MGET + SET = 4;
-      three limits: 6; a renewal or a return of one lease: 4. A "release" of one slot: 4 (3 when
+      bucket and share key and the version, + 1 SET (or DEL, a bucket back to its initial state)
+      per bucket charged (take, when admitted), refunded, leased or closed; a peek or a refusal
+      writes nothing. A lease granted in "take" rides on the request's own SET. `split` limits
+      add 1 INCRBY of their demand key on take (+1 PEXPIRE when it starts a new count), refusals
+      included. A read of the override hash (no copy, or a copy behind the version) adds 1 HMGET.
+      So one limit: EVALSHA + TIME + MGET + SET = 4; three limits: 6; a renewal or a return of one lease: 4. A "release" of one slot: 4 (3 when
       the slot had expired already); a refund of a slot likewise. A "settle" of one bucket: 4.
 ]]
 
