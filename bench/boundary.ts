@@ -163,7 +163,7 @@ export async function measureBoundary(resp: RespClient, call: Call, source: stri
       for (let i = 0; i < commands.length; i += BATCH) {
         const replies = await resp.sendMany(commands.slice(i, i + BATCH));
         replies.forEach((reply, j) => {
-          if (!Array.isArray(reply) || reply.length !== 1 + 8 || typeof reply[0] !== "number") {
+          if (!Array.isArray(reply) || reply.length !== 2 + 8 || typeof reply[0] !== "number") {
             throw new Error(
               `section 7 ${alg.key}: unexpected reply from decide.lua: ${reply instanceof RespError ? reply.message : JSON.stringify(reply)}`,
             );

@@ -204,7 +204,7 @@ async function verify(
   label: string,
 ): Promise<void> {
   const reply = await stack.resp.send(evalsha(call, sha, limits, `bench:verify:${label.replace(/\W+/g, "-")}:`, ""));
-  const ok = Array.isArray(reply) && reply.length === 1 + 8 * limits.length && reply[0] === 1;
+  const ok = Array.isArray(reply) && reply.length === 2 + 8 * limits.length && reply[0] === 1; // + the version, last
   if (!ok)
     throw new Error(`EVALSHA decide.lua, ${label}, did not admit a fresh request: ${JSON.stringify(replyToJs(reply))}`);
 }

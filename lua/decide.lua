@@ -66,7 +66,10 @@ KEYS     1..n: the bucket of limit i: {key_prefix}:{route}:{limit}:{hash}
            share   {key_prefix}:{route}:{limit}:share:{region}  "rate:burst" (absent: ARGV's)
            demand  {key_prefix}:{route}:{limit}:demand:{region} tokens asked for since the
                    rebalancer last read it (GETDEL); TTL 1 h
-         last, only when ARGV[3] > 0: the route's override hash (below)
+         then, only when ARGV[3] > 0: the route's override hash (below)
+         last (KEYS[#KEYS]): {key_prefix}:version, the change counter of what isolates copy
+           (lists, overrides), read in the same MGET and returned last, so an isolate learns
+           of a change without polling
          Every key the script touches is one of these (Upstash's key-based locking needs that).
 ARGV[1]  mode: "take" decide and charge; "peek" decide, charge nothing, record nothing;
          "refund" give back `cost` to every bucket (undoing a take another Redis vetoed, or one
@@ -80,10 +83,12 @@ ARGV[1]  mode: "take" decide and charge; "peek" decide, charge nothing, record n
          the signed delta in whole tokens (real cost - the reserve it took; > 0 charges more, < 0
          gives back, up to the burst). Never refuses: the bucket may go below zero (debt)
 ARGV[2]  n, the number of limits
-ARGV[3]  override_idx: 0 when the caller passes the overrides in ARGV (its isolate's copy of the
-         hash, at most a second old: the usual case); else the index in KEYS of the route's
-         override hash, which the script then reads itself with one HMGET (the caller has no copy
-         younger than a second, or the hash is too large to copy). The hash:
+ARGV[3]  override_idx: 0 when the caller passes the overrides in ARGV and no check is wanted;
+         "{idx}:{version}" when it passes its isolate's copy of the hash (the usual case), read
+         at that version of {key_prefix}:version: the script uses the ARGV values when the
+         version it reads in its MGET is the same, else reads the hash at KEYS[idx] itself with
+         one HMGET (the copy is behind: the change applies on this very decision); "{idx}"
+         alone when the caller has no copy (or the hash is too large to copy): one HMGET. The hash:
          {key_prefix}:{route}:overrides, fields "{limit}:{bucket hash}" (one client) and
          "{limit}:*" (everybody), values "rate:burst:period_ms:until_ms".
 ARGV     then per limit i one value for each column of COLUMNS (below, by these names), in that
@@ -96,8 +101,8 @@ ARGV     then per limit i one value for each column of COLUMNS (below, by these 
                    concurrency: the request's slot id (1-64 of A-Z a-z 0-9 - _; required but in
                    "peek"), 0; else 0, 0
            override_all, override_own  the values of the hash fields "{limit}:*" and
-                   "{limit}:{bucket hash}" as the caller knows them ("" for none; ignored when
-                   override_idx > 0). The client's own wins over everybody's; one whose until_ms
+                   "{limit}:{bucket hash}" as the caller knows them ("" for none; ignored when the
+                   script reads the hash). The client's own wins over everybody's; one whose until_ms
                    Redis's clock has reached (until_ms <= now_ms) is ignored, so no edge clock
                    decides an expiry.
            lease_ask   tokens wanted for a lease ("take", "lease"); 0 for none
@@ -113,7 +118,7 @@ ARGV     then per limit i one value for each column of COLUMNS (below, by these 
                    it: ceil(floor × capacity' / capacity). (The caller's reserve for higher
                    priorities, docs/algorithms.md, "Priorities"; the script knows nothing of priorities.)
 Returns  { admitted, then eight per limit: allowed, remaining, retry_after_ms, reset_ms, delay_ms,
-           leased, lease_ms, lease_epoch }
+           leased, lease_ms, lease_epoch, then the version }
            admitted        1 if no enforced (non-shadow) limit refused; then, and only then,
                            every limit that allowed is charged. A refused request takes nothing.
                            Always 1 in "refund", "lease", "return", "release" and "settle" modes.
@@ -127,13 +132,14 @@ Returns  { admitted, then eight per limit: allowed, remaining, retry_after_ms, r
            leased          tokens granted to the caller's lease (0: none)
            lease_ms        how long the lease is valid, in Redis time from now
            lease_epoch     what to pass as lease_epoch when closing it
+           version         the last KEY's value (0 when absent)
 Cost (Upstash bills every command a script runs, EVALSHA included): 1 TIME + 1 MGET of every
-      bucket and share key, + 1 SET (or DEL, a bucket back to its initial state) per bucket
-      charged (take, when admitted), refunded, leased or closed; a peek or a refusal writes
-      nothing. A lease granted in "take" rides on the request's own SET. `split` limits add
-      1 INCRBY of their demand key on take (+1 PEXPIRE when it starts a new count), refusals
-      included. override_idx > 0 adds 1 HMGET. So one limit: EVALSHA + TIME + MGET + SET = 4;
-      three limits: 6; a renewal or a return of one lease: 4. A "release" of one slot: 4 (3 when
+      bucket and share key and the version, + 1 SET (or DEL, a bucket back to its initial state)
+      per bucket charged (take, when admitted), refunded, leased or closed; a peek or a refusal
+      writes nothing. A lease granted in "take" rides on the request's own SET. `split` limits
+      add 1 INCRBY of their demand key on take (+1 PEXPIRE when it starts a new count), refusals
+      included. A read of the override hash (no copy, or a copy behind the version) adds 1 HMGET.
+      So one limit: EVALSHA + TIME + MGET + SET = 4; three limits: 6; a renewal or a return of one lease: 4. A "release" of one slot: 4 (3 when
       the slot had expired already); a refund of a slot likewise. A "settle" of one bucket: 4.
 ]]
 
@@ -482,13 +488,29 @@ local function scale_floor(l, capacity)
   end
 end
 
--- runtime overrides set through the admin API: the values the caller knows, or, when its copy is
--- too old (or the hash too large to copy), one HMGET of both fields of every limit
+-- every read in one MGET: the buckets (KEYS 1..n), then the shares of split limits, then the version
+local reads, share_at = {}, {}
+for i = 1, n do reads[i] = KEYS[i] end
+for i = 1, n do
+  local share_idx = tonumber(arg(i, 'share_idx'))
+  if share_idx > 0 then
+    reads[#reads + 1] = KEYS[share_idx]
+    share_at[i] = #reads
+  end
+end
+reads[#reads + 1] = KEYS[#KEYS]
+local stored = redis.call('MGET', unpack(reads))
+local version = tonumber(stored[#reads]) or 0
+
+-- runtime overrides set through the admin API: the values the caller knows, or, when it has no
+-- copy (or the hash is too large to copy) or its copy was read at another version than the one
+-- just read, one HMGET of both fields of every limit
 local override = {}
 do
   local values = {}
-  local ov_idx = tonumber(ARGV[3])
-  if ov_idx > 0 then
+  local idx, copy_version = string.match(ARGV[3], '^(%d+):?(%d*)$')
+  local ov_idx = tonumber(idx)
+  if ov_idx > 0 and (copy_version == '' or tonumber(copy_version) ~= version) then
     local fields = {}
     for i = 1, n do
       local name, hash = string.match(KEYS[i], ':([^:]+):([^:]+)$')
@@ -515,18 +537,6 @@ for i = 1, n do
     return redis.error_reply('decide.lua: limit ' .. i .. ' (concurrency) needs a slot id of 1-64 letters, digits, "-" or "_"')
   end
 end
-
--- every read in one MGET: the buckets (KEYS 1..n), then the shares of split limits
-local reads, share_at = {}, {}
-for i = 1, n do reads[i] = KEYS[i] end
-for i = 1, n do
-  local share_idx = tonumber(arg(i, 'share_idx'))
-  if share_idx > 0 then
-    reads[#reads + 1] = KEYS[share_idx]
-    share_at[i] = #reads
-  end
-end
-local stored = redis.call('MGET', unpack(reads))
 
 -- modes that decide a request; the others (refund, lease, return, release) admit by definition
 local deciding = mode == 'take' or mode == 'peek'
@@ -620,4 +630,5 @@ for i = 1, n do
   out[o + 7] = lease_ms
   out[o + 8] = lease_epoch
 end
+out[#out + 1] = version
 return out

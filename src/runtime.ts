@@ -11,12 +11,13 @@ import { RebalanceClock } from "./region/rebalance.js";
 import { Stores, type Connect } from "./region/index.js";
 import type { Config } from "./config/index.js";
 import { StoreRegistry } from "./store/redis.js";
+import { StoreVersions } from "./store/versions.js";
 
 /** Bound on each per-isolate table, so a flood of distinct clients cannot grow an isolate's memory. */
 const ENTRIES = 10_000;
 
-/** The state of a feature that only some Workers use, made with no arguments on first use. */
-type Owned = new () => object;
+/** The state of a feature that only some Workers use, made on first use. */
+type Owned = new (...args: never[]) => object;
 
 /**
  * What one isolate keeps between requests, and never shares with another isolate: created once
@@ -30,12 +31,21 @@ export class Runtime {
   readonly blocked = new BlockedBuckets(ENTRIES);
   /** Buckets this isolate enforces on its own while Redis fails (`on_store_error = "local"`). */
   readonly localBuckets = new LocalBuckets(ENTRIES);
-  /** Runtime overrides of limits, copied from Redis and refreshed in the background. */
-  readonly overrides = new OverrideCopies(1_000);
-  /** Tokens Redis has debited for this isolate, spent without a round trip (docs/regions-and-leases.md, Leases); its background calls carry the overrides' copy. */
-  readonly leases = new LeaseBroker((b, now) => this.overrides.input(b, now), ENTRIES);
-  /** Deny and allow lists, copied from Redis and refreshed in the background. */
-  readonly lists = new ListCache();
+  /** Each Redis's change counter as decisions last reported it: what tells the copies below they are behind. */
+  readonly versions = new StoreVersions();
+  /** Runtime overrides of limits, copied from Redis and refetched in the background when its counter moves. */
+  readonly overrides = new OverrideCopies(1_000, this.versions);
+  /**
+   * Tokens Redis has debited for this isolate, spent without a round trip (docs/regions-and-leases.md, Leases);
+   * its background calls carry the overrides' copy, and their replies report the change counter like a decision's.
+   */
+  readonly leases = new LeaseBroker(
+    (b, now) => this.overrides.input(b, now),
+    ENTRIES,
+    (r) => this.overrides.observe(r.store, r.version, r.receivedAt),
+  );
+  /** Deny and allow lists, copied from Redis and read again in the background when a counter moves. */
+  readonly lists = new ListCache(this.versions);
   /** Decision counts waiting to be flushed to Redis. */
   readonly metrics = new MetricsBuffer();
   /** Keys of the JWKS endpoint, fetched at most every ten minutes. */
@@ -53,9 +63,12 @@ export class Runtime {
    *
    * @example runtime.own(Breakers).of(route)
    */
-  own<T extends object>(kind: new () => T): T {
+  own<T extends object>(kind: new () => T): T;
+  /** The same, made by `make` (state that needs the runtime's own parts, such as its change counters). */
+  own<T extends object>(kind: new (...args: never[]) => T, make: () => T): T;
+  own<T extends object>(kind: new (...args: never[]) => T, make?: () => T): T {
     let state = this.owned.get(kind);
-    if (!state) this.owned.set(kind, (state = new kind()));
+    if (!state) this.owned.set(kind, (state = make ? make() : new (kind as new () => T)()));
     return state as T;
   }
 

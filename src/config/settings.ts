@@ -147,6 +147,8 @@ const deploymentFields = {
    * never a domain it does not control. The default is served by the Worker itself (docs/configuration.md, Responses).
    */
   problem_base: z._default(problemBase, DEFAULT_PROBLEM_BASE),
+  /** Where decision counts go (docs/operating.md, Metrics): the home region's Redis, at most once per isolate per interval, or nowhere. */
+  metrics: z._default(z.enum(["redis", "off"]), "redis"),
   /** What the dashboard shows of a refused client next to its hash (docs/operating.md, Labels of refused clients). */
   labels: z._default(z.enum(["full", "masked", "off"]), "masked"),
   /** How long a dashboard session may go unused before it ends (docs/operating.md, Admin API); within its 12 hours. */

@@ -3,15 +3,20 @@ import type { Defer } from "../util/defer.js";
 import type { Stores } from "../region/index.js";
 import type { DecisionHeader } from "../problem.js";
 import { metricsKeys } from "../store/layout.js";
-import type { Batch } from "../store/redis.js";
+import type { Batch, Store } from "../store/redis.js";
 import { latencyBucket } from "./histogram.js";
 import type { ClientLabel } from "./labels.js";
 import { idempotencyLines } from "./idempotency.js";
 export { asHash } from "../store/replies.js";
 
-const FLUSH_EVERY_MS = 5_000;
+/** Counts go to Redis at most this often per isolate, the first time this long after the isolate started counting. */
+export const FLUSH_EVERY_MS = 30_000;
 const MINUTE_TTL_S = 2 * 3600;
 const TOTAL_TTL_S = 30 * 86_400;
+/** Each isolate renews the all-time hash's TTL on its first flush and then once a day, not on every flush. */
+const TOTAL_RENEW_MS = 86_400_000;
+/** Separates a figure's name from the isolate that counted it in the minute hashes' fields. */
+export const ISOLATE_MARK = "@";
 
 export const minuteOf = (ms: number) => Math.floor(ms / 60_000);
 
@@ -72,13 +77,36 @@ const empty = (): Pending => ({
 
 const add = (map: Map<string, number>, field: string, n = 1) => map.set(field, (map.get(field) ?? 0) + n);
 
+/** What this isolate has written of one minute: its figures so far (each flush writes them whole), and whether the hash's TTL is set. */
+interface MinuteWritten {
+  minute: number;
+  figures: Map<string, number>;
+  ttlSet: boolean;
+}
+
 /**
  * Decision counts of one isolate. Counts are batched and written with `ctx.waitUntil` at most
- * every five seconds, so a decision still costs one Redis round trip on its path.
+ * once per `FLUSH_EVERY_MS` (the first time that long after the isolate started counting, never
+ * when nothing was counted), so a decision still costs one Redis round trip on its path and an
+ * isolate with a trickle of traffic writes nothing for a while. A flush is one pipeline: one HSET
+ * of this isolate's figures of the minute under its own field names (`{figure}@{isolate}`, its
+ * cumulative counts in that minute, which the readers add up), one HINCRBY per all-time counter
+ * that moved, the refused clients' ZINCRBY and labels only when some were refused, and an
+ * EXPIRE only where this isolate writes a key for the first time (the all-time hash: once a day).
  */
 export class MetricsBuffer {
   private pending = empty();
-  private lastFlush = 0;
+  /** When the first count waiting for a flush was seen (isolate clock); 0: nothing waits. */
+  private since = 0;
+  private written: MinuteWritten | undefined;
+  private totalRenewedAt = 0;
+  private name: string | undefined;
+
+  /** This isolate's name in the minute hashes' fields (drawn at the first flush: Workers refuse random values at startup). */
+  get isolate(): string {
+    this.name ??= crypto.randomUUID().replace(/-/g, "").slice(0, 12);
+    return this.name;
+  }
 
   /**
    * Counts one decision. `limit` is the limit that decided it (the refusing one), or "-" when no
@@ -126,48 +154,102 @@ export class MetricsBuffer {
     add(this.pending.counts, field, n);
   }
 
-  /** Flushes when the interval has passed (or when `force`d, as the metrics endpoint does). */
-  flush(config: Pick<Config, "key_prefix">, stores: Stores, defer: Defer, force = false): Promise<void> | undefined {
+  /**
+   * Flushes when an interval has passed since the first count waiting (or at once when `force`d,
+   * as the metrics endpoint does). Under `metrics = "off"` nothing is written, and the counts are dropped.
+   */
+  flush(
+    config: Pick<Config, "key_prefix"> & Partial<Pick<Config, "metrics">>,
+    stores: Stores,
+    defer: Defer,
+    force = false,
+  ): Promise<void> | undefined {
     const now = Date.now();
-    if (!force && now - this.lastFlush < FLUSH_EVERY_MS) return undefined;
     if (this.pending.counts.size === 0 && this.pending.regional.size === 0 && this.pending.rttCount === 0)
       return undefined;
-    this.lastFlush = now;
+    if (this.since === 0) this.since = now;
+    if (config.metrics === "off") {
+      this.pending = empty();
+      this.since = 0;
+      return undefined;
+    }
+    if (!force && now - this.since < FLUSH_EVERY_MS) return undefined;
     const batch = this.pending;
     this.pending = empty();
+    this.since = 0;
     const store = stores.offPath();
     if (!store) return undefined;
-    const keys = metricsKeys(config.key_prefix, minuteOf(now));
-    const done = store
-      .pipeline((p) => write(p, keys, batch))
-      .then(
-        () => undefined,
-        () => undefined, // metrics are best effort: a lost batch never fails a request
-      );
+    const done = this.send(store, config.key_prefix, batch, now);
     defer(done);
     return done;
   }
+
+  /** Writes one batch: its minute's figures whole, the all-time counters' increments, the refused clients. */
+  private send(store: Store, prefix: string, batch: Pending, now: number): Promise<void> {
+    const minute = minuteOf(now);
+    if (this.written?.minute !== minute) this.written = { minute, figures: new Map(), ttlSet: false };
+    const written = this.written;
+    for (const [field, n] of minuteFigures(batch)) add(written.figures, field, n);
+    const renewTotal = now - this.totalRenewedAt >= TOTAL_RENEW_MS;
+    const fields = Object.fromEntries(
+      [...written.figures].map(([field, n]) => [`${field}${ISOLATE_MARK}${this.isolate}`, String(n)]),
+    );
+    const plan = { fields, minuteTtl: !written.ttlSet, renewTotal };
+    return store
+      .pipeline((p) => write(p, metricsKeys(prefix, minute), batch, plan))
+      .then(
+        () => {
+          written.ttlSet = true;
+          if (renewTotal) this.totalRenewedAt = now;
+        },
+        () => undefined, // metrics are best effort: a lost batch never fails a request
+      );
+  }
+}
+
+/** A batch's figures of the minute hash: the decision counts, the round trips, the region figures. */
+function minuteFigures(batch: Pending): Map<string, number> {
+  const figures = new Map(batch.counts);
+  if (batch.rttCount > 0) {
+    add(figures, "rtt_sum_ms", Math.round(batch.rttSum));
+    add(figures, "rtt_count", batch.rttCount);
+  }
+  for (const [field, n] of batch.regional) add(figures, field, n);
+  return figures;
 }
 
 /** One flush's commands, sent as one pipeline. */
-function write(p: Batch, k: ReturnType<typeof metricsKeys>, batch: Pending): void {
-  for (const [field, n] of batch.counts) {
-    p.hincrby(k.minute, field, n);
-    p.hincrby(k.total, field, n);
+function write(
+  p: Batch,
+  k: ReturnType<typeof metricsKeys>,
+  batch: Pending,
+  plan: { fields: Record<string, string>; minuteTtl: boolean; renewTotal: boolean },
+): void {
+  p.hset(k.minute, plan.fields);
+  if (plan.minuteTtl) p.expire(k.minute, MINUTE_TTL_S);
+  for (const [field, n] of batch.counts) p.hincrby(k.total, field, n);
+  if (plan.renewTotal) p.expire(k.total, TOTAL_TTL_S);
+  if (batch.blocked.size > 0) {
+    for (const [member, n] of batch.blocked) p.zincrby(k.blocked, n, member);
+    p.expire(k.blocked, MINUTE_TTL_S);
   }
-  if (batch.rttCount > 0) {
-    p.hincrby(k.minute, "rtt_sum_ms", Math.round(batch.rttSum));
-    p.hincrby(k.minute, "rtt_count", batch.rttCount);
-  }
-  for (const [field, n] of batch.regional) p.hincrby(k.minute, field, n);
-  for (const [member, n] of batch.blocked) p.zincrby(k.blocked, n, member);
   if (batch.labels.size > 0) {
     p.hset(k.labels, Object.fromEntries(batch.labels));
     p.expire(k.labels, MINUTE_TTL_S);
   }
-  p.expire(k.minute, MINUTE_TTL_S);
-  p.expire(k.blocked, MINUTE_TTL_S);
-  p.expire(k.total, TOTAL_TTL_S);
+}
+
+/**
+ * A minute hash as its readers want it, figure → count: the isolates' fields
+ * (`{figure}@{isolate}`) added up by figure; a field without an isolate is taken as it is.
+ */
+export function collapseIsolates(hash: Record<string, string>): Record<string, string> {
+  const sums = new Map<string, number>();
+  for (const [field, value] of Object.entries(hash)) {
+    const at = field.lastIndexOf(ISOLATE_MARK);
+    add(sums, at < 0 ? field : field.slice(0, at), Number(value));
+  }
+  return Object.fromEntries([...sums].map(([field, n]) => [field, String(n)]));
 }
 
 /** The all-time counters and the last minute's round-trip time, in the Prometheus text format. */

@@ -1,7 +1,7 @@
 import { metricsKeys } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 import { asHash } from "../store/replies.js";
-import { ENTRY_FIELD } from "./index.js";
+import { collapseIsolates, ENTRY_FIELD } from "./index.js";
 
 /**
  * The reads of the metrics hashes and sorted sets that `MetricsBuffer.flush` (index.ts) writes:
@@ -17,7 +17,7 @@ export async function readTotals(
 ): Promise<{ total: Record<string, string>; minute: Record<string, string> }> {
   const k = metricsKeys(prefix, minute);
   const [total, counts] = await Promise.all([store.hash.getAll(k.total), store.hash.getAll(k.minute)]);
-  return { total, minute: counts };
+  return { total, minute: collapseIsolates(counts) };
 }
 
 /**
@@ -33,7 +33,10 @@ export async function readMinutes(
     for (const m of minutes) p.hgetall(metricsKeys(prefix, m).minute);
     for (const m of minutes) p.zrevrangeWithScores(metricsKeys(prefix, m).blocked, 0, 19);
   });
-  return { counts: minutes.map((_, i) => asHash(replies[i])), blocked: replies.slice(minutes.length) };
+  return {
+    counts: minutes.map((_, i) => collapseIsolates(asHash(replies[i]))),
+    blocked: replies.slice(minutes.length),
+  };
 }
 
 /**

@@ -121,3 +121,13 @@ export class Stores {
 export function allRegions(config: Pick<Config, "regions" | "home_region">): string[] {
   return [...new Set([config.home_region, ...Object.keys(config.regions)])].sort();
 }
+
+/** Every distinct Redis of the deployment (regions without secrets of their own share the home one), off-path budget. */
+export function everyStore(config: Pick<Config, "regions" | "home_region">, stores: Stores): Store[] {
+  const seen = new Map<string, Store>();
+  for (const r of allRegions(config)) {
+    const s = stores.offPath(r);
+    if (s && !seen.has(s.id)) seen.set(s.id, s);
+  }
+  return [...seen.values()];
+}

@@ -59,6 +59,9 @@ export interface StreamCommands {
  */
 export interface Batch {
   incr(key: string): Batch;
+  get(key: string): Batch;
+  /** SET with PX: the value until `ms` from now. */
+  setPx(key: string, value: string, ms: number): Batch;
   decr(key: string): Batch;
   del(key: string): Batch;
   pttl(key: string): Batch;
@@ -69,6 +72,7 @@ export interface Batch {
   hgetall(key: string): Batch;
   hmget(key: string, ...fields: string[]): Batch;
   hset(key: string, fields: Record<string, string>): Batch;
+  hdel(key: string, field: string): Batch;
   hincrby(key: string, field: string, n: number): Batch;
   zincrby(key: string, n: number, member: string): Batch;
   /** ZRANGE … REV WITHSCORES from rank `start` to `stop`: the highest scores first. */
@@ -85,6 +89,8 @@ class PipelineBatch implements Batch {
     return this;
   }
   incr = (key: string) => this.add(() => this.p.incr(key));
+  get = (key: string) => this.add(() => this.p.get(key));
+  setPx = (key: string, value: string, ms: number) => this.add(() => this.p.set(key, value, { px: ms }));
   decr = (key: string) => this.add(() => this.p.decr(key));
   del = (key: string) => this.add(() => this.p.del(key));
   pttl = (key: string) => this.add(() => this.p.pttl(key));
@@ -95,6 +101,7 @@ class PipelineBatch implements Batch {
   hgetall = (key: string) => this.add(() => this.p.hgetall(key));
   hmget = (key: string, ...fields: string[]) => this.add(() => this.p.hmget(key, ...fields));
   hset = (key: string, fields: Record<string, string>) => this.add(() => this.p.hset(key, fields));
+  hdel = (key: string, field: string) => this.add(() => this.p.hdel(key, field));
   hincrby = (key: string, field: string, n: number) => this.add(() => this.p.hincrby(key, field, n));
   zincrby = (key: string, n: number, member: string) => this.add(() => this.p.zincrby(key, n, member));
   zrevrangeWithScores = (key: string, start: number, stop: number) =>

@@ -81,7 +81,7 @@ export const LAYOUT = {
     patterns: ["{key_prefix}:{route}:overrides"],
     store: "every region",
     holds:
-      "hash of overrides: `{limit}:{hash}` / `{limit}:*` → `rate:burst:period_ms:until_ms`; copied by each isolate (`HGETALL` at most every 0.8 s per route in use), read by the script (`HMGET`) only when the copy is older than 1 s or the hash holds more than 1 000 fields",
+      "hash of overrides: `{limit}:{hash}` / `{limit}:*` → `rate:burst:period_ms:until_ms`; copied by each isolate (`HGETALL` when `{key_prefix}:version` moved), read by the script (`HMGET`) only when the isolate has no copy, its copy was read at another version than the script's `MGET` finds (once per change), or the hash holds more than 1 000 fields",
     ttl: "the longest override's time",
   },
   adaptive: {
@@ -90,6 +90,13 @@ export const LAYOUT = {
     holds:
       "hash: an adaptive route's limit, the latency it learnt, and the current window's reports (a latency histogram); the limit reaches decisions as the override `adaptive:{hash}`",
     ttl: "10 minutes, renewed on every report",
+  },
+  version: {
+    patterns: ["{key_prefix}:version"],
+    store: "every region",
+    holds:
+      "the change counter of what isolates copy (lists, overrides, bans; `INCR` by every writer after its write); read by every decision in its `MGET` and returned, so an isolate refetches a copy only when it moved",
+    ttl: "30 days from its first bump (gone, it reads as 0: one more refetch)",
   },
   lists: {
     patterns: ["{key_prefix}:lists"],
@@ -124,7 +131,8 @@ export const LAYOUT = {
   metricsMinute: {
     patterns: ["{key_prefix}:metrics:m:{minute}", "{key_prefix}:metrics:blocked:{minute}"],
     store: "home",
-    holds: "per-minute counts (decisions, bans, region figures, a round-trip histogram) and refused identifiers",
+    holds:
+      "per-minute counts (decisions, bans, region figures, a round-trip histogram), one field per figure and isolate (`{figure}@{isolate}`, its running count, which readers add up), and refused identifiers",
     ttl: "2 hours",
   },
   metricsLabels: {
@@ -138,7 +146,7 @@ export const LAYOUT = {
     patterns: ["{key_prefix}:metrics:total"],
     store: "home",
     holds: "all-time counts",
-    ttl: "30 days, renewed on every flush",
+    ttl: "30 days, renewed by each isolate's first flush of the day",
   },
   idempotencyRecord: {
     patterns: ["{key_prefix}:idem:{route}:{sha256(principal, key)}"],
@@ -254,6 +262,21 @@ export function overridesKeyOfBucket(bucket: string): string {
  */
 export function overrideField(limit: string, hash?: KeyHash): string {
   return `${limit}:${hash ?? "*"}`;
+}
+
+/** The change counter of the copies isolates keep (lists, overrides), in every Redis. */
+export function versionKey(prefix: string): string {
+  return `${prefix}:version`;
+}
+
+/** The change counter of the Redis a bucket lives in: `{prefix}:version` from `{prefix}:{route}:{limit}:{hash}`. */
+export function versionKeyOfBucket(bucket: string): string {
+  return versionKey(keyPrefixOf(bucket));
+}
+
+/** The `key_prefix` a key starts with (a prefix never holds a colon). */
+export function keyPrefixOf(key: string): string {
+  return key.slice(0, key.indexOf(":"));
 }
 
 /** The deny and allow lists (home). */

@@ -43,7 +43,7 @@ let run = 0;
 /** One route's adaptive state in Redis, reported into on a test clock (ms). */
 function route(settings: Partial<Settings> = {}) {
   run++;
-  const keys = [`adaptive-lua:${run}:state`, `adaptive-lua:${run}:overrides`];
+  const keys = [`adaptive-lua:${run}:state`, `adaptive-lua:${run}:overrides`, `adaptive-lua:${run}:version`];
   const s = { ...BASE, ...settings };
   const argv = [s.initial, s.min, s.max, s.interval, s.lease, s.target, s.quantile, s.tolerance].join(":");
   /** A report of `n` responses all at `latencyMs` (`errors` of them failed), at `t` ms. */

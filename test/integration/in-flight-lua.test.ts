@@ -157,7 +157,7 @@ async function play(l: Limit, ops: Op[], start: number, tally: Tally, lowered?: 
     } else {
       model.release(slot);
       const s = model.peek(t, 1).before;
-      expect(reply, at).toEqual([1, 1, s.remaining, 0, s.resetMs, 0, 0, 0, 0]);
+      expect(reply, at).toEqual([1, 1, s.remaining, 0, s.resetMs, 0, 0, 0, 0, 0]); // the last: the version, never set here
       tally.released++;
     }
     expect(stored(after, t), "the stored slots are the model's").toEqual(model.live(t));
@@ -178,7 +178,18 @@ function checkDecision(
   const charged = mode === "take" && p.allowed;
   const state = charged ? p.after : p.before;
   const admitted = p.allowed || l.shadow ? 1 : 0;
-  expect(reply, at).toEqual([admitted, p.allowed ? 1 : 0, state.remaining, p.retryAfterMs, state.resetMs, 0, 0, 0, 0]);
+  expect(reply, at).toEqual([
+    admitted,
+    p.allowed ? 1 : 0,
+    state.remaining,
+    p.retryAfterMs,
+    state.resetMs,
+    0,
+    0,
+    0,
+    0,
+    0,
+  ]); // the last: the version
   if (charged) p.commit();
   return { charged, refusedMs: mode === "take" && !p.allowed ? p.retryAfterMs : undefined };
 }
@@ -274,6 +285,7 @@ describe("decide.lua's concurrency branch against the slot-set model", () => {
               const state = admitted && p.allowed ? p.after : p.before;
               expected.push(p.allowed ? 1 : 0, state.remaining, p.retryAfterMs, state.resetMs, 0, 0, 0, 0);
             });
+            expected.push(0); // last, the Redis's change counter, never set here
             expect(reply, `take at ${t - start} µs`).toEqual(expected);
             peeks.forEach((p, i) => (!admitted || !p.allowed) && expect(after[i]).toEqual(before[i]));
             if (admitted) {
@@ -305,7 +317,7 @@ describe("decide.lua's concurrency branch against the slot-set model", () => {
     expect(await db.redis.get(key)).toBeNull();
     // a peek takes no slot, so it needs no id
     const peek = callOf([l], [key], T0, "peek", "");
-    expect(await db.redis.evalsha(sha, peek.keys, peek.args)).toEqual([1, 1, 2, 0, 0, 0, 0, 0, 0]);
+    expect(await db.redis.evalsha(sha, peek.keys, peek.args)).toEqual([1, 1, 2, 0, 0, 0, 0, 0, 0, 0]); // the last: the version
   });
 
   it("keeps each bucket's TTL at the time until its last slot expires, and deletes it when the last one goes", async () => {

@@ -28,6 +28,7 @@ import {
   sessionLockKey,
   shareKeys,
   shareRecordKey,
+  versionKeyOfBucket,
   type LayoutKind,
   type LayoutStore,
 } from "../../src/store/layout.js";
@@ -61,6 +62,7 @@ const built: Record<LayoutKind, string[]> = {
   jobLease: [jobLeaseKey(prefix, h.id)],
   breaker: [breakerKey(prefix, route)],
   overrides: [overridesKey(prefix, route)],
+  version: [versionKeyOfBucket(bucketKey(prefix, route, limit, h.bucket))],
   adaptive: [adaptiveStateKey(prefix, route, h.bucket)],
   lists: [listsKey(prefix)],
   banRefusals: [banRefusalsKey(prefix, route, limit, h.entry)],
@@ -122,6 +124,7 @@ describe("Redis layout: every key as documented", () => {
       jobLease: ["sluice:job:11111111111111111111111111111111:lease"],
       breaker: ["sluice:checkout:breaker"],
       overrides: ["sluice:checkout:overrides"],
+      version: ["sluice:version"],
       adaptive: ["sluice:checkout:adaptive:state:0123456789abcdef0123456789abcdef"],
       lists: ["sluice:lists"],
       banRefusals: ["sluice:checkout:per-ip:refusals:77777777777777777777777777777777"],

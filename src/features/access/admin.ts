@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { validEntry } from "../../identity/entry.js";
-import { readEntries, removeEntry as removeListEntry, writeEntry, type ListEntry } from "./lists-store.js";
+import { announce, readEntries, removeEntry as removeListEntry, writeEntry, type ListEntry } from "./lists-store.js";
 import type { Config } from "../../config/index.js";
 import { parseDuration } from "../../config/duration.js";
 import type { Stores } from "../../region/index.js";
@@ -34,8 +34,9 @@ const addEntry = adminHandlers.createHandlers(jsonBody(listBody), async (c) => {
     ...(b.note ? { note: b.note } : {}),
   };
   await writeEntry(home, c.get("config").key_prefix, entry);
+  await announce(c.get("config"), c.get("stores"), home);
   await ledgerAdminAction(c, b.kind === "deny" ? "admin_ban" : "admin_allow", { ...entry, ttl: b.ttl });
-  return c.json({ ok: true, ...entry, note: "isolates pick lists up within 5 seconds" });
+  return c.json({ ok: true, ...entry, note: "isolates apply it once their next decision has reported the change" });
 });
 
 const listEntries = adminHandlers.createHandlers(async (c) =>
@@ -70,6 +71,7 @@ const removeEntry = adminHandlers.createHandlers(jsonBody(removalBody), async (c
   const home = c.get("stores").offPath();
   // nothing to remove where no Redis is configured: the answer is the same
   const removed = home ? await removeListEntry(home, c.get("config").key_prefix, b) : false;
+  if (home) await announce(c.get("config"), c.get("stores"), home);
   await ledgerAdminAction(c, b.kind === "deny" ? "admin_unban" : "admin_unallow", { ...b, removed });
   return c.json({ ok: true });
 });
@@ -77,7 +79,8 @@ const removeEntry = adminHandlers.createHandlers(jsonBody(removalBody), async (c
 /**
  * `/__sluice/lists`, the deny and allow lists in the home region's Redis: `PUT` adds an entry (an
  * IP, a CIDR range or `<key part>=<value>`) until its `ttl`, `GET` lists the entries in force,
- * `DELETE` removes one. Isolates pick changes up within 5 seconds.
+ * `DELETE` removes one. Each write bumps every Redis's change counter: an isolate reads the lists
+ * again once a decision of its has reported the change.
  */
 export function listsApp(): Hono<AdminEnv> {
   return new Hono<AdminEnv>()

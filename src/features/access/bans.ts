@@ -7,7 +7,7 @@ import { banLevelKey, banRefusalsKey } from "../../store/layout.js";
 import type { Store } from "../../store/redis.js";
 import { validEntry } from "../../identity/entry.js";
 import type { ListCache } from "./lists.js";
-import { decodeEntries, readEntryIn, writeEntry, type ListEntry } from "./lists-store.js";
+import { announce, decodeEntries, readEntryIn, writeEntry, type ListEntry } from "./lists-store.js";
 import type { MetricsBuffer } from "../../metrics/index.js";
 import { log, settleQuietly } from "../../util/log.js";
 
@@ -62,6 +62,8 @@ interface BanCount {
   lists: Pick<ListCache, "add">;
   metrics: Pick<MetricsBuffer, "countBan">;
   store: Store;
+  /** What tells every other Redis of the deployment that the lists changed. */
+  announce: () => Promise<void>;
   prefix: string;
   route: string;
   limit: string;
@@ -84,11 +86,13 @@ export function countRefusal(scope: Scope, blocking: LimitOutcome): void {
   if (entry === undefined || !store) return;
   const { runtime, config } = scope;
   const { lists, metrics } = runtime;
+  const announced = () => announce(config, scope.stores, store);
   const counted = hashIdentifier(entry).then((hash) =>
     refused({
       lists,
       metrics,
       store,
+      announce: announced,
       prefix: config.key_prefix,
       route,
       limit: blocking.limit.name,
@@ -129,6 +133,7 @@ async function escalate(ban: BanCount): Promise<void> {
   const note = `ban by route "${ban.route}", limit "${ban.limit}", level ${level}`;
   const entry: ListEntry = { ...deny(ban.entry), until, note };
   await writeEntry(ban.store, ban.prefix, entry);
+  await ban.announce();
   ban.lists.add(ban.prefix, entry);
   ban.metrics.countBan(ban.route, ban.limit);
   const at = new Date(until).toISOString();

@@ -1,11 +1,17 @@
-import { listsKey } from "../../store/layout.js";
+import { listsKey, versionKey } from "../../store/layout.js";
 import type { Batch, Store } from "../../store/redis.js";
+import { asHash } from "../../store/replies.js";
+import { bumpVersionIn, bumpVersions, versionOf } from "../../store/versions.js";
+import { everyStore, type Stores } from "../../region/index.js";
+import type { Config } from "../../config/index.js";
 
 /**
  * The deny and allow lists in the home region's Redis: one hash (`{prefix}:lists`), a field per
  * kind and entry (`{kind}:{entry}`) holding the entry as JSON, the hash living `LISTS_TTL_S` past
  * its last change (each entry has its own expiry inside). Every read and write of it is here: the
  * isolates' refresh (lists.ts), the admin API (src/features/access/admin.ts) and automatic bans (bans.ts).
+ * Every write bumps the Redis's change counter (`{prefix}:version`) after it, in the same request,
+ * which is how isolates learn that their copy is behind.
  */
 
 /** An entry of the deny or allow list: an IP, a CIDR range, or `<key part>=<value>` (e.g. `header:x-api-key=k1`). */
@@ -29,7 +35,17 @@ export function listField(entry: Pick<ListEntry, "kind" | "entry">): string {
 
 /** Every entry of the lists hash (run out or not); values that do not parse are passed over. */
 export async function readEntries(store: Store, prefix: string): Promise<ListEntry[]> {
-  return decodeEntries(Object.values(await store.hash.getAll(listsKey(prefix))));
+  return (await readEntriesAt(store, prefix)).entries;
+}
+
+/**
+ * Every entry, and the Redis's change counter read just before them in the same request (GET,
+ * HGETALL): writers bump it after writing, so every write made before the counter reached that
+ * value is in the entries.
+ */
+export async function readEntriesAt(store: Store, prefix: string): Promise<{ entries: ListEntry[]; version: number }> {
+  const [version, hash] = await store.pipeline((b) => b.get(versionKey(prefix)).hgetall(listsKey(prefix)));
+  return { entries: decodeEntries(Object.values(asHash(hash))), version: versionOf(version) };
 }
 
 /** Writes an entry (replacing the one of the same kind and entry) and renews the hash's lifetime, in one request. */
@@ -37,19 +53,24 @@ export async function writeEntry(store: Store, prefix: string, entry: ListEntry)
   await store.pipeline((b) => writeEntryIn(b, prefix, entry));
 }
 
-/** `writeEntry`'s commands, for a batch that sends more. */
+/** `writeEntry`'s commands (the change counter's bump last), for a batch that sends more. */
 export function writeEntryIn(batch: Batch, prefix: string, entry: ListEntry): void {
   const key = listsKey(prefix);
   batch.hset(key, { [listField(entry)]: JSON.stringify(entry) }).expire(key, LISTS_TTL_S);
+  bumpVersionIn(batch, prefix);
 }
 
-/** Removes an entry: whether it was there. */
+/** Removes an entry and bumps the change counter, in one request: whether it was there. */
 export async function removeEntry(
   store: Store,
   prefix: string,
   entry: Pick<ListEntry, "kind" | "entry">,
 ): Promise<boolean> {
-  return (await store.hash.del(listsKey(prefix), listField(entry))) === 1;
+  const [removed] = await store.pipeline((b) => {
+    b.hdel(listsKey(prefix), listField(entry));
+    bumpVersionIn(b, prefix);
+  });
+  return Number(removed) === 1;
 }
 
 /** HGET of one entry, for a batch; its reply is read with `decodeEntries([reply])`. */
@@ -70,4 +91,18 @@ export function decodeEntries(values: readonly unknown[]): ListEntry[] {
       return [];
     }
   });
+}
+
+/**
+ * Bumps the change counter of every other Redis of the deployment after a write of the lists (the
+ * home one's is bumped with the write): an isolate that decides only in another region learns of
+ * the change from its own Redis.
+ */
+export async function announce(
+  config: Pick<Config, "regions" | "home_region" | "key_prefix">,
+  stores: Stores,
+  home: Store,
+): Promise<void> {
+  const others = everyStore(config, stores).filter((s) => s.id !== home.id);
+  await bumpVersions(others, config.key_prefix);
 }

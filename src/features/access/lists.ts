@@ -1,8 +1,9 @@
 import { readPart, trimHttpWhitespace, type RequestFacts } from "../../identity/identify.js";
 import type { Defer } from "../../util/defer.js";
 import type { Store } from "../../store/redis.js";
+import { StoreVersions } from "../../store/versions.js";
 import { inCidr, parseCidr, parseIp, type Cidr } from "../../identity/cidr.js";
-import { listField, readEntries, type ListEntry } from "./lists-store.js";
+import { listField, readEntriesAt, type ListEntry } from "./lists-store.js";
 
 export type { ListEntry } from "./lists-store.js";
 
@@ -12,7 +13,32 @@ interface Compiled extends ListEntry {
   value?: string;
 }
 
-const REFRESH_MS = 5_000;
+/** A read that failed is tried again no sooner than this. */
+const RETRY_MS = 800;
+/**
+ * An isolate whose last request reported no change counter (it did not decide: an unmatched path,
+ * a route without limits, a denied client), and that has heard none for this long either, reads
+ * the lists again once they are this old, as it always did. Requests that decide keep them current
+ * through the counter their decisions report (a lease renewal reports one too).
+ */
+export const LISTS_FALLBACK_MS = 5_000;
+/** Whatever the decisions report, the lists are read again at least this often. */
+export const LISTS_MAX_AGE_MS = 300_000;
+
+interface Held {
+  prefix: string;
+  /** When the last read started (isolate clock). */
+  at: number;
+  entries: Compiled[];
+  /** The home Redis's change counter the entries were read at, and that Redis. */
+  version?: number;
+  storeId?: string;
+  /** A counter moved since the last read started: read again. */
+  behind: boolean;
+  /** The last read failed: the next is not tried before `RETRY_MS`. */
+  failed?: boolean;
+  loading?: Promise<void>;
+}
 
 /** Where the lists are read from: the home region's store, under the deployment's key prefix. */
 export interface ListSource {
@@ -21,12 +47,22 @@ export interface ListSource {
 }
 
 /**
- * The deny and allow lists as this isolate last read them, refreshed in the background at most
- * every 5 seconds, so the lists cost no Redis call on the request path (an isolate's first request
- * waits for the first load).
+ * The deny and allow lists as this isolate last read them, read again in the background only when
+ * a change counter (`{prefix}:version`, which every writer of the lists bumps and every decision
+ * returns) moved, so the lists cost no Redis call while nothing changes, and none on the request
+ * path but the isolate's first (which waits for the first read). An isolate whose requests do not
+ * decide reads them again once they are `LISTS_FALLBACK_MS` old, and every isolate after `LISTS_MAX_AGE_MS`.
  */
 export class ListCache {
-  private cache: { prefix: string; at: number; entries: Compiled[]; loading?: Promise<void> } | undefined;
+  private cache: Held | undefined;
+  /** When the previous request's verdict was asked for; 0: never. */
+  private lastCheck = 0;
+
+  constructor(private readonly versions = new StoreVersions()) {
+    versions.onChange(() => {
+      if (this.cache) this.cache.behind = true;
+    });
+  }
 
   /**
    * What the lists say about a request: `deny`, `allow` (skip this route's limits) or nothing.
@@ -40,7 +76,10 @@ export class ListCache {
     defer: Defer,
     claimed?: Record<string, unknown>,
   ): Promise<"deny" | "allow" | undefined> {
-    return verdictOf(await this.entries(source, defer), facts, route, claimed);
+    const entries = await this.entries(source, defer);
+    // once per request (namesClaims may have asked before): a decision after it reports a counter
+    this.lastCheck = Date.now();
+    return verdictOf(entries, facts, route, claimed);
   }
 
   /** Whether an entry in force names a JWT claim (`jwt:sub=…`): then the request's token must be read first. */
@@ -65,14 +104,29 @@ export class ListCache {
     const now = Date.now();
     let c = this.cache;
     if (!c || c.prefix !== source.prefix) {
-      this.cache = c = { prefix: source.prefix, at: 0, entries: [] };
+      this.cache = c = { prefix: source.prefix, at: 0, entries: [], behind: false };
       await refresh(c, source);
-    } else if (now - c.at > REFRESH_MS && !c.loading) {
+    } else if (!c.loading && this.due(c, now, this.lastCheck)) {
       const held = c;
       held.loading = refresh(held, source).finally(() => (held.loading = undefined));
       defer(held.loading);
     }
     return c.entries;
+  }
+
+  /** Whether the lists held should be read again at `now`; `lastCheck`: when the previous request asked. */
+  private due(c: Held, now: number, lastCheck: number): boolean {
+    if (now - c.at > LISTS_MAX_AGE_MS) return true;
+    // the previous request reported no counter after asking, nor anything else for a while (a lease
+    // renewal reports one): this isolate may not be deciding at all
+    const observed = this.versions.lastObservedAt;
+    const undecided = observed < lastCheck && now - observed > LISTS_FALLBACK_MS;
+    if (undecided && now - c.at > LISTS_FALLBACK_MS) return true;
+    // a decision reporting a later counter than the read's (a change the first sight of the counter
+    // could not flag as one); one reporting an earlier one is only a decision older than the read
+    const home = c.storeId === undefined ? undefined : this.versions.of(c.storeId);
+    const moved = c.behind || (home !== undefined && c.version !== undefined && home > c.version);
+    return moved && (!c.failed || now - c.at >= RETRY_MS);
   }
 }
 
@@ -95,13 +149,21 @@ function verdictOf(
   return undefined;
 }
 
-async function refresh(c: { at: number; entries: Compiled[] }, source: ListSource): Promise<void> {
+async function refresh(c: Held, source: ListSource): Promise<void> {
   c.at = Date.now();
+  const wasBehind = c.behind;
+  c.behind = false;
   if (!source.store) return;
   try {
-    c.entries = (await readEntries(source.store, source.prefix)).map(compileEntry);
+    const read = await readEntriesAt(source.store, source.prefix);
+    c.entries = read.entries.map(compileEntry);
+    c.version = read.version;
+    c.storeId = source.store.id;
+    c.failed = false;
   } catch {
-    // keep the last lists we had: a Redis hiccup must not lift a deny entry
+    // keep the last lists we had (a Redis hiccup must not lift a deny entry), and try again
+    c.behind ||= wasBehind;
+    c.failed = true;
   }
 }
 

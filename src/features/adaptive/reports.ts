@@ -5,7 +5,7 @@ import type { OverrideCopies } from "../rate-limit/decision/overrides.js";
 import type { Bucket, LimitOutcome } from "../rate-limit/types.js";
 import { asKeyHash, type KeyHash } from "../../identity/hash.js";
 import { StoreError } from "../../store/deadline.js";
-import { adaptiveStateKey, overrideField, overridesKeyOfBucket } from "../../store/layout.js";
+import { adaptiveStateKey, overrideField, overridesKeyOfBucket, versionKey } from "../../store/layout.js";
 import { ClientShare } from "./client-share.js";
 import { latencyBucket, QUANTILES, serialiseHistogram } from "../../metrics/histogram.js";
 import { settleQuietly } from "../../util/log.js";
@@ -151,7 +151,7 @@ async function runAdaptive(
   settings.push(Math.round(a.tolerance * 1000));
   const reply = await r.bucket.store.run(
     r.bucket.store.script(adaptiveLua),
-    [adaptiveStateKey(r.prefix, r.route.name, r.hash), overridesKeyOfBucket(r.bucket.key)],
+    [adaptiveStateKey(r.prefix, r.route.name, r.hash), overridesKeyOfBucket(r.bucket.key), versionKey(r.prefix)],
     [
       fieldOf(r),
       settings.join(":"),

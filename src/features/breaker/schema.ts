@@ -11,7 +11,7 @@ export const breakerSettings = z.strictObject({
   cooldown: z._default(duration, 10_000),
   /** Requests let through when half-open; all must succeed to close. */
   probes: z._default(z.int().check(z.minimum(1), z.maximum(100)), 3),
-  /** Share the open state through Redis so every isolate of the region agrees (within a second). */
+  /** Share the open state through Redis so every isolate of the region agrees (docs/shedding.md, Circuit breaker). */
   shared: z._default(z.boolean(), false),
   /**
    * The most of the window one client (IP) may account for, as a share of min_requests: its

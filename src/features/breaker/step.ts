@@ -18,17 +18,22 @@ export const breakerStep: Step = async (c, scope, next) => {
   const route = scope.route;
   if (!route?.breaker) return next();
   const share = shareOf(scope, route);
-  const breaker = scope.runtime.own(Breakers).of(route, share);
+  const breaker = breakersOf(scope).of(route, share);
   const admission = breaker?.admit(Date.now());
   if (admission && !admission.pass) return breakerOpen(c, scope, route, admission.retryAfterMs);
   const started = Date.now();
   await next();
   const probe = admission?.pass ? admission.probe : false;
   const outcome = originOutcome(c, scope, started);
-  if (outcome) scope.runtime.own(Breakers).record(route, scope.facts.ip, { ...outcome, probe }, share);
+  if (outcome) breakersOf(scope).record(route, scope.facts.ip, { ...outcome, probe }, share);
   // a probe the origin never saw (the limits refused it, a replay answered it) tells nothing
   else if (probe) breaker?.probeUnused();
 };
+
+/** The isolate's breakers, made on first use: they follow the change counters decisions report. */
+function breakersOf(scope: Scope): Breakers {
+  return scope.runtime.own(Breakers, () => new Breakers(scope.runtime.versions));
+}
 
 /**
  * How the origin did for this request: its reply in the gateway; in an app, the handler is the

@@ -5,7 +5,7 @@ import { parseDuration } from "../../config/duration.js";
 import { exactnessProblem } from "../../config/exactness.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
-import { allRegions, type Stores } from "../../region/index.js";
+import { everyStore, type Stores } from "../../region/index.js";
 import {
   decodeOverride,
   encodeOverride,
@@ -14,7 +14,6 @@ import {
   writeOverride,
 } from "./decision/overrides-store.js";
 import { overridesKey } from "../../store/layout.js";
-import type { Store } from "../../store/redis.js";
 import { adminHandlers, type AdminEnv } from "../../operator/context.js";
 import { findLimit, overrideFieldFor } from "./admin-identity.js";
 import { ledgerAdminAction } from "../../operator/ledger.js";
@@ -55,7 +54,7 @@ const setOverride = adminHandlers.createHandlers(jsonBody(overrideBody), async (
   const until = Date.now() + ms;
   const value = encodeOverride({ rate: o.rate, burst: o.burst ?? o.rate, periodMs, until });
   const key = overridesKey(config.key_prefix, o.route);
-  await Promise.all(distinctStores(config, c.get("stores")).map((s) => writeOverride(s, key, field, value, ms)));
+  await Promise.all(everyStore(config, c.get("stores")).map((s) => writeOverride(s, key, field, value, ms)));
   const detail = { route: o.route, limit: o.limit, field, rate: o.rate, burst: o.burst ?? o.rate, period_ms: periodMs };
   await ledgerAdminAction(c, "admin_override", { ...detail, region: o.region, ttl: o.ttl, until });
   return c.json({ ok: true, key, field, value, expires_at: new Date(until).toISOString() });
@@ -92,7 +91,7 @@ const removeOverride = adminHandlers.createHandlers(jsonBody(removalBody), async
   const limit = limitOf(config, b.route, b.limit, "no such route or limit");
   const field = await overrideFieldFor(config, limit, b.identity, b.region);
   const key = overridesKey(config.key_prefix, b.route);
-  await Promise.all(distinctStores(config, c.get("stores")).map((s) => removeField(s, key, field)));
+  await Promise.all(everyStore(config, c.get("stores")).map((s) => removeField(s, key, field)));
   await ledgerAdminAction(c, "admin_override_removed", { route: b.route, limit: b.limit, field, region: b.region });
   return c.json({ ok: true, removed: field });
 });
@@ -135,14 +134,4 @@ function checkExact(limit: Limit, o: OverrideBody, periodMs: number): void {
   throw badRequest(
     `${inexact.field === "burst" && o.burst === undefined ? "rate" : inexact.field}: ${inexact.message}`,
   );
-}
-
-/** Every distinct Redis of the deployment (regions without secrets of their own share the home one). */
-function distinctStores(config: Config, stores: Stores): Store[] {
-  const seen = new Map<string, Store>();
-  for (const r of allRegions(config)) {
-    const s = stores.offPath(r);
-    if (s && !seen.has(s.id)) seen.set(s.id, s);
-  }
-  return [...seen.values()];
 }

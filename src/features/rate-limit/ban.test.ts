@@ -4,6 +4,8 @@ import { background, from, middlewareRig, type RigOptions } from "../../../test/
 import { hashIdentifier } from "../../identity/hash.js";
 import { Runtime, accessLists, rateLimit, type RateLimitOptions, type SluiceEnv } from "../../index.js";
 import { banLevelKey, banRefusalsKey } from "../../store/layout.js";
+import { ListCache } from "../access/lists.js";
+import { StoreVersions } from "../../store/versions.js";
 
 /** Bans through rateLimit() with accessLists() in front, in Node, against a real Redis behind the Upstash-REST bridge. */
 const rig = middlewareRig("ban");
@@ -109,8 +111,11 @@ describe("rateLimit() with ban", () => {
     const opts = rig.options();
     const ip = "198.51.100.30";
     const banning = gateway({ ...opts, runtime: new Runtime() });
-    // another isolate, which reads the lists now (before the ban) and not again for 5 s
-    const lagging = gateway({ ...opts, runtime: new Runtime() });
+    // another isolate, which reads the lists now (before the ban) and not again for a while: its
+    // lists do not hear the version its decisions report (as an isolate whose reply crossed the ban's write)
+    const laggingRuntime = new Runtime();
+    Object.assign(laggingRuntime, { lists: new ListCache(new StoreVersions()) });
+    const lagging = gateway({ ...opts, runtime: laggingRuntime });
     expect(await send(lagging, "198.51.100.31")).toBe(200);
     for (let i = 0; i < 4; i++) await send(banning, ip);
     expect(await send(banning, ip)).toBe(403);

@@ -3,7 +3,7 @@ import type { LeaseBroker } from "../isolate/lease-broker.js";
 import type { OverrideCopies } from "./overrides.js";
 import { overridesFor } from "./prepare.js";
 import { answerInIsolate } from "../isolate/answer.js";
-import { decideCentrally } from "./central.js";
+import { decideCentrally, type CentralAnswer } from "./central.js";
 import { settle } from "./settle.js";
 import { groupByStore, runDecide } from "./script-call.js";
 import type { Bucket, Decision, LimitOutcome } from "../types.js";
@@ -47,13 +47,29 @@ export async function decide(
   mode: "take" | "peek" = "take",
 ): Promise<Decision> {
   const { blocked, leases } = mode === "take" ? isolate : { blocked: undefined, leases: undefined };
-  const overrides = overridesFor(buckets, isolate.overrides, now, defer, (routePrefix) =>
-    forgetRoute(isolate, routePrefix, defer),
-  );
+  const changed = (routePrefix: string) => forgetRoute(isolate, routePrefix, defer);
+  const overrides = overridesFor(buckets, isolate.overrides, now, defer, changed);
   const local = answerInIsolate(buckets, blocked, leases, now, defer);
   if (local.decision) return local.decision;
   const central = await decideCentrally(buckets, mode, overrides, local.asks, defer);
+  followVersions(central, buckets, isolate.overrides, defer, changed);
   return settle(buckets, central, local.asks, blocked, leases, now, defer);
+}
+
+/**
+ * Each reply carries its Redis's change counter (`{prefix}:version`, read in the script's MGET): a
+ * copy of the overrides behind it is refetched in the background, for the next decision. This is
+ * how an isolate hears of changes without polling.
+ */
+function followVersions(
+  central: CentralAnswer,
+  buckets: Bucket[],
+  copies: OverrideCopies,
+  defer: Defer,
+  changed: (routePrefix: string) => void,
+): void {
+  for (const { result } of central.calls) if (result) copies.observe(result.store, result.version, result.receivedAt);
+  copies.refresh(buckets, Date.now(), defer, changed);
 }
 
 /**

@@ -1,11 +1,14 @@
 import type { Store } from "../../../store/redis.js";
+import { keyPrefixOf } from "../../../store/layout.js";
+import { bumpVersionIn } from "../../../store/versions.js";
 
 /**
  * A route's overrides hash (`{prefix}:{route}:overrides`, in every region's Redis): field
  * `{limit}:{bucket hash}` (one client) or `{limit}:*` (everybody) → `rate:burst:period_ms:until_ms`,
  * the hash living as long as its longest override. Every command on it is here: the isolates'
  * copies (overrides.ts) and the admin API (src/features/rate-limit/admin-overrides.ts); decide.lua reads it and
- * adaptive.lua writes its own field, each in its script.
+ * adaptive.lua writes its own field, each in its script. Every write bumps the Redis's change
+ * counter (`{prefix}:version`) after it, in the same request: how isolates learn their copy is behind.
  */
 
 /** One override's figures as a field's value holds them. */
@@ -46,12 +49,17 @@ export async function writeOverride(
   value: string,
   ttlMs: number,
 ): Promise<void> {
-  await store.hash.set(key, { [field]: value });
-  const left = await store.keys.pttl(key);
-  if (left < ttlMs) await store.keys.pexpire(key, ttlMs);
+  const [, left] = await store.pipeline((b) => {
+    b.hset(key, { [field]: value }).pttl(key);
+    bumpVersionIn(b, keyPrefixOf(key));
+  });
+  if (Number(left) < ttlMs) await store.keys.pexpire(key, ttlMs);
 }
 
 /** Removes one field. */
 export async function removeOverride(store: Store, key: string, field: string): Promise<void> {
-  await store.hash.del(key, field);
+  await store.pipeline((b) => {
+    b.hdel(key, field);
+    bumpVersionIn(b, keyPrefixOf(key));
+  });
 }

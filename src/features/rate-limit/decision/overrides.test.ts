@@ -54,29 +54,52 @@ describe("the isolate's copy of the overrides", () => {
     const b = { key: "p:api:per-ip:abc", store };
     const now = Date.now();
     expect(copies.input(b, now)).toBe("read");
+    // before any decision has reported the Redis's change counter, nothing is fetched: the script reads
+    expect(await refresh(copies, [b], now)).toBe(0);
+    copies.observe(store, 3, now);
     expect(await refresh(copies, [b], now)).toBe(1);
     expect(asked.hgetall).toBe(1);
-    expect(copies.input(b, now)).toEqual({ everybody: "50:50:1000:9999999999999", own: "9:9:1000:9999999999999" });
+    expect(copies.input(b, now)).toEqual({
+      everybody: "50:50:1000:9999999999999",
+      own: "9:9:1000:9999999999999",
+      version: 3,
+    });
     expect(copies.input({ key: "p:api:per-ip:zzz", store }, now)).toEqual({
       everybody: "50:50:1000:9999999999999",
       own: undefined,
+      version: 3,
     });
-    expect(copies.input({ key: "p:api:site:zzz", store }, now)).toEqual({ everybody: "7:7:1:9", own: undefined });
+    expect(copies.input({ key: "p:api:site:zzz", store }, now)).toEqual({
+      everybody: "7:7:1:9",
+      own: undefined,
+      version: 3,
+    });
     // another route of the same Redis has a copy of its own
     expect(copies.input({ key: "p:other:per-ip:abc", store }, now)).toBe("read");
   });
 
-  it("is trusted for a second, refreshed in the background once 800 ms old, at most that often", async () => {
+  it("is trusted while the change counter stands still, however old, and refetched only when it moves", async () => {
     const copies = new OverrideCopies();
     const { store, asked } = fakeStore("s2", () => ({}));
     const b = { key: "p:api:per-ip:abc", store };
     const start = Date.now();
+    copies.observe(store, 1, start);
     await refresh(copies, [b], start);
-    expect(copies.input(b, start + TRUSTED_MS)).toEqual({ everybody: undefined, own: undefined });
-    expect(copies.input(b, start + TRUSTED_MS + 50)).toBe("read"); // a quiet second: the script reads the hash
-    expect(await refresh(copies, [b, b], start + REFRESH_AFTER_MS - 50)).toBe(0);
-    expect(await refresh(copies, [b, b], start + REFRESH_AFTER_MS + 50)).toBe(1);
+    for (const later of [TRUSTED_MS + 50, 60_000, 3_600_000]) {
+      copies.observe(store, 1, start + later);
+      expect(copies.input(b, start + later)).toEqual({ everybody: undefined, own: undefined, version: 1 });
+      expect(await refresh(copies, [b, b], start + later)).toBe(0);
+    }
+    expect(asked.hgetall).toBe(1);
+    // the counter moves: the copy is still used while its refetch is on the way, for TRUSTED_MS at most
+    const moved = start + 3_700_000;
+    copies.observe(store, 2, moved);
+    // sent with the version it was read at: the script sees the counter moved and reads the hash itself
+    expect(copies.input(b, moved + TRUSTED_MS)).toEqual({ everybody: undefined, own: undefined, version: 1 });
+    expect(copies.input(b, moved + TRUSTED_MS + 1)).toBe("read");
+    expect(await refresh(copies, [b, b], moved)).toBe(1);
     expect(asked.hgetall).toBe(2);
+    expect(copies.input(b, moved + 60_000)).toEqual({ everybody: undefined, own: undefined, version: 2 });
   });
 
   it("tells which route changed, so refusals decided on old figures can be forgotten", async () => {
@@ -86,10 +109,13 @@ describe("the isolate's copy of the overrides", () => {
     const b = { key: "p:api:per-ip:abc", store };
     const changed: string[] = [];
     const start = Date.now();
+    copies.observe(store, 1, start);
     await refresh(copies, [b], start, changed);
+    copies.observe(store, 2, start + 1_000);
     await refresh(copies, [b], start + 1_000, changed);
     expect(changed).toEqual([]); // first copy, then the same again
     hash = { "per-ip:abc": "10:10:1000:9999999999999" };
+    copies.observe(store, 3, start + 2_000);
     await refresh(copies, [b], start + 2_000, changed);
     expect(changed).toEqual(["p:api:"]);
   });
@@ -103,18 +129,25 @@ describe("the isolate's copy of the overrides", () => {
     const { store, asked } = fakeStore("s4", () => hash);
     const b = { key: "p:api:per-ip:abc", store };
     const start = Date.now();
+    copies.observe(store, 1, start);
     await refresh(copies, [b], start);
     expect(copies.input(b, start)).toBe("read");
+    copies.observe(store, 2, start + 1_000);
     await refresh(copies, [b], start + 1_000);
     expect(asked).toEqual({ hgetall: 1, hlen: 1 });
-    expect(copies.input(b, start)).toBe("read");
+    expect(copies.input(b, start + 1_000)).toBe("read");
     hash = { "per-ip:abc": "10:10:1000:9999999999999" };
+    copies.observe(store, 3, start + 2_000);
     await refresh(copies, [b], start + 2_000);
     expect(asked).toEqual({ hgetall: 2, hlen: 2 });
-    expect(copies.input(b, Date.now())).toEqual({ everybody: undefined, own: "10:10:1000:9999999999999" });
+    expect(copies.input(b, start + 2_000)).toEqual({
+      everybody: undefined,
+      own: "10:10:1000:9999999999999",
+      version: 3,
+    });
   });
 
-  it("keeps the last copy when Redis fails, until it is too old to trust, and asks again at most every 800 ms", async () => {
+  it("keeps the last copy when Redis fails, until it is too far behind to trust, and asks again at most every 800 ms", async () => {
     const copies = new OverrideCopies();
     let down = false;
     const { store, asked } = fakeStore("s5", () =>
@@ -122,13 +155,20 @@ describe("the isolate's copy of the overrides", () => {
     );
     const b = { key: "p:api:per-ip:abc", store };
     const start = Date.now();
+    copies.observe(store, 1, start);
     await refresh(copies, [b], start);
     down = true;
+    copies.observe(store, 2, start + REFRESH_AFTER_MS);
     await refresh(copies, [b], start + REFRESH_AFTER_MS);
-    expect(copies.input(b, start + TRUSTED_MS - 1)).toEqual({ everybody: "50:50:1000:9999999999999", own: undefined });
-    expect(copies.input(b, start + TRUSTED_MS + 1)).toBe("read");
+    expect(copies.input(b, start + REFRESH_AFTER_MS + TRUSTED_MS - 1)).toEqual({
+      everybody: "50:50:1000:9999999999999",
+      own: undefined,
+      version: 1,
+    });
+    expect(copies.input(b, start + REFRESH_AFTER_MS + TRUSTED_MS + 1)).toBe("read");
     expect(await refresh(copies, [b], start + REFRESH_AFTER_MS + 100)).toBe(0);
-    expect(asked.hgetall).toBe(2);
+    expect(await refresh(copies, [b], start + 2 * REFRESH_AFTER_MS)).toBe(1);
+    expect(asked.hgetall).toBe(3);
   });
 
   it("belongs to its isolate: another OverrideCopies has none of its copies; past its capacity the oldest goes", async () => {
@@ -140,6 +180,7 @@ describe("the isolate's copy of the overrides", () => {
       OverrideAddress,
     ];
     const now = Date.now();
+    copies.observe(store, 1, now);
     await refresh(copies, [a, b], now);
     expect(copies.input(a, now)).not.toBe("read");
     expect(new OverrideCopies().input(a, now)).toBe("read");

@@ -1,5 +1,6 @@
 import { overrideField, overridesKeyOfBucket, routeKeyPrefixOf } from "../../../store/layout.js";
 import type { Store } from "../../../store/redis.js";
+import { StoreVersions } from "../../../store/versions.js";
 import { countOverrides, readOverrides } from "./overrides-store.js";
 
 /**
@@ -7,19 +8,22 @@ import { countOverrides, readOverrides } from "./overrides-store.js";
  * does not read the route's override hash on every decision (Upstash bills that HMGET each time).
  *
  * Each isolate keeps a copy of the hash of each route it decides (`{prefix}:{route}:overrides`,
- * per Redis), refreshed off the request path (the caller's `defer`, i.e. `ctx.waitUntil`) once it
- * is `REFRESH_AFTER_MS` old, one HGETALL per route and Redis at most that often. A copy is trusted
- * for `TRUSTED_MS` after its HGETALL was sent, so an override written before then is in it. When
- * there is no trusted copy (the isolate's first decision of the route, a quiet second, a Redis
- * that did not answer the refresh) or the hash holds more than `MAX_OVERRIDES` fields, the decision
- * does not wait: the script reads the two fields it needs itself (one HMGET, as before), so an
- * override still applies within a second everywhere, and nothing on the request path waits for a
- * refresh. Expiry is left to the script, against Redis's clock: the copy keeps expired values.
+ * per Redis), labelled with the Redis's change counter (`{prefix}:version`, src/store/versions.ts)
+ * it was read at. Every writer of the hash bumps the counter after its write, and every decision
+ * returns it, so a copy is refetched (one HGETALL, off the request path: the caller's `defer`,
+ * i.e. `ctx.waitUntil`) only when the counter moved: nothing at all while nothing changes. The
+ * decision sends the copy's values with the version they were read at; decide.lua reads the
+ * counter in its MGET and, when it has moved, reads the two fields it needs itself (one HMGET),
+ * so an override applies on every isolate's next decision. When there is no copy worth sending
+ * (the isolate's first decision of the route, a copy still behind `TRUSTED_MS` after the move,
+ * a Redis that did not answer the refetch) or the hash holds more than `MAX_OVERRIDES` fields,
+ * the script reads the hash likewise. Nothing on the request path waits for a refetch. Expiry is
+ * left to the script, against Redis's clock: the copy keeps expired values.
  */
 
-/** Past this age a copy is not used: the script reads the hash itself. */
+/** How long after the counter moved a copy behind it is still sent (its refetch is on the way, the script checks); past that, "read". */
 export const TRUSTED_MS = 1_000;
-/** From this age a copy is refreshed in the background, so a busy route keeps a trusted copy. */
+/** A refetch that failed is tried again no sooner than this. */
 export const REFRESH_AFTER_MS = 800;
 /** A hash with more fields than this is not copied (memory, transfer): its route's decisions read it in the script. */
 export const MAX_OVERRIDES = 1_000;
@@ -28,9 +32,11 @@ export const MAX_COPIES = 1_000;
 
 /**
  * What decide.lua is told about a bucket's overrides: the values of its two fields in the hash
- * (`rate:burst:period_ms:until_ms`, absent for none), or `"read"`: read them yourself.
+ * (`rate:burst:period_ms:until_ms`, absent for none) and the version of the Redis's change counter
+ * they were read at (the script reads the hash itself when the counter has moved since), or
+ * `"read"`: read them yourself.
  */
-export type OverrideInput = { everybody?: string; own?: string } | "read";
+export type OverrideInput = { everybody?: string; own?: string; version?: number } | "read";
 
 /** What locates a bucket's overrides: its key (`{prefix}:{route}:{limit}:{hash}`) and its Redis. */
 export interface OverrideAddress {
@@ -43,8 +49,8 @@ interface Copy {
   readonly key: string;
   /** `{prefix}:{route}:`, what `changed` is told. */
   readonly routePrefix: string;
-  /** When the HGETALL of the copy was sent (isolate clock): every override written before is in it. 0: never. */
-  asOf: number;
+  /** The Redis's change counter when the HGETALL was sent: every override written before it moved there is in the copy. */
+  version?: number;
   /** When a refresh last started, whatever came of it: a failing Redis is asked at most once per REFRESH_AFTER_MS. */
   tried: number;
   /** field → value; "too many" past MAX_OVERRIDES; undefined before the first load. */
@@ -69,11 +75,14 @@ export class OverrideCopies {
   /** In insertion order: past `capacity`, the first goes. */
   private readonly copies = new Map<string, Copy>();
 
-  constructor(private readonly capacity = MAX_COPIES) {}
+  constructor(
+    private readonly capacity = MAX_COPIES,
+    private readonly versions = new StoreVersions(),
+  ) {}
 
   /**
-   * Starts, in the background, a refresh of each copy these buckets need that is due (or missing).
-   * Never waits. `changed(routePrefix)` is called when a refresh finds a route's overrides changed
+   * Starts, in the background, a refresh of each copy these buckets need that is behind its
+   * Redis's change counter (or missing, once a decision has reported the counter). Never waits. `changed(routePrefix)` is called when a refresh finds a route's overrides changed
    * since the copy before, with `{prefix}:{route}:`, so that refusals decided on the old figures
    * can be forgotten.
    */
@@ -84,21 +93,30 @@ export class OverrideCopies {
     changed: (routePrefix: string) => void,
   ): void {
     for (const b of buckets) {
+      const version = this.versions.of(b.store.id);
+      // before the first decision on this Redis the counter is unknown: that decision reads the
+      // hash in the script, and its reply brings the counter to label the copy with
+      if (version === undefined) continue;
       const c = this.copyOf(b);
-      if (c.loading || now - c.tried < REFRESH_AFTER_MS) continue;
+      if (c.loading || (c.fields !== undefined && c.version === version) || now - c.tried < REFRESH_AFTER_MS) continue;
       c.tried = now;
-      c.loading = reload(c, now, changed).finally(() => (c.loading = undefined));
+      c.loading = reload(c, version, changed).finally(() => (c.loading = undefined));
       defer(c.loading);
     }
+  }
+
+  /** A decision's reply from this Redis said its change counter is `version` (the copies behind it are refetched by `refresh`). */
+  observe(store: Store, version: number, now = Date.now()): void {
+    this.versions.observe(store.id, version, now);
   }
 
   /** What the script gets for this bucket at `now`: the values from a trusted copy, else "read". */
   input(b: OverrideAddress, now: number): OverrideInput {
     const c = this.copies.get(copyId(b.store, overridesKeyOf(b.key)));
-    if (!c || !(c.fields instanceof Map) || now - c.asOf > TRUSTED_MS) return "read";
+    if (!c || !(c.fields instanceof Map) || c.version === undefined || !this.current(c, now)) return "read";
     const name = b.key.slice(routeKeyPrefixOf(b.key).length);
     const limit = name.slice(0, name.indexOf(":"));
-    return { everybody: c.fields.get(overrideField(limit)), own: c.fields.get(name) };
+    return { everybody: c.fields.get(overrideField(limit)), own: c.fields.get(name), version: c.version };
   }
 
   /**
@@ -109,6 +127,17 @@ export class OverrideCopies {
   patch(b: OverrideAddress, field: string, value: string): void {
     const c = this.copies.get(copyId(b.store, overridesKeyOf(b.key)));
     if (c?.fields instanceof Map) c.fields.set(field, value);
+  }
+
+  /**
+   * Whether a copy is worth sending at `now`: at the counter last seen, or behind it for less than
+   * `TRUSTED_MS` (its refetch is on the way; the script checks the counter and reads the hash
+   * itself meanwhile). Past that, "read" says so without the check.
+   */
+  private current(c: Copy, now: number): boolean {
+    const latest = this.versions.of(c.store.id);
+    if (latest === undefined) return false;
+    return c.version === latest || now - this.versions.changedAt(c.store.id) <= TRUSTED_MS;
   }
 
   /** Copies kept (for tests and metrics). */
@@ -122,7 +151,7 @@ export class OverrideCopies {
     const id = copyId(b.store, key);
     let c = this.copies.get(id);
     if (!c) {
-      c = { store: b.store, key, routePrefix, asOf: 0, tried: 0 };
+      c = { store: b.store, key, routePrefix, tried: 0 };
       this.copies.set(id, c);
       if (this.copies.size > this.capacity) this.copies.delete(this.copies.keys().next().value as string);
     }
@@ -132,22 +161,22 @@ export class OverrideCopies {
 
 const copyId = (store: Store, key: string) => `${store.id}\u0000${key}`;
 
-/** `asked` is the caller's clock when the refresh started: the copy's age counts from then. */
-async function reload(c: Copy, asked: number, changed: (routePrefix: string) => void): Promise<void> {
+/** `version` is the Redis's change counter when the refresh started: the copy is labelled with it. */
+async function reload(c: Copy, version: number, changed: (routePrefix: string) => void): Promise<void> {
   try {
     // past the cap only the size is asked (HLEN), until the hash is back under it
     if (c.fields === "too many" && (await countOverrides(c.store, c.key)) > MAX_OVERRIDES) {
-      c.asOf = asked;
+      c.version = version;
       return;
     }
     const hash = Object.entries(await readOverrides(c.store, c.key));
     const next = hash.length > MAX_OVERRIDES ? "too many" : new Map(hash);
     const before = c.fields;
     c.fields = next;
-    c.asOf = asked;
+    c.version = version;
     if (before !== undefined && !same(before, next)) changed(c.routePrefix);
   } catch {
-    // keep the copy and its age: past TRUSTED_MS the script reads the hash itself
+    // keep the copy and its label: TRUSTED_MS after the counter moved the script reads the hash itself
   }
 }
 

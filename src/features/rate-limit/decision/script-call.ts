@@ -2,6 +2,7 @@ import decideLua from "../../../../lua/decide.lua";
 import { StoreError } from "../../../store/deadline.js";
 import type { Store } from "../../../store/redis.js";
 import { overridesKeyOf, type OverrideInput } from "./overrides.js";
+import { versionKeyOfBucket } from "../../../store/layout.js";
 import { algorithm } from "../algorithms/registry.js";
 import { limitArgv, type DecideLimitArgs } from "./limit-columns.js";
 import type { Bucket, LimitOutcome } from "../types.js";
@@ -56,8 +57,9 @@ const PER_LIMIT = 8;
 export function scriptCall(buckets: ReadonlyArray<ScriptBucket>, mode: ScriptMode): { keys: string[]; args: string[] } {
   const keys = buckets.map((b) => b.key);
   const perLimit = buckets.flatMap((b) => limitArgv(limitArgs(b, mode, keys)));
-  const reader = buckets.find((b) => b.override === "read");
-  const overrideIdx = reader ? keys.push(overridesKeyOf(reader.key)) : 0;
+  const overrideIdx = overrideArg(buckets, keys);
+  // last: the Redis's change counter, which the script reads in its MGET and returns
+  keys.push(versionKeyOfBucket((buckets[0] as ScriptBucket).key));
   return { keys, args: [mode, buckets.length, overrideIdx, ...perLimit].map(String) };
 }
 
@@ -94,6 +96,19 @@ function limitArgs(b: ScriptBucket, mode: ScriptMode, keys: string[]): DecideLim
 }
 
 /**
+ * ARGV[3], pushing the route's override hash onto KEYS when the script may read it: "0" (the
+ * values in ARGV, no check), "{idx}" (no copy: read it), "{idx}:{version}" (the values of a copy
+ * read at that version of the Redis's change counter: read the hash only if it moved since).
+ */
+function overrideArg(buckets: ReadonlyArray<ScriptBucket>, keys: string[]): string | number {
+  const reader = buckets.find((b) => b.override === "read");
+  if (reader) return keys.push(overridesKeyOf(reader.key));
+  const copied = buckets.find((b) => typeof b.override === "object" && b.override.version !== undefined);
+  const version = typeof copied?.override === "object" ? copied.override.version : undefined;
+  return copied && version !== undefined ? `${keys.push(overridesKeyOf(copied.key))}:${version}` : 0;
+}
+
+/**
  * The floor in terms of the capacity sent in ARGV (a split limit's starting share rather than the
  * full figures it was computed on), as decide.lua scales it for an override or a share.
  */
@@ -110,6 +125,8 @@ export interface GroupResult {
   grants: LeaseGrant[];
   sentAt: number;
   receivedAt: number;
+  /** The Redis's change counter (`{prefix}:version`) as the script read it. */
+  version: number;
 }
 
 /** Runs decide.lua once for buckets that all live in one Redis. `leaseOf` gives each bucket's lease arguments (none by default). */
@@ -127,7 +144,7 @@ export async function runDecide(
   const sentAt = Date.now();
   const reply = await store.run(store.script(mode === "peek" ? DECIDE_PEEK_SCRIPT : DECIDE_SCRIPT), keys, args);
   const receivedAt = Date.now();
-  const numbers = asNumbers(reply, 1 + PER_LIMIT * buckets.length);
+  const numbers = asNumbers(reply, 2 + PER_LIMIT * buckets.length);
   const at = (i: number, j: number) => numbers[1 + PER_LIMIT * i + j] as number;
   const outcomes = buckets.map(({ limit, key, params, slot }, i): LimitOutcome => ({
     limit,
@@ -142,7 +159,8 @@ export async function runDecide(
     ...(slot === undefined || mode !== "take" ? {} : { slot }),
   }));
   const grants = buckets.map((_, i): LeaseGrant => ({ tokens: at(i, 5), ms: at(i, 6), epoch: at(i, 7) }));
-  return { store, admitted: numbers[0] === 1, buckets, outcomes, grants, sentAt, receivedAt };
+  const version = numbers[numbers.length - 1] as number;
+  return { store, admitted: numbers[0] === 1, buckets, outcomes, grants, sentAt, receivedAt, version };
 }
 
 /** Buckets by the Redis that holds them, in first-seen order. */

@@ -38,10 +38,14 @@ export const MIN_HORIZON_MS = 100;
 export class LeaseBroker {
   readonly table: LeaseTable<Bucket>;
 
-  /** @param overridesOf what decide.lua is told of a bucket's overrides at a time (the isolate's copy) */
+  /**
+   * @param overridesOf what decide.lua is told of a bucket's overrides at a time (the isolate's copy)
+   * @param observe what hears each reply of the broker's own calls (the change counter it reports)
+   */
   constructor(
     private readonly overridesOf: (b: Bucket, now: number) => OverrideInput,
     capacity = 10_000,
+    private readonly observe: (r: GroupResult) => void = () => undefined,
   ) {
     this.table = new LeaseTable<Bucket>(leaseTerms, capacity);
   }
@@ -147,6 +151,8 @@ export class LeaseBroker {
   }
 
   private settle(r: GroupResult, askedOf: (b: Bucket) => number, defer: Defer): void {
+    // a renewal's reply carries the Redis's change counter too: a client served from leases still learns of changes
+    this.observe(r);
     let lastExpiry = 0;
     r.buckets.forEach((b, i) => {
       const grant = r.grants[i];
