@@ -6,7 +6,7 @@
  * sends requests at fixed simulated times, and every admitted request's time is kept, so the most
  * admitted in any interval is exact.
  */
-import { RespError, type RespClient } from "../dev/resp.js";
+import { RespError, type RespClient } from "@sluice/dev";
 import { loadConfig, type Limit } from "../src/config/index.js";
 import type { scriptCall } from "../src/features/rate-limit/decision/decide.js";
 import type { LimitInput } from "./config.js";

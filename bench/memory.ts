@@ -9,7 +9,7 @@
  * algorithm, so every algorithm starts from the same empty tables.
  */
 import { createHash } from "node:crypto";
-import { RespClient, type RespReply, replyToJs } from "../dev/resp.js";
+import { RespClient, type RespReply, replyToJs } from "@sluice/dev";
 import { loadConfig, type Limit } from "../src/config/index.js";
 import { hashIdentifier } from "../src/keys/hash.js";
 import { bucketKey } from "../src/store/layout.js";

@@ -7,7 +7,7 @@
  * each isolate is asked, every 10 ms, until it answers from Redis again.
  */
 import type { Miniflare } from "miniflare";
-import type { BridgeMode } from "../dev/bridge.js";
+import type { BridgeMode } from "@sluice/dev";
 import { type EdgeStack, edgeConfig, FROM_EU, outcomesOf, OVER, p50p99, paced, sleep, UNDER, warm } from "./edge.js";
 import { hit, type Place } from "./request.js";
 import { disposeWorker } from "./stack.js";

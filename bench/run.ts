@@ -24,7 +24,7 @@ import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { replyToJs } from "../dev/resp.js";
+import { replyToJs } from "@sluice/dev";
 import { type BilledResult, measureBilled } from "./billed.js";
 import { type BoundaryResult, measureBoundary } from "./boundary.js";
 import { writeCharts } from "./chart-files.js";
@@ -518,7 +518,7 @@ function renderSplit(out: string[], sp: SplitResult): void {
   out.push(
     "   seconds = the seconds the means cover: after the first rebalance has taken effect (static: after the first second), or after the cut.",
     "   worst 1 s = most admitted in any one-second window of the whole run (sliding in 10 ms steps); over = worst − rate (negative: under).",
-    "   Buckets follow decide.lua's arithmetic and shares come from the production splitShares (test/support/split-simulation.ts): exact, not sampled.",
+    "   Buckets follow decide.lua's arithmetic and shares come from the production splitShares (dev/split-simulation.ts): exact, not sampled.",
   );
 }
 

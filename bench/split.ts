@@ -4,11 +4,11 @@
  * sluice's split, rebalanced every second and every 5 s (the default `rebalance_every`), and the
  * same with the smallest region cut off from the rebalancer at second 20 while its demand surges.
  *
- * Pure computation: `simulateSplit` (test/support/split-simulation.ts) runs each region's bucket
+ * Pure computation: `simulateSplit` (dev/split-simulation.ts) runs each region's bucket
  * with decide.lua's arithmetic on a simulated clock and rebalances with the production
  * `splitShares`, so the figures are exact and the same on every machine.
  */
-import { simulateSplit, type SplitScenario } from "../test/support/split-simulation.js";
+import { simulateSplit, type SplitScenario } from "@sluice/dev";
 import type { Share } from "../src/region/shares.js";
 import { round } from "./stats.js";
 

@@ -1,10 +1,11 @@
-import { equalShare, splitShares, type Share } from "../../src/region/shares.js";
+import { equalShare, splitShares, type Share } from "../src/region/shares.js";
 
 /**
  * A deterministic simulation of a `split` limit across regions, on a simulated clock: each
  * region's bucket follows decide.lua's arithmetic (integer units, rescaled and clamped when its
  * share changes), each region records its attempts, and a rebalancer recomputes shares with the
- * production `splitShares` every interval. Used by the tests and by `npm run bench`.
+ * production `splitShares` every interval. Used by the split tests and by `npm run bench`
+ * (section 4), so it lives here, below both.
  */
 export interface SplitScenario {
   rate: number;
