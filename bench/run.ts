@@ -15,7 +15,7 @@
  *  11. origin protection: no limit, fixed in-flight caps and the adaptive limit in front of a
  *      queueing origin under twice its capacity
  *
- * Prints a table and writes bench/results/bench-<ISO date>.json and bench/results/latest.json, and the
+ * Prints a table and writes bench/results/runs/bench-<ISO date>.json and bench/results/latest.json, and the
  * charts of bench/charts.ts as bench/results/charts/<name>.svg (`npm run bench:charts` redraws them from a JSON).
  * `--quick` runs every part with small counts (a smoke test; its figures are noisy).
  */
@@ -48,6 +48,7 @@ import { fmt, table } from "./table.js";
 
 const RESULTS_DIR = resolve("bench/results");
 const CHARTS_DIR = join(RESULTS_DIR, "charts");
+const RUNS_DIR = join(RESULTS_DIR, "runs");
 
 interface Sizes {
   decisions: number;
@@ -785,15 +786,19 @@ const signed = (n: number): string => `${n >= 0 ? "+" : ""}${n.toFixed(3)}`;
 // ---------------------------------------------------------------------------------------------
 // Results and environment
 
-/** A quick run writes its own file only: latest.json always holds full-size figures. */
+/**
+ * Every run goes to bench/results/runs/ (ignored by git: a run is committed only when the docs cite
+ * it, by moving it up to bench/results/); a full run also replaces latest.json, which is committed.
+ * A quick run writes its own file only: latest.json always holds full-size figures.
+ */
 function writeResults(name: string, started: Date, result: unknown, latest: boolean): string {
-  mkdirSync(RESULTS_DIR, { recursive: true });
+  mkdirSync(RUNS_DIR, { recursive: true });
   const stamp = started
     .toISOString()
     .replace(/:/g, "-")
     .replace(/\.\d+Z$/, "Z");
   const text = `${JSON.stringify(result, null, 2)}\n`;
-  const file = join(RESULTS_DIR, `${name}-${stamp}.json`);
+  const file = join(RUNS_DIR, `${name}-${stamp}.json`);
   for (const target of latest ? [file, join(RESULTS_DIR, "latest.json")] : [file]) {
     const tmp = target.replace(/\.json$/, ".tmp.json");
     writeFileSync(tmp, text);
