@@ -123,6 +123,11 @@ export async function measureRegions(
   return { options: opts, from: FROM_EU, steps, problems };
 }
 
+const ROUTES = [
+  { key: "region" as const, label: "/r scope region", path: PATH_REGION },
+  { key: "global" as const, label: "/g scope global", path: PATH_GLOBAL },
+];
+
 async function step(
   mf: Miniflare,
   home: Tap,
@@ -131,10 +136,7 @@ async function step(
   opts: RegionsOptions,
   injected: number,
 ): Promise<LatencyStep> {
-  const routes = [
-    { key: "region" as const, label: "/r scope region", path: PATH_REGION },
-    { key: "global" as const, label: "/g scope global", path: PATH_GLOBAL },
-  ];
+  const routes = ROUTES;
   for (const r of routes) for (let i = 0; i < opts.warmup; i++) await hit(mf, r.path, ips.take(), FROM_EU);
   const samples = routes.map(() => [] as number[]);
   const outcomes = routes.map(() => new Outcomes("allow", EXPECTED_REGION));
