@@ -88,101 +88,30 @@ const QUICK: Sizes = {
   protect: { limits: [4, 16], rate: 80, warmupMs: 500, learnMs: 3000, durationMs: 1500 },
 };
 
+type Step = (what: string) => void;
+
 async function main(): Promise<number> {
   const { values } = parseArgs({ options: { quick: { type: "boolean", default: false } } });
   const sizes = values.quick ? QUICK : FULL;
   const cleanup = new Cleanup();
-  let stopping = false;
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (stopping) return;
-    stopping = true;
-    console.error(`\nbench: ${signal}, stopping everything`);
-    void cleanup.run().finally(() => process.exit(signal === "SIGINT" ? 130 : 143));
-  };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
-
+  stopOnSignals(cleanup);
   const started = new Date();
   const t0 = performance.now();
-  const step = (what: string) => console.error(`bench: [${((performance.now() - t0) / 1000).toFixed(1)} s] ${what}`);
+  const step: Step = (what) => console.error(`bench: [${((performance.now() - t0) / 1000).toFixed(1)} s] ${what}`);
   try {
-    step("building the Worker with wrangler (.wrangler/bench-build) and starting redis-server, bridge, origin");
-    // All at once; allSettled so nothing is still starting when cleanup runs after a failure.
-    const bundle = buildWorker(cleanup);
-    const starting = startStack(cleanup, bundle);
-    // Sections 6 and 7 need only Redis: they run while wrangler builds, on a Redis nothing else has
-    // touched yet (so used_memory moves only with their own keys), and before section 1 counts.
-    const early = starting.then((stack) => measureEarly(stack, cleanup, sizes, step));
-    const [built, stackResult, earlyResult] = await Promise.allSettled([bundle, starting, early]);
-    if (built.status === "rejected") throw built.reason;
-    if (stackResult.status === "rejected") throw stackResult.reason;
-    if (earlyResult.status === "rejected") throw earlyResult.reason;
-    const stack = stackResult.value;
-    const { memory, boundary } = earlyResult.value;
+    const { stack, memory, boundary } = await startAll(cleanup, sizes, step);
     const ips = new IpSource();
-
-    step(`1/11 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
-    const decisions = await measureDecisions(stack, cleanup, ips, sizes.decisions);
-
-    step(
-      `2/11 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`,
-    );
-    const on = await stack.worker(LIMITED);
-    const off = await stack.worker(UNLIMITED);
-    const latency = await measureLatency(
-      [
-        { key: "off", label: "limiting off (routes: [])", mf: off, path: PATH_UNLIMITED, expect: "allow" },
-        { key: "on_1", label: "sluice, 1 limit", mf: on, path: PATH_ONE, expect: "allow" },
-        { key: "on_4", label: "sluice, 4 limits", mf: on, path: PATH_FOUR, expect: "allow" },
-      ],
-      ips,
-      sizes.latency,
-    );
-
-    step(
-      `3/11 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`,
-    );
-    const scripts = await measureScripts(stack, cleanup, sizes.redisBenchmark);
-
-    step("4/11 split limit across four regions: static equal split vs sluice's split (simulated clock, 60 s)");
-    const split = measureSplit();
-
-    const r = sizes.regions;
-    step(
-      `5/11 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`,
-    );
-    const regions = await measureRegions(stack, cleanup, ips, sizes.regions);
-
-    const edge = await startEdgeStack(stack, cleanup);
-    step(
-      `10/11 billed commands per decision (${sizes.billedDecisions} per row; INFO commandstats of a Redis of its own)`,
-    );
-    const billed = await measureBilled(edge, cleanup, ips, sizes.billedDecisions);
-    const ds = sizes.distance;
-    step(
-      `8/11 distance: Redis +${ds.latencies.join(" / +")} ms, 2 isolates, clients at ${ds.rate}/s under and over their limits for ${ds.durationMs / 1000} s`,
-    );
-    const distance = await measureDistance(stack, edge, cleanup, ips, ds);
-    const os = sizes.outage;
-    step(
-      `9/11 outage: Redis hung, then refusing, ${os.rate}/s for ${os.durationMs / 1000} s under on_store_error ${os.policies.join(" / ")}`,
-    );
-    const outage = await measureOutage(edge, ips, os);
-    const ps = sizes.protect;
-    step(
-      `11/11 origin protection: ${ps.rate}/s open loop for ${ps.durationMs / 1000} s per case, no limit, caps ${ps.limits.join(" / ")}, adaptive`,
-    );
-    const protect = await measureProtect(edge, cleanup, ips, ps);
-
+    const local = await measureOnStack(stack, cleanup, ips, sizes, step);
+    const edge = await measureAtTheEdge(stack, cleanup, ips, sizes, step);
     const problems = [
-      ...findProblems(decisions, latency),
-      ...split.problems,
-      ...regions.problems,
+      ...findProblems(local.decisions, local.latency),
+      ...local.split.problems,
+      ...local.regions.problems,
       ...boundary.problems,
-      ...distance.problems,
-      ...outage.problems,
-      ...billed.problems,
-      ...protect.problems,
+      ...edge.distance.problems,
+      ...edge.outage.problems,
+      ...edge.billed.problems,
+      ...edge.protect.problems,
     ];
     const redisVersion = await serverVersion(stack.resp.send(["INFO", "server"]));
     const finished = new Date();
@@ -194,36 +123,128 @@ async function main(): Promise<number> {
       quick: values.quick,
       environment: environment(redisVersion),
       sizes,
-      decisions,
-      latency,
-      scripts,
-      split,
-      regions,
+      // the sections in the order the JSON has always had them
+      ...local,
       memory,
       boundary,
-      distance,
-      outage,
-      billed,
-      protect,
+      ...edge,
       problems,
     };
     step("done; stopping the stack");
-    console.log(render(result));
-    const file = writeResults(result.name, started, result, !values.quick);
-    console.log(
-      `\nresults: ${relative(process.cwd(), file)}${values.quick ? "" : " and bench/results/latest.json"} (${result.duration_s} s)`,
-    );
-    // drawn in a quick run too (a check of the chart code), written only for a full one, like latest.json
-    const charts = chartsFromResults(result);
-    console.log(
-      values.quick
-        ? `charts: ${charts.length} drawn, not written (--quick)`
-        : `charts: ${writeCharts(CHARTS_DIR, charts).length} SVG files in bench/results/charts`,
-    );
+    report(result, started);
     return 0;
   } finally {
     await cleanup.run();
   }
+}
+
+/** Ctrl-C or SIGTERM: stop every process the bench started, then exit as the signal says. */
+function stopOnSignals(cleanup: Cleanup): void {
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) return;
+    stopping = true;
+    console.error(`\nbench: ${signal}, stopping everything`);
+    void cleanup.run().finally(() => process.exit(signal === "SIGINT" ? 130 : 143));
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+}
+
+/** The Worker's build, the stack, and sections 6 and 7 while wrangler builds. */
+async function startAll(cleanup: Cleanup, sizes: Sizes, step: Step) {
+  step("building the Worker with wrangler (.wrangler/bench-build) and starting redis-server, bridge, origin");
+  // All at once; allSettled so nothing is still starting when cleanup runs after a failure.
+  const bundle = buildWorker(cleanup);
+  const starting = startStack(cleanup, bundle);
+  // Sections 6 and 7 need only Redis: they run while wrangler builds, on a Redis nothing else has
+  // touched yet (so used_memory moves only with their own keys), and before section 1 counts.
+  const early = starting.then((stack) => measureEarly(stack, cleanup, sizes, step));
+  const [built, stackResult, earlyResult] = await Promise.allSettled([bundle, starting, early]);
+  if (built.status === "rejected") throw built.reason;
+  if (stackResult.status === "rejected") throw stackResult.reason;
+  if (earlyResult.status === "rejected") throw earlyResult.reason;
+  return { stack: stackResult.value, ...earlyResult.value };
+}
+
+/** Sections 1 to 5, on the bench's own stack. */
+async function measureOnStack(stack: BenchStack, cleanup: Cleanup, ips: IpSource, sizes: Sizes, step: Step) {
+  step(`1/11 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
+  const decisions = await measureDecisions(stack, cleanup, ips, sizes.decisions);
+
+  step(
+    `2/11 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`,
+  );
+  const on = await stack.worker(LIMITED);
+  const off = await stack.worker(UNLIMITED);
+  const latency = await measureLatency(
+    [
+      { key: "off", label: "limiting off (routes: [])", mf: off, path: PATH_UNLIMITED, expect: "allow" },
+      { key: "on_1", label: "sluice, 1 limit", mf: on, path: PATH_ONE, expect: "allow" },
+      { key: "on_4", label: "sluice, 4 limits", mf: on, path: PATH_FOUR, expect: "allow" },
+    ],
+    ips,
+    sizes.latency,
+  );
+
+  step(
+    `3/11 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`,
+  );
+  const scripts = await measureScripts(stack, cleanup, sizes.redisBenchmark);
+
+  step("4/11 split limit across four regions: static equal split vs sluice's split (simulated clock, 60 s)");
+  const split = measureSplit();
+
+  const r = sizes.regions;
+  step(
+    `5/11 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`,
+  );
+  const regions = await measureRegions(stack, cleanup, ips, sizes.regions);
+  return { decisions, latency, scripts, split, regions };
+}
+
+/** Sections 8 to 11, on a Redis and bridge of their own (10 first: its commandstats count nothing else). */
+async function measureAtTheEdge(stack: BenchStack, cleanup: Cleanup, ips: IpSource, sizes: Sizes, step: Step) {
+  const edge = await startEdgeStack(stack, cleanup);
+  step(
+    `10/11 billed commands per decision (${sizes.billedDecisions} per row; INFO commandstats of a Redis of its own)`,
+  );
+  const billed = await measureBilled(edge, cleanup, ips, sizes.billedDecisions);
+  const ds = sizes.distance;
+  step(
+    `8/11 distance: Redis +${ds.latencies.join(" / +")} ms, 2 isolates, clients at ${ds.rate}/s under and over their limits for ${ds.durationMs / 1000} s`,
+  );
+  const distance = await measureDistance(stack, edge, cleanup, ips, ds);
+  const os = sizes.outage;
+  step(
+    `9/11 outage: Redis hung, then refusing, ${os.rate}/s for ${os.durationMs / 1000} s under on_store_error ${os.policies.join(" / ")}`,
+  );
+  const outage = await measureOutage(edge, ips, os);
+  const ps = sizes.protect;
+  step(
+    `11/11 origin protection: ${ps.rate}/s open loop for ${ps.durationMs / 1000} s per case, no limit, caps ${ps.limits.join(" / ")}, adaptive`,
+  );
+  const protect = await measureProtect(edge, cleanup, ips, ps);
+  return { distance, outage, billed, protect };
+}
+
+/** Prints the tables, writes the JSON and (for a full run) the charts, and says where. */
+function report(
+  result: BenchResult & { name: string; started_at: string; quick: boolean; duration_s: number },
+  started: Date,
+): void {
+  console.log(render(result));
+  const file = writeResults(result.name, started, result, !result.quick);
+  console.log(
+    `\nresults: ${relative(process.cwd(), file)}${result.quick ? "" : " and bench/results/latest.json"} (${result.duration_s} s)`,
+  );
+  // drawn in a quick run too (a check of the chart code), written only for a full one, like latest.json
+  const charts = chartsFromResults(result);
+  console.log(
+    result.quick
+      ? `charts: ${charts.length} drawn, not written (--quick)`
+      : `charts: ${writeCharts(CHARTS_DIR, charts).length} SVG files in bench/results/charts`,
+  );
 }
 
 /**
@@ -234,7 +255,7 @@ async function measureEarly(
   stack: BenchStack,
   cleanup: Cleanup,
   sizes: Sizes,
-  step: (what: string) => void,
+  step: Step,
 ): Promise<{ memory: MemoryResult; boundary: BoundaryResult }> {
   const source = decideLuaForRedis();
   const call = (await importDecide()).scriptCall;
