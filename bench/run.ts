@@ -105,13 +105,9 @@ async function main(): Promise<number> {
     const edge = await measureAtTheEdge(stack, cleanup, ips, sizes, step);
     const problems = [
       ...findProblems(local.decisions, local.latency),
-      ...local.split.problems,
-      ...local.regions.problems,
-      ...boundary.problems,
-      ...edge.distance.problems,
-      ...edge.outage.problems,
-      ...edge.billed.problems,
-      ...edge.protect.problems,
+      ...[local.split, local.regions, boundary, edge.distance, edge.outage, edge.billed, edge.protect].flatMap(
+        (section) => section.problems,
+      ),
     ];
     const redisVersion = await serverVersion(stack.resp.send(["INFO", "server"]));
     const finished = new Date();
@@ -341,27 +337,44 @@ function render(result: BenchResult): string {
   out.push(
     `sluice bench (${env.git}) on ${env.cpus}× ${env.cpu_model}, node ${env.node}, redis ${env.redis}, miniflare ${env.miniflare}`,
   );
+  renderDecisions(out, d, sizes);
+  renderLatency(out, l);
+  renderScripts(out, s);
+  renderSplit(out, sp);
+  renderRegions(out, rg);
+  renderMemory(out, mem);
+  renderBoundary(out, bd);
+  renderDistance(out, edge.distance);
+  renderOutage(out, edge.outage);
+  renderBilled(out, edge.billed);
+  renderFeatures(out, edge.billed.features);
+  renderProtect(out, edge.protect);
+  renderChecks(out, problems);
+  return out.join("\n");
+}
 
+const calls = (r: DecisionCounts) =>
+  Object.entries(r.script_calls)
+    .map(([c, n]) => `${c} ${n}${r.failed_commands[c] ? `, ${r.failed_commands[c]} failed` : ""}`)
+    .join(" + ") || "none";
+const inside = (r: DecisionCounts) =>
+  Object.entries(r.inside_script_per_decision)
+    .map(([c, n]) => `${c.toUpperCase()} ${n}`)
+    .join(" + ");
+const other = (r: DecisionCounts) =>
+  `${r.other_http_requests}${
+    r.other_http_requests > 0
+      ? ` (${Object.entries(r.other_http_commands)
+          .map(([c, n]) => `${c.toUpperCase()} ${n}`)
+          .join(", ")})`
+      : ""
+  }`;
+
+function renderDecisions(out: string[], d: DecisionResult, sizes: Sizes): void {
   out.push(
     "",
     `1. Redis requests per decision (${sizes.decisions} allowed requests per route, each from a distinct CF-Connecting-IP)`,
   );
-  const calls = (r: DecisionCounts) =>
-    Object.entries(r.script_calls)
-      .map(([c, n]) => `${c} ${n}${r.failed_commands[c] ? `, ${r.failed_commands[c]} failed` : ""}`)
-      .join(" + ") || "none";
-  const inside = (r: DecisionCounts) =>
-    Object.entries(r.inside_script_per_decision)
-      .map(([c, n]) => `${c.toUpperCase()} ${n}`)
-      .join(" + ");
-  const other = (r: DecisionCounts) =>
-    `${r.other_http_requests}${
-      r.other_http_requests > 0
-        ? ` (${Object.entries(r.other_http_commands)
-            .map(([c, n]) => `${c.toUpperCase()} ${n}`)
-            .join(", ")})`
-        : ""
-    }`;
   out.push(
     table(
       [
@@ -389,7 +402,9 @@ function render(result: BenchResult): string {
     "   Cold start: the first decision on a Redis whose script cache lacks decide.lua, in a fresh isolate: it sends the script's body",
     "   (EVAL, one request; EVALSHA once it has seen Redis run it). Its first request also waits for the first load of the lists (HGETALL).",
   );
+}
 
+function renderLatency(out: string[], l: LatencyResult): void {
   const seq = l.sequential;
   out.push(
     "",
@@ -412,7 +427,10 @@ function render(result: BenchResult): string {
       }),
     ),
   );
-  const con = l.concurrent;
+  renderConcurrent(out, l.concurrent);
+}
+
+function renderConcurrent(out: string[], con: LatencyResult["concurrent"]): void {
   out.push(
     "",
     `   ${con.clients} concurrent clients, ${con.requests} requests per variant (${con.rounds} rounds, order alternated)`,
@@ -437,7 +455,9 @@ function render(result: BenchResult): string {
   out.push(
     "   Everything (Worker in workerd, bridge, origin, Redis, this driver) shares one machine: absolute figures are local, the difference is the point.",
   );
+}
 
+function renderScripts(out: string[], s: ScriptResult): void {
   const o = s.options;
   out.push(
     "",
@@ -469,17 +489,9 @@ function render(result: BenchResult): string {
           .join(" │ ")}`,
     ),
   );
+}
 
-  renderSplit(out, sp);
-  renderRegions(out, rg);
-  renderMemory(out, mem);
-  renderBoundary(out, bd);
-  renderDistance(out, edge.distance);
-  renderOutage(out, edge.outage);
-  renderBilled(out, edge.billed);
-  renderFeatures(out, edge.billed.features);
-  renderProtect(out, edge.protect);
-
+function renderChecks(out: string[], problems: string[]): void {
   out.push("");
   if (problems.length === 0) {
     out.push(
@@ -493,7 +505,6 @@ function render(result: BenchResult): string {
       "        every feature row answered as expected, MONITOR and commandstats agreed; no fixed cap was exceeded at the origin.",
     );
   } else out.push("PROBLEMS:", ...problems.map((p) => `  - ${p}`));
-  return out.join("\n");
 }
 
 function renderSplit(out: string[], sp: SplitResult): void {
