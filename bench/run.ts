@@ -539,6 +539,16 @@ function renderSplit(out: string[], sp: SplitResult): void {
       ]),
     ),
   );
+  renderCutOffs(out, sp);
+  out.push(
+    "   seconds = the seconds the means cover: after the first rebalance has taken effect (static: after the first second), or after the cut.",
+    "   worst 1 s = most admitted in any one-second window of the whole run (sliding in 10 ms steps); over = worst − rate (negative: under).",
+    "   Buckets follow decide.lua's arithmetic and shares come from the production splitShares (dev/split-simulation.ts): exact, not sampled.",
+  );
+}
+
+function renderCutOffs(out: string[], sp: SplitResult): void {
+  const sc = sp.scenario;
   for (const v of sp.variants) {
     const c = v.cut_off;
     if (!c) continue;
@@ -548,11 +558,6 @@ function renderSplit(out: string[], sp: SplitResult): void {
         ` largest after ${share(c.max_share_after_cut)}; ${c.region} admitted ${c.admitted_per_s_after_cut.toFixed(1)}/s after the cut; worst one-second window ${v.worst_second} (ceiling rate + burst = ${sc.rate + sc.burst}).`,
     );
   }
-  out.push(
-    "   seconds = the seconds the means cover: after the first rebalance has taken effect (static: after the first second), or after the cut.",
-    "   worst 1 s = most admitted in any one-second window of the whole run (sliding in 10 ms steps); over = worst − rate (negative: under).",
-    "   Buckets follow decide.lua's arithmetic and shares come from the production splitShares (dev/split-simulation.ts): exact, not sampled.",
-  );
 }
 
 function renderRegions(out: string[], rg: RegionsResult): void {
@@ -562,8 +567,6 @@ function renderRegions(out: string[], rg: RegionsResult): void {
     `5. global vs region limit, requests from ${rg.from.continent}/${rg.from.colo}, home Redis (us) made far by latency injected in its bridge: dispatchFetch wall time in ms`,
     `   (${o.requests} sequential per route and latency after ${o.warmup} warm-up, routes interleaved in blocks of ${o.block}; eu's Redis untouched)`,
   );
-  const base = rg.steps[0];
-  const baseMedian = (key: string) => base?.routes.find((r) => r.key === key)?.latency.median_ms;
   out.push(
     table(
       [
@@ -577,22 +580,7 @@ function renderRegions(out: string[], rg: RegionsResult): void {
         "added median (global − region)",
         "added p99",
       ],
-      rg.steps.flatMap((st) =>
-        st.routes.map((r, i) => {
-          const b = baseMedian(r.key);
-          return [
-            i === 0 ? `+${st.injected_ms} ms` : "",
-            r.label,
-            ms(r.latency.median_ms),
-            ms(r.latency.p99_ms),
-            b === undefined || st === base ? "—" : signed(r.latency.median_ms - b),
-            `${fmt(r.home_requests_per_decision)} / ${fmt(r.eu_requests_per_decision)}`,
-            `${r.home_other_requests} / ${r.eu_other_requests}`,
-            r.key === "global" ? signed(st.added_median_ms) : "",
-            r.key === "global" ? signed(st.added_p99_ms) : "",
-          ];
-        }),
-      ),
+      regionRows(rg),
     ),
   );
   out.push(
@@ -600,6 +588,27 @@ function renderRegions(out: string[], rg: RegionsResult): void {
     "   decision (counted by a tap in front of each bridge): the region limit is decided in eu's Redis, the global one in the home Redis, one",
     "   round trip each. Background = the Worker's other requests in all (metrics flush, lists refresh: home region, off the request path).",
     "   timeout_ms is 1000, so nothing is degraded.",
+  );
+}
+
+function regionRows(rg: RegionsResult): string[][] {
+  const base = rg.steps[0];
+  const baseMedian = (key: string) => base?.routes.find((r) => r.key === key)?.latency.median_ms;
+  return rg.steps.flatMap((st) =>
+    st.routes.map((r, i) => {
+      const b = baseMedian(r.key);
+      return [
+        i === 0 ? `+${st.injected_ms} ms` : "",
+        r.label,
+        ms(r.latency.median_ms),
+        ms(r.latency.p99_ms),
+        b === undefined || st === base ? "—" : signed(r.latency.median_ms - b),
+        `${fmt(r.home_requests_per_decision)} / ${fmt(r.eu_requests_per_decision)}`,
+        `${r.home_other_requests} / ${r.eu_other_requests}`,
+        r.key === "global" ? signed(st.added_median_ms) : "",
+        r.key === "global" ? signed(st.added_p99_ms) : "",
+      ];
+    }),
   );
 }
 
@@ -701,20 +710,7 @@ function renderDistance(out: string[], d: DistanceResult): void {
         "decided w/o request",
         "bucket after stop / +settle",
       ],
-      d.steps.flatMap((s) =>
-        s.clients.map((c, i) => [
-          i === 0 ? `+${s.injected_ms} ms (RTT +${s.effective_added_rtt_ms.toFixed(1)})` : "",
-          c.label,
-          `${c.admitted} / ${c.ideal}${c.schedule_exact === null ? "" : ` (${c.schedule_exact})`}`,
-          c.key === "over" ? String(c.under_admission) : c.bucket ? `${c.bucket.missing_right_after} tok.` : "—",
-          String(c.degraded),
-          c.p50_ms === null ? "—" : ms(c.p50_ms),
-          c.p99_ms === null ? "—" : ms(c.p99_ms),
-          fmt(c.redis_requests_per_decision),
-          String(c.decided_without_request),
-          c.bucket ? `${c.bucket.right_after} / ${c.bucket.after_settle} of ${c.bucket.burst}` : "—",
-        ]),
-      ),
+      distanceRows(d),
     ),
   );
   out.push(
@@ -727,6 +723,23 @@ function renderDistance(out: string[], d: DistanceResult): void {
     leases
       ? "   Leases are in this build: some decisions of the under-limit client were made without a Redis request."
       : "   No decision was made without a Redis request: no token leases in this build (the under-admission of leases is not measurable here).",
+  );
+}
+
+function distanceRows(d: DistanceResult): string[][] {
+  return d.steps.flatMap((s) =>
+    s.clients.map((c, i) => [
+      i === 0 ? `+${s.injected_ms} ms (RTT +${s.effective_added_rtt_ms.toFixed(1)})` : "",
+      c.label,
+      `${c.admitted} / ${c.ideal}${c.schedule_exact === null ? "" : ` (${c.schedule_exact})`}`,
+      c.key === "over" ? String(c.under_admission) : c.bucket ? `${c.bucket.missing_right_after} tok.` : "—",
+      String(c.degraded),
+      c.p50_ms === null ? "—" : ms(c.p50_ms),
+      c.p99_ms === null ? "—" : ms(c.p99_ms),
+      fmt(c.redis_requests_per_decision),
+      String(c.decided_without_request),
+      c.bucket ? `${c.bucket.right_after} / ${c.bucket.after_settle} of ${c.bucket.burst}` : "—",
+    ]),
   );
 }
 
