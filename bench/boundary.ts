@@ -8,7 +8,7 @@
  */
 import { RespError, type RespClient } from "@sluice/dev";
 import { loadConfig, type Limit } from "../src/config/index.js";
-import type { scriptCall } from "../src/features/rate-limit/decision/decide.js";
+import type { scriptCall } from "../src/features/rate-limit/decision/decision.js";
 import type { LimitInput } from "./config.js";
 
 type Call = typeof scriptCall;

@@ -1,7 +1,7 @@
 /**
  * Lets this Node process import `lua/*.lua` as text, as wrangler's Text module rule does in the
  * Worker and the `lua-text` plugin does under vitest. The bench needs it to use the Worker's own
- * code that imports decide.lua (`scriptCall` in src/features/rate-limit/decision/decide.ts); tsx alone refuses `.lua`
+ * code that imports decide.lua (`scriptCall` in src/features/rate-limit/decision/decision.ts); tsx alone refuses `.lua`
  * with ERR_UNKNOWN_FILE_EXTENSION. Only a dynamic import after `allowLuaText()` sees the hook:
  * a static import is loaded before any of the importing module's code runs.
  */
@@ -27,8 +27,8 @@ export function allowLuaText(): void {
   registered = true;
 }
 
-/** src/features/rate-limit/decision/decide.ts (which imports lua/decide.lua), loaded with the hook in place. */
-export async function importDecide(): Promise<typeof import("../src/features/rate-limit/decision/decide.js")> {
+/** src/features/rate-limit/decision/decision.ts (which imports lua/decide.lua through script-call.ts), loaded with the hook in place. */
+export async function importDecide(): Promise<typeof import("../src/features/rate-limit/decision/decision.js")> {
   allowLuaText();
-  return import("../src/features/rate-limit/decision/decide.js");
+  return import("../src/features/rate-limit/decision/decision.js");
 }

@@ -11,9 +11,9 @@
 import { createHash } from "node:crypto";
 import { RespClient, type RespReply, replyToJs } from "@sluice/dev";
 import { loadConfig, type Limit } from "../src/config/index.js";
-import { hashIdentifier } from "../src/keys/hash.js";
+import { hashIdentifier } from "../src/identity/hash.js";
 import { bucketKey } from "../src/store/layout.js";
-import type { scriptCall } from "../src/features/rate-limit/decision/decide.js";
+import type { scriptCall } from "../src/features/rate-limit/decision/decision.js";
 import type { LimitInput } from "./config.js";
 import type { Cleanup } from "./stack.js";
 import { IpSource, percentile } from "./stats.js";

@@ -14,10 +14,14 @@
  *      each #14 feature costs in Redis, on the request path and in the background
  *  11. origin protection: no limit, fixed in-flight caps and the adaptive limit in front of a
  *      queueing origin under twice its capacity
+ *  12. against @upstash/ratelimit: the same Worker written with each, sizes, evaluation time, Redis
+ *      requests and billed commands per decision, p50/p99, on sparse, hot and bursty traffic
  *
  * Prints a table and writes bench/results/runs/bench-<ISO date>.json and bench/results/latest.json, and the
  * charts of bench/charts.ts as bench/results/charts/<name>.svg (`npm run bench:charts` redraws them from a JSON).
- * `--quick` runs every part with small counts (a smoke test; its figures are noisy).
+ * `--quick` runs every part with small counts (a smoke test; its figures are noisy). `--only anchor`
+ * runs section 12 alone (writes runs/bench-anchor-<ISO date>.json, not latest.json).
+ * A full run (and `--only anchor` without `--quick`) regenerates the marked table in README.md and docs/benchmarks.md.
  */
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
@@ -25,6 +29,9 @@ import { cpus, totalmem } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { replyToJs } from "@sluice/dev";
+import type { AnchorResult } from "./anchor/figures.js";
+import { type AnchorOptions, measureAnchor } from "./anchor/index.js";
+import { ANCHOR_FULL, ANCHOR_QUICK, publishAnchor, renderAnchorSection } from "./anchor/section.js";
 import { type BilledResult, measureBilled } from "./billed.js";
 import { type BoundaryResult, measureBoundary } from "./boundary.js";
 import { writeCharts } from "./chart-files.js";
@@ -62,6 +69,7 @@ interface Sizes {
   /** Section 10: decisions per row. */
   billedDecisions: number;
   protect: ProtectOptions;
+  anchor: AnchorOptions;
 }
 
 const FULL: Sizes = {
@@ -74,6 +82,7 @@ const FULL: Sizes = {
   outage: { rate: 80, durationMs: 3000, recoveryLimitMs: 5000, policies: ["local", "open", "closed"] },
   billedDecisions: 200,
   protect: { limits: [2, 4, 8, 16, 24], rate: 80, warmupMs: 1000, learnMs: 15_000, durationMs: 6000 },
+  anchor: ANCHOR_FULL,
 };
 
 const QUICK: Sizes = {
@@ -86,12 +95,13 @@ const QUICK: Sizes = {
   outage: { rate: 80, durationMs: 400, recoveryLimitMs: 5000, policies: ["local"] },
   billedDecisions: 20,
   protect: { limits: [4, 16], rate: 80, warmupMs: 500, learnMs: 3000, durationMs: 1500 },
+  anchor: ANCHOR_QUICK,
 };
 
 type Step = (what: string) => void;
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({ options: { quick: { type: "boolean", default: false } } });
+  const values = options();
   const sizes = values.quick ? QUICK : FULL;
   const cleanup = new Cleanup();
   stopOnSignals(cleanup);
@@ -99,15 +109,14 @@ async function main(): Promise<number> {
   const t0 = performance.now();
   const step: Step = (what) => console.error(`bench: [${((performance.now() - t0) / 1000).toFixed(1)} s] ${what}`);
   try {
+    if (values.only === "anchor") return await runAnchorOnly(cleanup, values.quick, started, step);
     const { stack, memory, boundary } = await startAll(cleanup, sizes, step);
     const ips = new IpSource();
     const local = await measureOnStack(stack, cleanup, ips, sizes, step);
     const edge = await measureAtTheEdge(stack, cleanup, ips, sizes, step);
     const problems = [
       ...findProblems(local.decisions, local.latency),
-      ...[local.split, local.regions, boundary, edge.distance, edge.outage, edge.billed, edge.protect].flatMap(
-        (section) => section.problems,
-      ),
+      ...[local.split, local.regions, boundary, ...Object.values(edge)].flatMap((section) => section.problems),
     ];
     const redisVersion = await serverVersion(stack.resp.send(["INFO", "server"]));
     const finished = new Date();
@@ -128,10 +137,22 @@ async function main(): Promise<number> {
     };
     step("done; stopping the stack");
     report(result, started);
+    if (!values.quick)
+      docsWritten(publishAnchor(edge.anchor, { started, revision: result.environment.git, command: "npm run bench" }));
     return 0;
   } finally {
     await cleanup.run();
   }
+}
+
+/** `--quick` (small counts) and `--only anchor` (section 12 alone). */
+function options(): { quick: boolean; only?: string } {
+  const { values } = parseArgs({
+    options: { quick: { type: "boolean", default: false }, only: { type: "string" } },
+  });
+  if (values.only !== undefined && values.only !== "anchor")
+    throw new Error(`--only ${values.only}: the only section that runs alone is "anchor"`);
+  return values;
 }
 
 /** Ctrl-C or SIGTERM: stop every process the bench started, then exit as the signal says. */
@@ -199,7 +220,7 @@ async function measureOnStack(stack: BenchStack, cleanup: Cleanup, ips: IpSource
   return { decisions, latency, scripts, split, regions };
 }
 
-/** Sections 8 to 11, on a Redis and bridge of their own (10 first: its commandstats count nothing else). */
+/** Sections 8 to 11, on a Redis and bridge of their own (10 first: its commandstats count nothing else), then 12 on its own. */
 async function measureAtTheEdge(stack: BenchStack, cleanup: Cleanup, ips: IpSource, sizes: Sizes, step: Step) {
   const edge = await startEdgeStack(stack, cleanup);
   step(
@@ -221,7 +242,8 @@ async function measureAtTheEdge(stack: BenchStack, cleanup: Cleanup, ips: IpSour
     `11/11 origin protection: ${ps.rate}/s open loop for ${ps.durationMs / 1000} s per case, no limit, caps ${ps.limits.join(" / ")}, adaptive`,
   );
   const protect = await measureProtect(edge, cleanup, ips, ps);
-  return { distance, outage, billed, protect };
+  const anchor = await measureAnchor(cleanup, ips, sizes.anchor, step);
+  return { distance, outage, billed, protect, anchor };
 }
 
 /** Prints the tables, writes the JSON and (for a full run) the charts, and says where. */
@@ -240,6 +262,38 @@ function report(
     result.quick
       ? `charts: ${charts.length} drawn, not written (--quick)`
       : `charts: ${writeCharts(CHARTS_DIR, charts).length} SVG files in bench/results/charts`,
+  );
+}
+
+/** `--only anchor`: section 12 alone, its own JSON, and (unless `--quick`) the docs' table. */
+async function runAnchorOnly(cleanup: Cleanup, quick: boolean, started: Date, step: (what: string) => void) {
+  const anchor = await measureAnchor(cleanup, new IpSource(), quick ? ANCHOR_QUICK : ANCHOR_FULL, step);
+  const finished = new Date();
+  const env = environment("(section 12's own redis-server)");
+  const result = {
+    name: quick ? "bench-anchor-quick" : "bench-anchor",
+    started_at: started.toISOString(),
+    finished_at: finished.toISOString(),
+    duration_s: round((finished.getTime() - started.getTime()) / 1000, 1),
+    quick,
+    environment: env,
+    anchor,
+    problems: anchor.problems,
+  };
+  const out: string[] = [];
+  renderAnchorSection(out, anchor);
+  out.push("", anchor.problems.length === 0 ? "checks: every request allowed, no stray requests" : "PROBLEMS:");
+  out.push(...anchor.problems.map((p) => `  - ${p}`));
+  console.log(out.join("\n"));
+  console.log(`\nresults: ${relative(process.cwd(), writeResults(result.name, started, result, false))}`);
+  if (!quick)
+    docsWritten(publishAnchor(anchor, { started, revision: env.git, command: "npm run bench -- --only anchor" }));
+  return 0;
+}
+
+function docsWritten(files: string[]): void {
+  console.log(
+    files.length > 0 ? `docs: the anchor table rewritten in ${files.join(", ")}` : "docs: the anchor table unchanged",
   );
 }
 
@@ -326,6 +380,7 @@ interface BenchResult {
   outage: OutageResult;
   billed: BilledResult;
   protect: ProtectResult;
+  anchor: AnchorResult;
   problems: string[];
 }
 
@@ -349,6 +404,7 @@ function render(result: BenchResult): string {
   renderBilled(out, edge.billed);
   renderFeatures(out, edge.billed.features);
   renderProtect(out, edge.protect);
+  renderAnchorSection(out, result.anchor);
   renderChecks(out, problems);
   return out.join("\n");
 }

@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { stripUnknownFlags, RespError, replyToJs } from "@sluice/dev";
 import { loadConfig, type Limit } from "../src/config/index.js";
-import type { scriptCall } from "../src/features/rate-limit/decision/decide.js";
+import type { scriptCall } from "../src/features/rate-limit/decision/decision.js";
 import { type LimitInput } from "./config.js";
 import { importDecide } from "./lua-text.js";
 import { type Cleanup, commandStats, statsDelta, type BenchStack } from "./stack.js";

@@ -86,7 +86,8 @@ ARGV[3]  override_idx: 0 when the caller passes the overrides in ARGV (its isola
          younger than a second, or the hash is too large to copy). The hash:
          {key_prefix}:{route}:overrides, fields "{limit}:{bucket hash}" (one client) and
          "{limit}:*" (everybody), values "rate:burst:period_ms:until_ms".
-ARGV     then seventeen per limit i, at 3 + 17*(i-1) + 1 ..:
+ARGV     then per limit i one value for each column of COLUMNS (below, by these names), in that
+         order, at 3 + #COLUMNS*(i-1) + 1 ..:
            algo, rate, period_us, burst, cost   (integers; cost <= burst is checked at load)
            shadow      1: decide and report, but never block the request
            share_idx   index in KEYS of the share key, 0 for none
@@ -142,8 +143,18 @@ local now_ms = math.floor(now / 1000)
 
 local mode = ARGV[1]
 local n = tonumber(ARGV[2])
--- the ARGV of limit i, j = 1..17 (see the contract above)
-local function arg(i, j) return ARGV[3 + 17 * (i - 1) + j] end
+-- The ARGV columns of each limit, in their order (see the contract above), read by name. Named
+-- once: the TypeScript that writes them builds each limit's ARGV from the same list
+-- (DECIDE_LIMIT_COLUMNS, src/features/rate-limit/decision/limit-columns.ts), and a unit test holds
+-- the two lists equal.
+local COLUMNS = {
+  'algo', 'rate', 'period_us', 'burst', 'cost', 'shadow', 'share_idx', 'demand_idx', 'p1', 'p2',
+  'override_all', 'override_own', 'lease_ask', 'lease_epoch', 'lease_granted', 'lease_left', 'floor',
+}
+local COLUMN = {}
+for j, name in ipairs(COLUMNS) do COLUMN[name] = j end
+-- limit i's value of a column
+local function arg(i, name) return ARGV[3 + #COLUMNS * (i - 1) + COLUMN[name]] end
 
 -- token-bucket leases are held per epoch of this length (Redis time); no lease lives longer
 local LEASE_MS = 1000
@@ -487,7 +498,7 @@ do
     end
     values = redis.call('HMGET', KEYS[ov_idx], unpack(fields))
   else
-    for i = 1, n do values[2 * i - 1], values[2 * i] = arg(i, 11), arg(i, 12) end
+    for i = 1, n do values[2 * i - 1], values[2 * i] = arg(i, 'override_all'), arg(i, 'override_own') end
   end
   for j = 1, 2 * n do
     local r, b, p, u = string.match(values[j] or '', '^(%d+):(%d+):(%d+):(%d+)$')
@@ -499,8 +510,8 @@ end
 
 -- a concurrency limit's slot id (p1) becomes part of its bucket's value: checked before anything is written
 for i = 1, n do
-  local slot = arg(i, 9)
-  if algorithms[tonumber(arg(i, 1))] == inflight and mode ~= 'peek' and not (#slot <= 64 and string.match(slot, '^[%w_%-]+$')) then
+  local slot = arg(i, 'p1')
+  if algorithms[tonumber(arg(i, 'algo'))] == inflight and mode ~= 'peek' and not (#slot <= 64 and string.match(slot, '^[%w_%-]+$')) then
     return redis.error_reply('decide.lua: limit ' .. i .. ' (concurrency) needs a slot id of 1-64 letters, digits, "-" or "_"')
   end
 end
@@ -509,7 +520,7 @@ end
 local reads, share_at = {}, {}
 for i = 1, n do reads[i] = KEYS[i] end
 for i = 1, n do
-  local share_idx = tonumber(arg(i, 7))
+  local share_idx = tonumber(arg(i, 'share_idx'))
   if share_idx > 0 then
     reads[#reads + 1] = KEYS[share_idx]
     share_at[i] = #reads
@@ -525,17 +536,17 @@ local admitted = 1
 local limits = {}
 for i = 1, n do
   local l = {
-    algo = algorithms[tonumber(arg(i, 1))],
-    rate = tonumber(arg(i, 2)), period = tonumber(arg(i, 3)), burst = tonumber(arg(i, 4)), cost = tonumber(arg(i, 5)),
-    shadow = arg(i, 6) == '1', retry = 0, delay = 0,
-    ask = tonumber(arg(i, 13)), close_epoch = tonumber(arg(i, 14)), close_granted = tonumber(arg(i, 15)), close_left = tonumber(arg(i, 16)),
+    algo = algorithms[tonumber(arg(i, 'algo'))],
+    rate = tonumber(arg(i, 'rate')), period = tonumber(arg(i, 'period_us')), burst = tonumber(arg(i, 'burst')), cost = tonumber(arg(i, 'cost')),
+    shadow = arg(i, 'shadow') == '1', retry = 0, delay = 0,
+    ask = tonumber(arg(i, 'lease_ask')), close_epoch = tonumber(arg(i, 'lease_epoch')), close_granted = tonumber(arg(i, 'lease_granted')), close_left = tonumber(arg(i, 'lease_left')),
   }
-  local demand_idx = tonumber(arg(i, 8))
-  l.split = tonumber(arg(i, 7)) > 0 or demand_idx > 0
+  local demand_idx = tonumber(arg(i, 'demand_idx'))
+  l.split = tonumber(arg(i, 'share_idx')) > 0 or demand_idx > 0
   -- p2 is also the token bucket's delta in "settle"
-  l.warmup, l.max_delay, l.nodelay = tonumber(arg(i, 9)), tonumber(arg(i, 9)), tonumber(arg(i, 10))
-  l.slot = arg(i, 9)
-  l.floor = tonumber(arg(i, 17))
+  l.warmup, l.max_delay, l.nodelay = tonumber(arg(i, 'p1')), tonumber(arg(i, 'p1')), tonumber(arg(i, 'p2'))
+  l.slot = arg(i, 'p1')
+  l.floor = tonumber(arg(i, 'floor'))
   local capacity = (l.algo == token or l.algo == leaky) and l.burst or l.rate
   if override[i] then l.rate, l.burst, l.period = unpack(override[i]) end
   if share_at[i] then

@@ -1,6 +1,7 @@
+import type { Context, Next } from "hono";
 import type { Config, Route } from "./config/index.js";
 import type { Env } from "./env.js";
-import type { RequestFacts } from "./keys/identify.js";
+import type { RequestFacts } from "./identity/identify.js";
 import type { Verified } from "./features/jwt/jwt.js";
 import type { Defer } from "./util/defer.js";
 import type { Bucket, Decision } from "./features/rate-limit/types.js";
@@ -108,6 +109,13 @@ export interface Scope {
 export interface SluiceEnv {
   Variables: SluiceVariables & { sluiceScope: Scope };
 }
+
+/**
+ * One step of the request path, Hono-shaped but with its scope handed in: the same step serves
+ * the gateway (scope made by the gateway's first middleware) and a standalone middleware in an
+ * app of the user's own (scope made by the middleware itself).
+ */
+export type Step = (c: Context<SluiceEnv>, scope: Scope, next: Next) => Promise<Response | void>;
 
 /** The handler's view of a scope. */
 export function publicDecision(scope: Scope): SluiceDecision {

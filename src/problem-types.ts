@@ -1,10 +1,8 @@
-import { problemSlug } from "./problem.js";
-
 /** What the page of one problem type says: for a client's developer, who followed the `type` link. */
 export interface ProblemType {
   title: string;
-  /** The status codes it comes with. */
-  status: readonly number[];
+  /** The status codes it comes with: the first unless the problem says otherwise. */
+  status: readonly [number, ...number[]];
   /** What it means. */
   means: string;
   /** What a client should do about it. */
@@ -13,30 +11,43 @@ export interface ProblemType {
   read: readonly string[];
 }
 
+/**
+ * The name of a problem type, from its title (fixed per type): what follows the base in `type`.
+ *
+ * @example problemSlug("Too many requests") // "too-many-requests"
+ */
+export function problemSlug(title: string): string {
+  return title
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, "-")
+    .replace(/^-|-$/g, "");
+}
+
 const RETRY = "Retry-After (seconds)";
 const RATELIMIT = "RateLimit and RateLimit-Policy (the refusing limit)";
 
 /**
- * Every problem type sluice answers with, by title (the title is fixed per type; `type` is the
- * deployment's `problem_base` and the title's slug). test/unit/problem-types.test.ts checks that
- * every title thrown in src/ is here.
+ * Every problem type sluice answers with: the one place its title, status and page are written
+ * (`type` is the deployment's `problem_base` and the title's slug). Code names a problem by its
+ * constant (`PROBLEMS.tooManyRequests`), never by its title, so a problem without a page fails to
+ * compile; test/unit/problem-types.test.ts checks that no title is written anywhere else in src/.
  */
-const TYPES = [
-  {
+export const PROBLEMS = {
+  tooManyRequests: {
     title: "Too many requests",
     status: [429],
     means: "A rate limit of this route refused the request: the client has used up what the limit allows for now.",
     todo: "Wait as long as Retry-After says (or retry_after_ms), then retry; spread requests out rather than retrying at once.",
     read: [RETRY, RATELIMIT, "limit and retry_after_ms (body)"],
   },
-  {
+  forbidden: {
     title: "Forbidden",
     status: [403],
     means: "The client is on the deployment's deny list, put there by an operator or by a limit's automatic ban.",
     todo: "Do not retry: the request will be refused until the entry expires or an operator lifts it.",
     read: [],
   },
-  {
+  badRequestForLimit: {
     title: "Bad request for limit",
     status: [400],
     means:
@@ -44,7 +55,7 @@ const TYPES = [
     todo: "Send the identity the route requires, or a cost within the allowed range; retrying unchanged fails again.",
     read: ["limit (body)"],
   },
-  {
+  rateLimiterUnavailable: {
     title: "Rate limiter unavailable",
     status: [503],
     means:
@@ -52,7 +63,7 @@ const TYPES = [
     todo: "Retry after Retry-After; the condition is usually short.",
     read: [RETRY],
   },
-  {
+  originUnavailable: {
     title: "Origin unavailable",
     status: [503],
     means:
@@ -60,29 +71,29 @@ const TYPES = [
     todo: "Retry after Retry-After (or retry_after_ms).",
     read: [RETRY, "retry_after_ms (body)"],
   },
-  {
+  badGateway: {
     title: "Bad gateway",
     status: [502],
     means: "The origin could not be reached, or answered with no final response.",
     todo: "Retry later; a request that is not idempotent may or may not have reached the origin only when it answered something.",
     read: [],
   },
-  {
+  gatewayTimeout: {
     title: "Gateway timeout",
     status: [504],
     means: "The origin did not answer within the route's origin_timeout; it may or may not have acted on the request.",
     todo: "Retry with the same Idempotency-Key if the route uses one, so a side effect happens once.",
     read: [],
   },
-  {
+  badRequestPath: {
     title: "Bad request path",
-    status: [400],
+    status: [400, 414],
     means:
-      "The request path cannot be put in normal form (an encoded slash, a dot segment past the root, path parameters the route refuses).",
+      "The request path cannot be put in normal form (an encoded slash, a dot segment past the root, path parameters the route refuses), or is too long (414).",
     todo: "Send a plain path; retrying unchanged fails again.",
     read: [],
   },
-  {
+  invalidToken: {
     title: "Invalid token",
     status: [401],
     means:
@@ -90,21 +101,21 @@ const TYPES = [
     todo: "Obtain a fresh token and send it as Authorization: Bearer <token>.",
     read: ["WWW-Authenticate"],
   },
-  {
+  invalidIdempotencyKey: {
     title: "Invalid Idempotency-Key",
     status: [400],
     means: "The Idempotency-Key header is not a valid key: it must be 1 to 255 printable ASCII characters.",
     todo: "Send a fresh, well-formed key, such as a UUID.",
     read: [],
   },
-  {
+  idempotencyKeyRequired: {
     title: "Idempotency-Key required",
     status: [400],
     means: "This route runs side effects once per key, and the request carried no Idempotency-Key.",
     todo: "Send an Idempotency-Key header, the same one on every retry of the same operation.",
     read: [],
   },
-  {
+  idempotencyFieldsMissing: {
     title: "Idempotency fields missing",
     status: [400],
     means:
@@ -112,21 +123,21 @@ const TYPES = [
     todo: "Send a JSON body with every field the route names; the detail and field say which one was missing.",
     read: ["field (body): the JSON pointer of the missing field"],
   },
-  {
+  requestTooLarge: {
     title: "Request too large",
     status: [413],
     means: "An idempotent request's body is too large to fingerprint and keep.",
     todo: "Send a smaller body.",
     read: [],
   },
-  {
+  requestInFlight: {
     title: "Request in flight",
     status: [409],
     means: "A request with the same Idempotency-Key is still running.",
     todo: "Retry after Retry-After with the same key: you will get its answer once it is done.",
     read: [RETRY, "lease_left_ms (body)"],
   },
-  {
+  completedAnswerNotStored: {
     title: "Completed, answer not stored",
     status: [409],
     means:
@@ -134,7 +145,7 @@ const TYPES = [
     todo: "Do not retry with this key; read the outcome from the service itself.",
     read: [],
   },
-  {
+  outcomeIndeterminate: {
     title: "Outcome indeterminate",
     status: [409],
     means:
@@ -142,14 +153,14 @@ const TYPES = [
     todo: "Do not send it again with a new key before checking whether it took effect.",
     read: [RETRY],
   },
-  {
+  idempotencyKeyReused: {
     title: "Idempotency-Key reused",
     status: [422],
     means: "The Idempotency-Key was used before with a different request (method, path, query, principal or body).",
     todo: "Use a new key for a new operation.",
     read: [],
   },
-  {
+  tooManyReplays: {
     title: "Too many replays",
     status: [429],
     means:
@@ -157,91 +168,91 @@ const TYPES = [
     todo: "Stop repeating completed requests; the stored answer is still there after Retry-After.",
     read: [RETRY, "retry_after_ms (body)"],
   },
-  {
+  sessionBusy: {
     title: "Session busy",
     status: [409],
     means: "Another side-effecting call of the same session is in flight: calls of one session run one at a time.",
     todo: "Retry after Retry-After, once the other call has finished.",
     read: [RETRY, "lease_left_ms (body)"],
   },
-  {
+  coordinationStoreUnavailable: {
     title: "Coordination store unavailable",
     status: [503],
     means: "Idempotency records or session locks could not be reached, so the request was not run.",
     todo: "Retry after Retry-After with the same Idempotency-Key.",
     read: [RETRY],
   },
-  {
+  queueNotBound: {
     title: "Queue not bound",
     status: [500],
     means: "The route sheds refused requests to a queue, but the deployment has no queue configured.",
     todo: "Nothing on the client's side: tell the operator.",
     read: [],
   },
-  {
+  requestTooLargeToQueue: {
     title: "Request too large to queue",
     status: [413],
     means: "The request was refused by a limit and would have been queued, but its body is too large to queue.",
     todo: "Retry later with the same request, or send a smaller body.",
     read: [],
   },
-  {
+  noSuchJob: {
     title: "No such job",
     status: [404],
     means: "The job id is not one sluice issued, or its status has expired.",
     todo: "Use the id from the Location of the 202 answer, within the route's status TTL.",
     read: [],
   },
-  {
+  jobStatusUnavailable: {
     title: "Job status unavailable",
     status: [503],
     means: "The store holding queued jobs' status could not be reached.",
     todo: "Ask again after Retry-After.",
     read: [RETRY],
   },
-  {
+  invalidConfiguration: {
     title: "Invalid sluice configuration",
     status: [500],
     means: "The deployment's configuration is invalid; every request gets this answer until it is fixed.",
     todo: "Nothing on the client's side: the detail names the field the operator must fix.",
     read: ["field and problem (body)"],
   },
-  {
+  internalError: {
     title: "Internal error",
     status: [500],
     means: "sluice failed to handle the request.",
     todo: "Retry later; tell the operator if it persists.",
     read: [],
   },
-  {
+  notFound: {
     title: "Not found",
     status: [404],
     means: "No such admin route, no such problem type, or the admin API is off (no admin token set).",
     todo: "Check the path.",
     read: [],
   },
-  {
+  unauthorized: {
     title: "Unauthorized",
     status: [401],
     means: "The admin API needs the admin token (Authorization: Bearer) or a dashboard session.",
     todo: "Send the token, or sign in on the dashboard.",
     read: ["WWW-Authenticate"],
   },
-  {
+  tooManyFailedAuthentications: {
     title: "Too many failed authentications",
     status: [429],
     means: "Too many failed admin authentications came from this client: nothing is compared until the window ends.",
     todo: "Wait as long as Retry-After says before trying again.",
     read: [RETRY, "retry_after_ms (body)"],
   },
-  {
+  jsonRequired: {
     title: "JSON required",
     status: [415],
     means: "A change made with the dashboard's session must carry a JSON body (a cross-site form cannot).",
     todo: "Send Content-Type: application/json.",
     read: [],
   },
-  {
+  dashboardSessionsUnavailable: {
     title: "Dashboard sessions unavailable",
     status: [503],
     means:
@@ -249,71 +260,68 @@ const TYPES = [
     todo: "Retry shortly, or use the admin API with Authorization: Bearer <SLUICE_ADMIN_TOKEN>.",
     read: [],
   },
-  {
+  invalidRequest: {
     title: "Invalid request",
     status: [400],
     means: "The admin request's body, path or query failed validation.",
     todo: "Correct what the detail names.",
     read: [],
   },
-  {
+  noSuchLimit: {
     title: "No such limit",
     status: [404],
     means: "The admin request names a route or limit the configuration does not have.",
     todo: "Check the names against GET /__sluice/config.",
     read: [],
   },
-  {
+  noSuchRoute: {
     title: "No such route",
     status: [404],
     means: "The admin request names a route that does not have what was asked for (idempotency).",
     todo: "Check the names against GET /__sluice/config.",
     read: [],
   },
-  {
+  noSuchKey: {
     title: "No such key",
     status: [404],
     means: "No idempotency record exists for this route, principal and key.",
     todo: "Check the key, principal and route.",
     read: [],
   },
-  {
+  noSuchBucket: {
     title: "No such bucket",
     status: [404],
     means: "The admin request does not name a bucket of this route and limit.",
     todo: "Check the identity against the limit's key parts.",
     read: [],
   },
-  {
+  storeUnavailable: {
     title: "Store unavailable",
     status: [503],
     means: "The admin API needs the home region's Redis and has none configured.",
     todo: "Nothing on the client's side: tell the operator.",
     read: [],
   },
-  {
+  metricsUnavailable: {
     title: "Metrics unavailable",
     status: [503],
     means: "Metrics are kept in the home region's Redis, and there is none configured.",
     todo: "Nothing on the client's side: tell the operator.",
     read: [],
   },
-  {
+  ledgerUnavailable: {
     title: "Ledger unavailable",
     status: [503],
     means: "The ledger is kept in the home region's Redis, and there is none configured.",
     todo: "Nothing on the client's side: tell the operator.",
     read: [],
   },
-] as const satisfies readonly ProblemType[];
+} as const satisfies Record<string, ProblemType>;
 
-/**
- * A title of the catalogue: what sluice's own helpers take, so a problem without a page (a typo,
- * a title changed in one place) fails to compile rather than answering with a dead `type` link.
- */
-export type ProblemTitle = (typeof TYPES)[number]["title"];
+/** One problem type of the catalogue: what a `Problem` is made of. */
+export type ProblemKind = (typeof PROBLEMS)[keyof typeof PROBLEMS];
 
-/** The problem types by their slug (the last segment of `type`). */
+/** The problem types by their slug (the last segment of `type`), in the catalogue's order. */
 export const PROBLEM_TYPES: ReadonlyMap<string, ProblemType> = new Map(
-  TYPES.map((t): [string, ProblemType] => [problemSlug(t.title), t]),
+  Object.values(PROBLEMS).map((t): [string, ProblemType] => [problemSlug(t.title), t]),
 );

@@ -1,12 +1,16 @@
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
+import { problemSlug, type ProblemKind } from "./problem-types.js";
 
 /** The decisions sluice reports in `Sluice-Decision` (`diverted`: answered by the route's `divert_url`). */
 export type DecisionHeader = "allow" | "reject" | "fallback" | "queued" | "replay" | "shadow" | "diverted" | "degraded";
 
 export interface ProblemInit {
-  status: number;
-  title: string;
+  /** Which problem: a constant of the catalogue (`PROBLEMS.forbidden`), which fixes its title, status and `type`. */
+  type: ProblemKind;
+  /** One of the type's statuses, where it comes with more than one (its first otherwise). */
+  status?: ProblemKind["status"][number];
+  /** What happened to this request. */
   detail: string;
   /** Extension members (RFC 9457 §3.2), e.g. `limit` and `retry_after_ms`. */
   extensions?: Record<string, string | number>;
@@ -19,16 +23,9 @@ export interface ProblemInit {
  */
 export const DEFAULT_PROBLEM_BASE = "/__sluice/problems/";
 
-/**
- * The name of a problem type, from its title (fixed per type): what follows the base in `type`.
- *
- * @example problemSlug("Too many requests") // "too-many-requests"
- */
-export function problemSlug(title: string): string {
-  return title
-    .toLowerCase()
-    .replace(/[^a-z0-9]+/g, "-")
-    .replace(/^-|-$/g, "");
+/** The status a problem answers with: the one its init names, else its type's first. */
+export function problemStatus(init: ProblemInit): number {
+  return init.status ?? init.type.status[0];
 }
 
 /**
@@ -36,18 +33,19 @@ export function problemSlug(title: string): string {
  * title is fixed per type and the detail says what happened to this request. `base` is the
  * deployment's `problem_base`.
  *
- * @example problem({ status: 429, title: "Too many requests", detail: "...", extensions: { limit: "per-ip" } })
+ * @example problem({ type: PROBLEMS.tooManyRequests, detail: "...", extensions: { limit: "per-ip" } })
  */
 export function problem(init: ProblemInit, base = DEFAULT_PROBLEM_BASE): Response {
+  const status = problemStatus(init);
   const body = JSON.stringify({
-    type: base + problemSlug(init.title),
-    title: init.title,
-    status: init.status,
+    type: base + problemSlug(init.type.title),
+    title: init.type.title,
+    status,
     detail: init.detail,
     ...init.extensions,
   });
   return new Response(body, {
-    status: init.status,
+    status,
     headers: { "content-type": "application/problem+json", "cache-control": "no-store", ...init.headers },
   });
 }
@@ -57,7 +55,7 @@ export function problem(init: ProblemInit, base = DEFAULT_PROBLEM_BASE): Respons
  * default handler in an app of the user's own, which answers an `HTTPException` with its
  * response). It carries its RFC 9457 body and the decision the client is told in `Sluice-Decision`.
  *
- * @example throw new Problem({ status: 403, title: "Forbidden", detail: "this client is on the deny list" });
+ * @example throw new Problem({ type: PROBLEMS.forbidden, detail: "this client is on the deny list" });
  */
 export class Problem extends HTTPException {
   constructor(
@@ -66,7 +64,7 @@ export class Problem extends HTTPException {
     /** The `problem_base` of the configuration that threw it, when the thrower knows it (an app's own error handler does not). */
     readonly base?: string,
   ) {
-    super(init.status as ContentfulStatusCode, { message: `${init.title}: ${init.detail}` });
+    super(problemStatus(init) as ContentfulStatusCode, { message: `${init.type.title}: ${init.detail}` });
   }
 
   /**

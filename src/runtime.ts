@@ -1,11 +1,8 @@
-import { AuthThrottle } from "./features/access/auth-throttle.js";
 import { ListCache } from "./features/access/lists.js";
 import { AdaptiveReports } from "./features/adaptive/reports.js";
-import { Breakers } from "./features/breaker/breakers.js";
-import { ConfigCache } from "./config/cache.js";
 import { JwksCache } from "./features/jwt/jwt.js";
 import { BlockedBuckets } from "./features/rate-limit/isolate/blocked.js";
-import type { IsolateState } from "./features/rate-limit/decision/decide.js";
+import type { IsolateState } from "./features/rate-limit/decision/decision.js";
 import { LeaseBroker } from "./features/rate-limit/isolate/lease-broker.js";
 import { LocalBuckets } from "./features/rate-limit/isolate/local.js";
 import { OverrideCopies } from "./features/rate-limit/decision/overrides.js";
@@ -18,28 +15,27 @@ import { StoreRegistry } from "./store/redis.js";
 /** Bound on each per-isolate table, so a flood of distinct clients cannot grow an isolate's memory. */
 const ENTRIES = 10_000;
 
+/** The state of a feature that only some Workers use, made with no arguments on first use. */
+type Owned = new () => object;
+
 /**
  * What one isolate keeps between requests, and never shares with another isolate: created once
  * per isolate by the Worker (or by the first middleware that needs it), and by tests that want a
  * fresh one. Nothing else in `src/` keeps state in a module variable: it is all here.
  */
 export class Runtime {
-  /** The validated configuration of each environment seen (a new `SLUICE` value is validated anew). */
-  readonly configs = new ConfigCache();
   /** Redis clients, round-trip estimates, circuits and loaded scripts, per database. */
   readonly registry = new StoreRegistry();
   /** Buckets known to be closed until a time: refused without a Redis call. */
   readonly blocked = new BlockedBuckets(ENTRIES);
   /** Buckets this isolate enforces on its own while Redis fails (`on_store_error = "local"`). */
   readonly localBuckets = new LocalBuckets(ENTRIES);
-  /** Tokens Redis has debited for this isolate, spent without a round trip (docs/regions-and-leases.md, Leases). */
-  readonly leases = new LeaseBroker(ENTRIES);
   /** Runtime overrides of limits, copied from Redis and refreshed in the background. */
   readonly overrides = new OverrideCopies(1_000);
+  /** Tokens Redis has debited for this isolate, spent without a round trip (docs/regions-and-leases.md, Leases); its background calls carry the overrides' copy. */
+  readonly leases = new LeaseBroker((b, now) => this.overrides.input(b, now), ENTRIES);
   /** Deny and allow lists, copied from Redis and refreshed in the background. */
   readonly lists = new ListCache();
-  /** One circuit breaker per route. */
-  readonly breakers = new Breakers();
   /** Decision counts waiting to be flushed to Redis. */
   readonly metrics = new MetricsBuffer();
   /** Keys of the JWKS endpoint, fetched at most every ten minutes. */
@@ -48,8 +44,20 @@ export class Runtime {
   readonly rebalance = new RebalanceClock();
   /** What the origins of adaptive routes did, waiting to be reported to their region's Redis. */
   readonly adaptive = new AdaptiveReports();
-  /** Failed admin logins per client, when Redis cannot count them. */
-  readonly authThrottle = new AuthThrottle(ENTRIES);
+  private readonly owned = new Map<Owned, object>();
+
+  /**
+   * The isolate's state of a feature not every Worker has (the gateway's validated configurations,
+   * the breakers, the admin's login throttle), made on its first use: the runtime imports none of
+   * them, so an app using `rateLimit()` alone bundles none of their code.
+   *
+   * @example runtime.own(Breakers).of(route)
+   */
+  own<T extends object>(kind: new () => T): T {
+    let state = this.owned.get(kind);
+    if (!state) this.owned.set(kind, (state = new kind()));
+    return state as T;
+  }
 
   /** What a decision needs of the isolate. */
   get decisions(): IsolateState {

@@ -1,4 +1,4 @@
-import { createApp } from "../src/pipeline/gateway.js";
+import { createApp } from "../src/gateway/app.js";
 import { Runtime } from "../src/runtime.js";
 import type { Env } from "../src/env.js";
 import { onSchedule } from "../src/gateway/scheduled.js";

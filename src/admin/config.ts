@@ -1,5 +1,5 @@
 import { Hono } from "hono";
-import type { AdminEnv } from "./context.js";
+import type { AdminEnv } from "../operator/context.js";
 
 /**
  * `GET /__sluice/config`: the effective configuration. Secrets are never in it: Upstash

@@ -8,11 +8,11 @@ import { tokenMatches } from "./auth.js";
 import { adaptiveFigures, hourOfRoute, regionFigures, withLabels } from "./figures.js";
 import type { DashboardData } from "./dashboard-data.js";
 import { idempotencyRows } from "./idempotency-figures.js";
-import type { AdminEnv } from "./context.js";
+import type { AdminEnv } from "../operator/context.js";
 import { signedIn, signOut, startSession, throttledCompare } from "./guard.js";
 import { limitChoices, panelsData } from "./panels.js";
 import type { AuthThrottle } from "./throttle.js";
-import { loginForm } from "./validate.js";
+import { loginForm } from "../operator/validate.js";
 import { dashboardPage, loginPage, panelsFragment } from "./view/page.js";
 
 const NO_STORE = { "cache-control": "no-store" };

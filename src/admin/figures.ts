@@ -3,10 +3,10 @@
  * computed"), read from the per-minute metrics hashes dashboardData has already fetched, and from
  * each region's adaptive state. Nothing here makes a decision: it only reads what isolates wrote.
  */
-import { bucketBound, QUANTILES } from "../features/adaptive/histogram.js";
+import { bucketBound, QUANTILES } from "../metrics/histogram.js";
 import type { Config, Route } from "../config/index.js";
-import { ADAPTIVE_LIMIT } from "../config/schema.js";
-import { identify } from "../keys/identify.js";
+import { ADAPTIVE_LIMIT } from "../features/adaptive/schema.js";
+import { identify } from "../identity/identify.js";
 import { bucketHash } from "../features/rate-limit/decision/buckets.js";
 import { LOCAL, REGION_FIELD, RTT_FIELD, STORE_FAILED } from "../metrics/index.js";
 import { readLabels } from "../metrics/reads.js";
@@ -14,7 +14,7 @@ import type { DecisionHeader } from "../problem.js";
 import { allRegions, type Stores } from "../region/index.js";
 import { adaptiveStateKey, bucketKey } from "../store/layout.js";
 import type { DashboardData } from "./dashboard-data.js";
-import { factsFromParams } from "./identity.js";
+import { factsFromParams } from "../features/rate-limit/admin-identity.js";
 import { orElse } from "../util/log.js";
 
 type RouteFigures = DashboardData["routes"][number];

@@ -1,16 +1,16 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
-import { sha256 } from "hono/utils/crypto";
-import { clientIp } from "../keys/identify.js";
+import { clientIp } from "../identity/identify.js";
 import { Problem, type ProblemInit } from "../problem.js";
+import { PROBLEMS } from "../problem-types.js";
 import { issueSession, sessionOf, tokenMatches, type Session } from "./auth.js";
-import type { AdminEnv } from "./context.js";
+import { ADMIN_SESSION_COOKIE, type AdminEnv } from "../operator/context.js";
 import { endSession, recordSession, touchSession, type SessionRecords } from "./sessions.js";
 import { beginAuthAttempt, throttled, type AuthThrottle } from "./throttle.js";
 import { logFailure } from "../util/log.js";
 
 /** The dashboard's session cookie. */
-const SESSION = "sluice_admin";
+const SESSION = ADMIN_SESSION_COOKIE;
 /** Where the session cookie is sent: the admin API only. */
 const SESSION_PATH = "/__sluice";
 const HEALTH = "/__sluice/health";
@@ -18,20 +18,17 @@ const HEALTH = "/__sluice/health";
 const OPEN = new Set(["/__sluice", "/__sluice/", "/__sluice/login"]);
 
 const API_OFF: ProblemInit = {
-  status: 404,
-  title: "Not found",
+  type: PROBLEMS.notFound,
   detail: "the admin API is off: no SLUICE_ADMIN_TOKEN is set",
 };
 /** Sessions are checked against their record in Redis: without it none can be opened or used. */
 const SESSIONS_UNAVAILABLE: ProblemInit = {
-  status: 503,
-  title: "Dashboard sessions unavailable",
+  type: PROBLEMS.dashboardSessionsUnavailable,
   detail:
     "dashboard sessions are kept in the home region's Redis, which could not be reached: use Authorization: Bearer <SLUICE_ADMIN_TOKEN>",
 };
 const UNAUTHORISED: ProblemInit = {
-  status: 401,
-  title: "Unauthorized",
+  type: PROBLEMS.unauthorized,
   detail: "the admin API needs Authorization: Bearer <SLUICE_ADMIN_TOKEN>",
   headers: { "WWW-Authenticate": 'Bearer realm="sluice"' },
 };
@@ -74,7 +71,7 @@ async function authenticate(
   // the cookie rides along on any request from a browser, cross-site forms included: changes
   // made with it must have a JSON body, which no cross-site form can send
   if (c.req.method !== "GET" && !(c.req.header("content-type") ?? "").startsWith("application/json")) {
-    throw new Problem({ status: 415, title: "JSON required", detail: "changes take a JSON body" });
+    throw new Problem({ type: PROBLEMS.jsonRequired, detail: "changes take a JSON body" });
   }
   const state = await sessionState(c, token);
   if (state === "unchecked" && !health) throw new Problem(SESSIONS_UNAVAILABLE);
@@ -172,17 +169,6 @@ export async function signOut(c: Context<AdminEnv>, token: string): Promise<bool
   }
   deleteCookie(c, SESSION, { path: SESSION_PATH, secure: new URL(c.req.url).protocol === "https:" });
   return session !== undefined;
-}
-
-/**
- * Who made an admin request, as the ledger records it: `token` for the bearer token, else
- * `session:` and the first 12 hex digits of the SHA-256 of the session cookie (one per sign-in,
- * the same for all of that session's requests, and no way back to the cookie).
- */
-export async function adminActor(c: Context<AdminEnv>): Promise<string> {
-  if (c.req.header("authorization")) return "token";
-  const session = getCookie(c, SESSION);
-  return session ? `session:${((await sha256(session)) ?? "").slice(0, 12)}` : "unknown";
 }
 
 /** A bearer token or a session cookie, right or wrong: what health checks before saying more. */

@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import type { Config } from "../config/index.js";
 import { allRegions, type Stores } from "../region/index.js";
-import type { AdminEnv } from "./context.js";
+import type { AdminEnv } from "../operator/context.js";
 
 /** One region's Redis as health reports it: reachable or not, and how long its PING took. */
 interface RegionHealth {

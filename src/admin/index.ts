@@ -2,10 +2,12 @@ import { Hono, type Context } from "hono";
 import type { Config } from "../config/index.js";
 import { HTTPException } from "hono/http-exception";
 import { Problem, problem } from "../problem.js";
+import { PROBLEMS } from "../problem-types.js";
+import { AuthThrottle } from "../features/access/auth-throttle.js";
 import type { Runtime } from "../runtime.js";
 import { bucketsApp } from "../features/rate-limit/admin-buckets.js";
 import { configApp } from "./config.js";
-import { withConfig, type AdminEnv } from "./context.js";
+import type { AdminEnv } from "../operator/context.js";
 import { dashboardApp } from "./dashboard.js";
 import { guard } from "./guard.js";
 import { healthApp } from "./health.js";
@@ -15,10 +17,11 @@ import { listsApp } from "../features/access/admin.js";
 import { metricsApp } from "./metrics.js";
 import { overridesApp } from "../features/rate-limit/admin-overrides.js";
 import { problemsApp } from "./problems.js";
-import { badRequest } from "./validate.js";
+import { withConfig } from "./with-config.js";
+import { badRequest } from "../operator/validate.js";
 import { logError } from "../util/log.js";
 
-export type { AdminEnv } from "./context.js";
+export type { AdminEnv } from "../operator/context.js";
 
 /**
  * The admin API under `/__sluice/`, one sub-app per resource behind one guard: `health` answers
@@ -38,8 +41,8 @@ export function adminApp(runtime: Runtime): Hono<AdminEnv> {
   const admin = new Hono<AdminEnv>().basePath("/__sluice");
   // before the guard: the pages problem types link to are documentation for any client
   admin.route("/problems", problemsApp(runtime));
-  admin.use("*", withConfig(runtime), guard(runtime.authThrottle));
-  admin.route("/", dashboardApp(runtime.authThrottle));
+  admin.use("*", withConfig(runtime), guard(runtime.own(AuthThrottle)));
+  admin.route("/", dashboardApp(runtime.own(AuthThrottle)));
   admin.route("/health", healthApp());
   admin.route("/config", configApp());
   admin.route("/buckets", bucketsApp());
@@ -49,7 +52,7 @@ export function adminApp(runtime: Runtime): Hono<AdminEnv> {
   admin.route("/ledger", ledgerApp());
   admin.route("/idempotency", idempotencyApp());
   // reached after the guard, so an unknown path tells a caller without the token nothing either
-  admin.notFound((c) => problem({ status: 404, title: "Not found", detail: "no such admin route" }, baseOf(c)));
+  admin.notFound((c) => problem({ type: PROBLEMS.notFound, detail: "no such admin route" }, baseOf(c)));
   admin.onError(answerError);
   return admin;
 }
@@ -67,7 +70,7 @@ function answerError(err: Error, c: Context<AdminEnv>): Response {
   if (err instanceof HTTPException && err.status === 400) return badRequest(`body: ${err.message}`).getResponse(base);
   if (err instanceof HTTPException) return err.getResponse();
   logError("unhandled", err, { where: "admin" });
-  const res = problem({ status: 500, title: "Internal error", detail: "sluice failed to handle this request" }, base);
+  const res = problem({ type: PROBLEMS.internalError, detail: "sluice failed to handle this request" }, base);
   res.headers.set("Sluice-Decision", "reject");
   res.headers.set("Sluice-Region", "unknown");
   return res;

@@ -1,8 +1,9 @@
 import { Hono, type Context } from "hono";
 import { z } from "zod";
 import { readLedgerPage, type LedgerEntry } from "../store/ledger.js";
-import { required, type AdminEnv } from "./context.js";
-import { invalidRequest } from "./validate.js";
+import { required, type AdminEnv } from "../operator/context.js";
+import { invalidRequest } from "../operator/validate.js";
+import { PROBLEMS } from "../problem-types.js";
 
 /** `GET /__sluice/ledger`: the idempotency (and session, and operator) ledger, filtered (see `answerLedger`). */
 export function ledgerApp(): Hono<AdminEnv> {
@@ -51,7 +52,11 @@ export async function answerLedger(c: Context<AdminEnv>): Promise<Response> {
   const config = c.get("config");
   const ndjson = q.format === "ndjson" || (!q.format && /application\/x-ndjson/i.test(c.req.header("accept") ?? ""));
   const count = Math.min(config.ledger_length, q.count ?? (ndjson ? config.ledger_length : 100));
-  const store = required(c.get("stores").offPath(), "Ledger unavailable", "no Redis configured for the home region");
+  const store = required(
+    c.get("stores").offPath(),
+    PROBLEMS.ledgerUnavailable,
+    "no Redis configured for the home region",
+  );
   const entries = await matching(q, count, config.ledger_length, (end, start, n) =>
     readLedgerPage(store, config.key_prefix, end, start, n),
   );

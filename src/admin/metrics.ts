@@ -1,7 +1,8 @@
 import { Hono } from "hono";
 import { minuteOf, prometheus, type MetricsBuffer } from "../metrics/index.js";
 import { readTotals } from "../metrics/reads.js";
-import { deferOf, required, type AdminEnv } from "./context.js";
+import { deferOf, required, type AdminEnv } from "../operator/context.js";
+import { PROBLEMS } from "../problem-types.js";
 
 /**
  * `GET /__sluice/metrics`: the decision counts in the Prometheus text format. This isolate's
@@ -13,7 +14,7 @@ export function metricsApp(metrics: MetricsBuffer): Hono<AdminEnv> {
     const config = c.get("config");
     const stores = c.get("stores");
     await metrics.flush(config, stores, deferOf(c), true);
-    const home = required(stores.offPath(), "Metrics unavailable", "no Redis for the home region");
+    const home = required(stores.offPath(), PROBLEMS.metricsUnavailable, "no Redis for the home region");
     const { total, minute } = await readTotals(home, config.key_prefix, minuteOf(Date.now()));
     return c.text(prometheus(total, minute), 200, {
       "content-type": "text/plain; version=0.0.4; charset=utf-8",

@@ -2,9 +2,10 @@ import { Hono } from "hono";
 import { html } from "hono/html";
 import type { HtmlEscapedString } from "hono/utils/html";
 import { problem } from "../problem.js";
-import { PROBLEM_TYPES, type ProblemType } from "../problem-types.js";
+import { PROBLEM_TYPES, PROBLEMS, type ProblemType } from "../problem-types.js";
+import { ConfigCache } from "../config/cache.js";
 import type { Runtime } from "../runtime.js";
-import type { AdminEnv } from "./context.js";
+import type { AdminEnv } from "../operator/context.js";
 
 /** Documentation, the same for everyone: a shared cache may keep it for a day. */
 const CACHE = { "cache-control": "public, max-age=86400" };
@@ -23,9 +24,9 @@ export function problemsApp(runtime: Runtime): Hono<AdminEnv> {
     const type = PROBLEM_TYPES.get(c.req.param("type"));
     if (type) return c.html(layout(`${type.title} · sluice`, page(type)), 200, CACHE);
     // mounted before the guard, so the configuration is read here, only for the 404's own type
-    const loaded = runtime.configs.of(c.env);
+    const loaded = runtime.own(ConfigCache).of(c.env);
     const base = loaded.ok ? loaded.config.problem_base : undefined;
-    return problem({ status: 404, title: "Not found", detail: "no such problem type" }, base);
+    return problem({ type: PROBLEMS.notFound, detail: "no such problem type" }, base);
   });
   return app;
 }

@@ -1,5 +1,5 @@
 import adminSessionLua from "../../lua/admin-session.lua";
-import { hashIdentifier } from "../keys/hash.js";
+import { hashIdentifier } from "../identity/hash.js";
 import { adminSessionKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 import type { Session } from "./auth.js";

@@ -1,5 +1,6 @@
-import { hashIdentifier } from "../keys/hash.js";
+import { hashIdentifier } from "../identity/hash.js";
 import { Problem } from "../problem.js";
+import { PROBLEMS } from "../problem-types.js";
 import { adminAuthKey } from "../store/layout.js";
 import type { Store } from "../store/redis.js";
 import { orElse } from "../util/log.js";
@@ -66,8 +67,7 @@ export async function beginAuthAttempt(
 /** The 429 problem a throttled client gets instead of a comparison. */
 export function throttled(retryAfterMs: number): Problem {
   return new Problem({
-    status: 429,
-    title: "Too many failed authentications",
+    type: PROBLEMS.tooManyFailedAuthentications,
     detail: `${AUTH_FAILURE_LIMIT} failed admin authentications from this client within ${AUTH_WINDOW_MS / 1000} s: nothing is compared until the window ends`,
     extensions: { retry_after_ms: retryAfterMs },
     headers: { "Retry-After": String(Math.max(1, Math.ceil(retryAfterMs / 1000))) },

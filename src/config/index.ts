@@ -1,160 +1,17 @@
-import { z } from "zod";
-import { sluiceSchema, type LimitSettings, type RouteSettings, type SluiceSettings } from "./schema.js";
-import { exactnessProblem, maxDelayProblem, responseMaxProblem } from "./exactness.js";
-import { compilePattern, type PathPattern } from "../routing/match.js";
-import { usesJwt } from "./uses-jwt.js";
+import { loadConfigWith, type ConfigResult, type ConfigVars } from "./load.js";
+import { sluiceSchema } from "./schema.js";
 
-/** A limit as the request path uses it (durations in ms, key as a list of parts). */
-export type Limit = LimitSettings;
-
-export interface Route extends Omit<RouteSettings, "limits"> {
-  pattern: PathPattern;
-  limits: Limit[];
-  /** `divert_url`, parsed once at load (the schema has checked it is an http(s) URL). */
-  divertUrl?: URL;
-}
-
-export interface Config extends Omit<SluiceSettings, "routes"> {
-  /** Where allowed requests go; none for middleware in an app, whose handlers answer. */
-  originUrl?: URL;
-  routes: Route[];
-}
-
-/** A configuration problem, always naming the field at fault. */
-export class ConfigError extends Error {
-  constructor(
-    readonly field: string,
-    readonly problem: string,
-  ) {
-    super(`${field}: ${problem}`);
-    this.name = "ConfigError";
-  }
-}
-
-export type ConfigResult = { ok: true; config: Config } | { ok: false; error: ConfigError };
+export { ConfigError, type Config, type ConfigResult, type ConfigVars, type Limit, type Route } from "./load.js";
 
 /**
- * Validates the `SLUICE` variable (an object, or its JSON text) and `ORIGIN_URL`, and compiles
- * them into what the request path needs. Never throws: a bad configuration is a value, so the
- * Worker can answer every request with it and `npm run check` can print it.
+ * Validates the `SLUICE` variable (an object, or its JSON text) and `ORIGIN_URL` as the gateway
+ * takes them (every feature's table on a route), and compiles them into what the request path
+ * needs. Never throws: a bad configuration is a value (see `loadConfigWith`).
  *
  * @example
  * const r = loadConfig({ ORIGIN_URL: "https://api.example.com", SLUICE: { routes: [] } });
  * if (!r.ok) console.error(r.error.message); // e.g. "SLUICE.routes[0].limits[0].rate: ..."
  */
 export function loadConfig(vars: ConfigVars): ConfigResult {
-  try {
-    return { ok: true, config: compile(vars) };
-  } catch (e) {
-    if (e instanceof ConfigError) return { ok: false, error: e };
-    throw e;
-  }
-}
-
-/** The variables the configuration comes from, and whether the Worker has a queue binding. */
-export interface ConfigVars {
-  ORIGIN_URL?: unknown;
-  SLUICE?: unknown;
-  /** False when the Worker has no SLUICE_QUEUE producer: `on_limit = "queue"` is then an error. */
-  hasQueue?: boolean;
-  /** Whether a secret is set; a route keyed on JWT claims needs the HMAC secret (or a JWKS URL). */
-  hasSecret?: (name: string) => boolean;
-  /** Middleware in an app: without `ORIGIN_URL` the app's own handlers answer. */
-  originOptional?: boolean;
-}
-
-function compile(vars: ConfigVars): Config {
-  const originUrl = vars.originOptional && vars.ORIGIN_URL === undefined ? undefined : parseOrigin(vars.ORIGIN_URL);
-  const raw = typeof vars.SLUICE === "string" ? parseJson(vars.SLUICE) : (vars.SLUICE ?? {});
-  const parsed = sluiceSchema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0] as z.core.$ZodIssue;
-    throw new ConfigError(fieldName(["SLUICE", ...issue.path]), issue.message);
-  }
-  const s = parsed.data;
-  const queued = s.routes.findIndex((r) => r.on_limit === "queue");
-  if (queued >= 0 && vars.hasQueue === false) {
-    throw new ConfigError(
-      `SLUICE.routes[${queued}].on_limit`,
-      'is "queue" but the Worker has no SLUICE_QUEUE producer binding ([[queues.producers]] binding = "SLUICE_QUEUE" in wrangler.toml)',
-    );
-  }
-  const jwtRoute = s.routes.findIndex(usesJwt);
-  const secretEnv = s.jwt?.secret_env ?? "SLUICE_JWT_SECRET";
-  if (jwtRoute >= 0 && !s.jwt?.jwks_url && vars.hasSecret && !vars.hasSecret(secretEnv)) {
-    throw new ConfigError(
-      `SLUICE.routes[${jwtRoute}]`,
-      `keys limits, sessions or idempotency on JWT claims but there is no ${secretEnv} secret (or SLUICE.jwt.jwks_url) to verify tokens with`,
-    );
-  }
-  return {
-    ...s,
-    originUrl,
-    routes: s.routes.map((r, ri) => ({
-      ...r,
-      pattern: compilePattern(r.match, s.paths),
-      divertUrl: r.divert_url === undefined ? undefined : new URL(r.divert_url),
-      limits: r.limits.map((l, li) =>
-        compileLimit({ ...l, shadow: l.shadow || r.shadow }, `SLUICE.routes[${ri}].limits[${li}]`),
-      ),
-    })),
-  };
-}
-
-/**
- * decide.lua counts in integers that must stay within a double's exact range: the limit's own
- * figures and every tier's (a tier's burst is its rate) are checked alike.
- */
-function compileLimit(l: LimitSettings, field: string): Limit {
-  const own = exactnessProblem({ algorithm: l.algorithm, rate: l.rate, burst: l.burst, periodMs: l.period });
-  if (own) throw new ConfigError(`${field}.${own.field}`, own.message);
-  for (const [tier, t] of Object.entries(l.rates ?? {})) {
-    const problem = exactnessProblem({ algorithm: l.algorithm, rate: t.rate, burst: t.rate, periodMs: t.period });
-    if (problem) throw new ConfigError(`${field}.rates.${tier}`, `tier "${tier}": ${problem.message}`);
-  }
-  const delay = maxDelayProblem(l.max_delay);
-  if (delay) throw new ConfigError(`${field}.max_delay`, delay);
-  if (l.responseCost) checkResponseMax(l, l.responseCost.max, field);
-  return l;
-}
-
-/** A cost from the response settles up to `max` tokens: exactly, at the limit's rate and every tier's. */
-function checkResponseMax(l: LimitSettings, max: number, field: string): void {
-  const rates = [
-    { rate: l.rate, periodMs: l.period },
-    ...Object.values(l.rates ?? {}).map((t) => ({ rate: t.rate, periodMs: t.period })),
-  ];
-  for (const r of rates) {
-    const problem = responseMaxProblem(max, r);
-    if (problem) throw new ConfigError(`${field}.cost.max`, problem);
-  }
-}
-
-function parseOrigin(value: unknown): URL {
-  if (typeof value !== "string" || value === "")
-    throw new ConfigError("ORIGIN_URL", "is required: the URL allowed requests are forwarded to");
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    throw new ConfigError("ORIGIN_URL", `"${value}" is not a URL`);
-  }
-  if (url.protocol !== "http:" && url.protocol !== "https:")
-    throw new ConfigError("ORIGIN_URL", "must be an http or https URL");
-  return url;
-}
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch (e) {
-    throw new ConfigError("SLUICE", `is a string but not valid JSON (${(e as Error).message})`);
-  }
-}
-
-function fieldName(path: ReadonlyArray<PropertyKey>): string {
-  return path.reduce<string>(
-    (acc, p) => (typeof p === "number" ? `${acc}[${p}]` : acc ? `${acc}.${String(p)}` : String(p)),
-    "",
-  );
+  return loadConfigWith(sluiceSchema, vars);
 }

@@ -1,6 +1,6 @@
-import { z } from "zod";
+import * as z from "zod/mini";
 import { parseDuration } from "./duration.js";
-import { AUTO_PRINCIPAL } from "../keys/principal.js";
+import { AUTO_PRINCIPAL } from "../identity/principal.js";
 
 // The shared pieces of the configuration's schemas: names, durations, key parts, rates, methods
 // and principals, which the features' schemas (src/features/*/schema.ts) are written in.
@@ -8,79 +8,93 @@ import { AUTO_PRINCIPAL } from "../keys/principal.js";
 /** Names end up inside Redis key names and headers: keep them to a safe alphabet. */
 export const name = z
   .string()
-  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, "must be 1-63 characters of letters, digits, '_', '.', '-'");
+  .check(z.regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, "must be 1-63 characters of letters, digits, '_', '.', '-'"));
 
-export const duration = z.string().transform((text, ctx) => {
-  const ms = parseDuration(text);
-  if (ms === undefined) {
-    ctx.addIssue({ code: "custom", message: `"${text}" is not a duration like "500ms", "1s", "1m", "1h" or "1d"` });
-    return z.NEVER;
-  }
-  return ms;
-});
+export const duration = z.pipe(
+  z.string(),
+  z.transform((text: string, ctx) => {
+    const ms = parseDuration(text);
+    if (ms === undefined) {
+      ctx.issues.push({ code: "custom", message: notADuration(text), input: text });
+      return z.NEVER;
+    }
+    return ms;
+  }),
+);
+
+const notADuration = (text: string) => `"${text}" is not a duration like "500ms", "1s", "1m", "1h" or "1d"`;
 
 /** `true`, `false` or a duration (ms): a limit's `lease` (docs/regions-and-leases.md, Leases; docs/algorithms.md, In-flight caps). */
-export const booleanOrDuration = z.union([z.boolean(), z.string()]).transform((v, ctx) => {
-  if (typeof v === "boolean") return v;
-  const ms = duration.safeParse(v);
-  if (!ms.success) for (const i of ms.error.issues) ctx.addIssue({ code: "custom", message: i.message });
-  return ms.success ? ms.data : z.NEVER;
-});
+export const booleanOrDuration = z.pipe(
+  z.union([z.boolean(), z.string()]),
+  z.transform((v: boolean | string, ctx) => {
+    if (typeof v === "boolean") return v;
+    const ms = parseDuration(v);
+    if (ms === undefined) ctx.issues.push({ code: "custom", message: notADuration(v), input: v });
+    return ms ?? z.NEVER;
+  }),
+);
 
 /** One part of an identity: where the identifier of a bucket comes from. */
-export const keyPart = z.string().superRefine((part, ctx) => {
-  if (part === "ip" || part === "global" || part === "path") return;
-  const m = /^(header|query|cookie|jwt):(.+)$/.exec(part);
-  if (!m) {
-    ctx.addIssue({
-      code: "custom",
-      message: `"${part}" is not a key: use ip, global, path, header:<name>, query:<name>, cookie:<name> or jwt:<claim>`,
-    });
-    return;
-  }
-  if (m[1] === "header" && !/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(m[2] ?? "")) {
-    ctx.addIssue({ code: "custom", message: `"${part}": not a valid header name` });
-  }
-});
+export const keyPart = z.string().check(
+  z.superRefine((part, ctx) => {
+    if (part === "ip" || part === "global" || part === "path") return;
+    const m = /^(header|query|cookie|jwt):(.+)$/.exec(part);
+    if (!m) {
+      ctx.addIssue({
+        code: "custom",
+        message: `"${part}" is not a key: use ip, global, path, header:<name>, query:<name>, cookie:<name> or jwt:<claim>`,
+      });
+      return;
+    }
+    if (m[1] === "header" && !/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(m[2] ?? "")) {
+      ctx.addIssue({ code: "custom", message: `"${part}": not a valid header name` });
+    }
+  }),
+);
 
 /** A tier's rate, written "600/1m": that many per that duration (the tier's burst is its rate). */
-export const tierRate = z.string().transform((text, ctx) => {
-  const m = /^(\d{1,9})\/(.+)$/.exec(text.trim());
-  const period = m ? parseDuration(m[2] as string) : undefined;
-  if (!m || period === undefined || Number(m[1]) < 1) {
-    ctx.addIssue({ code: "custom", message: `"${text}" is not a rate like "60/1m"` });
-    return z.NEVER;
-  }
-  return { rate: Number(m[1]), period };
-});
+export const tierRate = z.pipe(
+  z.string(),
+  z.transform((text: string, ctx) => {
+    const m = /^(\d{1,9})\/(.+)$/.exec(text.trim());
+    const period = m ? parseDuration(m[2] as string) : undefined;
+    if (!m || period === undefined || Number(m[1]) < 1) {
+      ctx.issues.push({ code: "custom", message: `"${text}" is not a rate like "60/1m"`, input: text });
+      return z.NEVER;
+    }
+    return { rate: Number(m[1]), period };
+  }),
+);
 
-export const method = z
-  .string()
-  .regex(/^[A-Za-z]+$/, "must be an HTTP method")
-  .transform((m) => m.toUpperCase());
+export const method = z.pipe(
+  z.string().check(z.regex(/^[A-Za-z]+$/, "must be an HTTP method")),
+  z.transform((m: string) => m.toUpperCase()),
+);
 
 /**
  * Whose idempotency keys or session locks: `auto` (the verified JWT's sub, else a hash of the
- * Authorization header, else the IP; src/keys/principal.ts), or an identity in the key syntax of
+ * Authorization header, else the IP; src/identity/principal.ts), or an identity in the key syntax of
  * limits. `auto` stands alone: combined with other parts it would not say which credential it is.
  */
 export const principal = z
-  .union([z.string(), z.array(z.string()).min(1).max(4)])
-  .default(AUTO_PRINCIPAL)
-  .superRefine((p, ctx) => {
-    if (p === AUTO_PRINCIPAL) return;
-    const parts = Array.isArray(p) ? p : [p];
-    parts.forEach((part, i) => {
-      const checked = keyPart.safeParse(part);
-      const at = Array.isArray(p) ? [i] : [];
-      if (part === AUTO_PRINCIPAL)
-        ctx.addIssue({
-          code: "custom",
-          path: at,
-          message: '"auto" stands alone: it cannot be combined with other parts',
-        });
-      else if (!checked.success)
-        for (const issue of checked.error.issues)
-          ctx.addIssue({ code: "custom", path: at, message: `${issue.message}, or "auto"` });
-    });
-  });
+  ._default(z.union([z.string(), z.array(z.string()).check(z.minLength(1), z.maxLength(4))]), AUTO_PRINCIPAL)
+  .check(
+    z.superRefine((p, ctx) => {
+      if (p === AUTO_PRINCIPAL) return;
+      const parts = Array.isArray(p) ? p : [p];
+      parts.forEach((part, i) => {
+        const checked = keyPart.safeParse(part);
+        const at = Array.isArray(p) ? [i] : [];
+        if (part === AUTO_PRINCIPAL)
+          ctx.addIssue({
+            code: "custom",
+            path: at,
+            message: '"auto" stands alone: it cannot be combined with other parts',
+          });
+        else if (!checked.success)
+          for (const issue of checked.error.issues)
+            ctx.addIssue({ code: "custom", path: at, message: `${issue.message}, or "auto"` });
+      });
+    }),
+  );

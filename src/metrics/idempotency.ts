@@ -4,7 +4,7 @@
  * per-minute and all-time hashes as the decisions, under fields of two parts (`idem:{route}|…`),
  * so the readers of `route|limit|decision` pass over them.
  */
-import { bucketBound, LAST_BUCKET, latencyBucket } from "../features/adaptive/histogram.js";
+import { bucketBound, LAST_BUCKET, latencyBucket } from "./histogram.js";
 
 /**
  * `first`: a first arrival claimed the key and went to the origin. `taken_over`: a duplicate took
@@ -34,7 +34,7 @@ export interface FieldCounter {
 }
 
 export const IDEM_FIELD = "idem:";
-/** `idem_latency:{route}|{bucket}`: first arrivals by origin latency bucket (src/features/adaptive/histogram.ts). */
+/** `idem_latency:{route}|{bucket}`: first arrivals by origin latency bucket (src/metrics/histogram.ts). */
 export const IDEM_LATENCY_FIELD = "idem_latency:";
 /** `idem_first:{route}|sum_ms`, `|count`, `|failed`: the histogram's sum and count, and the first arrivals that failed. */
 export const IDEM_FIRST_FIELD = "idem_first:";

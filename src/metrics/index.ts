@@ -4,7 +4,7 @@ import type { Stores } from "../region/index.js";
 import type { DecisionHeader } from "../problem.js";
 import { metricsKeys } from "../store/layout.js";
 import type { Batch } from "../store/redis.js";
-import { latencyBucket } from "../features/adaptive/histogram.js";
+import { latencyBucket } from "./histogram.js";
 import type { ClientLabel } from "./labels.js";
 import { idempotencyLines } from "./idempotency.js";
 export { asHash } from "../store/replies.js";
@@ -36,7 +36,7 @@ const BAN_FIELD = "ban:";
  * The region figures' fields, in the minute's hash beside the decision counts: `region:{region}|{decision}`,
  * `region:{region}|local` (decided in the isolate while Redis was fine: a lease, the blocked-bucket
  * cache), `region:{region}|store-failed` (decided without Redis because it failed) and
- * `rtt:{region}|{bucket}` (the round trip's histogram bucket, src/features/adaptive/histogram.ts). Each has
+ * `rtt:{region}|{bucket}` (the round trip's histogram bucket, src/metrics/histogram.ts). Each has
  * two parts, so readers of `route|limit|decision` pass over them, and a route name never holds a colon.
  */
 export const REGION_FIELD = "region:";

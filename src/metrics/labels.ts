@@ -1,7 +1,7 @@
-import { validEntry } from "../features/access/lists.js";
-import { parseIp } from "../features/access/cidr.js";
 import type { Config, Limit } from "../config/index.js";
-import { readPart, trimHttpWhitespace, type RequestFacts } from "../keys/identify.js";
+import { parseIp } from "../identity/cidr.js";
+import { validEntry } from "../identity/entry.js";
+import { readPart, trimHttpWhitespace, type RequestFacts } from "../identity/identify.js";
 
 /** What the dashboard shows of a refused client beside its hash, and the deny entry a ban from its row would write. */
 export interface ClientLabel {

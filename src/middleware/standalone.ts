@@ -1,5 +1,5 @@
 import type { Context, MiddlewareHandler } from "hono";
-import { loadConfig, ConfigError, type Config } from "../config/index.js";
+import { loadConfigWith, ConfigError, type Config, type ConfigSchema } from "../config/load.js";
 import type { SluiceInput } from "../config/schema.js";
 import type { SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
@@ -10,6 +10,7 @@ import { envConnections, type Connect } from "../region/index.js";
 import { withoutOverride } from "../routing/method.js";
 import { isolateRuntime, type Runtime } from "../runtime.js";
 import type { RedisConnection } from "../store/redis.js";
+import { verifyJwtStep } from "../features/jwt/step.js";
 import type { Step } from "./step.js";
 
 /** Settings every sluice middleware shares: where Redis is, and the deployment's global settings. */
@@ -50,21 +51,30 @@ export const SHARED_FIELDS = [
   "labels",
 ] as const;
 
+/** How a middleware's options are checked: its configuration schema, and the route table its options spell at their top level. */
+export interface OptionsSchema {
+  /** `[vars.SLUICE]`'s schema with this middleware's route table only (src/config/settings.ts). */
+  schema: ConfigSchema;
+  /** The route's table the options are (idempotency, session, breaker), if any. */
+  table?: string;
+}
+
 /**
  * Validates a middleware's options with the schemas `wrangler.toml` is validated with, as one
  * route of a configuration. A bad option throws a `ConfigError` at construction, naming the field
  * as the options spell it (`limits[0].rate: ...`).
  *
- * @example compileOptions("rateLimit", options, { name: "api", limits: [{ name: "per-ip", rate: 10, period: "1s" }] })
+ * @example compileOptions("rateLimit", options, { name: "api", limits: [{ name: "per-ip", rate: 10, period: "1s" }] }, { schema: plainConfigSchema })
  */
 export function compileOptions(
   middleware: string,
   options: SharedOptions,
   route: Record<string, unknown>,
-  table?: string,
+  { schema, table }: OptionsSchema,
 ): Config {
   const shared = Object.fromEntries(SHARED_FIELDS.flatMap((f) => (options[f] === undefined ? [] : [[f, options[f]]])));
-  const loaded = loadConfig({ SLUICE: { ...shared, routes: [{ match: "/*", ...route }] }, originOptional: true });
+  const SLUICE = { ...shared, routes: [{ match: "/*", ...route }] };
+  const loaded = loadConfigWith(schema, { SLUICE, originOptional: true });
   if (loaded.ok) return loaded.config;
   // the options spell a route's table (idempotency, session, breaker) at their top level
   const inTable = table ? new RegExp(`^${table}\\.?`) : /^$/;
@@ -73,6 +83,12 @@ export function compileOptions(
     .replace(/^SLUICE\.?/, "")
     .replace(inTable, "");
   throw new ConfigError(`${middleware}(): ${field || "options"}`, loaded.error.problem);
+}
+
+/** A middleware's own table, its optional fields left out so the schema's defaults apply. */
+export function tableFields(fields: Record<string, unknown>): Record<string, unknown> {
+  const shared = new Set<string>(["redis", "runtime", ...SHARED_FIELDS]);
+  return Object.fromEntries(Object.entries(fields).filter(([k, v]) => v !== undefined && !shared.has(k)));
 }
 
 /** How a middleware reaches Redis: what it was given, else the Worker's secrets. */
@@ -116,4 +132,12 @@ function optionsScope(config: Config, options: SharedOptions, matchRoutes: boole
     if (claims && typeof claims === "object") scope.facts.claims = claims as Record<string, unknown>;
     return scope;
   };
+}
+
+/**
+ * With a `jwt` option the middleware verifies the bearer token itself (unless `verifyJwt()` or
+ * hono's `jwt()` ran before), so that an `auto` or `jwt:` principal is the token's subject.
+ */
+export function withJwt(config: Config, step: Step): Step[] {
+  return config.jwt ? [verifyJwtStep, step] : [step];
 }

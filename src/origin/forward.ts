@@ -1,5 +1,5 @@
 import { problem } from "../problem.js";
-import type { ProblemTitle } from "../problem-types.js";
+import { PROBLEMS, type ProblemKind } from "../problem-types.js";
 import { METHOD_OVERRIDE_HEADERS } from "../routing/method.js";
 import { discardBody } from "../util/log.js";
 
@@ -145,10 +145,10 @@ export async function sendToOrigin(request: Request, target: ForwardTarget): Pro
   const hasBody = request.method !== "GET" && request.method !== "HEAD" && request.body !== null;
   const budget = target.timeoutMs ? target.timeoutMs + (target.lateAnswerMs ?? 0) : undefined;
   const signal = budget ? AbortSignal.timeout(budget) : undefined;
-  const failed: Failed = (outcome, status, title, detail) => ({
+  const failed: Failed = (outcome, type, detail) => ({
     outcome,
     sent: headers,
-    response: problem({ status, title, detail }, target.problemBase),
+    response: problem({ type, detail }, target.problemBase),
   });
   const upload: { sentAt?: number } = {};
   const body = hasBody && request.body ? timedBody(request.body, request.headers, upload) : null;
@@ -158,14 +158,13 @@ export async function sendToOrigin(request: Request, target: ForwardTarget): Pro
   try {
     sending = fetch(url, init as RequestInit);
   } catch (e) {
-    return failed("unreachable", 502, "Bad gateway", `the request could not be sent: ${(e as Error).message}`);
+    return failed("unreachable", PROBLEMS.badGateway, `the request could not be sent: ${(e as Error).message}`);
   }
   const res = await answerWithin(sending, target.timeoutMs);
   if (res === "timeout" || (res instanceof Error && signal?.aborted)) {
     const timedOut = failed(
       "timeout",
-      504,
-      "Gateway timeout",
+      PROBLEMS.gatewayTimeout,
       `the origin did not answer within ${target.timeoutMs} ms`,
     );
     if (!target.lateAnswerMs) return timedOut;
@@ -173,8 +172,8 @@ export async function sendToOrigin(request: Request, target: ForwardTarget): Pro
   }
   if (res instanceof Error) {
     if (neverSent(res))
-      return failed("unreachable", 502, "Bad gateway", `the request could not be sent: ${res.message}`);
-    return failed("broken", 502, "Bad gateway", `the connection to the origin failed: ${res.message}`);
+      return failed("unreachable", PROBLEMS.badGateway, `the request could not be sent: ${res.message}`);
+    return failed("broken", PROBLEMS.badGateway, `the connection to the origin failed: ${res.message}`);
   }
   return answered(res, headers, failed, upload.sentAt);
 }
@@ -193,7 +192,7 @@ function neverSent(e: Error): boolean {
   return e instanceof TypeError && e.cause === undefined;
 }
 
-type Failed = (outcome: OriginOutcome, status: number, title: ProblemTitle, detail: string) => OriginReply;
+type Failed = (outcome: OriginOutcome, type: ProblemKind, detail: string) => OriginReply;
 
 /** The origin's response within `timeoutMs` (without one: whenever it comes), "timeout", or what fetch threw. */
 async function answerWithin(sending: Promise<Response>, timeoutMs?: number): Promise<Response | Error | "timeout"> {
@@ -230,8 +229,7 @@ async function answered(
     await discardBody(res.body);
     return failed(
       "unrelayable",
-      502,
-      "Bad gateway",
+      PROBLEMS.badGateway,
       `the origin answered with an interim ${res.status} and no final response`,
     );
   }

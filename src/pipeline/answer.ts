@@ -2,6 +2,7 @@ import type { Context } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { Scope } from "../context.js";
 import { Problem, problem } from "../problem.js";
+import { PROBLEMS } from "../problem-types.js";
 import { logError } from "../util/log.js";
 
 /** The response to an error thrown in a pipeline; throws the error on when it is not sluice's to answer. */
@@ -17,7 +18,7 @@ export const answerAll: Answer = (err, _c, scope) => {
   if (err instanceof Problem) return err.getResponse(base);
   if (err instanceof HTTPException) return err.getResponse();
   logError("unhandled", err);
-  return problem({ status: 500, title: "Internal error", detail: "sluice failed to handle this request" }, base);
+  return problem({ type: PROBLEMS.internalError, detail: "sluice failed to handle this request" }, base);
 };
 
 /**

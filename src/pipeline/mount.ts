@@ -1,7 +1,6 @@
 import type { Context, MiddlewareHandler, Next } from "hono";
 import { every } from "hono/combine";
-import { publicDecision, type Scope, type SluiceEnv } from "../context.js";
-import type { Step } from "../middleware/step.js";
+import { publicDecision, type Scope, type SluiceEnv, type Step } from "../context.js";
 import type { Answer } from "./answer.js";
 import { ScopedProblem, type ScopeSource } from "./scope.js";
 import { settle } from "./stamp.js";

@@ -2,10 +2,11 @@ import type { Context } from "hono";
 import type { Config } from "../config/index.js";
 import type { Scope, SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
-import { clientIp } from "../keys/identify.js";
+import { clientIp } from "../identity/identify.js";
 import type { Defer } from "../util/defer.js";
 import { Problem } from "../problem.js";
-import { chooseRegion, envConnections, type Connect } from "../region/index.js";
+import { PROBLEMS } from "../problem-types.js";
+import { chooseRegion, type Connect } from "../region/index.js";
 import { normalisePath } from "../routing/normalise.js";
 import { chooseRoute } from "../routing/method.js";
 import type { Runtime } from "../runtime.js";
@@ -56,7 +57,7 @@ export function newScope(c: Context, input: ScopeInput, matchRoutes: boolean): S
     sluiceHeaders: {},
   };
   if (!normal.ok)
-    throw new ScopedProblem(scope, { status: normal.status, title: "Bad request path", detail: normal.detail });
+    throw new ScopedProblem(scope, { type: PROBLEMS.badRequestPath, status: normal.status, detail: normal.detail });
   if (matchRoutes) {
     const chosen = chooseRoute(config.routes, request, normal.path.match);
     Object.assign(scope, { route: chosen.route, method: chosen.method, methodOverridden: chosen.overridden });
@@ -72,28 +73,6 @@ export class ScopedProblem extends Problem {
   ) {
     super(init);
   }
-}
-
-/**
- * The gateway's scope: the configuration of the environment (a bad one is a 500 problem naming
- * the field, on every request), then the request's scope, its route matched on the normalised path.
- */
-export function configuredScope(runtime: Runtime): ScopeSource {
-  return (c) => {
-    const env = c.env as Env;
-    const loaded = runtime.configs.of(env);
-    if (!loaded.ok) {
-      const { field, problem } = loaded.error;
-      throw new Problem({
-        status: 500,
-        title: "Invalid sluice configuration",
-        detail: loaded.error.message,
-        extensions: { field, problem },
-      });
-    }
-    const config = loaded.config;
-    return entered(newScope(c, { runtime, config, connect: envConnections(env, config.home_region), env }, true));
-  };
 }
 
 /** How a pipeline makes its request's scope; throws a problem (a `ScopedProblem` when a scope exists). */

@@ -1,10 +1,10 @@
+import type { Step } from "../context.js";
 import { accessListsStep } from "../features/access/step.js";
 import { breakerStep } from "../features/breaker/step.js";
 import { idempotencyStep } from "../features/idempotency/step.js";
 import { rateLimitStep } from "../features/rate-limit/step.js";
 import { sessionStep } from "../features/session/step.js";
-import { keepFallbackCopies } from "../features/shedding/step.js";
-import type { Step } from "../middleware/step.js";
+import { keepFallbackCopies, shed } from "../features/shedding/step.js";
 import { verifyJwtStep } from "../features/jwt/step.js";
 import { jobStatus } from "../features/shedding/queue/enqueue.js";
 
@@ -14,7 +14,7 @@ export const PIPELINE_STEPS: Step[] = [
   accessListsStep, //     deny list → 403 (a jwt: entry verifies the token first); an allow-listed client skips the limits
   verifyJwtStep, //       claims, for routes keyed on the JWT
   breakerStep, //         open → fallback or 503; records the origin's outcome after the response
-  rateLimitStep, //       one Redis call decides every limit; a refusal is shed as on_limit says
+  rateLimitStep(shed), // one Redis call decides every limit; a refusal is shed as on_limit says
   idempotencyStep, //     one side effect per key; duplicates get the replay; settles after the response
   sessionStep, //         one call per session at a time; released after the response
   keepFallbackCopies, //  keeps the last good copy of a fallback route's page after the response

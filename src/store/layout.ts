@@ -10,7 +10,7 @@
  * letters, digits, `_`, `.`, `-` (never a colon), which keeps every kind distinguishable by its
  * segments (a hash is 32 hex digits, so it never reads as `lease`, `fence` or `overrides`).
  */
-import type { KeyHash } from "../keys/hash.js";
+import type { KeyHash } from "../identity/hash.js";
 
 /** Which Redis holds a kind of key. */
 export type LayoutStore = "home" | "region" | "every region" | "by scope";

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { beforeAll, describe, expect, it } from "vitest";
-import { bucketBound, latencyBucket } from "../../src/features/adaptive/histogram.js";
+import { bucketBound, latencyBucket } from "../../src/metrics/histogram.js";
 import { asHash } from "../../src/store/replies.js";
 import { fileRedis } from "./stack.js";
 

@@ -4,7 +4,7 @@ import type { Redis } from "@upstash/redis";
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Limit } from "../../src/config/index.js";
-import { scriptCall, type ScriptMode } from "../../src/features/rate-limit/decision/decide.js";
+import { scriptCall, type ScriptMode } from "../../src/features/rate-limit/decision/decision.js";
 import type { AlgoModel } from "../../src/features/rate-limit/algorithms/algorithms.js";
 import { modelOf, type Algorithm } from "../../src/features/rate-limit/algorithms/registry.js";
 import { warmupTokens } from "../support/warmup-model.js";

@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
-import { scriptCall } from "../../src/features/rate-limit/decision/decide.js";
+import { scriptCall } from "../../src/features/rate-limit/decision/decision.js";
 import { TokenBucketModel } from "../support/token-bucket-model.js";
 import { withTestClock } from "../support/test-clock.js";
 import { fileRedis } from "./stack.js";

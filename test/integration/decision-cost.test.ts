@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stripUnknownFlags, RespClient, type RespArg } from "@sluice/dev";
 import { loadConfig, type Limit } from "../../src/config/index.js";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { scriptCall, type ScriptBucket, type ScriptMode } from "../../src/features/rate-limit/decision/decide.js";
+import { scriptCall, type ScriptBucket, type ScriptMode } from "../../src/features/rate-limit/decision/decision.js";
 import { MAX_OVERRIDES } from "../../src/features/rate-limit/decision/overrides.js";
 import { call, commandCalls, type RedisStack, sleep, useStack } from "./stack.js";
 

@@ -1,7 +1,7 @@
 import type { Redis } from "@upstash/redis";
 import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
-import { hashIdentifier } from "../../src/keys/hash.js";
+import { hashIdentifier } from "../../src/identity/hash.js";
 import { bucketKey } from "../../src/store/layout.js";
 import { call, commandCalls, startWorker, type DemoOrigin, type RedisStack, sleep, useStack } from "./stack.js";
 

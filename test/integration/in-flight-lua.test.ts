@@ -4,7 +4,7 @@ import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Limit } from "../../src/config/index.js";
 import { InFlight, type AlgoModel } from "../../src/features/rate-limit/algorithms/algorithms.js";
-import { scriptCall, type ScriptBucket, type ScriptMode } from "../../src/features/rate-limit/decision/decide.js";
+import { scriptCall, type ScriptBucket, type ScriptMode } from "../../src/features/rate-limit/decision/decision.js";
 import { modelOf } from "../../src/features/rate-limit/algorithms/registry.js";
 import { clockArgs, loadDecideWithTestClock } from "../support/test-clock.js";
 import { fileRedis } from "./stack.js";

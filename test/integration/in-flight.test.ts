@@ -4,7 +4,7 @@ import type { Miniflare } from "miniflare";
 import { describe, expect, it } from "vitest";
 import { loadConfig, type Config, type Limit } from "../../src/config/index.js";
 import { keyedBuckets } from "../../src/features/rate-limit/decision/buckets.js";
-import { scriptCall } from "../../src/features/rate-limit/decision/decide.js";
+import { scriptCall } from "../../src/features/rate-limit/decision/decision.js";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { call, sleep, useStack } from "./stack.js";
 

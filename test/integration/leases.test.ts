@@ -4,7 +4,7 @@ import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { hashIdentifier } from "../../src/keys/hash.js";
+import { hashIdentifier } from "../../src/identity/hash.js";
 import { bucketKey } from "../../src/store/layout.js";
 import { modelOf } from "../../src/features/rate-limit/algorithms/registry.js";
 import { scriptCall, type LeaseArgs, type ScriptMode } from "../../src/features/rate-limit/decision/script-call.js";

@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
-import { scriptCall, type ScriptMode } from "../../src/features/rate-limit/decision/decide.js";
+import { scriptCall, type ScriptMode } from "../../src/features/rate-limit/decision/decision.js";
 import { modelOf, type Algorithm } from "../../src/features/rate-limit/algorithms/registry.js";
 import { loadDecideWithTestClock } from "../support/test-clock.js";
 import { fileRedis } from "./stack.js";

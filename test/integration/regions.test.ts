@@ -2,7 +2,7 @@ import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RespClient } from "@sluice/dev";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { hashIdentifier } from "../../src/keys/hash.js";
+import { hashIdentifier } from "../../src/identity/hash.js";
 import { bucketKey } from "../../src/store/layout.js";
 import { call, startWorker, TOKEN, type DemoOrigin, type RedisStack, sleep, useStack } from "./stack.js";
 

@@ -25,7 +25,6 @@ const VALUES = [
   "accessLists",
   "verifyJwt",
   "sluice",
-  "createApp",
   "Runtime",
   "Problem",
   "ConfigError",
@@ -44,6 +43,16 @@ const TYPES = [
   "BreakerOptions",
   "VerifyJwtOptions",
 ];
+
+/** The subpaths of package.json's `exports` and the values each gives (the root gives all but the gateway's). */
+const SUBPATHS: Record<string, string[]> = {
+  "sluice/rate-limit": ["rateLimit"],
+  "sluice/idempotency": ["idempotency"],
+  "sluice/session": ["session"],
+  "sluice/breaker": ["breaker"],
+  "sluice/access": ["accessLists", "verifyJwt"],
+  "sluice/gateway": ["createApp"],
+};
 
 /** A Lua script imported rather than inlined, in JS or in declarations. */
 const LUA_IMPORT = /(?:from\s+|import\s*\(\s*)["'][^"']*\.lua["']/;
@@ -87,7 +96,15 @@ const publicApiModule = () =>
     "// Written by test/package/package.test.ts: every public name of sluice, imported as an app would.",
     `import { ${VALUES.join(", ")} } from "sluice";`,
     `import type { ${TYPES.join(", ")} } from "sluice";`,
+    ...Object.entries(SUBPATHS).map(
+      ([spec, names], i) => `import { ${names.map((n) => `${n} as ${n}${i}`).join(", ")} } from "${spec}";`,
+    ),
+    'import type { RateLimitOptions as SubpathOptions } from "sluice/rate-limit";',
     `export const values = [${VALUES.join(", ")}] as const;`,
+    `export const subpathValues = [${Object.values(SUBPATHS)
+      .flatMap((names, i) => names.map((n) => `${n}${i}`))
+      .join(", ")}] as const;`,
+    "export type SubpathTypes = [SubpathOptions];",
     `export type Types = [${TYPES.join(", ")}];`,
     "",
   ].join("\n");
@@ -159,25 +176,50 @@ describe("the npm package", () => {
     const entries = (await run("tar", ["-tzf", tarball], { cwd: root })).trim().split("\n");
     expect(entries).toContain("package/dist/index.js");
     expect(entries).toContain("package/dist/index.d.ts");
+    for (const name of ["rate-limit", "idempotency", "session", "breaker", "access", "gateway"])
+      expect(entries).toContain(`package/dist/${name}.js`);
+    expect(entries).toContain("package/dist/middleware/rate-limit.d.ts");
     expect(entries).toContain("package/package.json");
     expect(entries.filter((e) => !/^package\/(dist\/.+\.(js|d\.ts)|package\.json|README\.md)$/.test(e))).toEqual([]);
   });
 
   it("inlines the Lua scripts: no .lua import in the JS or the types", () => {
-    const js = readFileSync(join(installed, "dist", "index.js"), "utf8");
+    const jsFiles = filesUnder(join(installed, "dist")).filter((f) => f.endsWith(".js"));
+    const js = jsFiles.map((f) => readFileSync(f, "utf8")).join("\n");
     // the scripts' own text is there, as string constants
     expect(js).toContain("redis.call('TIME')");
     for (const file of filesUnder(join(installed, "dist"))) {
       expect(LUA_IMPORT.test(readFileSync(file, "utf8")), relative(installed, file)).toBe(false);
     }
-    // and nothing that is the app's is bundled: the peers and zod stay imports
+    // and nothing that is the app's is bundled: the peers and zod stay imports (the rest are dist's own chunks)
     const imported = [...js.matchAll(/^import .* from "([^"]+)";$/gm)].map((m) => m[1] ?? "");
-    expect(imported.filter((spec) => !/^(hono|@upstash\/redis|zod)(\/|$)/.test(spec))).toEqual([]);
+    expect(imported.filter((spec) => !spec.startsWith("./"))).not.toEqual([]);
+    expect(
+      imported.filter((spec) => !spec.startsWith("./") && !/^(hono|@upstash\/redis|zod)(\/|$)/.test(spec)),
+    ).toEqual([]);
   });
 
   it("exports the public values from dist/index.js, as installed", async () => {
     const mod = (await import(pathToFileURL(join(installed, "dist", "index.js")).href)) as Record<string, unknown>;
     for (const name of VALUES) expect(typeof mod[name], name).toBe("function");
+  });
+
+  it("resolves each subpath of `exports` from the app, as installed: sluice/rate-limit and the others", async () => {
+    // a module of the app's imports them, so Node resolves them through the installed package.json
+    const probe = join(appDir, "subpaths.mjs");
+    const specs = Object.keys(SUBPATHS);
+    writeFileSync(probe, specs.map((spec, i) => `export * as m${i} from "${spec}";`).join("\n") + "\n");
+    const mods = (await import(pathToFileURL(probe).href)) as Record<string, Record<string, unknown>>;
+    specs.forEach((spec, i) => {
+      for (const name of SUBPATHS[spec] ?? [])
+        expect(typeof mods[`m${i}`]?.[name], `${spec}: ${name}`).toBe("function");
+    });
+    // the root is the same code: one rateLimit, whichever way it is imported
+    const rootProbe = join(appDir, "root.mjs");
+    writeFileSync(rootProbe, 'export * from "sluice";\n');
+    const rootMod = (await import(pathToFileURL(rootProbe).href)) as Record<string, unknown>;
+    expect(rootMod.rateLimit).toBe(mods.m0?.rateLimit);
+    expect(rootMod.createApp).toBeUndefined();
   });
 
   it("declares the public API in dist/index.d.ts: the example type-checks against it, declarations included", async () => {

@@ -8,7 +8,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { RespClient } from "@sluice/dev";
 import { issueSession } from "../../src/admin/auth.js";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { hashIdentifier } from "../../src/keys/hash.js";
+import { hashIdentifier } from "../../src/identity/hash.js";
 import { sleep, useStack, type RedisStack } from "../integration/stack.js";
 import { portOf, rawRequest, type RawResponse } from "../support/raw-http.js";
 

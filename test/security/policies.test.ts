@@ -6,7 +6,7 @@
 import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { hashIdentifier } from "../../src/keys/hash.js";
+import { hashIdentifier } from "../../src/identity/hash.js";
 import { call, sleep, type DemoOrigin, useStack } from "../integration/stack.js";
 
 const ADMIN = "policies-admin-token-0123456789";

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { hourOfRoute, liveSlots, quantile, regionFigures } from "../../src/admin/figures.js";
-import { latencyBucket } from "../../src/features/adaptive/histogram.js";
+import { latencyBucket } from "../../src/metrics/histogram.js";
 import { loadConfig, type Config } from "../../src/config/index.js";
 
 function config(): Config {

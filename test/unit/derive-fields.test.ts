@@ -170,11 +170,13 @@ describe("keys from body fields", () => {
   it("refuses a body without a field with a 400 naming the field, and a body that is not JSON", async () => {
     const missing = await keyFromFields(REQUEST, bytes({ user_id: 7, amount: 1 }), DERIVE).catch((e: unknown) => e);
     expect(missing).toBeInstanceOf(Problem);
-    expect((missing as Problem).init).toMatchObject({ status: 400, extensions: { field: "/sku" } });
+    expect((missing as Problem).status).toBe(400);
+    expect((missing as Problem).init).toMatchObject({ extensions: { field: "/sku" } });
     expect((missing as Problem).init.detail).toContain("/sku");
     for (const body of ["", "user_id=7", "{", "\xff"]) {
       const notJson = await keyFromFields(REQUEST, new TextEncoder().encode(body), DERIVE).catch((e: unknown) => e);
-      expect((notJson as Problem).init).toMatchObject({ status: 400, title: "Idempotency fields missing" });
+      expect((notJson as Problem).status).toBe(400);
+      expect((notJson as Problem).init.type).toMatchObject({ title: "Idempotency fields missing" });
     }
     const array = await keyFromFields(REQUEST, bytes([7, "a", 1]), DERIVE).catch((e: unknown) => e);
     expect((array as Problem).init.extensions).toEqual({ field: "/user_id" });

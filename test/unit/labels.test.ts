@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { RequestFacts } from "../../src/keys/identify.js";
+import type { RequestFacts } from "../../src/identity/identify.js";
 import { clientLabel, ends, network } from "../../src/metrics/labels.js";
 import { MetricsBuffer } from "../../src/metrics/index.js";
 

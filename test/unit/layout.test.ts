@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { asKeyHash, hashIdentifier, type KeyHash } from "../../src/keys/hash.js";
+import { asKeyHash, hashIdentifier, type KeyHash } from "../../src/identity/hash.js";
 import {
   LAYOUT,
   adaptiveStateKey,

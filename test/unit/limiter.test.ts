@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
-import { hashIdentifier } from "../../src/keys/hash.js";
+import { hashIdentifier } from "../../src/identity/hash.js";
 import { bucketKey } from "../../src/store/layout.js";
-import { clientIp, identify, type RequestFacts } from "../../src/keys/identify.js";
+import { clientIp, identify, type RequestFacts } from "../../src/identity/identify.js";
 import { BlockedBuckets } from "../../src/features/rate-limit/isolate/blocked.js";
 import { rateLimitHeaders, retryAfterSeconds } from "../../src/features/rate-limit/headers.js";
 import type { LimitOutcome } from "../../src/features/rate-limit/types.js";

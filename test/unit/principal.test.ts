@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import type { RequestFacts } from "../../src/keys/identify.js";
-import { principalOf } from "../../src/keys/principal.js";
+import type { RequestFacts } from "../../src/identity/identify.js";
+import { principalOf } from "../../src/identity/principal.js";
 
 const facts = (ip: string, headers: Record<string, string> = {}, claims?: Record<string, unknown>): RequestFacts => ({
   ip,

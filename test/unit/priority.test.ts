@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
-import { scriptCall } from "../../src/features/rate-limit/decision/decide.js";
+import { scriptCall } from "../../src/features/rate-limit/decision/decision.js";
 import { floorOf, priorityOf } from "../../src/features/rate-limit/decision/priority.js";
 import { leasableShape, refusalCacheable } from "../../src/features/rate-limit/algorithms/registry.js";
-import type { RequestFacts } from "../../src/keys/identify.js";
+import type { RequestFacts } from "../../src/identity/identify.js";
 
 /* Priorities (docs/algorithms.md, Priorities): the request's priority, the floor a reserve puts under it, the configuration's checks. */
 

@@ -8,8 +8,8 @@ import { describe, expect, it } from "vitest";
 import { adminApp } from "../../src/admin/index.js";
 import { loadConfig } from "../../src/config/index.js";
 import type { Env } from "../../src/env.js";
-import { DEFAULT_PROBLEM_BASE, problem, problemSlug } from "../../src/problem.js";
-import { PROBLEM_TYPES } from "../../src/problem-types.js";
+import { DEFAULT_PROBLEM_BASE, problem } from "../../src/problem.js";
+import { PROBLEM_TYPES, PROBLEMS, problemSlug } from "../../src/problem-types.js";
 import { Runtime } from "../../src/runtime.js";
 
 const SLUICE = { key_prefix: "u", routes: [] };
@@ -28,43 +28,56 @@ function sources(dir: string): string[] {
   });
 }
 
-/**
- * Every problem title written in src/: as `title: "…"` of a problem's init, and as the title
- * argument of the helpers that build one (`refusal(409, "…")`, `failed("timeout", 504, "…")`,
- * `required(store, "…", …)`).
- */
-function emittedTitles(): string[] {
-  const patterns = [
-    /title: "([^"]+)"/g,
-    /refusal\(\s*\d{3},\s*"([^"]+)"/g,
-    /failed\(\s*"[a-z]+",\s*\d{3},\s*"([^"]+)"/g,
-    /required\([^,]+,\s*"([^"]+)"/g,
-  ];
-  const titles = new Set<string>();
-  for (const file of sources("src")) {
-    if (file.endsWith("problem-types.ts")) continue;
-    const text = readFileSync(file, "utf8");
-    for (const re of patterns) for (const m of text.matchAll(re)) titles.add(m[1] as string);
+/** The source files of src/ but the catalogue itself, with their text. */
+function sourcesBesideCatalogue(): [string, string][] {
+  return sources("src")
+    .filter((file) => !file.endsWith("problem-types.ts"))
+    .map((file): [string, string] => [file, readFileSync(file, "utf8")]);
+}
+
+/** Every problem type named in src/: as `PROBLEMS.<name>`, the only way a problem is made. */
+function emittedTypes(): string[] {
+  const names = new Set<string>();
+  for (const [, text] of sourcesBesideCatalogue()) {
+    for (const m of text.matchAll(/PROBLEMS\.(\w+)/g)) names.add(m[1] as string);
   }
-  return [...titles].sort();
+  return [...names].sort();
+}
+
+/** Where src/ writes a problem's title itself, instead of naming its constant. */
+function writtenTitles(): string[] {
+  const titles = Object.values(PROBLEMS).map((t) => t.title);
+  const found: string[] = [];
+  for (const [file, text] of sourcesBesideCatalogue()) {
+    for (const m of text.matchAll(/\btitle:\s*["'`]([^"'`]*)/g)) found.push(`${file}: title: ${m[1]}`);
+    for (const title of titles) {
+      for (const q of ['"', "'", "`"]) if (text.includes(q + title + q)) found.push(`${file}: ${q}${title}${q}`);
+    }
+  }
+  return found;
 }
 
 describe("problem types", () => {
   it("has a page for every problem type sluice emits", async () => {
-    const titles = emittedTitles();
+    const emitted = emittedTypes();
     // the scan finds the familiar ones, so a pattern that stopped matching does not pass quietly
-    expect(titles).toEqual(
-      expect.arrayContaining(["Too many requests", "Forbidden", "Request in flight", "Bad gateway"]),
-    );
-    expect(titles.length).toBeGreaterThan(25);
-    expect(titles.filter((t) => !PROBLEM_TYPES.has(problemSlug(t)))).toEqual([]);
-    for (const title of titles) {
+    expect(emitted).toEqual(expect.arrayContaining(["tooManyRequests", "forbidden", "requestInFlight", "badGateway"]));
+    expect(emitted.length).toBeGreaterThan(25);
+    // every constant named is in the catalogue, and the catalogue holds no type that nothing emits
+    expect(emitted).toEqual(Object.keys(PROBLEMS).sort());
+    for (const name of emitted) {
+      const { title } = PROBLEMS[name as keyof typeof PROBLEMS];
+      expect(PROBLEM_TYPES.has(problemSlug(title)), title).toBe(true);
       const page = await get(`/__sluice/problems/${problemSlug(title)}`);
       expect(page.status, title).toBe(200);
       expect(page.type).toContain("text/html");
       expect(page.text).toContain(`<h1>${title.replace(/&/g, "&amp;").replace(/</g, "&lt;")}</h1>`);
       expect(page.text).toContain("What to do");
     }
+  });
+
+  it("names problems by their constant: no title is written in src/ outside the catalogue", () => {
+    expect(writtenTitles()).toEqual([]);
   });
 
   it("serves the pages without a token (documentation), and an index of them", async () => {
@@ -93,7 +106,7 @@ describe("problem types", () => {
 
   it("defaults to the Worker's own path, and validates problem_base", async () => {
     expect(DEFAULT_PROBLEM_BASE).toBe("/__sluice/problems/");
-    const body = await problem({ status: 403, title: "Forbidden", detail: "x" }).json();
+    const body = await problem({ type: PROBLEMS.forbidden, detail: "x" }).json();
     expect(body).toMatchObject({ type: "/__sluice/problems/forbidden" });
     const load = (problem_base: unknown) => loadConfig({ ORIGIN_URL: "https://o.example/", SLUICE: { problem_base } });
     const ok = load(undefined);

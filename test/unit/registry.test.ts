@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { Limit } from "../../src/config/index.js";
+import { enLocale } from "../../src/config/messages.js";
 import { sluiceSchema } from "../../src/config/schema.js";
 import {
   FixedWindow,
@@ -9,7 +10,7 @@ import {
   SlidingWindow,
   TokenBucket,
 } from "../../src/features/rate-limit/algorithms/algorithms.js";
-import type { Bucket } from "../../src/features/rate-limit/decision/decide.js";
+import type { Bucket } from "../../src/features/rate-limit/decision/decision.js";
 import { leasable, leaseTerms } from "../../src/features/rate-limit/isolate/lease-broker.js";
 import {
   algorithm,
@@ -138,7 +139,8 @@ const EXAMPLES: RawLimit[] = ALGORITHM_LIST.flatMap((algorithm) => [
 ]);
 
 const parse = (limit: Record<string, unknown>) =>
-  sluiceSchema.safeParse({ routes: [{ name: "r", match: "/a", limits: [limit] }] });
+  // with the messages the configuration is loaded with (zod/mini has none of its own)
+  sluiceSchema.safeParse({ routes: [{ name: "r", match: "/a", limits: [limit] }] }, { error: enLocale.localeError });
 
 describe("the algorithm registry", () => {
   it("has an entry for every algorithm of the schema, and the schema knows every entry", () => {

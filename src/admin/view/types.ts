@@ -4,6 +4,11 @@
  * says "no figures" where they are not.
  */
 import type { DashboardData } from "../dashboard-data.js";
+import type { ListRow } from "../../features/access/admin.js";
+import type { OverrideRow } from "../../features/rate-limit/admin-overrides.js";
+
+/** The rows of the lists and overrides tables, as the capabilities' admin routes answer them. */
+export type { ListRow, OverrideRow };
 
 /**
  * `GET /__sluice/api/dashboard`'s figures as the panels take them: `DashboardData` (built by
@@ -23,25 +28,6 @@ export type RouteView = Omit<RouteData, "limits" | "bans"> & Partial<Pick<RouteD
 export type RegionView = DashboardData["regions"][number];
 export type BlockedView = DashboardData["top_blocked"][number];
 export type IdempotencyView = DashboardData["idempotency"][number];
-
-/** A deny or allow entry in force, as `GET /__sluice/lists` shows it. */
-export interface ListRow {
-  kind: "deny" | "allow";
-  entry: string;
-  expires_at: string;
-  routes?: string[];
-  note?: string;
-}
-
-/** An override in force, as `GET /__sluice/overrides` shows it. */
-export interface OverrideRow {
-  route: string;
-  field: string;
-  rate: number;
-  burst: number;
-  period_ms: number;
-  expires_at: string;
-}
 
 /** One region's Redis, as the health check reports it. */
 export interface HealthRow {

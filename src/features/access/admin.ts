@@ -1,14 +1,14 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { validEntry } from "./lists.js";
+import { validEntry } from "../../identity/entry.js";
 import { readEntries, removeEntry as removeListEntry, writeEntry, type ListEntry } from "./lists-store.js";
 import type { Config } from "../../config/index.js";
 import { parseDuration } from "../../config/duration.js";
 import type { Stores } from "../../region/index.js";
-import { adminHandlers, required, type AdminEnv } from "../../admin/context.js";
-import { ledgerAdminAction } from "../../admin/ledger.js";
-import type { ListRow } from "../../admin/view/types.js";
-import { duration, jsonBody } from "../../admin/validate.js";
+import { adminHandlers, required, type AdminEnv } from "../../operator/context.js";
+import { ledgerAdminAction } from "../../operator/ledger.js";
+import { duration, jsonBody } from "../../operator/validate.js";
+import { PROBLEMS } from "../../problem-types.js";
 
 const listBody = z
   .object({
@@ -24,7 +24,7 @@ const removalBody = z.object({ kind: z.enum(["deny", "allow"]), entry: z.string(
 
 const addEntry = adminHandlers.createHandlers(jsonBody(listBody), async (c) => {
   const b = c.req.valid("json");
-  const home = required(c.get("stores").offPath(), "Store unavailable", "no Redis for the home region");
+  const home = required(c.get("stores").offPath(), PROBLEMS.storeUnavailable, "no Redis for the home region");
   const until = Date.now() + (parseDuration(b.ttl) as number);
   const entry: ListEntry = {
     kind: b.kind,
@@ -41,6 +41,15 @@ const addEntry = adminHandlers.createHandlers(jsonBody(listBody), async (c) => {
 const listEntries = adminHandlers.createHandlers(async (c) =>
   c.json({ entries: await entriesInForce(c.get("config"), c.get("stores")) }),
 );
+
+/** A deny or allow entry in force, as `GET /__sluice/lists` shows it. */
+export interface ListRow {
+  kind: "deny" | "allow";
+  entry: string;
+  expires_at: string;
+  routes?: string[];
+  note?: string;
+}
 
 /** The deny and allow entries that have not run out, as the API and the dashboard show them. */
 export async function entriesInForce(config: Config, stores: Stores): Promise<ListRow[]> {

@@ -32,7 +32,8 @@ export interface AuthWindow {
 export class AuthThrottle {
   private readonly windows = new Map<string, AuthWindow>();
 
-  constructor(private readonly maxEntries: number) {}
+  /** `maxEntries` bounds the clients remembered, so a flood of them cannot grow the isolate's memory. */
+  constructor(private readonly maxEntries = 10_000) {}
 
   /** The client's window, while it lasts. */
   live(id: string, now: number): AuthWindow | undefined {

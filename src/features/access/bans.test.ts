@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { banDuration, banEntry, banHistoryMs } from "./bans.js";
 import { loadConfig } from "../../config/index.js";
-import type { RequestFacts } from "../../keys/identify.js";
+import type { RequestFacts } from "../../identity/identify.js";
 import { prometheus } from "../../metrics/index.js";
 
 const ORIGIN_URL = "https://api.example.com";

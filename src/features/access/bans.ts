@@ -1,13 +1,14 @@
 import type { Limit } from "../../config/index.js";
 import type { Scope } from "../../context.js";
-import { hashIdentifier, type KeyHash } from "../../keys/hash.js";
-import { readPart, trimHttpWhitespace, type RequestFacts } from "../../keys/identify.js";
+import { hashIdentifier, type KeyHash } from "../../identity/hash.js";
+import { readPart, trimHttpWhitespace, type RequestFacts } from "../../identity/identify.js";
 import type { LimitOutcome } from "../rate-limit/types.js";
-import type { Runtime } from "../../runtime.js";
 import { banLevelKey, banRefusalsKey } from "../../store/layout.js";
 import type { Store } from "../../store/redis.js";
-import { validEntry } from "./lists.js";
+import { validEntry } from "../../identity/entry.js";
+import type { ListCache } from "./lists.js";
 import { decodeEntries, readEntryIn, writeEntry, type ListEntry } from "./lists-store.js";
+import type { MetricsBuffer } from "../../metrics/index.js";
 import { log, settleQuietly } from "../../util/log.js";
 
 /** A limit's `ban` table, durations in ms. */
@@ -57,7 +58,9 @@ export function banEntry(limit: Pick<Limit, "key">, facts: RequestFacts): string
 
 /** One refusal on its way to a ban: who refused whom, and where the count is kept. */
 interface BanCount {
-  runtime: Runtime;
+  /** The isolate's copy of the lists (the ban is in force here at once) and its ban counts. */
+  lists: Pick<ListCache, "add">;
+  metrics: Pick<MetricsBuffer, "countBan">;
   store: Store;
   prefix: string;
   route: string;
@@ -80,8 +83,19 @@ export function countRefusal(scope: Scope, blocking: LimitOutcome): void {
   const store = scope.stores.offPath();
   if (entry === undefined || !store) return;
   const { runtime, config } = scope;
+  const { lists, metrics } = runtime;
   const counted = hashIdentifier(entry).then((hash) =>
-    refused({ runtime, store, prefix: config.key_prefix, route, limit: blocking.limit.name, settings, entry, hash }),
+    refused({
+      lists,
+      metrics,
+      store,
+      prefix: config.key_prefix,
+      route,
+      limit: blocking.limit.name,
+      settings,
+      entry,
+      hash,
+    }),
   );
   scope.defer(settleQuietly(counted, "ban_count_failed", { route }));
 }
@@ -115,8 +129,8 @@ async function escalate(ban: BanCount): Promise<void> {
   const note = `ban by route "${ban.route}", limit "${ban.limit}", level ${level}`;
   const entry: ListEntry = { ...deny(ban.entry), until, note };
   await writeEntry(ban.store, ban.prefix, entry);
-  ban.runtime.lists.add(ban.prefix, entry);
-  ban.runtime.metrics.countBan(ban.route, ban.limit);
+  ban.lists.add(ban.prefix, entry);
+  ban.metrics.countBan(ban.route, ban.limit);
   const at = new Date(until).toISOString();
   log("ban", { route: ban.route, limit: ban.limit, level, until: at, id: ban.hash });
 }

@@ -1,7 +1,7 @@
-import { readPart, trimHttpWhitespace, type RequestFacts } from "../../keys/identify.js";
+import { readPart, trimHttpWhitespace, type RequestFacts } from "../../identity/identify.js";
 import type { Defer } from "../../util/defer.js";
 import type { Store } from "../../store/redis.js";
-import { inCidr, parseCidr, parseIp, type Cidr } from "./cidr.js";
+import { inCidr, parseCidr, parseIp, type Cidr } from "../../identity/cidr.js";
 import { listField, readEntries, type ListEntry } from "./lists-store.js";
 
 export type { ListEntry } from "./lists-store.js";
@@ -13,11 +13,6 @@ interface Compiled extends ListEntry {
 }
 
 const REFRESH_MS = 5_000;
-
-/** Whether `entry` is an IP, a CIDR range or `<key part>=<value>`; the admin API refuses anything else. */
-export function validEntry(entry: string): boolean {
-  return parseCidr(entry) !== undefined || /^(ip|path|header:[^=]+|query:[^=]+|cookie:[^=]+|jwt:[^=]+)=.+$/.test(entry);
-}
 
 /** Where the lists are read from: the home region's store, under the deployment's key prefix. */
 export interface ListSource {

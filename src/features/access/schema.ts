@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod/mini";
 import { duration } from "../../config/primitives.js";
 
 /** The longest a `ban` counts refusals over, and the longest one ban lasts. */
@@ -11,21 +11,21 @@ const MAX_BAN_MS = 365 * 86_400_000;
  * ban never gets shorter.
  */
 export const banSettings = z
-  .object({
-    after: z.number().int().min(1).max(1_000_000),
-    within: duration.refine((ms) => ms <= MAX_BAN_WITHIN_MS, "must be at most 1d"),
+  .strictObject({
+    after: z.int().check(z.minimum(1), z.maximum(1_000_000)),
+    within: duration.check(z.refine((ms) => ms <= MAX_BAN_WITHIN_MS, "must be at most 1d")),
     for: z
-      .array(duration.refine((ms) => ms <= MAX_BAN_MS, "must be at most 365d"))
-      .min(1)
-      .max(16),
+      .array(duration.check(z.refine((ms) => ms <= MAX_BAN_MS, "must be at most 365d")))
+      .check(z.minLength(1), z.maxLength(16)),
   })
-  .strict()
-  .superRefine((b, ctx) => {
-    b.for.forEach((ms, i) => {
-      if (i > 0 && ms < (b.for[i - 1] as number))
-        ctx.addIssue({ code: "custom", path: ["for", i], message: "must be at least the duration before it" });
-    });
-  });
+  .check(
+    z.superRefine((b, ctx) => {
+      b.for.forEach((ms, i) => {
+        if (i > 0 && ms < (b.for[i - 1] as number))
+          ctx.addIssue({ code: "custom", path: ["for", i], message: "must be at least the duration before it" });
+      });
+    }),
+  );
 
 /** The key parts a ban can name as a deny-list entry: one per client, never everybody or a path. */
 export const bannable = (key: string[]) => key.length === 1 && key[0] !== "global" && key[0] !== "path";

@@ -1,9 +1,9 @@
 import type { Context } from "hono";
 import type { Config } from "../../config/index.js";
-import type { Scope } from "../../context.js";
+import type { Scope, Step } from "../../context.js";
 import { statedClaims } from "../jwt/jwt.js";
 import { Problem } from "../../problem.js";
-import type { Step } from "../../middleware/step.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { jwtSecret, verifiedBearer } from "../jwt/step.js";
 import { logFailure } from "../../util/log.js";
 
@@ -20,7 +20,7 @@ export const accessListsStep: Step = async (c, scope, next) => {
   const listed = await lists.verdict(source, scope.facts, scope.route?.name, scope.defer, claimed);
   if (listed === "deny") {
     scope.meta = { route: scope.route?.name ?? "-", limit: "deny-list" };
-    throw new Problem({ status: 403, title: "Forbidden", detail: "this client is on the deny list" });
+    throw new Problem({ type: PROBLEMS.forbidden, detail: "this client is on the deny list" });
   }
   scope.allowListed = listed === "allow";
   await next();

@@ -3,11 +3,11 @@ import type { Route } from "../../config/index.js";
 import type { Defer } from "../../util/defer.js";
 import type { OverrideCopies } from "../rate-limit/decision/overrides.js";
 import type { Bucket, LimitOutcome } from "../rate-limit/types.js";
-import { asKeyHash, type KeyHash } from "../../keys/hash.js";
+import { asKeyHash, type KeyHash } from "../../identity/hash.js";
 import { StoreError } from "../../store/deadline.js";
 import { adaptiveStateKey, overrideField, overridesKeyOfBucket } from "../../store/layout.js";
 import { ClientShare } from "./client-share.js";
-import { latencyBucket, QUANTILES, serialiseHistogram } from "./histogram.js";
+import { latencyBucket, QUANTILES, serialiseHistogram } from "../../metrics/histogram.js";
 import { settleQuietly } from "../../util/log.js";
 
 /*

@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod/mini";
 import { duration } from "../../config/primitives.js";
 import { MAX_IN_FLIGHT } from "../rate-limit/algorithms/registry.js";
 import { limit, reserve } from "../rate-limit/schema.js";
@@ -8,33 +8,36 @@ import { limit, reserve } from "../rate-limit/schema.js";
  * the limit moves with the origin's latency at `latency` (a percentile) towards `target`, or,
  * without one, towards `tolerance` times the latency it learns the origin has unloaded.
  */
+const slots = z.int().check(z.positive(), z.maximum(MAX_IN_FLIGHT));
+
 export const adaptiveSettings = z
-  .object({
-    latency: z.enum(["p50", "p75", "p90", "p95", "p99"]).default("p90"),
-    target: duration.optional(),
-    initial: z.number().int().positive().max(MAX_IN_FLIGHT).default(10),
-    min: z.number().int().positive().max(MAX_IN_FLIGHT).default(1),
-    max: z.number().int().positive().max(MAX_IN_FLIGHT).default(200),
+  .strictObject({
+    latency: z._default(z.enum(["p50", "p75", "p90", "p95", "p99"]), "p90"),
+    target: z.optional(duration),
+    initial: z._default(slots, 10),
+    min: z._default(slots, 1),
+    max: z._default(slots, 200),
     /** How often the limit is recomputed from what the region's isolates reported. */
-    interval: duration.default(1_000),
+    interval: z._default(duration, 1_000),
     /** How long an in-flight slot is held at most (default: the route's origin_timeout and 5 s more). */
-    lease: duration.optional(),
-    tolerance: z.number().min(1).max(10).default(1.5),
+    lease: z.optional(duration),
+    tolerance: z._default(z.number().check(z.minimum(1), z.maximum(10)), 1.5),
     /**
      * The most of an isolate's report one client may account for (beyond 10 samples): its further
      * samples do not count, so one client cannot move everybody's limit. 1: no bound.
      */
-    client_share: z.number().gt(0).max(1).default(0.25),
-    reserve: reserve.optional(),
+    client_share: z._default(z.number().check(z.gt(0), z.maximum(1)), 0.25),
+    reserve: z.optional(reserve),
   })
-  .strict()
-  .superRefine((a, ctx) => {
-    const issue = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
-    if (a.min > a.max) issue("min", `${a.min} is above max ${a.max}`);
-    if (a.initial < a.min || a.initial > a.max) issue("initial", `must be within min ${a.min} and max ${a.max}`);
-    if (a.interval < 100 || a.interval > 60_000) issue("interval", "must be from 100ms to 1m");
-    if (a.target !== undefined && a.target < 1) issue("target", "must be at least 1ms");
-  });
+  .check(
+    z.superRefine((a, ctx) => {
+      const issue = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
+      if (a.min > a.max) issue("min", `${a.min} is above max ${a.max}`);
+      if (a.initial < a.min || a.initial > a.max) issue("initial", `must be within min ${a.min} and max ${a.max}`);
+      if (a.interval < 100 || a.interval > 60_000) issue("interval", "must be from 100ms to 1m");
+      if (a.target !== undefined && a.target < 1) issue("target", "must be at least 1ms");
+    }),
+  );
 
 /** The name of the concurrency limit an `adaptive` route gets (a route's own limits may not take it). */
 export const ADAPTIVE_LIMIT = "adaptive";

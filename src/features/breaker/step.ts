@@ -1,13 +1,13 @@
 import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope } from "../../context.js";
-import { SHARE_TIMEOUT_MS, type BreakerShare } from "./breakers.js";
+import type { Scope, Step } from "../../context.js";
+import { Breakers, SHARE_TIMEOUT_MS, type BreakerShare } from "./breakers.js";
 import { retryAfterSeconds } from "../rate-limit/headers.js";
 import { originFailed } from "../../origin/forward.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { fallbackFor } from "../shedding/fallback/answer.js";
 import { breakerKey } from "../../store/layout.js";
-import type { Step } from "../../middleware/step.js";
 
 /**
  * The route's circuit breaker: while it is open the origin gets nothing and the client gets the
@@ -18,14 +18,14 @@ export const breakerStep: Step = async (c, scope, next) => {
   const route = scope.route;
   if (!route?.breaker) return next();
   const share = shareOf(scope, route);
-  const breaker = scope.runtime.breakers.of(route, share);
+  const breaker = scope.runtime.own(Breakers).of(route, share);
   const admission = breaker?.admit(Date.now());
   if (admission && !admission.pass) return breakerOpen(c, scope, route, admission.retryAfterMs);
   const started = Date.now();
   await next();
   const probe = admission?.pass ? admission.probe : false;
   const outcome = originOutcome(c, scope, started);
-  if (outcome) scope.runtime.breakers.record(route, scope.facts.ip, { ...outcome, probe }, share);
+  if (outcome) scope.runtime.own(Breakers).record(route, scope.facts.ip, { ...outcome, probe }, share);
   // a probe the origin never saw (the limits refused it, a replay answered it) tells nothing
   else if (probe) breaker?.probeUnused();
 };
@@ -51,8 +51,7 @@ async function breakerOpen(c: Context, scope: Scope, route: Route, retryAfterMs:
     return fallback;
   }
   throw new Problem({
-    status: 503,
-    title: "Origin unavailable",
+    type: PROBLEMS.originUnavailable,
     detail: `the origin of route "${route.name}" is failing; sluice is giving it ${retryAfterMs} ms to recover`,
     extensions: { retry_after_ms: retryAfterMs },
     headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)) },

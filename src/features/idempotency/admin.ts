@@ -1,10 +1,11 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { refFromHash, resolve } from "./records.js";
-import { asKeyHash } from "../../keys/hash.js";
+import { asKeyHash } from "../../identity/hash.js";
 import { Problem } from "../../problem.js";
-import { required, type AdminEnv } from "../../admin/context.js";
-import { jsonBody } from "../../admin/validate.js";
+import { PROBLEMS } from "../../problem-types.js";
+import { required, type AdminEnv } from "../../operator/context.js";
+import { jsonBody } from "../../operator/validate.js";
 
 const NO_HOME = "no Redis configured for the home region";
 
@@ -34,15 +35,14 @@ export function idempotencyApp(): Hono<AdminEnv> {
     const b = c.req.valid("json");
     const route = config.routes.find((r) => r.name === b.route && r.idempotency);
     if (!route?.idempotency) {
-      throw new Problem({ status: 404, title: "No such route", detail: `no route "${b.route}" with idempotency` });
+      throw new Problem({ type: PROBLEMS.noSuchRoute, detail: `no route "${b.route}" with idempotency` });
     }
-    const store = required(c.get("stores").offPath(), "Store unavailable", NO_HOME);
+    const store = required(c.get("stores").offPath(), PROBLEMS.storeUnavailable, NO_HOME);
     const ref = refFromHash(store, config.key_prefix, route.name, asKeyHash(b.key));
     const answer = b.action === "replay" ? replayAnswer(b, route.idempotency.ttl) : undefined;
     if (!(await resolve(ref, b.action, answer))) {
       throw new Problem({
-        status: 404,
-        title: "No such key",
+        type: PROBLEMS.noSuchKey,
         detail: "nothing is recorded under that key (expired, or never claimed)",
       });
     }

@@ -1,4 +1,5 @@
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { sha256Hex } from "./key.js";
 import { resolvePointer } from "./json-pointer.js";
 
@@ -74,8 +75,7 @@ export function canonicalValue(v: unknown, field: string): string {
 
 function fieldsMissing(detail: string, field?: string): Problem {
   return new Problem({
-    status: 400,
-    title: "Idempotency fields missing",
+    type: PROBLEMS.idempotencyFieldsMissing,
     detail,
     ...(field === undefined ? {} : { extensions: { field } }),
   });

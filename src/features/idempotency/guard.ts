@@ -4,6 +4,7 @@ import { fromBase64, toBase64 } from "../../util/base64.js";
 import { declaresMoreThan, readCapped } from "../../util/body.js";
 import { pollWhile } from "../../util/poll.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS, type ProblemKind } from "../../problem-types.js";
 import type { Store } from "../../store/redis.js";
 import { keyFromFields } from "./derive.js";
 import { canonicalBody, fingerprint, parseKey, sha256Hex } from "./key.js";
@@ -18,8 +19,8 @@ import {
   type RecordRef,
 } from "./records.js";
 import { keepClaimed } from "./renewal.js";
-import { IdempotencyRefusal, noteIdempotency, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
-import type { ProblemTitle } from "../../problem-types.js";
+import { IdempotencyRefusal } from "./refusal.js";
+import { noteIdempotency, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
 import { discardBody, log, logError, settleQuietly } from "../../util/log.js";
 
 /** Headers of the origin's answer that are kept and replayed; cookies and hop-by-hop ones never are. */
@@ -212,11 +213,11 @@ async function keyOf(
     return { key: fields.key, body, canonical: fields.canonical };
   }
   const parsed = parseKey(request.headers.get("idempotency-key"));
-  if (!parsed.ok) throw refusal(400, "Invalid Idempotency-Key", parsed.detail);
+  if (!parsed.ok) throw refusal(PROBLEMS.invalidIdempotencyKey, parsed.detail);
   if (parsed.key === undefined && !settings.derive) {
     if (!settings.required) return undefined;
     const detail = `${request.method} ${subject.route} needs an Idempotency-Key header`;
-    throw refusal(400, "Idempotency-Key required", detail);
+    throw refusal(PROBLEMS.idempotencyKeyRequired, detail);
   }
   const body = await readBody(request);
   const canonical = canonicalBody(body, request.headers.get("content-type"), settings.ignore);
@@ -237,7 +238,7 @@ async function readBody(request: Request): Promise<Uint8Array> {
     ? { whole: false as const }
     : await readCapped(request.body, MAX_REQUEST_BODY);
   if (!read.whole)
-    throw refusal(413, "Request too large", `idempotent requests may carry at most ${MAX_REQUEST_BODY} bytes`);
+    throw refusal(PROBLEMS.requestTooLarge, `idempotent requests may carry at most ${MAX_REQUEST_BODY} bytes`);
   return read.bytes;
 }
 
@@ -355,8 +356,7 @@ function refused(c: Exclude<Claim, { kind: "claimed" }>): Guarded {
     case "completed":
       if (!c.stored)
         throw refusal(
-          409,
-          "Completed, answer not stored",
+          PROBLEMS.completedAnswerNotStored,
           "this key's request completed, but its answer was too large to keep; it will not run again",
         );
       return {
@@ -368,23 +368,20 @@ function refused(c: Exclude<Claim, { kind: "claimed" }>): Guarded {
       };
     case "inflight":
       throw refusal(
-        409,
-        "Request in flight",
+        PROBLEMS.requestInFlight,
         `a request with this key is still running (fencing token ${c.fence})`,
         { "Retry-After": "1" },
         { lease_left_ms: c.leftMs },
       );
     case "indeterminate":
       throw refusal(
-        409,
-        "Outcome indeterminate",
+        PROBLEMS.outcomeIndeterminate,
         "a request with this key failed at the origin after it may have taken effect; an operator must resolve it",
         { "Retry-After": "60" },
       );
     case "mismatch":
       throw refusal(
-        422,
-        "Idempotency-Key reused",
+        PROBLEMS.idempotencyKeyReused,
         "this key was used with a different request (method, path, query, principal or body)",
       );
     case "replay_limited":
@@ -395,8 +392,7 @@ function refused(c: Exclude<Claim, { kind: "claimed" }>): Guarded {
 /** The principal's replays are spent (`replays`): replays cost no tokens of the limits, so this is their bound. */
 function tooManyReplays(retryAfterMs: number): Problem {
   return refusal(
-    429,
-    "Too many replays",
+    PROBLEMS.tooManyReplays,
     "this client has been answered with stored answers as often as the route allows for now",
     { "Retry-After": String(Math.max(1, Math.ceil(retryAfterMs / 1000))) },
     { retry_after_ms: retryAfterMs },
@@ -404,13 +400,12 @@ function tooManyReplays(retryAfterMs: number): Problem {
 }
 
 function refusal(
-  status: number,
-  title: ProblemTitle,
+  type: ProblemKind,
   detail: string,
   headers?: Record<string, string>,
   extensions?: Record<string, number>,
 ): Problem {
-  return new Problem({ status, title, detail, headers, extensions });
+  return new Problem({ type, detail, headers, extensions });
 }
 
 /** A refusal of a duplicate is counted among the idempotency outcomes, not the limits' decisions. */
@@ -418,8 +413,8 @@ function countedAsOutcome(refuse: () => Guarded): Guarded {
   try {
     return refuse();
   } catch (e) {
-    // the replay bound's 429 is a limit like the others: it stays among the decisions
-    throw e instanceof Problem && e.status !== 429 ? new IdempotencyRefusal(e.init) : e;
+    // the replay bound (a 429) is a limit like the others: it stays among the decisions
+    throw e instanceof Problem && e.init.type !== PROBLEMS.tooManyReplays ? new IdempotencyRefusal(e.init) : e;
   }
 }
 

@@ -1,4 +1,4 @@
-import { hashIdentifier } from "../../keys/hash.js";
+import { hashIdentifier } from "../../identity/hash.js";
 
 export type KeyResult = { ok: true; key: string } | { ok: false; detail: string } | { ok: true; key: undefined };
 

@@ -1,5 +1,5 @@
 import idempotencyLua from "../../../lua/idempotency.lua";
-import { asKeyHash, hashIdentifier } from "../../keys/hash.js";
+import { asKeyHash, hashIdentifier } from "../../identity/hash.js";
 import { StoreError } from "../../store/deadline.js";
 import { idempotencyFenceKey, idempotencyRecordKey, idempotencyReplaysKey, ledgerKey } from "../../store/layout.js";
 import type { Store } from "../../store/redis.js";

@@ -2,8 +2,9 @@ import type { Route } from "../../config/index.js";
 import type { Scope } from "../../context.js";
 import { guard, type ClaimStores, type ClaimSubject, type Guarded, type IdempotencySettings } from "./guard.js";
 import type { ClaimTicket } from "./records.js";
-import { principalOf } from "../../keys/principal.js";
+import { principalOf } from "../../identity/principal.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { SETTLE_TIMEOUT_MS } from "../../region/index.js";
 import {
   holdSession,
@@ -14,7 +15,7 @@ import {
 } from "../session/guard.js";
 import { StoreError } from "../../store/deadline.js";
 import type { RecordTrail } from "./trail.js";
-import { readPart } from "../../keys/identify.js";
+import { readPart } from "../../identity/identify.js";
 import { traceparentOf } from "../../util/traceparent.js";
 
 /** What makes two requests the same request, for a route's idempotency keys. */
@@ -71,8 +72,7 @@ export async function coordinated<T>(work: () => Promise<T>): Promise<T> {
 
 function coordinationUnavailable(e: StoreError): Problem {
   return new Problem({
-    status: 503,
-    title: "Coordination store unavailable",
+    type: PROBLEMS.coordinationStoreUnavailable,
     detail: `idempotency records or session locks could not be reached (${e.reason})`,
     headers: { "Retry-After": "1" },
   });

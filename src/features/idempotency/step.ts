@@ -1,10 +1,9 @@
 import type { Context } from "hono";
-import { publicDecision, type Scope, type SluiceEnv } from "../../context.js";
+import { publicDecision, type Scope, type SluiceEnv, type Step } from "../../context.js";
 import { guard } from "./guard.js";
 import type { OriginReply } from "../../origin/forward.js";
 import { Problem } from "../../problem.js";
 import { claimStores, claimSubject, coordinated } from "./side-effect.js";
-import type { Step } from "../../middleware/step.js";
 
 /**
  * One side effect per key: claims the request's key before it goes on (a duplicate gets the

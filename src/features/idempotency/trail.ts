@@ -9,14 +9,7 @@ import {
   type IdempotencyOutcome,
 } from "../../metrics/idempotency.js";
 import { originFailed, type OriginReply } from "../../origin/forward.js";
-import { Problem } from "../../problem.js";
 import { log } from "../../util/log.js";
-
-/**
- * A duplicate refused for its key (409 in flight or indeterminate, 422 mismatch): counted in
- * `sluice_idempotency_total`, not among the limits' `decision="reject"`.
- */
-export class IdempotencyRefusal extends Problem {}
 
 /** The header that tells the origin the request's trace. */
 export function traceHeader(trail: RecordTrail | undefined): Record<string, string> {

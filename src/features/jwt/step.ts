@@ -1,12 +1,12 @@
 import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope } from "../../context.js";
+import type { Scope, Step } from "../../context.js";
 import { usesJwt } from "../../config/uses-jwt.js";
 import { verifyBearer, type Verified } from "./jwt.js";
-import { AUTO_PRINCIPAL } from "../../keys/principal.js";
+import { AUTO_PRINCIPAL } from "../../identity/principal.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { limitedRoute } from "../../routing/route.js";
-import type { Step } from "../../middleware/step.js";
 
 /** What verifying a request's bearer token needs: the `jwt` settings, the key's variable, the JWKS cache. */
 export type Verifier = Pick<Scope, "config" | "env" | "runtime" | "bearer">;
@@ -44,8 +44,7 @@ export async function bearerClaims(
 
 function invalidToken(detail: string, problemBase: string | undefined): Problem {
   const init = {
-    status: 401,
-    title: "Invalid token",
+    type: PROBLEMS.invalidToken,
     detail,
     headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' },
   };

@@ -1,7 +1,7 @@
 import { Hono, type Context } from "hono";
-import { peekBucket } from "./decision/decide.js";
-import type { AdminEnv } from "../../admin/context.js";
-import { bucketAddress, type BucketAddress } from "../../admin/identity.js";
+import { peekBucket } from "./decision/decision.js";
+import type { AdminEnv } from "../../operator/context.js";
+import { bucketAddress, type BucketAddress } from "./admin-identity.js";
 
 /**
  * `/__sluice/buckets/{route}/{limit}?ip=…`, the client named by its key parts as query

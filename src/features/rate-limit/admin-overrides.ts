@@ -4,6 +4,7 @@ import type { Config, Limit } from "../../config/index.js";
 import { parseDuration } from "../../config/duration.js";
 import { exactnessProblem } from "../../config/exactness.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { allRegions, type Stores } from "../../region/index.js";
 import {
   decodeOverride,
@@ -14,11 +15,10 @@ import {
 } from "./decision/overrides-store.js";
 import { overridesKey } from "../../store/layout.js";
 import type { Store } from "../../store/redis.js";
-import { adminHandlers, type AdminEnv } from "../../admin/context.js";
-import { findLimit, overrideFieldFor } from "../../admin/identity.js";
-import { ledgerAdminAction } from "../../admin/ledger.js";
-import type { OverrideRow } from "../../admin/view/types.js";
-import { badRequest, duration, jsonBody } from "../../admin/validate.js";
+import { adminHandlers, type AdminEnv } from "../../operator/context.js";
+import { findLimit, overrideFieldFor } from "./admin-identity.js";
+import { ledgerAdminAction } from "../../operator/ledger.js";
+import { badRequest, duration, jsonBody } from "../../operator/validate.js";
 
 const overrideBody = z
   .object({
@@ -65,6 +65,16 @@ const listOverrides = adminHandlers.createHandlers(async (c) =>
   c.json({ overrides: await overridesInForce(c.get("config"), c.get("stores")) }),
 );
 
+/** An override in force, as `GET /__sluice/overrides` shows it. */
+export interface OverrideRow {
+  route: string;
+  field: string;
+  rate: number;
+  burst: number;
+  period_ms: number;
+  expires_at: string;
+}
+
 /** Every route's overrides that have not run out, as the home region holds them. */
 export async function overridesInForce(config: Config, stores: Stores): Promise<OverrideRow[]> {
   const home = stores.offPath();
@@ -110,7 +120,7 @@ function inForce(route: string, hash: Record<string, string>, now: number): Over
 
 function limitOf(config: Config, route: string, limit: string, detail: string): Limit {
   const found = findLimit(config, route, limit);
-  if (!found) throw new Problem({ status: 404, title: "No such limit", detail });
+  if (!found) throw new Problem({ type: PROBLEMS.noSuchLimit, detail });
   return found.limit;
 }
 

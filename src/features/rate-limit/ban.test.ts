@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
 import { background, from, middlewareRig, type RigOptions } from "../../../test/support/middleware-rig.js";
-import { hashIdentifier } from "../../keys/hash.js";
+import { hashIdentifier } from "../../identity/hash.js";
 import { Runtime, accessLists, rateLimit, type RateLimitOptions, type SluiceEnv } from "../../index.js";
 import { banLevelKey, banRefusalsKey } from "../../store/layout.js";
 

@@ -1,20 +1,20 @@
 import type { Context } from "hono";
 import { countRefusal } from "../access/bans.js";
 import type { Route } from "../../config/index.js";
-import { ADAPTIVE_LIMIT } from "../../config/schema.js";
+import { ADAPTIVE_LIMIT } from "../adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
-import { publicDecision, type LimitRun, type Scope, type SluiceEnv } from "../../context.js";
+import { type LimitRun, publicDecision, type Scope, type SluiceEnv, type Step } from "../../context.js";
 import { BadLimitInput, bucketsFor, keyedBuckets } from "./decision/buckets.js";
-import { decide, giveBack, madeWithoutRedis, type Bucket } from "./decision/decide.js";
+import { decide, giveBack, madeWithoutRedis, type Bucket } from "./decision/decision.js";
 import { rateLimitHeaders } from "./headers.js";
 import { heldSlots, releaseSlots } from "./decision/in-flight.js";
 import { observeBody } from "./cost/observe-body.js";
 import { BodyCosts, chargedFromResponse, headerSettlements, readCostBody, settle } from "./cost/response-cost.js";
 import type { Decision } from "./types.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import { StoreError } from "../../store/deadline.js";
-import { shed, withHeaders } from "../shedding/step.js";
-import type { Step } from "../../middleware/step.js";
+import { withHeaders, type Shed } from "../shedding/refusal.js";
 import { limitedRoute } from "../../routing/route.js";
 import { logError, settleQuietly } from "../../util/log.js";
 
@@ -24,46 +24,49 @@ import { logError, settleQuietly } from "../../util/log.js";
  * (after its leaky-bucket slot, if it has one) and its response gets the `RateLimit` headers. A
  * request later answered by a replay gives back what it was charged. The in-flight slots of its
  * concurrency limits are freed once its response body has been delivered (or the client went
- * away), at once when a later step answered instead.
+ * away), at once when a later step answered instead. `shed` answers refusals: the gateway's
+ * sheds them as `on_limit` says, the middleware's refuses them (src/features/shedding/refusal.ts).
  */
-export const rateLimitStep: Step = async (c, scope, next) => {
-  const route = scope.route;
-  if (!route || scope.allowListed) return next();
-  const limited = limitedRoute(scope, route);
-  if (limited.limits.length === 0) return next();
-  const peek = route.peek !== false;
-  const run = await decideLimits(scope, limited, peek);
-  scope.limits = run;
-  if (!run) {
-    scope.decision = "degraded";
+export const rateLimitStep =
+  (shed: Shed): Step =>
+  async (c, scope, next) => {
+    const route = scope.route;
+    if (!route || scope.allowListed) return next();
+    const limited = limitedRoute(scope, route);
+    if (limited.limits.length === 0) return next();
+    const peek = route.peek !== false;
+    const run = await decideLimits(scope, limited, peek);
+    scope.limits = run;
+    if (!run) {
+      scope.decision = "degraded";
+      c.set("sluice", publicDecision(scope));
+      return next();
+    }
+    const { decision } = run;
+    if (!run.degraded && limited.limits.some((l) => l.scope === "split"))
+      scope.runtime.rebalance.nudge(scope.config, scope.stores, Date.now(), scope.defer);
+    if (decision.verdict === "reject" && !peek) {
+      // every refusal counts towards a ban, from the blocked-bucket cache too, however it is shed
+      countRefusal(scope, decision.blocking);
+      return shed(c, scope, decision);
+    }
+    if (decision.verdict === "shadow" && scope.meta)
+      scope.meta.limit = decision.outcomes.find((o) => !o.allowed)?.limit.name ?? "-";
+    scope.decision = run.degraded ? "degraded" : peek || decision.verdict === "reject" ? "allow" : decision.verdict;
     c.set("sluice", publicDecision(scope));
-    return next();
-  }
-  const { decision } = run;
-  if (!run.degraded && limited.limits.some((l) => l.scope === "split"))
-    scope.runtime.rebalance.nudge(scope.config, scope.stores, Date.now(), scope.defer);
-  if (decision.verdict === "reject" && !peek) {
-    // every refusal counts towards a ban, from the blocked-bucket cache too, however it is shed
-    countRefusal(scope, decision.blocking);
-    return shed(c, scope, decision);
-  }
-  if (decision.verdict === "shadow" && scope.meta)
-    scope.meta.limit = decision.outcomes.find((o) => !o.allowed)?.limit.name ?? "-";
-  scope.decision = run.degraded ? "degraded" : peek || decision.verdict === "reject" ? "allow" : decision.verdict;
-  c.set("sluice", publicDecision(scope));
-  // leaky buckets hand out slots: the request waits for its own before it goes
-  if (run.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, run.delayMs));
-  const release = slotRelease(scope, run);
-  const started = Date.now();
-  try {
-    await next();
-  } catch (e) {
-    if (release) scope.defer(release());
-    throw e;
-  }
-  afterResponse(c, scope, run, release);
-  reportToAdaptive(c, scope, run, Date.now() - started);
-};
+    // leaky buckets hand out slots: the request waits for its own before it goes
+    if (run.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, run.delayMs));
+    const release = slotRelease(scope, run);
+    const started = Date.now();
+    try {
+      await next();
+    } catch (e) {
+      if (release) scope.defer(release());
+      throw e;
+    }
+    afterResponse(c, scope, run, release);
+    reportToAdaptive(c, scope, run, Date.now() - started);
+  };
 
 /**
  * A response of an adaptive route is a sample of its origin (src/features/adaptive/): the gateway's own
@@ -115,8 +118,7 @@ async function decideLimits(scope: Scope, limited: Route, peek: boolean): Promis
   } catch (e) {
     if (e instanceof BadLimitInput)
       throw new Problem({
-        status: 400,
-        title: "Bad request for limit",
+        type: PROBLEMS.badRequestForLimit,
         detail: e.message,
         extensions: { limit: e.limit },
       });
@@ -140,8 +142,7 @@ function storeTrouble(e: StoreError, scope: Scope): void {
   logError("store_error", e, { reason: e.reason, region, route: route?.name, on_store_error: config.on_store_error });
   if (config.on_store_error !== "closed") return;
   throw new Problem({
-    status: 503,
-    title: "Rate limiter unavailable",
+    type: PROBLEMS.rateLimiterUnavailable,
     detail: `the rate limit store did not answer (${e.reason}) and this deployment fails closed`,
     headers: { "Retry-After": "1" },
   });

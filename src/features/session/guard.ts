@@ -1,7 +1,8 @@
 import type { Route } from "../../config/index.js";
-import { identify, readPart, type RequestFacts } from "../../keys/identify.js";
-import { principalOf } from "../../keys/principal.js";
+import { identify, readPart, type RequestFacts } from "../../identity/identify.js";
+import { principalOf } from "../../identity/principal.js";
 import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
 import type { Store } from "../../store/redis.js";
 import { pollWhile } from "../../util/poll.js";
 import { acquire, release, sessionRef, type Acquired } from "./lock.js";
@@ -59,8 +60,7 @@ export async function holdSession(
   );
   if (a.kind === "busy") {
     throw new Problem({
-      status: 409,
-      title: "Session busy",
+      type: PROBLEMS.sessionBusy,
       detail: `another side-effecting call of this session is in flight (fencing token ${a.fence}); calls of one session run one at a time`,
       headers: { "Retry-After": String(Math.max(1, Math.ceil(Math.min(a.leftMs, 5_000) / 1000))) },
       extensions: { lease_left_ms: a.leftMs },

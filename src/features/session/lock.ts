@@ -1,5 +1,5 @@
 import sessionLua from "../../../lua/session.lua";
-import { asKeyHash, hashIdentifier } from "../../keys/hash.js";
+import { asKeyHash, hashIdentifier } from "../../identity/hash.js";
 import { LEDGER_MAXLEN } from "../idempotency/records.js";
 import { StoreError } from "../../store/deadline.js";
 import { ledgerKey, sessionFenceKey, sessionLockKey } from "../../store/layout.js";

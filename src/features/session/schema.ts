@@ -1,8 +1,8 @@
-import { z } from "zod";
+import * as z from "zod/mini";
 import { duration, keyPart, method, principal } from "../../config/primitives.js";
 
-export const sessionSettings = z
-  .object({
+export const sessionSettings = z.pipe(
+  z.strictObject({
     /** Whose session: an identity in the key syntax of limits, e.g. "header:x-session-id" or "jwt:sid". */
     key: keyPart,
     /**
@@ -10,13 +10,17 @@ export const sessionSettings = z
      * IP): locks are per principal and session, so knowing another client's session id does not reach its lock.
      */
     principal,
-    mode: z.literal("exclusive").default("exclusive"),
+    mode: z._default(z.literal("exclusive"), "exclusive"),
     /** How long a grant holds before the next request may take it over. */
-    lease: duration.default(30_000),
+    lease: z._default(duration, 30_000),
     /** How long a second call of a busy session waits for the lock (0: 409 at once). */
-    wait: duration.optional(),
+    wait: z.optional(duration),
     /** Methods that take the lock (reads do not). */
-    methods: z.array(method).min(1).default(["POST", "PUT", "PATCH", "DELETE"]),
-  })
-  .strict()
-  .transform((s) => ({ ...s, principal: Array.isArray(s.principal) ? s.principal : [s.principal], wait: s.wait ?? 0 }));
+    methods: z._default(z.array(method).check(z.minLength(1)), ["POST", "PUT", "PATCH", "DELETE"]),
+  }),
+  z.transform((s) => ({
+    ...s,
+    principal: Array.isArray(s.principal) ? s.principal : [s.principal],
+    wait: s.wait ?? 0,
+  })),
+);

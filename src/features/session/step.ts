@@ -1,7 +1,6 @@
-import { publicDecision } from "../../context.js";
+import { publicDecision, type Step } from "../../context.js";
 import { holdSession, sluiceHeadersOf } from "./guard.js";
 import { coordinated, sessionPlace } from "../idempotency/side-effect.js";
-import type { Step } from "../../middleware/step.js";
 
 /**
  * One side-effecting call per session at a time: takes the session's lock before the request goes

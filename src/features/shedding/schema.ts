@@ -1,56 +1,48 @@
-import { z } from "zod";
+import * as z from "zod/mini";
 import { duration } from "../../config/primitives.js";
 
 /** What a fallback route answers with when it is shed and no cached copy exists ("sold out"). */
-const staticFallback = z
-  .object({
-    status: z.number().int().min(200).max(599).default(200),
-    content_type: z.string().min(1).max(200).default("text/plain; charset=utf-8"),
-    body: z.string().max(64 * 1024),
-  })
-  .strict();
+const staticFallback = z.strictObject({
+  status: z._default(z.int().check(z.minimum(200), z.maximum(599)), 200),
+  content_type: z._default(z.string().check(z.minLength(1), z.maxLength(200)), "text/plain; charset=utf-8"),
+  body: z.string().check(z.maxLength(64 * 1024)),
+});
 
-const queueSettings = z
-  .object({
-    /** Larger request bodies are refused with 413 rather than queued. */
-    max_body: z
-      .number()
-      .int()
-      .min(0)
-      .max(100 * 1024)
-      .default(64 * 1024),
-    /** Request headers kept with the job (those a limit keys on are always kept). */
-    headers: z
-      .array(
-        z
-          .string()
-          .regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, "must be a header name")
-          .transform((h) => h.toLowerCase()),
-      )
-      .default(["content-type"]),
-    /** Deliveries that fail at the origin (5xx, network) before the job goes to the dead-letter queue. */
-    max_retries: z.number().int().min(0).max(100).default(3),
-    /** How long a job's status can be read. */
-    status_ttl: duration.default(86_400_000),
-  })
-  .strict();
+const queueSettings = z.strictObject({
+  /** Larger request bodies are refused with 413 rather than queued. */
+  max_body: z._default(z.int().check(z.minimum(0), z.maximum(100 * 1024)), 64 * 1024),
+  /** Request headers kept with the job (those a limit keys on are always kept). */
+  headers: z._default(
+    z.array(
+      z.pipe(
+        z.string().check(z.regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, "must be a header name")),
+        z.transform((h: string) => h.toLowerCase()),
+      ),
+    ),
+    ["content-type"],
+  ),
+  /** Deliveries that fail at the origin (5xx, network) before the job goes to the dead-letter queue. */
+  max_retries: z._default(z.int().check(z.minimum(0), z.maximum(100)), 3),
+  /** How long a job's status can be read. */
+  status_ttl: z._default(duration, 86_400_000),
+});
 
 /** A route's shedding options: what a refused request gets instead of a 429 (docs/shedding.md). */
 export const sheddingOptions = {
-  on_limit: z.enum(["reject", "fallback", "queue", "divert"]).default("reject"),
+  on_limit: z._default(z.enum(["reject", "fallback", "queue", "divert"]), "reject"),
   /** Where `on_limit = "divert"` sends refused requests (a read replica, a static mirror, a cheaper model). */
-  divert_url: z.url({ protocol: /^https?$/, message: "must be an http or https URL" }).optional(),
+  divert_url: z.optional(z.url({ protocol: /^https?$/, error: "must be an http or https URL" })),
   /** Past it the divert origin is abandoned, and the refusal falls back (static page, else 429). */
-  divert_timeout: duration.default(10_000),
-  fallback_ttl: duration.default(300_000),
-  fallback: staticFallback.optional(),
+  divert_timeout: z._default(duration, 10_000),
+  fallback_ttl: z._default(duration, 300_000),
+  fallback: z.optional(staticFallback),
   /**
    * "private": a response to a request with a cookie is not kept as a fallback copy unless the
    * origin marks it shareable (as with Authorization). "shared": the route's pages do not depend
    * on cookies, so they are kept.
    */
-  fallback_cookies: z.enum(["private", "shared"]).default("private"),
-  queue: queueSettings.default(() => queueSettings.parse({})),
+  fallback_cookies: z._default(z.enum(["private", "shared"]), "private"),
+  queue: z._default(queueSettings, () => queueSettings.parse({})),
 };
 
 /**

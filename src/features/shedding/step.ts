@@ -1,21 +1,15 @@
-import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope, SluiceEnv } from "../../context.js";
-import { allowance, rateLimitHeaders, retryAfterSeconds } from "../rate-limit/headers.js";
-import type { Decision } from "../rate-limit/types.js";
-import { clientLabel } from "../../metrics/labels.js";
-import { Problem } from "../../problem.js";
+import type { Scope, Step } from "../../context.js";
+import { rateLimitHeaders } from "../rate-limit/headers.js";
+import { noteRefusal, tooManyRequests, withHeaders, type Shed } from "./refusal.js";
 import { enqueue } from "./queue/enqueue.js";
 import { copyAddress, fallbackFor } from "./fallback/answer.js";
 import { isKeepable, keepCopy } from "./fallback/copies.js";
-import type { Step } from "../../middleware/step.js";
 import { divert } from "./divert.js";
 import { settleQuietly } from "../../util/log.js";
 
-export type Refusal = Extract<Decision, { verdict: "reject" }>;
-
 /** A way to answer a request its limits refused: the response, with `scope.decision` set; or a thrown problem. */
-type Strategy = (c: Context<SluiceEnv>, scope: Scope, refusal: Refusal) => Promise<Response>;
+type Strategy = Shed;
 
 /** The shedding strategies, by the route's `on_limit`: the one place a strategy is chosen. */
 const STRATEGIES: Record<Route["on_limit"], Strategy> = {
@@ -43,27 +37,10 @@ const STRATEGIES: Record<Route["on_limit"], Strategy> = {
 };
 
 /** A refused request, as the route's `on_limit` says: 429, the last good copy, the queue, or the divert origin. */
-export function shed(c: Context<SluiceEnv>, scope: Scope, refusal: Refusal): Promise<Response> {
-  const route = routeOf(scope);
-  if (scope.meta) {
-    scope.meta.limit = refusal.blocking.limit.name;
-    scope.meta.blockedId = refusal.blocking.key.slice(refusal.blocking.key.lastIndexOf(":") + 1);
-    scope.meta.label = clientLabel(refusal.blocking.limit, scope.facts, scope.config.labels);
-  }
-  return STRATEGIES[route.on_limit](c, scope, refusal);
-}
-
-/** The 429 problem for a refusal, with `Retry-After` and the refusing limit's `RateLimit` headers. */
-export function tooManyRequests(refusal: Refusal, route: string): Problem {
-  const { limit, retryAfterMs } = refusal.blocking;
-  return new Problem({
-    status: 429,
-    title: "Too many requests",
-    detail: `limit "${limit.name}" of route "${route}" ${allowance(limit)}; retry in ${retryAfterMs} ms`,
-    extensions: { limit: limit.name, retry_after_ms: retryAfterMs },
-    headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)), ...rateLimitHeaders([refusal.blocking]) },
-  });
-}
+export const shed: Shed = (c, scope, refusal) => {
+  noteRefusal(scope, refusal);
+  return STRATEGIES[routeOf(scope).on_limit](c, scope, refusal);
+};
 
 /**
  * Keeps the origin's answer as the last good copy of a fallback route's page, after the
@@ -87,11 +64,6 @@ export const keepFallbackCopies: Step = async (c, scope, next) => {
     ),
   );
 };
-
-export function withHeaders(res: Response, headers: Record<string, string>): Response {
-  for (const [k, v] of Object.entries(headers)) res.headers.set(k, v);
-  return res;
-}
 
 function routeOf(scope: Scope): Route {
   if (!scope.route) throw new Error("a shedding step ran without a route");

@@ -11,7 +11,7 @@ import type { ResponseSource } from "../cost/response-figures.js";
 
 /**
  * Every algorithm sluice knows, and what each place that treats them differently needs to know:
- * decide.lua's ARGV (src/features/rate-limit/decision/script-call.ts), the blocked-bucket cache (decide.ts), leases
+ * decide.lua's ARGV (src/features/rate-limit/decision/script-call.ts), the blocked-bucket cache (isolate/answer.ts, decision/settle.ts), leases
  * (lease-broker.ts, and the schema's `lease` default), local decisions (local.ts), and the
  * configuration's checks (../schema.ts, config/exactness.ts). An algorithm is one entry here
  * plus its table in lua/decide.lua (`code` is its index in the script's `algorithms`); one that

@@ -1,6 +1,6 @@
 import type { Config, Limit, Route } from "../../../config/index.js";
-import { hashIdentifier, type KeyHash } from "../../../keys/hash.js";
-import { identify, readPart, type RequestFacts } from "../../../keys/identify.js";
+import { hashIdentifier, type KeyHash } from "../../../identity/hash.js";
+import { identify, readPart, type RequestFacts } from "../../../identity/identify.js";
 import { allRegions } from "../../../region/index.js";
 import { equalShare } from "../../../region/shares.js";
 import { StoreError } from "../../../store/deadline.js";

@@ -1,4 +1,4 @@
-import { readPart, type RequestFacts } from "../../../keys/identify.js";
+import { readPart, type RequestFacts } from "../../../identity/identify.js";
 import { algorithm, type Algorithm } from "../algorithms/registry.js";
 
 /**

@@ -3,6 +3,7 @@ import { StoreError } from "../../../store/deadline.js";
 import type { Store } from "../../../store/redis.js";
 import { overridesKeyOf, type OverrideInput } from "./overrides.js";
 import { algorithm } from "../algorithms/registry.js";
+import { limitArgv, type DecideLimitArgs } from "./limit-columns.js";
 import type { Bucket, LimitOutcome } from "../types.js";
 
 /** The script source, for `store.script()`. */
@@ -54,40 +55,42 @@ const PER_LIMIT = 8;
  */
 export function scriptCall(buckets: ReadonlyArray<ScriptBucket>, mode: ScriptMode): { keys: string[]; args: string[] } {
   const keys = buckets.map((b) => b.key);
-  const perLimit: Array<string | number> = [];
-  for (const { limit: l, split, params, override, lease, slot, delta } of buckets) {
-    let share = 0;
-    let demand = 0;
-    if (split) {
-      share = keys.push(split.shareKey);
-      demand = keys.push(split.demandKey);
-    }
-    const p = params ?? l;
-    const { rate, burst } = split?.start ?? p;
-    const algo = algorithm(l.algorithm);
-    const [p1, p2] = mode === "settle" ? [0, delta ?? 0] : algo.scriptArgs(l, { slot });
-    const known = override === "read" ? undefined : override;
-    const close = lease?.close ?? { epoch: 0, granted: 0, left: 0 };
-    perLimit.push(
-      algo.code,
-      rate,
-      p.period * 1000,
-      burst,
-      p.cost,
-      l.shadow ? 1 : 0,
-      share,
-      demand,
-      p1,
-      p2,
-      known?.everybody ?? "",
-      known?.own ?? "",
-    );
-    const floor = floorAt(params?.floor ?? 0, algo.capacity === "burst" ? [p.burst, burst] : [p.rate, rate]);
-    perLimit.push(lease?.ask ?? 0, close.epoch, close.granted, close.left, floor);
-  }
+  const perLimit = buckets.flatMap((b) => limitArgv(limitArgs(b, mode, keys)));
   const reader = buckets.find((b) => b.override === "read");
   const overrideIdx = reader ? keys.push(overridesKeyOf(reader.key)) : 0;
   return { keys, args: [mode, buckets.length, overrideIdx, ...perLimit].map(String) };
+}
+
+/** One bucket's columns of decide.lua's ARGV; a split bucket's share and demand keys are added to `keys`, which the columns point at. */
+function limitArgs(b: ScriptBucket, mode: ScriptMode, keys: string[]): DecideLimitArgs {
+  const { limit: l, split, params, override, lease, slot, delta } = b;
+  const share_idx = split ? keys.push(split.shareKey) : 0;
+  const demand_idx = split ? keys.push(split.demandKey) : 0;
+  const p = params ?? l;
+  const { rate, burst } = split?.start ?? p;
+  const algo = algorithm(l.algorithm);
+  const [p1, p2] = mode === "settle" ? [0, delta ?? 0] : algo.scriptArgs(l, { slot });
+  const known = override === "read" ? undefined : override;
+  const close = lease?.close ?? { epoch: 0, granted: 0, left: 0 };
+  return {
+    algo: algo.code,
+    rate,
+    period_us: p.period * 1000,
+    burst,
+    cost: p.cost,
+    shadow: l.shadow ? 1 : 0,
+    share_idx,
+    demand_idx,
+    p1,
+    p2,
+    override_all: known?.everybody ?? "",
+    override_own: known?.own ?? "",
+    lease_ask: lease?.ask ?? 0,
+    lease_epoch: close.epoch,
+    lease_granted: close.granted,
+    lease_left: close.left,
+    floor: floorAt(params?.floor ?? 0, algo.capacity === "burst" ? [p.burst, burst] : [p.rate, rate]),
+  };
 }
 
 /**

@@ -1,10 +1,18 @@
 import type { Limit } from "../../../config/index.js";
 import type { Defer } from "../../../util/defer.js";
 import { leaseEnd, LeaseTable, type GiveBack, type LeaseLevel, type LeaseTerms, type Renewal } from "./leases.js";
-import type { OverrideCopies } from "../decision/overrides.js";
+import type { OverrideInput } from "../decision/overrides.js";
 import { algorithm, leasableShape } from "../algorithms/registry.js";
 import { groupByStore, runDecide, type GroupResult, type LeaseArgs } from "../decision/script-call.js";
+import type { CentralAnswer } from "../decision/central.js";
 import type { Bucket, Decision, LimitOutcome } from "../types.js";
+
+/**
+ * What the isolate answers of a take on its own, or, when it cannot, what the central call asks
+ * for each bucket's lease (all zero unless the whole route is worth leases).
+ */
+export type LeaseAnswer =
+  { decision: Decision; asks?: undefined } | { decision?: undefined; asks: Map<Bucket, number> };
 
 /** A lease covers at least this long (ms) of demand, however near the store: a renewal has to come back in time, and tiny leases cost a renewal each. */
 export const MIN_HORIZON_MS = 100;
@@ -20,26 +28,40 @@ export const MIN_HORIZON_MS = 100;
  * it on its own script calls (at least MIN_HORIZON_MS): a renewal sent at half a lease comes back
  * before the other half is spent, at the demand seen.
  *
- * The calls it sends in the background carry the isolate's copy of the overrides (`overrides`),
- * as the decisions do.
+ * The calls it sends in the background carry the overrides as the isolate's copy has them when
+ * each is sent (`overridesOf`), as the decisions do.
  *
  * @example
- * const local = leases.decideLocally(buckets, Date.now(), defer, overrides); // no Redis request when defined
+ * const leases = new LeaseBroker((b, now) => overrides.input(b, now));
+ * const local = leases.decideLocally(buckets, Date.now(), defer); // no Redis request when defined
  */
 export class LeaseBroker {
   readonly table: LeaseTable<Bucket>;
 
-  constructor(capacity = 10_000) {
+  /** @param overridesOf what decide.lua is told of a bucket's overrides at a time (the isolate's copy) */
+  constructor(
+    private readonly overridesOf: (b: Bucket, now: number) => OverrideInput,
+    capacity = 10_000,
+  ) {
     this.table = new LeaseTable<Bucket>(leaseTerms, capacity);
   }
 
+  /**
+   * A take as the leases answer it: decided here when they cover every limit, else what the
+   * central call asks for each bucket's lease.
+   */
+  answer(buckets: Bucket[], now: number, defer: Defer): LeaseAnswer {
+    const decision = this.decideLocally(buckets, now, defer);
+    return decision ? { decision } : { asks: this.asks(buckets, now) };
+  }
+
   /** The route decided from leases alone (no Redis request), `allow` with each lease's tokens as `remaining`; undefined when they do not cover it. */
-  decideLocally(buckets: Bucket[], now: number, defer: Defer, overrides: OverrideCopies): Decision | undefined {
-    this.sendGiveBacks(now, defer, overrides);
+  decideLocally(buckets: Bucket[], now: number, defer: Defer): Decision | undefined {
+    this.sendGiveBacks(now, defer);
     const levels = this.table.admit(buckets, now);
     if (!levels) return undefined;
     const renewals = this.table.renewals(buckets, now, (b) => this.horizonMs(b));
-    if (renewals.length > 0) defer(this.renew(renewals, overrides));
+    if (renewals.length > 0) defer(this.renew(renewals));
     const outcomes = buckets.map((b, i): LimitOutcome => {
       const level = levels[i] as LeaseLevel;
       const cost = b.params?.cost ?? b.limit.cost;
@@ -58,38 +80,42 @@ export class LeaseBroker {
   }
 
   /** What a central take asks for each bucket's lease (all zero unless the whole route is worth leases). */
-  asks(buckets: Bucket[], now: number): Map<Bucket, number> {
+  private asks(buckets: Bucket[], now: number): Map<Bucket, number> {
     const asks = this.table.asks(buckets, now, (b) => this.horizonMs(b));
     return new Map(buckets.map((b, i) => [b, asks[i] ?? 0]));
   }
 
   /**
-   * Central calls came back (`settled` in the order of `groups`): their round trips are sampled,
-   * their grants become leases (given back when they expire, by a timer in `defer`), and the
-   * buckets of an admitted request count towards their demand.
+   * The central call came back (`central`, one call per Redis): round trips are sampled, grants
+   * become leases (given back when they expire, by a timer in `defer`), and the buckets of an
+   * admitted request count towards their demand. A request the call did not admit (refused, or a
+   * Redis failed) is decided once more from the leases, which may have come back meanwhile: their
+   * tokens are debited already, so spending them is as exact as Redis's own answer.
    */
-  afterCentral(
-    groups: Bucket[][],
-    settled: Array<PromiseSettledResult<GroupResult>>,
+  settleCentral(
+    buckets: Bucket[],
+    central: CentralAnswer,
     asked: Map<Bucket, number>,
-    admitted: boolean,
     defer: Defer,
-    overrides: OverrideCopies,
-  ): void {
+  ): Decision | undefined {
     const now = Date.now();
-    settled.forEach((s, i) => {
-      if (s.status === "fulfilled") this.settle(s.value, (b) => asked.get(b) ?? 0, defer, overrides);
-      else for (const b of groups[i] ?? []) this.table.settle(b, asked.get(b) ?? 0, undefined, now, now);
-    });
-    if (!admitted) return;
-    const results = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
-    const resetOf = new Map(results.flatMap((r) => r.buckets.map((b, j) => [b, r.outcomes[j]?.resetMs ?? 0] as const)));
-    const buckets = groups.flat();
+    for (const call of central.calls) {
+      if (call.result) this.settle(call.result, (b) => asked.get(b) ?? 0, defer);
+      else for (const b of call.buckets) this.table.settle(b, asked.get(b) ?? 0, undefined, now, now);
+    }
+    if (!central.admitted) return this.decideLocally(buckets, Date.now(), defer);
+    const resetOf = new Map(
+      central.calls.flatMap(
+        ({ result: r }) => r?.buckets.map((b, j) => [b, r.outcomes[j]?.resetMs ?? 0] as const) ?? [],
+      ),
+    );
+    const all = central.calls.flatMap((c) => c.buckets);
     this.table.counted(
-      buckets,
-      buckets.map((b) => resetOf.get(b) ?? 0),
+      all,
+      all.map((b) => resetOf.get(b) ?? 0),
       now,
     );
+    return undefined;
   }
 
   /** Gives one admission's tokens back to the leases they came from (a replay that never reached the origin). */
@@ -98,20 +124,20 @@ export class LeaseBroker {
   }
 
   /** A route's overrides changed: its leases were granted on the old figures, give them back. */
-  forgetRoute(routePrefix: string, defer: Defer, overrides: OverrideCopies): void {
+  forgetRoute(routePrefix: string, defer: Defer): void {
     this.table.dropRoute(routePrefix);
-    this.sendGiveBacks(Date.now(), defer, overrides);
+    this.sendGiveBacks(Date.now(), defer);
   }
 
   /** Sends what is due to be given back (expired, evicted, dropped leases), in `defer`. */
-  sendGiveBacks(now: number, defer: Defer, overrides: OverrideCopies): void {
-    const sending = this.giveBacksDue(now, overrides);
+  sendGiveBacks(now: number, defer: Defer): void {
+    const sending = this.giveBacksDue(now);
     if (sending) defer(sending);
   }
 
-  private giveBacksDue(now: number, overrides: OverrideCopies): Promise<void> | undefined {
+  private giveBacksDue(now: number): Promise<void> | undefined {
     const due = this.table.takeGiveBacks(now);
-    return due.length > 0 ? this.giveBack(due, overrides) : undefined;
+    return due.length > 0 ? this.giveBack(due) : undefined;
   }
 
   /** Twice the store's smoothed round trip as this isolate measured it (the decision budget's own estimate), at least MIN_HORIZON_MS. */
@@ -120,7 +146,7 @@ export class LeaseBroker {
     return Math.max(MIN_HORIZON_MS, 2 * srtt);
   }
 
-  private settle(r: GroupResult, askedOf: (b: Bucket) => number, defer: Defer, overrides: OverrideCopies): void {
+  private settle(r: GroupResult, askedOf: (b: Bucket) => number, defer: Defer): void {
     let lastExpiry = 0;
     r.buckets.forEach((b, i) => {
       const grant = r.grants[i];
@@ -129,11 +155,11 @@ export class LeaseBroker {
     });
     // given back when it expires even if no request comes to this isolate by then
     if (lastExpiry > r.receivedAt)
-      defer(sleep(lastExpiry - r.receivedAt + 1).then(() => this.giveBacksDue(Date.now(), overrides)));
+      defer(sleep(lastExpiry - r.receivedAt + 1).then(() => this.giveBacksDue(Date.now())));
   }
 
   /** Renewals in `lease` mode, one call per store; a failed one only leaves its ask free for the next. */
-  private async renew(renewals: Array<Renewal<Bucket>>, overrides: OverrideCopies): Promise<void> {
+  private async renew(renewals: Array<Renewal<Bucket>>): Promise<void> {
     const byBucket = new Map(renewals.map((r) => [r.bucket, r]));
     const deferred: Array<Promise<unknown>> = [];
     const defer: Defer = (p) => void deferred.push(p);
@@ -141,8 +167,8 @@ export class LeaseBroker {
       groupByStore(renewals.map((r) => r.bucket)).map(async (group) => {
         const args = (b: Bucket): LeaseArgs => ({ ask: byBucket.get(b)?.ask ?? 0, close: byBucket.get(b)?.close });
         try {
-          const r = await runDecide(group, "lease", (b) => overrides.input(b, Date.now()), args);
-          this.settle(r, (b) => byBucket.get(b)?.ask ?? 0, defer, overrides);
+          const r = await runDecide(group, "lease", (b) => this.overridesOf(b, Date.now()), args);
+          this.settle(r, (b) => byBucket.get(b)?.ask ?? 0, defer);
         } catch {
           const now = Date.now();
           for (const b of group) this.table.settle(b, byBucket.get(b)?.ask ?? 0, undefined, now, now);
@@ -153,13 +179,13 @@ export class LeaseBroker {
   }
 
   /** Gives back leftover lease tokens in `return` mode, one call per lease; a lost one only costs its tokens until Redis releases them. */
-  private async giveBack(due: Array<GiveBack<Bucket>>, overrides: OverrideCopies): Promise<void> {
+  private async giveBack(due: Array<GiveBack<Bucket>>): Promise<void> {
     await Promise.allSettled(
       due.map((g) =>
         runDecide(
           [g.bucket],
           "return",
-          (b) => overrides.input(b, Date.now()),
+          (b) => this.overridesOf(b, Date.now()),
           () => ({ ask: 0, close: g.close }),
         ),
       ),

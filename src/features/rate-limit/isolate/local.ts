@@ -1,5 +1,5 @@
 import type { AlgoModel, AlgoOutcome, AlgoState } from "../algorithms/algorithms.js";
-import { longestWait } from "../decision/decide.js";
+import { longestWait } from "../decision/verdict.js";
 import { algorithm } from "../algorithms/registry.js";
 import type { Bucket, Decision, LimitOutcome } from "../types.js";
 

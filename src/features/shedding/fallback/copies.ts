@@ -1,4 +1,4 @@
-import { hashIdentifier } from "../../../keys/hash.js";
+import { hashIdentifier } from "../../../identity/hash.js";
 
 /** The named Workers cache that holds the last good copy of each fallback route's pages. */
 export const FALLBACK_CACHE = "sluice-fallback";

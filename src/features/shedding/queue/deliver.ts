@@ -1,10 +1,11 @@
 import type { Config, Route } from "../../../config/index.js";
 import type { Env } from "../../../env.js";
-import type { RequestFacts } from "../../../keys/identify.js";
+import type { RequestFacts } from "../../../identity/identify.js";
 import { bucketsFor } from "../../rate-limit/decision/buckets.js";
-import { decide } from "../../rate-limit/decision/decide.js";
+import { decide, type IsolateState } from "../../rate-limit/decision/decision.js";
 import type { Defer } from "../../../util/defer.js";
 import { heldSlots, releaseSlots } from "../../rate-limit/decision/in-flight.js";
+import type { OverrideCopies } from "../../rate-limit/decision/overrides.js";
 import {
   originFailed,
   outcomeUnknown,
@@ -17,12 +18,24 @@ import { refFromTicket, settleFailure } from "../../idempotency/records.js";
 import { release } from "../../session/lock.js";
 import type { RecordTrail } from "../../idempotency/trail.js";
 import { newTraceparent } from "../../../util/traceparent.js";
-import { envConnections, SETTLE_TIMEOUT_MS, type Stores } from "../../../region/index.js";
-import type { Runtime } from "../../../runtime.js";
+import { envConnections, SETTLE_TIMEOUT_MS, type Connect, type Stores } from "../../../region/index.js";
+import { ConfigCache } from "../../../config/cache.js";
 import type { Store } from "../../../store/redis.js";
 import { leaseJob, readJob, releaseJob, writeJob, type JobStatus } from "./jobs.js";
 import { requestOf, type JobMessage } from "./queue.js";
 import { logError, settleQuietly } from "../../../util/log.js";
+
+/**
+ * What the consumer takes of the isolate's runtime (the Worker passes its `Runtime`, which stands
+ * above the capabilities and holds their isolate state).
+ */
+export interface ConsumerIsolate {
+  /** The isolate's state of one kind, made on first use (the configuration cache here). */
+  own<T extends object>(kind: new () => T): T;
+  decisions: IsolateState;
+  overrides: OverrideCopies;
+  stores(connect: Connect, config: Pick<Config, "home_region" | "timeout_ms" | "max_timeout_ms">): Stores;
+}
 
 /** Refusals shorter than this are waited out in the consumer; longer ones go back to the queue. */
 const PACE_MAX_WAIT_MS = 2_000;
@@ -38,9 +51,9 @@ export async function onQueue(
   batch: MessageBatch<JobMessage>,
   env: Env,
   defer: Defer,
-  runtime: Runtime,
+  runtime: ConsumerIsolate,
 ): Promise<void> {
-  const loaded = runtime.configs.of(env);
+  const loaded = runtime.own(ConfigCache).of(env);
   if (!loaded.ok) return batch.retryAll({ delaySeconds: 30 });
   const config = loaded.config;
   const stores = runtime.stores(envConnections(env, config.home_region), config);
@@ -61,7 +74,7 @@ interface Consumer {
   config: Config;
   env: Env;
   stores: Stores;
-  runtime: Runtime;
+  runtime: ConsumerIsolate;
   defer: Defer;
 }
 

@@ -2,6 +2,7 @@ import type { Context } from "hono";
 import type { Config, Route } from "../../../config/index.js";
 import type { Scope, SluiceEnv } from "../../../context.js";
 import { Problem } from "../../../problem.js";
+import { PROBLEMS } from "../../../problem-types.js";
 import { claimSideEffect } from "../../idempotency/side-effect.js";
 import type { Store } from "../../../store/redis.js";
 import { JOB_ID, readJob, writeJob } from "./jobs.js";
@@ -25,8 +26,7 @@ export async function enqueue(
   const queue = scope.env.SLUICE_QUEUE;
   if (!queue)
     throw new Problem({
-      status: 500,
-      title: "Queue not bound",
+      type: PROBLEMS.queueNotBound,
       detail: "this route sheds to a queue but the Worker has no SLUICE_QUEUE binding",
     });
   const effect = await claimSideEffect(request, scope, route, queuedClaimLease(route));
@@ -82,22 +82,20 @@ export async function jobStatusResponse(
   id: string,
 ): Promise<Response> {
   // a job lookup is no limited request: its problems are told as "allow", as its answers are
-  if (!JOB_ID.test(id))
-    throw new Problem({ status: 404, title: "No such job", detail: "not a job id sluice issued" }, "allow");
+  if (!JOB_ID.test(id)) throw new Problem({ type: PROBLEMS.noSuchJob, detail: "not a job id sluice issued" }, "allow");
   const job = home
     ? await orElse(readJob(home, config.key_prefix, id), null, "job_status_read_failed", { job: id })
     : null;
   if (job === null)
     throw new Problem(
       {
-        status: 503,
-        title: "Job status unavailable",
+        type: PROBLEMS.jobStatusUnavailable,
         detail: "the job store could not be reached",
         headers: { "Retry-After": "1" },
       },
       "allow",
     );
-  if (!job) throw new Problem({ status: 404, title: "No such job", detail: "unknown or expired job id" }, "allow");
+  if (!job) throw new Problem({ type: PROBLEMS.noSuchJob, detail: "unknown or expired job id" }, "allow");
   return new Response(JSON.stringify(job), {
     headers: { "content-type": "application/json", "cache-control": "no-store" },
   });

@@ -1,4 +1,4 @@
-import { hashIdentifier } from "../../../keys/hash.js";
+import { hashIdentifier } from "../../../identity/hash.js";
 import { jobKey as jobKeyOfHash, jobLeaseKey } from "../../../store/layout.js";
 import type { Store } from "../../../store/redis.js";
 

@@ -1,10 +1,11 @@
 import type { Route } from "../../../config/index.js";
-import type { RequestFacts } from "../../../keys/identify.js";
+import type { RequestFacts } from "../../../identity/identify.js";
 import type { ClaimTicket } from "../../idempotency/records.js";
 import type { SessionTicket } from "../../session/guard.js";
 import { fromBase64, toBase64 } from "../../../util/base64.js";
 import { declaresMoreThan, readCapped } from "../../../util/body.js";
 import { Problem } from "../../../problem.js";
+import { PROBLEMS } from "../../../problem-types.js";
 
 /** A shed request as it travels through the queue. */
 export interface JobMessage {
@@ -103,8 +104,7 @@ export function requestOf(m: JobMessage): Request {
 
 function tooLarge(max: number): Problem {
   return new Problem({
-    status: 413,
-    title: "Request too large to queue",
+    type: PROBLEMS.requestTooLargeToQueue,
     detail: `queued requests may carry at most ${max} bytes of body`,
   });
 }

@@ -1,7 +1,8 @@
 import type { Context } from "hono";
+import { getCookie } from "hono/cookie";
+import { sha256 } from "hono/utils/crypto";
 import { appendLedger } from "../store/ledger.js";
-import type { AdminEnv } from "./context.js";
-import { adminActor } from "./guard.js";
+import { ADMIN_SESSION_COOKIE, type AdminEnv } from "./context.js";
 
 /**
  * The operator's changes as the ledger names them: a deny entry added (`admin_ban`) or removed
@@ -26,4 +27,15 @@ export async function ledgerAdminAction(
   if (!home) return;
   const fields = { event, who: await adminActor(c), at: String(Date.now()), detail: JSON.stringify(detail) };
   await appendLedger(home, c.get("config").key_prefix, fields, c.get("config").ledger_length);
+}
+
+/**
+ * Who made an admin request, as the ledger records it: `token` for the bearer token, else
+ * `session:` and the first 12 hex digits of the SHA-256 of the session cookie (one per sign-in,
+ * the same for all of that session's requests, and no way back to the cookie).
+ */
+export async function adminActor(c: Context<AdminEnv>): Promise<string> {
+  if (c.req.header("authorization")) return "token";
+  const session = getCookie(c, ADMIN_SESSION_COOKIE);
+  return session ? `session:${((await sha256(session)) ?? "").slice(0, 12)}` : "unknown";
 }

@@ -1,17 +1,24 @@
-import type { Context, MiddlewareHandler } from "hono";
+/*
+ * What every admin route is written with, the capabilities' own (src/features/<capability>/admin*.ts) and
+ * the admin's (src/admin/): the context they find, a store they cannot do without, deferred work.
+ * It stands below the capabilities, so theirs never import the admin that mounts them.
+ */
+import type { Context } from "hono";
 import { createFactory } from "hono/factory";
 import type { Config } from "../config/index.js";
 import type { Env } from "../env.js";
 import type { Defer } from "../util/defer.js";
 import { Problem } from "../problem.js";
-import type { ProblemTitle } from "../problem-types.js";
-import { envConnections, type Stores } from "../region/index.js";
-import type { Runtime } from "../runtime.js";
+import type { ProblemKind } from "../problem-types.js";
+import type { Stores } from "../region/index.js";
 import type { Store } from "../store/redis.js";
+
+/** The dashboard's session cookie (set by the admin's guard, read by whoever names the operator). */
+export const ADMIN_SESSION_COOKIE = "sluice_admin";
 
 /**
  * What every admin handler finds on its context: the deployment's configuration and databases
- * (set by `withConfig`), and `authorised`: the request carried the admin token or a valid
+ * (set by the admin's `withConfig`), and `authorised`: the request carried the admin token or a valid
  * dashboard session (set by the guard; health says more then).
  */
 export type AdminEnv = { Bindings: Env; Variables: { config: Config; stores: Stores; authorised: boolean } };
@@ -24,32 +31,12 @@ export type AdminEnv = { Bindings: Env; Variables: { config: Config; stores: Sto
  */
 export const adminHandlers = createFactory<AdminEnv>();
 
-/**
- * Loads the configuration (validated once per environment by the runtime) and the stores it
- * names. An invalid configuration is never half-applied: every admin request gets the same 500
- * problem the gateway gives, with the decision headers a refusal carries.
- */
-export function withConfig(runtime: Runtime): MiddlewareHandler<AdminEnv> {
-  return async (c, next) => {
-    const loaded = runtime.configs.of(c.env);
-    if (!loaded.ok) {
-      throw new Problem({
-        status: 500,
-        title: "Invalid sluice configuration",
-        detail: loaded.error.message,
-        headers: { "Sluice-Decision": "reject", "Sluice-Region": "unknown" },
-      });
-    }
-    c.set("config", loaded.config);
-    c.set("stores", runtime.stores(envConnections(c.env, loaded.config.home_region), loaded.config));
-    c.set("authorised", false);
-    await next();
-  };
-}
+/** A problem type that says a store is missing: a 503 (the compiler refuses any other). */
+export type Unavailable = Extract<ProblemKind, { status: readonly [503] }>;
 
 /** A store the route cannot do without: its absence (no Redis configured) is a 503 problem. */
-export function required(store: Store | undefined, title: ProblemTitle, detail: string): Store {
-  if (!store) throw new Problem({ status: 503, title, detail });
+export function required(store: Store | undefined, type: Unavailable, detail: string): Store {
+  if (!store) throw new Problem({ type, detail });
   return store;
 }
 

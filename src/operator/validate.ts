@@ -3,6 +3,7 @@ import { validator } from "hono/validator";
 import { z } from "zod";
 import { parseDuration } from "../config/duration.js";
 import { Problem } from "../problem.js";
+import { PROBLEMS } from "../problem-types.js";
 
 /** A duration as the configuration writes them (`"500ms"`, `"10m"`, `"1d"`). */
 export const duration = z.string().refine((t) => parseDuration(t) !== undefined, 'must be a duration like "10m"');
@@ -43,7 +44,7 @@ export function invalidRequest(error: z.ZodError): Problem {
 
 /** A 400 problem with the admin API's one title for malformed input. */
 export function badRequest(detail: string): Problem {
-  return new Problem({ status: 400, title: "Invalid request", detail });
+  return new Problem({ type: PROBLEMS.invalidRequest, detail });
 }
 
 function mediaType(c: Context): string {

@@ -4,11 +4,15 @@ import type { Scope, SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
 import { DEFAULT_PATH_POLICY, normalisePath, type PathPolicy } from "../routing/normalise.js";
 import { Runtime } from "../runtime.js";
-import { answerAll } from "./answer.js";
-import { forwardToOrigin } from "./forward.js";
-import { mount } from "./mount.js";
-import { configuredScope } from "./scope.js";
-import { PIPELINE_STEPS } from "./steps.js";
+import { answerAll } from "../pipeline/answer.js";
+import { forwardToOrigin } from "../pipeline/forward.js";
+import { mount } from "../pipeline/mount.js";
+import { entered, newScope, type ScopeSource } from "../pipeline/scope.js";
+import { ConfigCache } from "../config/cache.js";
+import { Problem } from "../problem.js";
+import { PROBLEMS } from "../problem-types.js";
+import { envConnections } from "../region/index.js";
+import { PIPELINE_STEPS } from "../pipeline/steps.js";
 
 export type GatewayEnv = SluiceEnv & { Bindings: Env };
 
@@ -67,5 +71,26 @@ function adminApi(runtime: Runtime): MiddlewareHandler<GatewayEnv> {
       ctx = undefined;
     }
     return admin.fetch(new Request(url, c.req.raw), c.env, ctx);
+  };
+}
+
+/**
+ * The gateway's scope: the configuration of the environment (a bad one is a 500 problem naming
+ * the field, on every request), then the request's scope, its route matched on the normalised path.
+ */
+export function configuredScope(runtime: Runtime): ScopeSource {
+  return (c) => {
+    const env = c.env as Env;
+    const loaded = runtime.own(ConfigCache).of(env);
+    if (!loaded.ok) {
+      const { field, problem } = loaded.error;
+      throw new Problem({
+        type: PROBLEMS.invalidConfiguration,
+        detail: loaded.error.message,
+        extensions: { field, problem },
+      });
+    }
+    const config = loaded.config;
+    return entered(newScope(c, { runtime, config, connect: envConnections(env, config.home_region), env }, true));
   };
 }

@@ -1,5 +1,6 @@
 /*
- * The latency histogram an isolate reports to lua/adaptive.lua: four buckets per doubling, so a
+ * The latency histogram, shared by the adaptive limit's reports to lua/adaptive.lua and the
+ * metrics' latency figures (round trips, first arrivals): four buckets per doubling, so a
  * percentile read from it is at most 19% (2^(1/4)) above the true one, whatever the scale, and a
  * report is a few dozen numbers however many responses it covers. Bucket 0 holds 1 ms or less;
  * bucket i > 0 holds (2^((i−1)/4), 2^(i/4)] ms; the last one everything longer.

@@ -1,12 +1,13 @@
-import type { Config, Limit, Route } from "../config/index.js";
-import type { KeyHash } from "../keys/hash.js";
-import { identify, type RequestFacts } from "../keys/identify.js";
-import { bucketHash } from "../features/rate-limit/decision/buckets.js";
-import { Problem } from "../problem.js";
-import type { Stores } from "../region/index.js";
-import { bucketKey, overrideField } from "../store/layout.js";
-import type { Store } from "../store/redis.js";
-import { badRequest } from "./validate.js";
+import type { Config, Limit, Route } from "../../config/index.js";
+import type { KeyHash } from "../../identity/hash.js";
+import { identify, type RequestFacts } from "../../identity/identify.js";
+import { bucketHash } from "./decision/buckets.js";
+import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
+import type { Stores } from "../../region/index.js";
+import { bucketKey, overrideField } from "../../store/layout.js";
+import type { Store } from "../../store/redis.js";
+import { badRequest } from "../../operator/validate.js";
 
 /**
  * The facts an operator names a client by, as query parameters spelled like key parts:
@@ -73,7 +74,7 @@ export async function bucketAddress(
 }
 
 function noBucket(detail: string): Problem {
-  return new Problem({ status: 404, title: "No such bucket", detail });
+  return new Problem({ type: PROBLEMS.noSuchBucket, detail });
 }
 
 /**

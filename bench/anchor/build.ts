@@ -1,0 +1,104 @@
+/**
+ * Builds the two Workers of the "against @upstash/ratelimit" section the way a user deploys them:
+ * `wrangler deploy --dry-run --minify --outdir <dir>` with a small wrangler config of its own per
+ * Worker (generated under .wrangler/bench-anchor/), and measures the upload as wrangler's own size
+ * line does ("Total Upload: x KiB / gzip: y KiB": every module of the upload, the .lua text modules
+ * included, gzipped together), but with the modules in a fixed order: wrangler's order varies from
+ * build to build, and its gzip figure of the same bytes with it (by ±0.4 KiB for sluice's six modules).
+ */
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { gzipSync } from "node:zlib";
+import type { Cleanup } from "../stack.js";
+import { round } from "../stats.js";
+
+export const ANCHOR_BUILD_DIR = resolve(".wrangler/bench-anchor");
+
+export type Side = "anchor" | "sluice";
+export const SIDES: readonly Side[] = ["anchor", "sluice"];
+
+/** What wrangler made of one Worker. */
+export interface BuiltWorker {
+  side: Side;
+  /** The Worker's source, relative to the repository. */
+  source: string;
+  /** The bundle wrangler wrote (its .lua text modules beside it). */
+  bundle: string;
+  raw_kib: number;
+  gzip_kib: number;
+  /** wrangler's own figures (its gzip varies a little with its module order). */
+  wrangler: { raw_kib: number; gzip_kib: number };
+  command: string;
+}
+
+/** The wrangler config a user would write for the Worker: a name, main, a date, and the rule for .lua text. */
+export function wranglerConfig(side: Side): Record<string, unknown> {
+  return {
+    name: `bench-${side}`,
+    main: resolve("bench/workers", `${side}.ts`),
+    compatibility_date: "2026-04-01",
+    rules: [{ type: "Text", globs: ["**/*.lua"], fallthrough: true }],
+  };
+}
+
+/** wrangler's "Total Upload: 149.86 KiB / gzip: 39.16 KiB" line, in KiB. */
+export function parseUploadSize(output: string): { raw_kib: number; gzip_kib: number } {
+  const m = /Total Upload:\s*([\d.]+)\s*KiB\s*\/\s*gzip:\s*([\d.]+)\s*KiB/.exec(output);
+  if (!m) throw new Error(`no "Total Upload: … KiB / gzip: … KiB" line in wrangler's output:\n${output.slice(-2000)}`);
+  return { raw_kib: Number(m[1]), gzip_kib: Number(m[2]) };
+}
+
+/** The upload's modules in a fixed order: the bundle first, then the others by name; no source maps. */
+export function uploadModules(files: readonly string[], main: string): string[] {
+  const others = files.filter((f) => f !== main && !f.endsWith(".map") && f !== "README.md").sort();
+  return [main, ...others];
+}
+
+/** Raw and gzip (zlib's default level, as wrangler) KiB of the modules wrangler wrote, concatenated. */
+function uploadSize(outdir: string, main: string): { raw_kib: number; gzip_kib: number } {
+  const bytes = Buffer.concat(uploadModules(readdirSync(outdir), main).map((f) => readFileSync(join(outdir, f))));
+  return { raw_kib: round(bytes.length / 1024, 2), gzip_kib: round(gzipSync(bytes).length / 1024, 2) };
+}
+
+export async function buildSide(side: Side, cleanup: Cleanup): Promise<BuiltWorker> {
+  const dir = join(ANCHOR_BUILD_DIR, side);
+  const outdir = join(dir, "out");
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  const config = join(dir, "wrangler.json");
+  writeFileSync(config, `${JSON.stringify(wranglerConfig(side), null, 2)}\n`);
+  const args = ["wrangler", "deploy", "--dry-run", "--minify", "--outdir", outdir, "--config", config];
+  const output = await runWrangler(args, cleanup, side);
+  const bundle = join(outdir, `${side}.js`);
+  if (!existsSync(bundle)) throw new Error(`wrangler wrote no ${bundle}:\n${output.slice(-2000)}`);
+  return {
+    side,
+    source: `bench/workers/${side}.ts`,
+    bundle,
+    ...uploadSize(outdir, `${side}.js`),
+    wrangler: parseUploadSize(output),
+    command: `npx wrangler deploy --dry-run --minify --outdir <dir> --config <generated wrangler.json>`,
+  };
+}
+
+/** stdout and stderr of `npx wrangler …` together; throws on a failed build. */
+async function runWrangler(args: string[], cleanup: Cleanup, label: string): Promise<string> {
+  const child = spawn("npx", args, {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true", NO_COLOR: "1" },
+  });
+  cleanup.add(`wrangler build ${label}`, () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+  });
+  let output = "";
+  const keep = (chunk: Buffer) => (output = (output + chunk.toString("utf8")).slice(-20_000));
+  child.stdout?.on("data", keep);
+  child.stderr?.on("data", keep);
+  const code = await new Promise<number | null>((done, fail) => {
+    child.once("error", fail);
+    child.once("exit", (c) => done(c));
+  });
+  if (code !== 0) throw new Error(`wrangler build of ${label} failed (exit ${String(code)}):\n${output.trim()}`);
+  return output;
+}

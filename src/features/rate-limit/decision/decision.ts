@@ -1,0 +1,95 @@
+import type { BlockedBuckets } from "../isolate/blocked.js";
+import type { LeaseBroker } from "../isolate/lease-broker.js";
+import type { OverrideCopies } from "./overrides.js";
+import { overridesFor } from "./prepare.js";
+import { answerInIsolate } from "../isolate/answer.js";
+import { decideCentrally } from "./central.js";
+import { settle } from "./settle.js";
+import { groupByStore, runDecide } from "./script-call.js";
+import type { Bucket, Decision, LimitOutcome } from "../types.js";
+import type { Defer } from "../../../util/defer.js";
+
+export { DECIDE_SCRIPT, scriptCall, type ScriptBucket, type ScriptMode } from "./script-call.js";
+export type { Bucket, BucketParams } from "../types.js";
+export type { Defer } from "../../../util/defer.js";
+
+/** What an isolate keeps between requests for its decisions: buckets known closed, its leases (none: every decision central), and its copy of the overrides. */
+export interface IsolateState {
+  blocked: BlockedBuckets;
+  leases?: LeaseBroker;
+  overrides: OverrideCopies;
+}
+
+/**
+ * Decides a request against every limit of its route, in four stages, each entered once:
+ *
+ * 1. the overrides each bucket is decided with, from the isolate's copy (refreshed in the
+ *    background, never read on the request path unless the copy is too old);
+ * 2. the isolate's own answer, when it has one: a refusal from the blocked-bucket cache, or an
+ *    admission from its leases when they cover every limit (no Redis request at all);
+ * 3. else one central call: decide.lua once per Redis involved, in parallel, all or nothing,
+ *    asking for leases on the way when the route is busy enough;
+ * 4. settling: grants become leases (a refusal or a failed Redis is decided once more from the
+ *    leases, which may have come back meanwhile), the verdict, refusals that hold remembered.
+ *
+ * A peek neither reads nor changes the blocked-bucket cache or the leases. Throws `StoreError`
+ * when a Redis fails; the caller applies `on_store_error`.
+ *
+ * @example
+ * const d = await decide(buckets, { blocked, leases, overrides }, Date.now(), (p) => ctx.waitUntil(p));
+ * if (d.verdict === "reject") return tooManyRequests(d.blocking);
+ */
+export async function decide(
+  buckets: Bucket[],
+  isolate: IsolateState,
+  now: number,
+  defer: Defer,
+  mode: "take" | "peek" = "take",
+): Promise<Decision> {
+  const { blocked, leases } = mode === "take" ? isolate : { blocked: undefined, leases: undefined };
+  const overrides = overridesFor(buckets, isolate.overrides, now, defer, (routePrefix) =>
+    forgetRoute(isolate, routePrefix, defer),
+  );
+  const local = answerInIsolate(buckets, blocked, leases, now, defer);
+  if (local.decision) return local.decision;
+  const central = await decideCentrally(buckets, mode, overrides, local.asks, defer);
+  return settle(buckets, central, local.asks, blocked, leases, now, defer);
+}
+
+/**
+ * A route's overrides changed: the refusals this isolate holds for its buckets were decided on the
+ * old figures, so they are forgotten, and its leases, granted on them, are given back.
+ */
+function forgetRoute(isolate: IsolateState, routePrefix: string, defer: Defer): void {
+  isolate.blocked.forgetRoute(routePrefix);
+  isolate.leases?.forgetRoute(routePrefix, defer);
+}
+
+/**
+ * Gives back what an admitted decision charged, e.g. for a request answered by a replay: the
+ * request never reached the origin, so it should cost its client nothing. A decision made from
+ * leases gives its tokens back to them. `leases` and `overrides` are the isolate's the decision
+ * was made with.
+ */
+export async function giveBack(
+  buckets: Bucket[],
+  d: Decision,
+  leases: LeaseBroker | undefined,
+  overrides: OverrideCopies,
+): Promise<void> {
+  if (d.verdict === "reject") return;
+  const charged = buckets.filter((b) => d.outcomes.find((o) => o.key === b.key && o.limit === b.limit)?.allowed);
+  if (d.leased) return leases?.putBack(charged);
+  const now = Date.now();
+  await Promise.all(groupByStore(charged).map((g) => runDecide(g, "refund", (b) => overrides.input(b, now))));
+}
+
+/** A decision answered in the isolate (the blocked-bucket cache, or leases): it has no round trip to report. */
+export function madeWithoutRedis(d: Decision): boolean {
+  return d.verdict === "reject" ? d.cached : d.leased === true;
+}
+
+/** One bucket's state as it stands, nothing spent (for the admin API: its overrides read live, in the script). */
+export async function peekBucket(bucket: Bucket): Promise<LimitOutcome> {
+  return (await runDecide([bucket], "peek", () => "read")).outcomes[0] as LimitOutcome;
+}

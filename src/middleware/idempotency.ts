@@ -1,0 +1,36 @@
+/**
+ * `sluice/idempotency`: one side effect per `Idempotency-Key`.
+ *
+ * @example
+ * import { idempotency } from "sluice/idempotency";
+ * app.post("/orders", idempotency({ required: true }), (c) => c.json({ created: true }, 201));
+ */
+import type { MiddlewareHandler } from "hono";
+import * as z from "zod/mini";
+import type { SluiceInput } from "../config/schema.js";
+import { configSchema } from "../config/settings.js";
+import type { SluiceEnv } from "../context.js";
+import { idempotencySettings } from "../features/idempotency/schema.js";
+import { idempotencyStep } from "../features/idempotency/step.js";
+import { compileOptions, standalone, tableFields, withJwt, type SharedOptions } from "./standalone.js";
+
+export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "../context.js";
+export type { SharedOptions } from "./standalone.js";
+
+type RouteInput = NonNullable<SluiceInput["routes"]>[number];
+
+export type IdempotencyOptions = SharedOptions & NonNullable<RouteInput["idempotency"]> & { name?: string };
+
+const idempotencyConfig = configSchema({ idempotency: z.optional(idempotencySettings) });
+
+/**
+ * One side effect per `Idempotency-Key`: the first request runs, duplicates get its stored
+ * answer (`Idempotent-Replayed: true`), a duplicate in flight gets 409, a key reused with another
+ * body 422; the handler finds the fencing token in `c.get("sluice").fencingToken`.
+ */
+export function idempotency(options: IdempotencyOptions = {}): MiddlewareHandler<SluiceEnv> {
+  const { name = "app", ...rest } = options;
+  const route = { name, idempotency: tableFields(rest) };
+  const config = compileOptions("idempotency", options, route, { schema: idempotencyConfig, table: "idempotency" });
+  return standalone(config, options, withJwt(config, idempotencyStep));
+}

@@ -1,0 +1,53 @@
+/**
+ * `sluice/rate-limit`: the rate limits alone, for an app that needs nothing else of sluice.
+ *
+ * @example
+ * import { rateLimit } from "sluice/rate-limit";
+ * app.use("/api/*", rateLimit({ limits: [{ name: "per-ip", key: "ip", rate: 10, period: "1s", burst: 20 }] }));
+ */
+import type { MiddlewareHandler } from "hono";
+import type { SluiceInput } from "../config/schema.js";
+import { plainConfigSchema } from "../config/settings.js";
+import type { SluiceEnv } from "../context.js";
+import { usesJwt } from "../config/uses-jwt.js";
+import { verifyJwtStep } from "../features/jwt/step.js";
+import { reject } from "../features/shedding/refusal.js";
+import { rateLimitStep } from "../features/rate-limit/step.js";
+import { compileOptions, standalone, type SharedOptions } from "./standalone.js";
+
+export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "../context.js";
+export type { SharedOptions } from "./standalone.js";
+
+type RouteInput = NonNullable<SluiceInput["routes"]>[number];
+/** A limit, exactly as in `wrangler.toml`'s `[[vars.SLUICE.routes.limits]]`. */
+export type LimitOptions = NonNullable<RouteInput["limits"]>[number];
+
+export interface RateLimitOptions extends SharedOptions {
+  limits: LimitOptions[];
+  /** Names the buckets in Redis (`{key_prefix}:{name}:{limit}:{hash}`) and the metrics; default "app". */
+  name?: string;
+  /** Decide and count, never refuse (how a new limit is rolled out). */
+  shadow?: boolean;
+  /** Report the buckets without spending (a quota endpoint). */
+  peek?: boolean;
+  /** The requests' priority: a name, or `header:<name>` / `jwt:<claim>` holding one (docs/algorithms.md, Priorities). */
+  priority?: RouteInput["priority"];
+  /** An in-flight limit for the handlers after it that follows their latency (docs/algorithms.md, Adaptive limit). */
+  adaptive?: RouteInput["adaptive"];
+}
+
+/**
+ * Rate limits for the routes it is mounted on: every limit decided in one Redis call, all or
+ * nothing; a refusal is a 429 problem with `Retry-After` and `RateLimit` headers; the handler
+ * finds the decision in `c.get("sluice")`.
+ */
+export function rateLimit(options: RateLimitOptions): MiddlewareHandler<SluiceEnv> {
+  const { limits, name = "app", shadow, peek, priority, adaptive } = options;
+  const route = { name, limits, shadow, peek, priority, adaptive };
+  const config = compileOptions("rateLimit", options, route, { schema: plainConfigSchema });
+  const compiled = config.routes[0];
+  // limits keyed on JWT claims verify the token themselves, unless verifyJwt() ran before
+  // no on_limit here: a refusal is a 429, and none of the shedding strategies is bundled
+  const step = rateLimitStep(reject);
+  return standalone(config, options, compiled && usesJwt(compiled) ? [verifyJwtStep, step] : [step]);
+}

@@ -1,0 +1,32 @@
+/**
+ * `sluice/session`: one side-effecting call per session at a time.
+ *
+ * @example
+ * import { session } from "sluice/session";
+ * app.use("/cart/*", session({ key: "header:x-session-id" }));
+ */
+import type { MiddlewareHandler } from "hono";
+import * as z from "zod/mini";
+import type { SluiceInput } from "../config/schema.js";
+import { configSchema } from "../config/settings.js";
+import type { SluiceEnv } from "../context.js";
+import { sessionSettings } from "../features/session/schema.js";
+import { sessionStep } from "../features/session/step.js";
+import { compileOptions, standalone, tableFields, withJwt, type SharedOptions } from "./standalone.js";
+
+export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "../context.js";
+export type { SharedOptions } from "./standalone.js";
+
+type RouteInput = NonNullable<SluiceInput["routes"]>[number];
+
+export type SessionOptions = SharedOptions & NonNullable<RouteInput["session"]> & { name?: string };
+
+const sessionConfig = configSchema({ session: z.optional(sessionSettings) });
+
+/** One side-effecting call per session at a time (a 409 problem for the second), with a fencing token. */
+export function session(options: SessionOptions): MiddlewareHandler<SluiceEnv> {
+  const { name = "app", ...rest } = options;
+  const route = { name, session: tableFields(rest) };
+  const config = compileOptions("session", options, route, { schema: sessionConfig, table: "session" });
+  return standalone(config, options, withJwt(config, sessionStep));
+}
