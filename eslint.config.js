@@ -5,6 +5,35 @@ import { importX } from "eslint-plugin-import-x";
 import tseslint from "typescript-eslint";
 import importCycles from "./dev/eslint-import-cycles.mjs";
 
+/**
+ * The tools stand apart from the product and from the tests (docs/architecture.md): dev/ and bench/
+ * are workspaces of their own, the tests take the local stack only through `@sluice/dev`
+ * (dev/index.ts, the entry its package.json exports), and nothing imports test/ but the tests.
+ */
+const toolZones = [
+  {
+    target: ["./src/**/!(*.test).ts", "./src/**/*.tsx", "./worker"],
+    from: ["./dev", "./bench", "./test"],
+    message: "the product imports none of the tools (dev/, bench/) and none of the tests",
+  },
+  {
+    target: ["./dev", "./bench"],
+    from: "./test",
+    message: "the tools never import the tests: code both need lives in dev/ (`@sluice/dev`)",
+  },
+  {
+    target: ["./test", "./src/**/*.test.ts", "./dev"],
+    from: "./bench",
+    message: "nothing imports the bench: the tests and dev/ stand below it",
+  },
+  {
+    target: ["./test", "./src/**/*.test.ts", "./bench"],
+    from: "./dev",
+    except: ["./index.ts"],
+    message: 'the local stack is `import { … } from "@sluice/dev"` (dev/index.ts), never a file under dev/',
+  },
+];
+
 const tsFiles = [
   "src/**/*.ts",
   "src/**/*.tsx",
@@ -175,10 +204,17 @@ export default defineConfig(
               ],
               message: "the isolate's runtime holds state for the admin, it never imports it",
             },
+            ...toolZones,
           ],
         },
       ],
     },
+  },
+  {
+    // The tools' zones for the files outside src/ (src/'s block above lists them with its own, as a
+    // later block's zones would replace that block's for the same files).
+    files: ["worker/**/*.ts", "test/**/*.ts", "dev/**/*.ts", "bench/**/*.ts"],
+    rules: { "import-x/no-restricted-paths": ["error", { zones: toolZones }] },
   },
   {
     // The one module that writes log lines.

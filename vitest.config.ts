@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { defineConfig, type Plugin } from "vitest/config";
 
 /** Loads lua/*.lua as text in tests, as wrangler's Text module rule does in the Worker. */
@@ -25,8 +26,10 @@ const timedPass = process.env.SLUICE_TESTS === "timed";
 
 export default defineConfig({
   plugins: [luaText],
+  // the dev workspace's entry, as tsconfig.json's `paths` maps it (also where node_modules lacks the link)
+  resolve: { alias: { "@sluice/dev": fileURLToPath(new URL("./dev/index.ts", import.meta.url)) } },
   test: {
-    include: timedPass ? TIMED : ["test/**/*.test.ts", "src/**/*.test.ts"],
+    include: timedPass ? TIMED : ["test/**/*.test.ts", "src/**/*.test.ts", "dev/**/*.test.ts", "bench/**/*.test.ts"],
     exclude: timedPass ? [] : [...TIMED, "**/node_modules/**"],
     environment: "node",
     globalSetup: ["test/global-setup.ts"],

@@ -142,17 +142,7 @@ async function row(
   const delta = statsDelta(before, await commandStats(edge.resp));
   const bridgeAfter = edge.bridge.counts();
   delete delta.info; // our own INFO commandstats
-  const script = new Set<string>(SCRIPT_COMMANDS);
-  const perDecision: Record<string, number> = {};
-  const background: Record<string, number> = {};
-  let billed = 0;
-  for (const [name, s] of Object.entries(delta)) {
-    if (s.calls === 0) continue;
-    if (script.has(name)) {
-      perDecision[name] = round(s.calls / n);
-      billed += s.calls;
-    } else background[name] = s.calls;
-  }
+  const { perDecision, background, billed } = billedOf(delta, n);
   const scriptRequests = ["evalsha", "eval", "evalsha_ro", "eval_ro"].reduce(
     (sum, c) => sum + (bridgeAfter.requestsWith[c] ?? 0) - (bridgeBefore.requestsWith[c] ?? 0),
     0,
@@ -169,4 +159,20 @@ async function row(
     background_commands: background,
     outcomes: outcomesOf(hits),
   };
+}
+
+/** The script commands per decision (what is billed on the request path) and every other command. */
+function billedOf(delta: ReturnType<typeof statsDelta>, n: number) {
+  const script = new Set<string>(SCRIPT_COMMANDS);
+  const perDecision: Record<string, number> = {};
+  const background: Record<string, number> = {};
+  let billed = 0;
+  for (const [name, s] of Object.entries(delta)) {
+    if (s.calls === 0) continue;
+    if (script.has(name)) {
+      perDecision[name] = round(s.calls / n);
+      billed += s.calls;
+    } else background[name] = s.calls;
+  }
+  return { perDecision, background, billed };
 }

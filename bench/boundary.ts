@@ -6,7 +6,7 @@
  * sends requests at fixed simulated times, and every admitted request's time is kept, so the most
  * admitted in any interval is exact.
  */
-import { RespError, type RespClient } from "../dev/resp.js";
+import { RespError, type RespClient } from "@sluice/dev";
 import { loadConfig, type Limit } from "../src/config/index.js";
 import type { scriptCall } from "../src/features/rate-limit/decision/decision.js";
 import type { LimitInput } from "./config.js";
@@ -144,33 +144,7 @@ export async function measureBoundary(resp: RespClient, call: Call, source: stri
   const problems: string[] = [];
   for (const sc of SCENARIOS) {
     for (const alg of ALGORITHMS) {
-      const limit = limitOf(alg.limit);
-      const key = `bench:boundary:${sc.key}:${alg.key}`;
-      const commands = sc.times.map((t) => {
-        const { keys, args } = call([{ limit, key }], "take");
-        const now = T0_US + t;
-        return [
-          "EVAL",
-          script,
-          String(keys.length),
-          ...keys,
-          ...args,
-          String(Math.floor(now / 1e6)),
-          String(now % 1e6),
-        ] as const;
-      });
-      const admittedAt: number[] = [];
-      for (let i = 0; i < commands.length; i += BATCH) {
-        const replies = await resp.sendMany(commands.slice(i, i + BATCH));
-        replies.forEach((reply, j) => {
-          if (!Array.isArray(reply) || reply.length !== 2 + 8 || typeof reply[0] !== "number") {
-            throw new Error(
-              `section 7 ${alg.key}: unexpected reply from decide.lua: ${reply instanceof RespError ? reply.message : JSON.stringify(reply)}`,
-            );
-          }
-          if (reply[0] === 1) admittedAt.push(sc.times[i + j] as number);
-        });
-      }
+      const admittedAt = await admissions(resp, call, script, sc, alg);
       const run: BoundaryRun = {
         scenario: sc.key,
         algorithm: alg.key,
@@ -198,6 +172,44 @@ export async function measureBoundary(resp: RespClient, call: Call, source: stri
     clock: { replaced: CLOCK, by: "{ ARGV[#ARGV - 1], ARGV[#ARGV] }", ttl_added_ms: 86_400_000 },
     problems,
   };
+}
+
+/** Sends a scenario's requests to decide.lua on the test clock, in batches; the times it admitted. */
+async function admissions(
+  resp: RespClient,
+  call: Call,
+  script: Buffer,
+  sc: Scenario,
+  alg: AlgorithmCase,
+): Promise<number[]> {
+  const limit = limitOf(alg.limit);
+  const key = `bench:boundary:${sc.key}:${alg.key}`;
+  const commands = sc.times.map((t) => {
+    const { keys, args } = call([{ limit, key }], "take");
+    const now = T0_US + t;
+    return [
+      "EVAL",
+      script,
+      String(keys.length),
+      ...keys,
+      ...args,
+      String(Math.floor(now / 1e6)),
+      String(now % 1e6),
+    ] as const;
+  });
+  const admittedAt: number[] = [];
+  for (let i = 0; i < commands.length; i += BATCH) {
+    const replies = await resp.sendMany(commands.slice(i, i + BATCH));
+    replies.forEach((reply, j) => {
+      if (!Array.isArray(reply) || reply.length !== 2 + 8 || typeof reply[0] !== "number") {
+        throw new Error(
+          `section 7 ${alg.key}: unexpected reply from decide.lua: ${reply instanceof RespError ? reply.message : JSON.stringify(reply)}`,
+        );
+      }
+      if (reply[0] === 1) admittedAt.push(sc.times[i + j] as number);
+    });
+  }
+  return admittedAt;
 }
 
 /** Most of the ascending `times` in any half-open interval [s, s + width); s at an admitted time. */

@@ -11,7 +11,7 @@ import { LIMITED, PATH_ALGORITHMS, PATH_FOUR, PATH_ONE } from "./config.js";
 import { hit, Outcomes } from "./request.js";
 import { type BenchStack, type Cleanup, type CommandStat, commandStats, statsDelta } from "./stack.js";
 import { type IpSource, round } from "./stats.js";
-import { startTap, type Tap, tapDelta } from "./tap.js";
+import { startTap, type Tap, type TapCounts, tapDelta } from "./tap.js";
 
 /**
  * Commands decide.lua may run inside the script (commandstats counts these too): TIME, one MGET
@@ -129,6 +129,28 @@ async function count(
   const delta = statsDelta(before, await commandStats(stack.resp));
   delete delta.info; // our own INFO commandstats
 
+  return {
+    label: what.label,
+    path: what.path,
+    limits: what.limits,
+    decisions: n,
+    http_requests: httpAfter - httpBefore,
+    decision_http_requests: tapped.decision,
+    http_requests_per_decision: round(tapped.decision / n),
+    other_http_requests: tapped.other,
+    other_http_commands: tapped.otherCommands,
+    other_http_allowed:
+      BACKGROUND_TASKS * (Math.floor(elapsedS / BACKGROUND_EVERY_S) + 1) + Math.floor(elapsedS / OVERRIDES_EVERY_S) + 1,
+    elapsed_s: round(elapsedS, 2),
+    unreadable_http_requests: tapped.unreadable,
+    ...commandFigures(delta, tapped, n),
+    origin_requests: originAfter - originBefore,
+    unexpected_outcomes: outcomes.unexpected,
+  };
+}
+
+/** Redis's own counts of the commands, split into script calls, commands inside the script and the rest. */
+function commandFigures(delta: ReturnType<typeof statsDelta>, tapped: TapCounts, n: number) {
   const calls = (name: string): number => delta[name]?.calls ?? 0;
   const scriptCalls = Object.fromEntries(SCRIPT_CALLS.map((c) => [c, calls(c)]).filter(([, v]) => v !== 0));
   const scriptTotal = SCRIPT_CALLS.reduce((sum, c) => sum + calls(c), 0);
@@ -150,27 +172,12 @@ async function count(
       .filter(([, v]) => v !== 0),
   );
   return {
-    label: what.label,
-    path: what.path,
-    limits: what.limits,
-    decisions: n,
-    http_requests: httpAfter - httpBefore,
-    decision_http_requests: tapped.decision,
-    http_requests_per_decision: round(tapped.decision / n),
-    other_http_requests: tapped.other,
-    other_http_commands: tapped.otherCommands,
-    other_http_allowed:
-      BACKGROUND_TASKS * (Math.floor(elapsedS / BACKGROUND_EVERY_S) + 1) + Math.floor(elapsedS / OVERRIDES_EVERY_S) + 1,
-    elapsed_s: round(elapsedS, 2),
-    unreadable_http_requests: tapped.unreadable,
     script_calls: scriptCalls,
     script_calls_per_decision: round(scriptTotal / n),
     inside_script_per_decision: inside,
     inside_script_total_per_decision: round(INSIDE_SCRIPT.reduce((sum, c) => sum + calls(c), 0) / n),
     other_commands: other,
     failed_commands: failed,
-    origin_requests: originAfter - originBefore,
-    unexpected_outcomes: outcomes.unexpected,
   };
 }
 

@@ -31,7 +31,7 @@ import {
 import type { Place } from "./request.js";
 import { type BenchStack, type Cleanup, disposeWorker } from "./stack.js";
 import { type IpSource, round } from "./stats.js";
-import { startTap, tapDelta } from "./tap.js";
+import { startTap, type Tap, type TapCounts, tapDelta } from "./tap.js";
 
 export interface DistanceOptions {
   /** Delays set on the bridge (`setLatency`), ms: the round trip each adds, split half before Redis, half after. */
@@ -118,84 +118,11 @@ export async function measureDistance(
 ): Promise<DistanceResult> {
   const tap = await startTap(edge.bridge.url, cleanup, "distance");
   const [admin] = (await edge.workers(1, edgeConfig(), edge.bridge.url)) as [Miniflare];
+  const ctx: DistanceContext = { stack, edge, tap, admin, ips, opts };
   const steps: DistanceStep[] = [];
   try {
     const base = await bridgeRoundTrip(edge.bridge.url, 10);
-    for (const injected of opts.latencies) {
-      edge.bridge.setLatency(injected);
-      const rtt = injected === 0 ? base : await bridgeRoundTrip(edge.bridge.url, 10);
-      const workers = await edge.workers(ISOLATES, edgeConfig(), tap.url);
-      try {
-        await warm(workers, [UNDER.path, OVER.path], ips);
-        await sleep(100);
-        const before = tap.counts();
-        const originBefore = stack.origin.seen.length;
-        const underIp = ips.take();
-        const overIp = ips.take();
-        const [under, over] = await Promise.all([
-          paced(workers, UNDER.path, underIp, opts.rate, opts.durationMs),
-          paced(workers, OVER.path, overIp, opts.rate, opts.durationMs),
-        ]);
-        const stopped = performance.now();
-        const rightAfter = await peekRemaining(admin, UNDER.route, UNDER.limit, underIp);
-        await sleep(Math.max(0, 200 - (performance.now() - stopped))); // renewals started in waitUntil reach the tap
-        const counted = tapDelta(before, tap.counts());
-        await sleep(Math.max(0, opts.settleMs - (performance.now() - stopped)));
-        const afterSettle = await peekRemaining(admin, UNDER.route, UNDER.limit, underIp);
-        const seen = stack.origin.seen.slice(originBefore);
-        const received = (path: string) =>
-          seen.filter((s) => s.path.startsWith(`${path}/`) && !s.path.endsWith("/warm")).length;
-        const durationS = opts.durationMs / 1000;
-        steps.push({
-          injected_ms: injected,
-          bridge_rtt_ms: rtt,
-          effective_added_rtt_ms: round(rtt - base),
-          clients: [
-            client(
-              "under",
-              `${opts.rate}/s under ${UNDER.rate}/s`,
-              UNDER,
-              under,
-              opts.rate,
-              under.hits.length,
-              null,
-              counted.decisionByRoute[UNDER.route] ?? 0,
-              received(UNDER.path),
-              {
-                burst: UNDER.burst,
-                should_be_at_least: UNDER.burst - 1,
-                right_after: rightAfter,
-                missing_right_after: Math.max(0, UNDER.burst - 1 - rightAfter),
-                settle_ms: opts.settleMs,
-                after_settle: afterSettle,
-                missing_after_settle: Math.max(0, UNDER.burst - afterSettle),
-              },
-            ),
-            client(
-              "over",
-              `${opts.rate}/s over ${OVER.rate}/s burst ${OVER.burst}`,
-              OVER,
-              over,
-              opts.rate,
-              OVER.burst + OVER.rate * durationS,
-              OVER.burst + Math.floor((OVER.rate * over.sendSpanMs) / 1000),
-              counted.decisionByRoute[OVER.route] ?? 0,
-              received(OVER.path),
-              null,
-            ),
-          ],
-          background_requests: counted.other,
-          background_commands: counted.otherCommands,
-        });
-        const stray = Object.keys(counted.decisionByRoute).filter((r) => r !== UNDER.route && r !== OVER.route);
-        if (stray.length > 0)
-          throw new Error(
-            `distance: script requests for routes ${stray.join(", ")} (expected only ${UNDER.route} and ${OVER.route} under ${EDGE_PREFIX})`,
-          );
-      } finally {
-        await Promise.all(workers.map(disposeWorker));
-      }
-    }
+    for (const injected of opts.latencies) steps.push(await distanceStep(ctx, injected, base));
   } finally {
     edge.bridge.setLatency(0);
     await disposeWorker(admin);
@@ -210,6 +137,124 @@ export async function measureDistance(
     steps,
     problems: problemsOf(steps),
   };
+}
+
+/** One delay: the bridge placed away, fresh isolates warmed, both clients run, the step's figures. */
+async function distanceStep(ctx: DistanceContext, injected: number, base: number): Promise<DistanceStep> {
+  const { edge, tap, ips, opts } = ctx;
+  edge.bridge.setLatency(injected);
+  const rtt = injected === 0 ? base : await bridgeRoundTrip(edge.bridge.url, 10);
+  const workers = await edge.workers(ISOLATES, edgeConfig(), tap.url);
+  try {
+    await warm(workers, [UNDER.path, OVER.path], ips);
+    await sleep(100);
+    const run = await runClients(ctx, workers);
+    const stray = Object.keys(run.counted.decisionByRoute).filter((r) => r !== UNDER.route && r !== OVER.route);
+    if (stray.length > 0)
+      throw new Error(
+        `distance: script requests for routes ${stray.join(", ")} (expected only ${UNDER.route} and ${OVER.route} under ${EDGE_PREFIX})`,
+      );
+    return {
+      injected_ms: injected,
+      bridge_rtt_ms: rtt,
+      effective_added_rtt_ms: round(rtt - base),
+      clients: [underClient(opts, run), overClient(opts, run)],
+      background_requests: run.counted.other,
+      background_commands: run.counted.otherCommands,
+    };
+  } finally {
+    await Promise.all(workers.map(disposeWorker));
+  }
+}
+
+interface DistanceContext {
+  stack: BenchStack;
+  edge: EdgeStack;
+  tap: Tap;
+  /** A Worker straight on the bridge, for the admin peek of the under-limit client's bucket. */
+  admin: Miniflare;
+  ips: IpSource;
+  opts: DistanceOptions;
+}
+
+/** What one delay's run of both clients gave: their answers, the tap's counts, the origin's, the bucket peeks. */
+interface ClientsRun {
+  under: PacedRun;
+  over: PacedRun;
+  counted: TapCounts;
+  received: { under: number; over: number };
+  rightAfter: number;
+  afterSettle: number;
+}
+
+/** Both clients at once, paced through the isolates; then the under-limit bucket right after and settled. */
+async function runClients(
+  { stack, tap, admin, ips, opts }: DistanceContext,
+  workers: Miniflare[],
+): Promise<ClientsRun> {
+  const before = tap.counts();
+  const originBefore = stack.origin.seen.length;
+  const underIp = ips.take();
+  const overIp = ips.take();
+  const [under, over] = await Promise.all([
+    paced(workers, UNDER.path, underIp, opts.rate, opts.durationMs),
+    paced(workers, OVER.path, overIp, opts.rate, opts.durationMs),
+  ]);
+  const stopped = performance.now();
+  const rightAfter = await peekRemaining(admin, UNDER.route, UNDER.limit, underIp);
+  await sleep(Math.max(0, 200 - (performance.now() - stopped))); // renewals started in waitUntil reach the tap
+  const counted = tapDelta(before, tap.counts());
+  await sleep(Math.max(0, opts.settleMs - (performance.now() - stopped)));
+  const afterSettle = await peekRemaining(admin, UNDER.route, UNDER.limit, underIp);
+  const seen = stack.origin.seen.slice(originBefore);
+  const received = (path: string) =>
+    seen.filter((s) => s.path.startsWith(`${path}/`) && !s.path.endsWith("/warm")).length;
+  return {
+    under,
+    over,
+    counted,
+    received: { under: received(UNDER.path), over: received(OVER.path) },
+    rightAfter,
+    afterSettle,
+  };
+}
+
+function underClient(opts: DistanceOptions, run: ClientsRun): DistanceClient {
+  return client(
+    "under",
+    `${opts.rate}/s under ${UNDER.rate}/s`,
+    UNDER,
+    run.under,
+    opts.rate,
+    run.under.hits.length,
+    null,
+    run.counted.decisionByRoute[UNDER.route] ?? 0,
+    run.received.under,
+    {
+      burst: UNDER.burst,
+      should_be_at_least: UNDER.burst - 1,
+      right_after: run.rightAfter,
+      missing_right_after: Math.max(0, UNDER.burst - 1 - run.rightAfter),
+      settle_ms: opts.settleMs,
+      after_settle: run.afterSettle,
+      missing_after_settle: Math.max(0, UNDER.burst - run.afterSettle),
+    },
+  );
+}
+
+function overClient(opts: DistanceOptions, run: ClientsRun): DistanceClient {
+  return client(
+    "over",
+    `${opts.rate}/s over ${OVER.rate}/s burst ${OVER.burst}`,
+    OVER,
+    run.over,
+    opts.rate,
+    OVER.burst + OVER.rate * (opts.durationMs / 1000),
+    OVER.burst + Math.floor((OVER.rate * run.over.sendSpanMs) / 1000),
+    run.counted.decisionByRoute[OVER.route] ?? 0,
+    run.received.over,
+    null,
+  );
 }
 
 function client(

@@ -9,7 +9,7 @@
  * algorithm, so every algorithm starts from the same empty tables.
  */
 import { createHash } from "node:crypto";
-import { RespClient, type RespReply, replyToJs } from "../dev/resp.js";
+import { RespClient, type RespReply, replyToJs } from "@sluice/dev";
 import { loadConfig, type Limit } from "../src/config/index.js";
 import { hashIdentifier } from "../src/identity/hash.js";
 import { bucketKey } from "../src/store/layout.js";
@@ -87,91 +87,116 @@ export async function measureMemory(
   if (sha !== createHash("sha1").update(source, "utf8").digest("hex"))
     throw new Error(`section 6: SCRIPT LOAD answered ${sha}, not the SHA-1 of decide.lua`);
   ok(await resp.send(["SELECT", DB]), `SELECT ${DB}`);
-
-  // Buckets one at a time: a long pipeline would grow the connection's buffers and blur used_memory.
-  const fill = async (label: string, limit: Limit, keys: string[]): Promise<number[]> => {
-    const sizes: number[] = [];
-    for (const key of keys) {
-      const { keys: k, args } = call([{ limit, key }], "take");
-      const [decision, usage] = await resp.sendMany([
-        ["EVALSHA", sha, String(k.length), ...k, ...args],
-        ["MEMORY", "USAGE", key],
-      ]);
-      if (!Array.isArray(decision) || decision[0] !== 1)
-        throw new Error(`section 6 ${label}: a fresh bucket's first request was not admitted: ${describe(decision)}`);
-      if (typeof usage !== "number")
-        throw new Error(`section 6 ${label}: MEMORY USAGE ${key} answered ${describe(usage)}`);
-      sizes.push(usage);
-    }
-    return sizes;
-  };
-  const keysFor = (limit: Limit, count: number, ips = new IpSource()) =>
-    Promise.all(
-      Array.from({ length: count }, async () =>
-        bucketKey("sluice", "api", limit.name, await hashIdentifier(`${ips.take()}@us`)),
-      ),
-    );
+  const ctx: MemoryContext = { resp, call, sha };
 
   // A discarded first pass: the first keys of a connection and a database carry one-time allocations.
   const first = CASES[0];
   if (first) {
     const limit = limitOf(first.limit);
     ok(await resp.send(["FLUSHDB", "SYNC"]), "FLUSHDB");
-    await fill("warm-up", limit, await keysFor(limit, Math.min(n, 200)));
+    await fill(ctx, "warm-up", limit, await keysFor(limit, Math.min(n, 200)));
   }
 
   const runs: MemoryRun[] = [];
-  for (const c of CASES) {
-    const limit = limitOf(c.limit);
-    ok(await resp.send(["FLUSHDB", "SYNC"]), "FLUSHDB");
-    const keys = await keysFor(limit, n);
-    const before = await settledMemory(resp);
-    const sizes = await fill(c.key, limit, keys);
-    const after = await settledMemory(resp);
-    const found = await resp.send(["DBSIZE"]);
-    const keysFound = typeof found === "number" ? found : -1;
-    const sampleKey = keys[0] as string;
-    const [value, pttl] = await resp.sendMany([
-      ["GET", sampleKey],
-      ["PTTL", sampleKey],
-    ]);
-    const valueText = Buffer.isBuffer(value) ? value.toString("utf8") : describe(value);
-    // The same key and value written by a plain SET from a client, for reference: a script's SET may
-    // store the value in a larger object that Redis reused from an earlier call of the same script.
-    ok(await resp.send(["FLUSHDB", "SYNC"]), "FLUSHDB");
-    const [, plain] = await resp.sendMany([
-      ["SET", sampleKey, valueText, "PX", "3600000"],
-      ["MEMORY", "USAGE", sampleKey],
-    ]);
-    if (typeof plain !== "number")
-      throw new Error(`section 6 ${c.key}: MEMORY USAGE after a plain SET answered ${describe(plain)}`);
-    ok(await resp.send(["FLUSHDB", "SYNC"]), "FLUSHDB");
-    const sorted = [...sizes].sort((a, b) => a - b);
-    runs.push({
-      key: c.key,
-      label: c.label,
-      argv: call([{ limit, key: "k" }], "take").args.slice(3),
-      buckets: n,
-      memory_usage: {
-        median: percentile(sorted, 50),
-        min: sorted[0] ?? Number.NaN,
-        max: sorted[sorted.length - 1] ?? Number.NaN,
-      },
-      plain_set_memory_usage: plain,
-      used_memory_per_bucket:
-        keysFound === n && before !== null && after !== null ? Math.round(((after - before) / n) * 10) / 10 : null,
-      keys_found: keysFound,
-      sample: {
-        key: sampleKey,
-        key_bytes: Buffer.byteLength(sampleKey),
-        value: valueText,
-        value_bytes: Buffer.byteLength(valueText),
-        pttl_ms: typeof pttl === "number" ? pttl : -3,
-      },
-    });
-  }
+  for (const c of CASES) runs.push(await memoryRun(ctx, c, n));
   resp.close();
   return { buckets: n, limit: "rate 100 per 1h (cost 1), one admitted request per bucket", runs };
+}
+
+interface MemoryContext {
+  resp: RespClient;
+  call: Call;
+  /** decide.lua's SHA-1, loaded. */
+  sha: string;
+}
+
+/** Creates one bucket per key, one at a time; MEMORY USAGE of each right after. */
+async function fill(
+  { resp, call, sha }: MemoryContext,
+  label: string,
+  limit: Limit,
+  keys: string[],
+): Promise<number[]> {
+  // Buckets one at a time: a long pipeline would grow the connection's buffers and blur used_memory.
+  const sizes: number[] = [];
+  for (const key of keys) {
+    const { keys: k, args } = call([{ limit, key }], "take");
+    const [decision, usage] = await resp.sendMany([
+      ["EVALSHA", sha, String(k.length), ...k, ...args],
+      ["MEMORY", "USAGE", key],
+    ]);
+    if (!Array.isArray(decision) || decision[0] !== 1)
+      throw new Error(`section 6 ${label}: a fresh bucket's first request was not admitted: ${describe(decision)}`);
+    if (typeof usage !== "number")
+      throw new Error(`section 6 ${label}: MEMORY USAGE ${key} answered ${describe(usage)}`);
+    sizes.push(usage);
+  }
+  return sizes;
+}
+
+/** The bucket keys the Worker would write for `count` different clients. */
+function keysFor(limit: Limit, count: number, ips = new IpSource()): Promise<string[]> {
+  return Promise.all(
+    Array.from({ length: count }, async () =>
+      bucketKey("sluice", "api", limit.name, await hashIdentifier(`${ips.take()}@us`)),
+    ),
+  );
+}
+
+/** One algorithm: n fresh buckets in an empty database, their sizes, used_memory and a sample. */
+async function memoryRun(ctx: MemoryContext, c: (typeof CASES)[number], n: number): Promise<MemoryRun> {
+  const { resp, call } = ctx;
+  const limit = limitOf(c.limit);
+  ok(await resp.send(["FLUSHDB", "SYNC"]), "FLUSHDB");
+  const keys = await keysFor(limit, n);
+  const before = await settledMemory(resp);
+  const sizes = await fill(ctx, c.key, limit, keys);
+  const after = await settledMemory(resp);
+  const found = await resp.send(["DBSIZE"]);
+  const keysFound = typeof found === "number" ? found : -1;
+  const sampleKey = keys[0] as string;
+  const [value, pttl] = await resp.sendMany([
+    ["GET", sampleKey],
+    ["PTTL", sampleKey],
+  ]);
+  const valueText = Buffer.isBuffer(value) ? value.toString("utf8") : describe(value);
+  const plain = await plainSetUsage(resp, c.key, sampleKey, valueText);
+  const sorted = [...sizes].sort((a, b) => a - b);
+  return {
+    key: c.key,
+    label: c.label,
+    argv: call([{ limit, key: "k" }], "take").args.slice(3),
+    buckets: n,
+    memory_usage: { median: percentile(sorted, 50), min: sorted[0] ?? Number.NaN, max: sorted.at(-1) ?? Number.NaN },
+    plain_set_memory_usage: plain,
+    used_memory_per_bucket:
+      keysFound === n && before !== null && after !== null ? Math.round(((after - before) / n) * 10) / 10 : null,
+    keys_found: keysFound,
+    sample: {
+      key: sampleKey,
+      key_bytes: Buffer.byteLength(sampleKey),
+      value: valueText,
+      value_bytes: Buffer.byteLength(valueText),
+      pttl_ms: typeof pttl === "number" ? pttl : -3,
+    },
+  };
+}
+
+/**
+ * The same key and value written by a plain SET from a client, for reference: a script's SET may
+ * store the value in a larger object that Redis reused from an earlier call of the same script.
+ * Leaves the database empty.
+ */
+async function plainSetUsage(resp: RespClient, label: string, key: string, value: string): Promise<number> {
+  ok(await resp.send(["FLUSHDB", "SYNC"]), "FLUSHDB");
+  const [, plain] = await resp.sendMany([
+    ["SET", key, value, "PX", "3600000"],
+    ["MEMORY", "USAGE", key],
+  ]);
+  if (typeof plain !== "number")
+    throw new Error(`section 6 ${label}: MEMORY USAGE after a plain SET answered ${describe(plain)}`);
+  ok(await resp.send(["FLUSHDB", "SYNC"]), "FLUSHDB");
+  return plain;
 }
 
 /**

@@ -6,7 +6,7 @@
  * but cannot split them by call.
  */
 import { connect } from "node:net";
-import { encodeCommand, RespClient } from "../dev/resp.js";
+import { encodeCommand, RespClient } from "@sluice/dev";
 
 /** One command a client sent, with the commands it ran inside when it is a script call (lower case). */
 export interface MonitoredCall {

@@ -7,7 +7,7 @@
  * each isolate is asked, every 10 ms, until it answers from Redis again.
  */
 import type { Miniflare } from "miniflare";
-import type { BridgeMode } from "../dev/bridge.js";
+import type { BridgeMode } from "@sluice/dev";
 import { type EdgeStack, edgeConfig, FROM_EU, outcomesOf, OVER, p50p99, paced, sleep, UNDER, warm } from "./edge.js";
 import { hit, type Place } from "./request.js";
 import { disposeWorker } from "./stack.js";
@@ -82,40 +82,7 @@ export async function measureOutage(edge: EdgeStack, ips: IpSource, opts: Outage
       await warm(workers, [UNDER.path, OVER.path], ips);
       await sleep(100);
       for (const mode of MODES) {
-        const ip = ips.take();
-        const before = edge.bridge.counts();
-        edge.bridge.setMode(mode);
-        let run;
-        try {
-          run = await paced(workers, OVER.path, ip, opts.rate, opts.durationMs);
-        } finally {
-          edge.bridge.setMode("normal");
-        }
-        const back = performance.now();
-        const after = edge.bridge.counts();
-        const recovered = await Promise.all(workers.map((w) => recovery(w, ips, back, opts.recoveryLimitMs)));
-        const answers = run.hits;
-        const admitted = answers.filter((h) => h.status === 200);
-        const elapsedS = run.elapsedMs / 1000;
-        runs.push({
-          mode,
-          policy,
-          requests: answers.length,
-          admitted: admitted.length,
-          degraded: answers.filter((h) => h.decision === "degraded").length,
-          rejected_429: answers.filter((h) => h.status === 429).length,
-          server_errors: answers.filter((h) => h.status >= 500).length,
-          outcomes: outcomesOf(answers),
-          ...p50p99(answers),
-          admitted_p50_ms: p50p99(admitted).p50_ms,
-          bound: policy === "local" ? ISOLATES * Math.floor(OVER.burst + OVER.rate * elapsedS) : null,
-          elapsed_ms: round(run.elapsedMs, 1),
-          bridge_requests: after.requests - before.requests,
-          bridge_hung: after.hung - before.hung,
-          bridge_refused: after.refused - before.refused,
-          recovery_ms: recovered.map((r) => r.ms),
-          recovery_requests: recovered.map((r) => r.requests),
-        });
+        runs.push(await outageRun(edge, workers, ips, opts, { mode, policy }));
         await sleep(100);
       }
     } finally {
@@ -130,6 +97,50 @@ export async function measureOutage(edge: EdgeStack, ips: IpSource, opts: Outage
     limit: { rate: OVER.rate, burst: OVER.burst, period_s: 1 },
     runs,
     problems: problemsOf(runs),
+  };
+}
+
+/** One fault under one policy: the over-limit client paced through it, then each isolate's way back. */
+async function outageRun(
+  edge: EdgeStack,
+  workers: Miniflare[],
+  ips: IpSource,
+  opts: OutageOptions,
+  { mode, policy }: Pick<OutageRun, "mode" | "policy">,
+): Promise<OutageRun> {
+  const ip = ips.take();
+  const before = edge.bridge.counts();
+  edge.bridge.setMode(mode);
+  let run;
+  try {
+    run = await paced(workers, OVER.path, ip, opts.rate, opts.durationMs);
+  } finally {
+    edge.bridge.setMode("normal");
+  }
+  const back = performance.now();
+  const after = edge.bridge.counts();
+  const recovered = await Promise.all(workers.map((w) => recovery(w, ips, back, opts.recoveryLimitMs)));
+  const answers = run.hits;
+  const admitted = answers.filter((h) => h.status === 200);
+  const elapsedS = run.elapsedMs / 1000;
+  return {
+    mode,
+    policy,
+    requests: answers.length,
+    admitted: admitted.length,
+    degraded: answers.filter((h) => h.decision === "degraded").length,
+    rejected_429: answers.filter((h) => h.status === 429).length,
+    server_errors: answers.filter((h) => h.status >= 500).length,
+    outcomes: outcomesOf(answers),
+    ...p50p99(answers),
+    admitted_p50_ms: p50p99(admitted).p50_ms,
+    bound: policy === "local" ? ISOLATES * Math.floor(OVER.burst + OVER.rate * elapsedS) : null,
+    elapsed_ms: round(run.elapsedMs, 1),
+    bridge_requests: after.requests - before.requests,
+    bridge_hung: after.hung - before.hung,
+    bridge_refused: after.refused - before.refused,
+    recovery_ms: recovered.map((r) => r.ms),
+    recovery_requests: recovered.map((r) => r.requests),
   };
 }
 

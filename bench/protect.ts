@@ -8,7 +8,7 @@
  * requests the origin had in flight.
  */
 import type { Miniflare } from "miniflare";
-import { type QueueingModel, type QueueingOrigin, startQueueingOrigin } from "../dev/queueing-origin.js";
+import { type QueueingModel, type QueueingOrigin, startQueueingOrigin } from "@sluice/dev";
 import {
   ADAPTIVE_CASES,
   type AdaptiveInput,

@@ -123,6 +123,11 @@ export async function measureRegions(
   return { options: opts, from: FROM_EU, steps, problems };
 }
 
+const ROUTES = [
+  { key: "region" as const, label: "/r scope region", path: PATH_REGION },
+  { key: "global" as const, label: "/g scope global", path: PATH_GLOBAL },
+];
+
 async function step(
   mf: Miniflare,
   home: Tap,
@@ -131,22 +136,13 @@ async function step(
   opts: RegionsOptions,
   injected: number,
 ): Promise<LatencyStep> {
-  const routes = [
-    { key: "region" as const, label: "/r scope region", path: PATH_REGION },
-    { key: "global" as const, label: "/g scope global", path: PATH_GLOBAL },
-  ];
+  const routes = ROUTES;
   for (const r of routes) for (let i = 0; i < opts.warmup; i++) await hit(mf, r.path, ips.take(), FROM_EU);
   const samples = routes.map(() => [] as number[]);
   const outcomes = routes.map(() => new Outcomes("allow", EXPECTED_REGION));
   const empty = emptyTapCounts;
   const homeCounts = routes.map(empty);
   const euCounts = routes.map(empty);
-  const add = (sum: TapCounts, d: TapCounts) => {
-    sum.decision += d.decision;
-    sum.other += d.other;
-    sum.unreadable += d.unreadable;
-    for (const [c, n] of Object.entries(d.otherCommands)) sum.otherCommands[c] = (sum.otherCommands[c] ?? 0) + n;
-  };
   for (let done = 0; done < opts.requests; done += opts.block) {
     const size = Math.min(opts.block, opts.requests - done);
     for (const [ri, r] of routes.entries()) {
@@ -161,29 +157,40 @@ async function step(
       add(euCounts[ri] as TapCounts, tapDelta(euBefore, eu.counts()));
     }
   }
-  const results: RouteLatency[] = routes.map((r, ri) => {
-    const h = homeCounts[ri] as TapCounts;
-    const e = euCounts[ri] as TapCounts;
-    const other: Record<string, number> = { ...h.otherCommands };
-    for (const [c, n] of Object.entries(e.otherCommands)) other[c] = (other[c] ?? 0) + n;
-    return {
-      key: r.key,
-      label: r.label,
-      path: r.path,
-      latency: summarise(samples[ri] ?? []),
-      home_requests_per_decision: round(h.decision / opts.requests),
-      eu_requests_per_decision: round(e.decision / opts.requests),
-      home_other_requests: h.other,
-      eu_other_requests: e.other,
-      other_commands: other,
-      unexpected_outcomes: outcomes[ri]?.unexpected ?? {},
-    };
-  });
+  const results: RouteLatency[] = routes.map((r, ri) => ({
+    key: r.key,
+    label: r.label,
+    path: r.path,
+    latency: summarise(samples[ri] ?? []),
+    ...requestFigures(homeCounts[ri] as TapCounts, euCounts[ri] as TapCounts, opts.requests),
+    unexpected_outcomes: outcomes[ri]?.unexpected ?? {},
+  }));
   const [region, global] = results as [RouteLatency, RouteLatency];
   return {
     injected_ms: injected,
     routes: results,
     added_median_ms: round(global.latency.median_ms - region.latency.median_ms),
     added_p99_ms: round(global.latency.p99_ms - region.latency.p99_ms),
+  };
+}
+
+/** Adds one block's tap counts to a route's sum. */
+function add(sum: TapCounts, d: TapCounts): void {
+  sum.decision += d.decision;
+  sum.other += d.other;
+  sum.unreadable += d.unreadable;
+  for (const [c, n] of Object.entries(d.otherCommands)) sum.otherCommands[c] = (sum.otherCommands[c] ?? 0) + n;
+}
+
+/** A route's requests to each Redis: those carrying the script per decision, and the rest by command. */
+function requestFigures(h: TapCounts, e: TapCounts, requests: number) {
+  const other: Record<string, number> = { ...h.otherCommands };
+  for (const [c, n] of Object.entries(e.otherCommands)) other[c] = (other[c] ?? 0) + n;
+  return {
+    home_requests_per_decision: round(h.decision / requests),
+    eu_requests_per_decision: round(e.decision / requests),
+    home_other_requests: h.other,
+    eu_other_requests: e.other,
+    other_commands: other,
   };
 }

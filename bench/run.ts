@@ -17,10 +17,10 @@
  *  12. against @upstash/ratelimit: the same Worker written with each, sizes, evaluation time, Redis
  *      requests and billed commands per decision, p50/p99, on sparse, hot and bursty traffic
  *
- * Prints a table and writes bench/results/bench-<ISO date>.json and bench/results/latest.json, and the
+ * Prints a table and writes bench/results/runs/bench-<ISO date>.json and bench/results/latest.json, and the
  * charts of bench/charts.ts as bench/results/charts/<name>.svg (`npm run bench:charts` redraws them from a JSON).
  * `--quick` runs every part with small counts (a smoke test; its figures are noisy). `--only anchor`
- * runs section 12 alone (writes bench-anchor-<ISO date>.json, not latest.json).
+ * runs section 12 alone (writes runs/bench-anchor-<ISO date>.json, not latest.json).
  * A full run (and `--only anchor` without `--quick`) regenerates the marked table in README.md and docs/benchmarks.md.
  */
 import { execFileSync } from "node:child_process";
@@ -28,7 +28,7 @@ import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { replyToJs } from "../dev/resp.js";
+import { replyToJs } from "@sluice/dev";
 import type { AnchorResult } from "./anchor/figures.js";
 import { type AnchorOptions, measureAnchor } from "./anchor/index.js";
 import { ANCHOR_FULL, ANCHOR_QUICK, publishAnchor, renderAnchorSection } from "./anchor/section.js";
@@ -55,6 +55,7 @@ import { fmt, table } from "./table.js";
 
 const RESULTS_DIR = resolve("bench/results");
 const CHARTS_DIR = join(RESULTS_DIR, "charts");
+const RUNS_DIR = join(RESULTS_DIR, "runs");
 
 interface Sizes {
   decisions: number;
@@ -97,108 +98,25 @@ const QUICK: Sizes = {
   anchor: ANCHOR_QUICK,
 };
 
+type Step = (what: string) => void;
+
 async function main(): Promise<number> {
-  const { values } = parseArgs({
-    options: { quick: { type: "boolean", default: false }, only: { type: "string" } },
-  });
-  if (values.only !== undefined && values.only !== "anchor")
-    throw new Error(`--only ${values.only}: the only section that runs alone is "anchor"`);
+  const values = options();
   const sizes = values.quick ? QUICK : FULL;
   const cleanup = new Cleanup();
-  let stopping = false;
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (stopping) return;
-    stopping = true;
-    console.error(`\nbench: ${signal}, stopping everything`);
-    void cleanup.run().finally(() => process.exit(signal === "SIGINT" ? 130 : 143));
-  };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
-
+  stopOnSignals(cleanup);
   const started = new Date();
   const t0 = performance.now();
-  const step = (what: string) => console.error(`bench: [${((performance.now() - t0) / 1000).toFixed(1)} s] ${what}`);
+  const step: Step = (what) => console.error(`bench: [${((performance.now() - t0) / 1000).toFixed(1)} s] ${what}`);
   try {
     if (values.only === "anchor") return await runAnchorOnly(cleanup, values.quick, started, step);
-    step("building the Worker with wrangler (.wrangler/bench-build) and starting redis-server, bridge, origin");
-    // All at once; allSettled so nothing is still starting when cleanup runs after a failure.
-    const bundle = buildWorker(cleanup);
-    const starting = startStack(cleanup, bundle);
-    // Sections 6 and 7 need only Redis: they run while wrangler builds, on a Redis nothing else has
-    // touched yet (so used_memory moves only with their own keys), and before section 1 counts.
-    const early = starting.then((stack) => measureEarly(stack, cleanup, sizes, step));
-    const [built, stackResult, earlyResult] = await Promise.allSettled([bundle, starting, early]);
-    if (built.status === "rejected") throw built.reason;
-    if (stackResult.status === "rejected") throw stackResult.reason;
-    if (earlyResult.status === "rejected") throw earlyResult.reason;
-    const stack = stackResult.value;
-    const { memory, boundary } = earlyResult.value;
+    const { stack, memory, boundary } = await startAll(cleanup, sizes, step);
     const ips = new IpSource();
-
-    step(`1/11 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
-    const decisions = await measureDecisions(stack, cleanup, ips, sizes.decisions);
-
-    step(
-      `2/11 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`,
-    );
-    const on = await stack.worker(LIMITED);
-    const off = await stack.worker(UNLIMITED);
-    const latency = await measureLatency(
-      [
-        { key: "off", label: "limiting off (routes: [])", mf: off, path: PATH_UNLIMITED, expect: "allow" },
-        { key: "on_1", label: "sluice, 1 limit", mf: on, path: PATH_ONE, expect: "allow" },
-        { key: "on_4", label: "sluice, 4 limits", mf: on, path: PATH_FOUR, expect: "allow" },
-      ],
-      ips,
-      sizes.latency,
-    );
-
-    step(
-      `3/11 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`,
-    );
-    const scripts = await measureScripts(stack, cleanup, sizes.redisBenchmark);
-
-    step("4/11 split limit across four regions: static equal split vs sluice's split (simulated clock, 60 s)");
-    const split = measureSplit();
-
-    const r = sizes.regions;
-    step(
-      `5/11 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`,
-    );
-    const regions = await measureRegions(stack, cleanup, ips, sizes.regions);
-
-    const edge = await startEdgeStack(stack, cleanup);
-    step(
-      `10/11 billed commands per decision (${sizes.billedDecisions} per row; INFO commandstats of a Redis of its own)`,
-    );
-    const billed = await measureBilled(edge, cleanup, ips, sizes.billedDecisions);
-    const ds = sizes.distance;
-    step(
-      `8/11 distance: Redis +${ds.latencies.join(" / +")} ms, 2 isolates, clients at ${ds.rate}/s under and over their limits for ${ds.durationMs / 1000} s`,
-    );
-    const distance = await measureDistance(stack, edge, cleanup, ips, ds);
-    const os = sizes.outage;
-    step(
-      `9/11 outage: Redis hung, then refusing, ${os.rate}/s for ${os.durationMs / 1000} s under on_store_error ${os.policies.join(" / ")}`,
-    );
-    const outage = await measureOutage(edge, ips, os);
-    const ps = sizes.protect;
-    step(
-      `11/11 origin protection: ${ps.rate}/s open loop for ${ps.durationMs / 1000} s per case, no limit, caps ${ps.limits.join(" / ")}, adaptive`,
-    );
-    const protect = await measureProtect(edge, cleanup, ips, ps);
-    const anchor = await measureAnchor(cleanup, ips, sizes.anchor, step);
-
+    const local = await measureOnStack(stack, cleanup, ips, sizes, step);
+    const edge = await measureAtTheEdge(stack, cleanup, ips, sizes, step);
     const problems = [
-      ...findProblems(decisions, latency),
-      ...split.problems,
-      ...regions.problems,
-      ...boundary.problems,
-      ...distance.problems,
-      ...outage.problems,
-      ...billed.problems,
-      ...protect.problems,
-      ...anchor.problems,
+      ...findProblems(local.decisions, local.latency),
+      ...[local.split, local.regions, boundary, ...Object.values(edge)].flatMap((section) => section.problems),
     ];
     const redisVersion = await serverVersion(stack.resp.send(["INFO", "server"]));
     const finished = new Date();
@@ -210,39 +128,141 @@ async function main(): Promise<number> {
       quick: values.quick,
       environment: environment(redisVersion),
       sizes,
-      decisions,
-      latency,
-      scripts,
-      split,
-      regions,
+      // the sections in the order the JSON has always had them
+      ...local,
       memory,
       boundary,
-      distance,
-      outage,
-      billed,
-      protect,
-      anchor,
+      ...edge,
       problems,
     };
     step("done; stopping the stack");
-    console.log(render(result));
-    const file = writeResults(result.name, started, result, !values.quick);
-    console.log(
-      `\nresults: ${relative(process.cwd(), file)}${values.quick ? "" : " and bench/results/latest.json"} (${result.duration_s} s)`,
-    );
-    // drawn in a quick run too (a check of the chart code), written only for a full one, like latest.json
-    const charts = chartsFromResults(result);
-    console.log(
-      values.quick
-        ? `charts: ${charts.length} drawn, not written (--quick)`
-        : `charts: ${writeCharts(CHARTS_DIR, charts).length} SVG files in bench/results/charts`,
-    );
+    report(result, started);
     if (!values.quick)
-      docsWritten(publishAnchor(anchor, { started, revision: result.environment.git, command: "npm run bench" }));
+      docsWritten(publishAnchor(edge.anchor, { started, revision: result.environment.git, command: "npm run bench" }));
     return 0;
   } finally {
     await cleanup.run();
   }
+}
+
+/** `--quick` (small counts) and `--only anchor` (section 12 alone). */
+function options(): { quick: boolean; only?: string } {
+  const { values } = parseArgs({
+    options: { quick: { type: "boolean", default: false }, only: { type: "string" } },
+  });
+  if (values.only !== undefined && values.only !== "anchor")
+    throw new Error(`--only ${values.only}: the only section that runs alone is "anchor"`);
+  return values;
+}
+
+/** Ctrl-C or SIGTERM: stop every process the bench started, then exit as the signal says. */
+function stopOnSignals(cleanup: Cleanup): void {
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) return;
+    stopping = true;
+    console.error(`\nbench: ${signal}, stopping everything`);
+    void cleanup.run().finally(() => process.exit(signal === "SIGINT" ? 130 : 143));
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+}
+
+/** The Worker's build, the stack, and sections 6 and 7 while wrangler builds. */
+async function startAll(cleanup: Cleanup, sizes: Sizes, step: Step) {
+  step("building the Worker with wrangler (.wrangler/bench-build) and starting redis-server, bridge, origin");
+  // All at once; allSettled so nothing is still starting when cleanup runs after a failure.
+  const bundle = buildWorker(cleanup);
+  const starting = startStack(cleanup, bundle);
+  // Sections 6 and 7 need only Redis: they run while wrangler builds, on a Redis nothing else has
+  // touched yet (so used_memory moves only with their own keys), and before section 1 counts.
+  const early = starting.then((stack) => measureEarly(stack, cleanup, sizes, step));
+  const [built, stackResult, earlyResult] = await Promise.allSettled([bundle, starting, early]);
+  if (built.status === "rejected") throw built.reason;
+  if (stackResult.status === "rejected") throw stackResult.reason;
+  if (earlyResult.status === "rejected") throw earlyResult.reason;
+  return { stack: stackResult.value, ...earlyResult.value };
+}
+
+/** Sections 1 to 5, on the bench's own stack. */
+async function measureOnStack(stack: BenchStack, cleanup: Cleanup, ips: IpSource, sizes: Sizes, step: Step) {
+  step(`1/11 Redis requests per decision (${sizes.decisions} allowed requests per route)`);
+  const decisions = await measureDecisions(stack, cleanup, ips, sizes.decisions);
+
+  step(
+    `2/11 latency, limiting on vs off (${sizes.latency.requests} sequential + ${sizes.latency.concurrentRequests} with ${sizes.latency.clients} clients, per variant)`,
+  );
+  const on = await stack.worker(LIMITED);
+  const off = await stack.worker(UNLIMITED);
+  const latency = await measureLatency(
+    [
+      { key: "off", label: "limiting off (routes: [])", mf: off, path: PATH_UNLIMITED, expect: "allow" },
+      { key: "on_1", label: "sluice, 1 limit", mf: on, path: PATH_ONE, expect: "allow" },
+      { key: "on_4", label: "sluice, 4 limits", mf: on, path: PATH_FOUR, expect: "allow" },
+    ],
+    ips,
+    sizes.latency,
+  );
+
+  step(
+    `3/11 EVALSHA vs INCR with redis-benchmark (-n ${sizes.redisBenchmark.requests} -c ${sizes.redisBenchmark.clients})`,
+  );
+  const scripts = await measureScripts(stack, cleanup, sizes.redisBenchmark);
+
+  step("4/11 split limit across four regions: static equal split vs sluice's split (simulated clock, 60 s)");
+  const split = measureSplit();
+
+  const r = sizes.regions;
+  step(
+    `5/11 global vs region limit from EU with the home Redis far away (+${r.latencies.join(" / +")} ms; ${r.requests} sequential per route and latency)`,
+  );
+  const regions = await measureRegions(stack, cleanup, ips, sizes.regions);
+  return { decisions, latency, scripts, split, regions };
+}
+
+/** Sections 8 to 11, on a Redis and bridge of their own (10 first: its commandstats count nothing else), then 12 on its own. */
+async function measureAtTheEdge(stack: BenchStack, cleanup: Cleanup, ips: IpSource, sizes: Sizes, step: Step) {
+  const edge = await startEdgeStack(stack, cleanup);
+  step(
+    `10/11 billed commands per decision (${sizes.billedDecisions} per row; INFO commandstats of a Redis of its own)`,
+  );
+  const billed = await measureBilled(edge, cleanup, ips, sizes.billedDecisions);
+  const ds = sizes.distance;
+  step(
+    `8/11 distance: Redis +${ds.latencies.join(" / +")} ms, 2 isolates, clients at ${ds.rate}/s under and over their limits for ${ds.durationMs / 1000} s`,
+  );
+  const distance = await measureDistance(stack, edge, cleanup, ips, ds);
+  const os = sizes.outage;
+  step(
+    `9/11 outage: Redis hung, then refusing, ${os.rate}/s for ${os.durationMs / 1000} s under on_store_error ${os.policies.join(" / ")}`,
+  );
+  const outage = await measureOutage(edge, ips, os);
+  const ps = sizes.protect;
+  step(
+    `11/11 origin protection: ${ps.rate}/s open loop for ${ps.durationMs / 1000} s per case, no limit, caps ${ps.limits.join(" / ")}, adaptive`,
+  );
+  const protect = await measureProtect(edge, cleanup, ips, ps);
+  const anchor = await measureAnchor(cleanup, ips, sizes.anchor, step);
+  return { distance, outage, billed, protect, anchor };
+}
+
+/** Prints the tables, writes the JSON and (for a full run) the charts, and says where. */
+function report(
+  result: BenchResult & { name: string; started_at: string; quick: boolean; duration_s: number },
+  started: Date,
+): void {
+  console.log(render(result));
+  const file = writeResults(result.name, started, result, !result.quick);
+  console.log(
+    `\nresults: ${relative(process.cwd(), file)}${result.quick ? "" : " and bench/results/latest.json"} (${result.duration_s} s)`,
+  );
+  // drawn in a quick run too (a check of the chart code), written only for a full one, like latest.json
+  const charts = chartsFromResults(result);
+  console.log(
+    result.quick
+      ? `charts: ${charts.length} drawn, not written (--quick)`
+      : `charts: ${writeCharts(CHARTS_DIR, charts).length} SVG files in bench/results/charts`,
+  );
 }
 
 /** `--only anchor`: section 12 alone, its own JSON, and (unless `--quick`) the docs' table. */
@@ -285,7 +305,7 @@ async function measureEarly(
   stack: BenchStack,
   cleanup: Cleanup,
   sizes: Sizes,
-  step: (what: string) => void,
+  step: Step,
 ): Promise<{ memory: MemoryResult; boundary: BoundaryResult }> {
   const source = decideLuaForRedis();
   const call = (await importDecide()).scriptCall;
@@ -372,27 +392,45 @@ function render(result: BenchResult): string {
   out.push(
     `sluice bench (${env.git}) on ${env.cpus}× ${env.cpu_model}, node ${env.node}, redis ${env.redis}, miniflare ${env.miniflare}`,
   );
+  renderDecisions(out, d, sizes);
+  renderLatency(out, l);
+  renderScripts(out, s);
+  renderSplit(out, sp);
+  renderRegions(out, rg);
+  renderMemory(out, mem);
+  renderBoundary(out, bd);
+  renderDistance(out, edge.distance);
+  renderOutage(out, edge.outage);
+  renderBilled(out, edge.billed);
+  renderFeatures(out, edge.billed.features);
+  renderProtect(out, edge.protect);
+  renderAnchorSection(out, result.anchor);
+  renderChecks(out, problems);
+  return out.join("\n");
+}
 
+const calls = (r: DecisionCounts) =>
+  Object.entries(r.script_calls)
+    .map(([c, n]) => `${c} ${n}${r.failed_commands[c] ? `, ${r.failed_commands[c]} failed` : ""}`)
+    .join(" + ") || "none";
+const inside = (r: DecisionCounts) =>
+  Object.entries(r.inside_script_per_decision)
+    .map(([c, n]) => `${c.toUpperCase()} ${n}`)
+    .join(" + ");
+const other = (r: DecisionCounts) =>
+  `${r.other_http_requests}${
+    r.other_http_requests > 0
+      ? ` (${Object.entries(r.other_http_commands)
+          .map(([c, n]) => `${c.toUpperCase()} ${n}`)
+          .join(", ")})`
+      : ""
+  }`;
+
+function renderDecisions(out: string[], d: DecisionResult, sizes: Sizes): void {
   out.push(
     "",
     `1. Redis requests per decision (${sizes.decisions} allowed requests per route, each from a distinct CF-Connecting-IP)`,
   );
-  const calls = (r: DecisionCounts) =>
-    Object.entries(r.script_calls)
-      .map(([c, n]) => `${c} ${n}${r.failed_commands[c] ? `, ${r.failed_commands[c]} failed` : ""}`)
-      .join(" + ") || "none";
-  const inside = (r: DecisionCounts) =>
-    Object.entries(r.inside_script_per_decision)
-      .map(([c, n]) => `${c.toUpperCase()} ${n}`)
-      .join(" + ");
-  const other = (r: DecisionCounts) =>
-    `${r.other_http_requests}${
-      r.other_http_requests > 0
-        ? ` (${Object.entries(r.other_http_commands)
-            .map(([c, n]) => `${c.toUpperCase()} ${n}`)
-            .join(", ")})`
-        : ""
-    }`;
   out.push(
     table(
       [
@@ -420,7 +458,9 @@ function render(result: BenchResult): string {
     "   Cold start: the first decision on a Redis whose script cache lacks decide.lua, in a fresh isolate: it sends the script's body",
     "   (EVAL, one request; EVALSHA once it has seen Redis run it). Its first request also waits for the first load of the lists (HGETALL).",
   );
+}
 
+function renderLatency(out: string[], l: LatencyResult): void {
   const seq = l.sequential;
   out.push(
     "",
@@ -443,7 +483,10 @@ function render(result: BenchResult): string {
       }),
     ),
   );
-  const con = l.concurrent;
+  renderConcurrent(out, l.concurrent);
+}
+
+function renderConcurrent(out: string[], con: LatencyResult["concurrent"]): void {
   out.push(
     "",
     `   ${con.clients} concurrent clients, ${con.requests} requests per variant (${con.rounds} rounds, order alternated)`,
@@ -468,7 +511,9 @@ function render(result: BenchResult): string {
   out.push(
     "   Everything (Worker in workerd, bridge, origin, Redis, this driver) shares one machine: absolute figures are local, the difference is the point.",
   );
+}
 
+function renderScripts(out: string[], s: ScriptResult): void {
   const o = s.options;
   out.push(
     "",
@@ -500,18 +545,9 @@ function render(result: BenchResult): string {
           .join(" │ ")}`,
     ),
   );
+}
 
-  renderSplit(out, sp);
-  renderRegions(out, rg);
-  renderMemory(out, mem);
-  renderBoundary(out, bd);
-  renderDistance(out, edge.distance);
-  renderOutage(out, edge.outage);
-  renderBilled(out, edge.billed);
-  renderFeatures(out, edge.billed.features);
-  renderProtect(out, edge.protect);
-  renderAnchorSection(out, result.anchor);
-
+function renderChecks(out: string[], problems: string[]): void {
   out.push("");
   if (problems.length === 0) {
     out.push(
@@ -525,7 +561,6 @@ function render(result: BenchResult): string {
       "        every feature row answered as expected, MONITOR and commandstats agreed; no fixed cap was exceeded at the origin.",
     );
   } else out.push("PROBLEMS:", ...problems.map((p) => `  - ${p}`));
-  return out.join("\n");
 }
 
 function renderSplit(out: string[], sp: SplitResult): void {
@@ -560,6 +595,16 @@ function renderSplit(out: string[], sp: SplitResult): void {
       ]),
     ),
   );
+  renderCutOffs(out, sp);
+  out.push(
+    "   seconds = the seconds the means cover: after the first rebalance has taken effect (static: after the first second), or after the cut.",
+    "   worst 1 s = most admitted in any one-second window of the whole run (sliding in 10 ms steps); over = worst − rate (negative: under).",
+    "   Buckets follow decide.lua's arithmetic and shares come from the production splitShares (dev/split-simulation.ts): exact, not sampled.",
+  );
+}
+
+function renderCutOffs(out: string[], sp: SplitResult): void {
+  const sc = sp.scenario;
   for (const v of sp.variants) {
     const c = v.cut_off;
     if (!c) continue;
@@ -569,11 +614,6 @@ function renderSplit(out: string[], sp: SplitResult): void {
         ` largest after ${share(c.max_share_after_cut)}; ${c.region} admitted ${c.admitted_per_s_after_cut.toFixed(1)}/s after the cut; worst one-second window ${v.worst_second} (ceiling rate + burst = ${sc.rate + sc.burst}).`,
     );
   }
-  out.push(
-    "   seconds = the seconds the means cover: after the first rebalance has taken effect (static: after the first second), or after the cut.",
-    "   worst 1 s = most admitted in any one-second window of the whole run (sliding in 10 ms steps); over = worst − rate (negative: under).",
-    "   Buckets follow decide.lua's arithmetic and shares come from the production splitShares (test/support/split-simulation.ts): exact, not sampled.",
-  );
 }
 
 function renderRegions(out: string[], rg: RegionsResult): void {
@@ -583,8 +623,6 @@ function renderRegions(out: string[], rg: RegionsResult): void {
     `5. global vs region limit, requests from ${rg.from.continent}/${rg.from.colo}, home Redis (us) made far by latency injected in its bridge: dispatchFetch wall time in ms`,
     `   (${o.requests} sequential per route and latency after ${o.warmup} warm-up, routes interleaved in blocks of ${o.block}; eu's Redis untouched)`,
   );
-  const base = rg.steps[0];
-  const baseMedian = (key: string) => base?.routes.find((r) => r.key === key)?.latency.median_ms;
   out.push(
     table(
       [
@@ -598,22 +636,7 @@ function renderRegions(out: string[], rg: RegionsResult): void {
         "added median (global − region)",
         "added p99",
       ],
-      rg.steps.flatMap((st) =>
-        st.routes.map((r, i) => {
-          const b = baseMedian(r.key);
-          return [
-            i === 0 ? `+${st.injected_ms} ms` : "",
-            r.label,
-            ms(r.latency.median_ms),
-            ms(r.latency.p99_ms),
-            b === undefined || st === base ? "—" : signed(r.latency.median_ms - b),
-            `${fmt(r.home_requests_per_decision)} / ${fmt(r.eu_requests_per_decision)}`,
-            `${r.home_other_requests} / ${r.eu_other_requests}`,
-            r.key === "global" ? signed(st.added_median_ms) : "",
-            r.key === "global" ? signed(st.added_p99_ms) : "",
-          ];
-        }),
-      ),
+      regionRows(rg),
     ),
   );
   out.push(
@@ -621,6 +644,27 @@ function renderRegions(out: string[], rg: RegionsResult): void {
     "   decision (counted by a tap in front of each bridge): the region limit is decided in eu's Redis, the global one in the home Redis, one",
     "   round trip each. Background = the Worker's other requests in all (metrics flush, lists refresh: home region, off the request path).",
     "   timeout_ms is 1000, so nothing is degraded.",
+  );
+}
+
+function regionRows(rg: RegionsResult): string[][] {
+  const base = rg.steps[0];
+  const baseMedian = (key: string) => base?.routes.find((r) => r.key === key)?.latency.median_ms;
+  return rg.steps.flatMap((st) =>
+    st.routes.map((r, i) => {
+      const b = baseMedian(r.key);
+      return [
+        i === 0 ? `+${st.injected_ms} ms` : "",
+        r.label,
+        ms(r.latency.median_ms),
+        ms(r.latency.p99_ms),
+        b === undefined || st === base ? "—" : signed(r.latency.median_ms - b),
+        `${fmt(r.home_requests_per_decision)} / ${fmt(r.eu_requests_per_decision)}`,
+        `${r.home_other_requests} / ${r.eu_other_requests}`,
+        r.key === "global" ? signed(st.added_median_ms) : "",
+        r.key === "global" ? signed(st.added_p99_ms) : "",
+      ];
+    }),
   );
 }
 
@@ -722,20 +766,7 @@ function renderDistance(out: string[], d: DistanceResult): void {
         "decided w/o request",
         "bucket after stop / +settle",
       ],
-      d.steps.flatMap((s) =>
-        s.clients.map((c, i) => [
-          i === 0 ? `+${s.injected_ms} ms (RTT +${s.effective_added_rtt_ms.toFixed(1)})` : "",
-          c.label,
-          `${c.admitted} / ${c.ideal}${c.schedule_exact === null ? "" : ` (${c.schedule_exact})`}`,
-          c.key === "over" ? String(c.under_admission) : c.bucket ? `${c.bucket.missing_right_after} tok.` : "—",
-          String(c.degraded),
-          c.p50_ms === null ? "—" : ms(c.p50_ms),
-          c.p99_ms === null ? "—" : ms(c.p99_ms),
-          fmt(c.redis_requests_per_decision),
-          String(c.decided_without_request),
-          c.bucket ? `${c.bucket.right_after} / ${c.bucket.after_settle} of ${c.bucket.burst}` : "—",
-        ]),
-      ),
+      distanceRows(d),
     ),
   );
   out.push(
@@ -748,6 +779,23 @@ function renderDistance(out: string[], d: DistanceResult): void {
     leases
       ? "   Leases are in this build: some decisions of the under-limit client were made without a Redis request."
       : "   No decision was made without a Redis request: no token leases in this build (the under-admission of leases is not measurable here).",
+  );
+}
+
+function distanceRows(d: DistanceResult): string[][] {
+  return d.steps.flatMap((s) =>
+    s.clients.map((c, i) => [
+      i === 0 ? `+${s.injected_ms} ms (RTT +${s.effective_added_rtt_ms.toFixed(1)})` : "",
+      c.label,
+      `${c.admitted} / ${c.ideal}${c.schedule_exact === null ? "" : ` (${c.schedule_exact})`}`,
+      c.key === "over" ? String(c.under_admission) : c.bucket ? `${c.bucket.missing_right_after} tok.` : "—",
+      String(c.degraded),
+      c.p50_ms === null ? "—" : ms(c.p50_ms),
+      c.p99_ms === null ? "—" : ms(c.p99_ms),
+      fmt(c.redis_requests_per_decision),
+      String(c.decided_without_request),
+      c.bucket ? `${c.bucket.right_after} / ${c.bucket.after_settle} of ${c.bucket.burst}` : "—",
+    ]),
   );
 }
 
@@ -839,15 +887,19 @@ const signed = (n: number): string => `${n >= 0 ? "+" : ""}${n.toFixed(3)}`;
 // ---------------------------------------------------------------------------------------------
 // Results and environment
 
-/** A quick run writes its own file only: latest.json always holds full-size figures. */
+/**
+ * Every run goes to bench/results/runs/ (ignored by git: a run is committed only when the docs cite
+ * it, by moving it up to bench/results/); a full run also replaces latest.json, which is committed.
+ * A quick run writes its own file only: latest.json always holds full-size figures.
+ */
 function writeResults(name: string, started: Date, result: unknown, latest: boolean): string {
-  mkdirSync(RESULTS_DIR, { recursive: true });
+  mkdirSync(RUNS_DIR, { recursive: true });
   const stamp = started
     .toISOString()
     .replace(/:/g, "-")
     .replace(/\.\d+Z$/, "Z");
   const text = `${JSON.stringify(result, null, 2)}\n`;
-  const file = join(RESULTS_DIR, `${name}-${stamp}.json`);
+  const file = join(RUNS_DIR, `${name}-${stamp}.json`);
   for (const target of latest ? [file, join(RESULTS_DIR, "latest.json")] : [file]) {
     const tmp = target.replace(/\.json$/, ".tmp.json");
     writeFileSync(tmp, text);

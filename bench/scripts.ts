@@ -2,12 +2,11 @@
  * EVALSHA of lua/decide.lua against plain INCR, in redis-benchmark terms (ops/s), straight on
  * the bench Redis: what one decision costs the Redis server itself, without HTTP or the Worker.
  */
-import { spawn } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { stripUnknownFlags } from "../dev/bridge.js";
-import { RespError, replyToJs } from "../dev/resp.js";
+import { stripUnknownFlags, RespError, replyToJs } from "@sluice/dev";
 import { loadConfig, type Limit } from "../src/config/index.js";
 import type { scriptCall } from "../src/features/rate-limit/decision/decision.js";
 import { type LimitInput } from "./config.js";
@@ -113,16 +112,7 @@ export async function measureScripts(
   cleanup: Cleanup,
   opts: BenchmarkOptions,
 ): Promise<ScriptResult> {
-  const source = decideLuaForRedis();
-  const loaded = await stack.resp.send(["SCRIPT", "LOAD", source]);
-  if (!Buffer.isBuffer(loaded))
-    throw new Error(
-      `SCRIPT LOAD of ${DECIDE_LUA} failed: ${loaded instanceof RespError ? loaded.message : JSON.stringify(loaded)}`,
-    );
-  const sha = loaded.toString("utf8");
-  const expected = createHash("sha1").update(source, "utf8").digest("hex");
-  if (sha !== expected) throw new Error(`SCRIPT LOAD answered ${sha}, but the SHA-1 of ${DECIDE_LUA} is ${expected}`);
-
+  const sha = await loadDecide(stack);
   // decide.ts imports decide.lua: loaded at run time, through the .lua hook (see lua-text.ts)
   const call = (await importDecide()).scriptCall;
   const scripts = CASES.map((c, i) => ({ ...c, compiled: limitsOf(c.key, c.limits), prefix: `bench:s${i}:bucket` }));
@@ -138,23 +128,7 @@ export async function measureScripts(
     })),
   ];
   const runs: Omit<CommandRun, "ratio_to_incr">[] = [];
-  for (const c of cases) {
-    const before = await commandStats(stack.resp);
-    const { opsPerSec, p50 } = await redisBenchmark(stack.redis.port, opts, c.args, cleanup);
-    const delta = statsDelta(before, await commandStats(stack.resp))[c.statName];
-    const failed = (delta?.failed_calls ?? 0) + (delta?.rejected_calls ?? 0);
-    // redis-benchmark counts an error reply as a completed request: a failing script would look fast.
-    if (failed > 0) throw new Error(`${c.label}: Redis counted ${failed} failed calls during the benchmark`);
-    runs.push({
-      key: c.key,
-      label: c.label,
-      command: c.args.map((a) => (a === sha ? `${sha.slice(0, 8)}…` : a)).join(" "),
-      ops_per_sec: opsPerSec,
-      p50_ms: p50,
-      redis_calls: delta?.calls ?? 0,
-      redis_failed_calls: failed,
-    });
-  }
+  for (const c of cases) runs.push(await benchmarkCase(stack, cleanup, opts, c, sha));
   const incr = runs[0]?.ops_per_sec ?? Number.NaN;
   return {
     sha,
@@ -167,6 +141,45 @@ export async function measureScripts(
       return { route: c.key, label: c.label, limits: c.compiled.length, keys, argv: args };
     }),
     runs: runs.map((r) => ({ ...r, ratio_to_incr: round(r.ops_per_sec / incr) })),
+  };
+}
+
+/** Loads decide.lua as Redis gets it and checks that Redis names it by its SHA-1. */
+async function loadDecide(stack: BenchStack): Promise<string> {
+  const source = decideLuaForRedis();
+  const loaded = await stack.resp.send(["SCRIPT", "LOAD", source]);
+  if (!Buffer.isBuffer(loaded))
+    throw new Error(
+      `SCRIPT LOAD of ${DECIDE_LUA} failed: ${loaded instanceof RespError ? loaded.message : JSON.stringify(loaded)}`,
+    );
+  const sha = loaded.toString("utf8");
+  const expected = createHash("sha1").update(source, "utf8").digest("hex");
+  if (sha !== expected) throw new Error(`SCRIPT LOAD answered ${sha}, but the SHA-1 of ${DECIDE_LUA} is ${expected}`);
+  return sha;
+}
+
+/** One redis-benchmark run of a command, with Redis's own count of its calls (none may fail). */
+async function benchmarkCase(
+  stack: BenchStack,
+  cleanup: Cleanup,
+  opts: BenchmarkOptions,
+  c: { key: string; label: string; statName: string; args: string[] },
+  sha: string,
+): Promise<Omit<CommandRun, "ratio_to_incr">> {
+  const before = await commandStats(stack.resp);
+  const { opsPerSec, p50 } = await redisBenchmark(stack.redis.port, opts, c.args, cleanup);
+  const delta = statsDelta(before, await commandStats(stack.resp))[c.statName];
+  const failed = (delta?.failed_calls ?? 0) + (delta?.rejected_calls ?? 0);
+  // redis-benchmark counts an error reply as a completed request: a failing script would look fast.
+  if (failed > 0) throw new Error(`${c.label}: Redis counted ${failed} failed calls during the benchmark`);
+  return {
+    key: c.key,
+    label: c.label,
+    command: c.args.map((a) => (a === sha ? `${sha.slice(0, 8)}…` : a)).join(" "),
+    ops_per_sec: opsPerSec,
+    p50_ms: p50,
+    redis_calls: delta?.calls ?? 0,
+    redis_failed_calls: failed,
   };
 }
 
@@ -215,20 +228,8 @@ async function redisBenchmark(
   command: string[],
   cleanup: Cleanup,
 ): Promise<{ opsPerSec: number; p50: number | null }> {
-  const args = [
-    "-h",
-    "127.0.0.1",
-    "-p",
-    String(port),
-    "-n",
-    String(opts.requests),
-    "-c",
-    String(opts.clients),
-    "-r",
-    String(opts.keyspace),
-    "-q",
-    ...command,
-  ];
+  const args = ["-h", "127.0.0.1", "-p", String(port), "-n", String(opts.requests), "-c", String(opts.clients)];
+  args.push("-r", String(opts.keyspace), "-q", ...command);
   const child = spawn("redis-benchmark", args, { stdio: ["ignore", "pipe", "pipe"] });
   const kill = () => {
     if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
@@ -238,16 +239,7 @@ async function redisBenchmark(
   child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString("utf8")));
   child.stderr.on("data", (chunk: Buffer) => (out += chunk.toString("utf8")));
   const timer = setTimeout(kill, 60_000);
-  const code = await new Promise<number | null>((done, fail) => {
-    child.once("error", (e: NodeJS.ErrnoException) =>
-      fail(
-        e.code === "ENOENT"
-          ? new Error("redis-benchmark not found on PATH (it ships with redis-server / redis-tools)")
-          : e,
-      ),
-    );
-    child.once("exit", (c) => done(c));
-  });
+  const code = await exitOf(child);
   clearTimeout(timer);
   // -q rewrites one line with \r while running; the last figure is the final one.
   const rps = [...out.matchAll(/([\d.]+) requests per second/g)].at(-1)?.[1];
@@ -258,4 +250,18 @@ async function redisBenchmark(
     );
   }
   return { opsPerSec: Number(rps), p50: p50 === undefined ? null : Number(p50) };
+}
+
+/** The exit code of redis-benchmark, or the reason it could not start. */
+function exitOf(child: ChildProcess): Promise<number | null> {
+  return new Promise<number | null>((done, fail) => {
+    child.once("error", (e: NodeJS.ErrnoException) =>
+      fail(
+        e.code === "ENOENT"
+          ? new Error("redis-benchmark not found on PATH (it ships with redis-server / redis-tools)")
+          : e,
+      ),
+    );
+    child.once("exit", (c) => done(c));
+  });
 }

@@ -4,11 +4,11 @@
  * sluice's split, rebalanced every second and every 5 s (the default `rebalance_every`), and the
  * same with the smallest region cut off from the rebalancer at second 20 while its demand surges.
  *
- * Pure computation: `simulateSplit` (test/support/split-simulation.ts) runs each region's bucket
+ * Pure computation: `simulateSplit` (dev/split-simulation.ts) runs each region's bucket
  * with decide.lua's arithmetic on a simulated clock and rebalances with the production
  * `splitShares`, so the figures are exact and the same on every machine.
  */
-import { simulateSplit, type SplitScenario } from "../test/support/split-simulation.js";
+import { simulateSplit, type SplitResult as SimulatedSplit, type SplitScenario } from "@sluice/dev";
 import type { Share } from "../src/region/shares.js";
 import { round } from "./stats.js";
 
@@ -82,6 +82,8 @@ export function measureSplit(opts: SplitOptions = SPLIT_SCENARIO): SplitResult {
   const problems: string[] = [];
   const variants: SplitVariant[] = [];
   const base = { rate: opts.rate, burst: opts.burst, demand: opts.demand, seconds: opts.seconds };
+  const run = (scenario: SplitScenario, key: string, label: string, short: string, from: number) =>
+    runVariant({ scenario, key, label, short, from }, regions, problems);
 
   for (const rebalanceMs of [0, ...opts.rebalanceMs]) {
     const label = rebalanceMs === 0 ? "static equal split" : `sluice split, rebalance every ${rebalanceMs / 1000} s`;
@@ -101,72 +103,90 @@ export function measureSplit(opts: SplitOptions = SPLIT_SCENARIO): SplitResult {
     );
   }
   return { scenario: opts, variants, problems };
+}
 
-  /** One simulation, its means over [from, seconds) taken by subtracting a run that stops at `from`. */
-  function run(scenario: SplitScenario, key: string, label: string, short: string, from: number): SplitVariant {
-    const full = simulateSplit(scenario);
-    // Deterministic and causal: a run of `from` seconds is exactly the first `from` seconds of the full one.
-    const prefix = simulateSplit({ ...scenario, seconds: from });
-    if (prefix.perSecond.some((n, i) => n !== full.perSecond[i]))
-      problems.push(`split ${label}: the first ${from} s of the simulation differ between runs (means would be wrong)`);
-    const span = scenario.seconds - from;
-    const measured = full.perSecond.slice(from).reduce((a, b) => a + b, 0);
-    const offeredIn = (region: string): number => {
-      const cut = scenario.cutOff?.region === region ? scenario.cutOff : undefined;
-      const normal = scenario.demand[region] ?? 0;
-      let total = 0;
-      for (let s = from; s < scenario.seconds; s++)
-        total += cut && s >= cut.fromSecond && cut.demand !== undefined ? cut.demand : normal;
-      return total;
-    };
-    const regionFigures = regions.map((region) => ({
-      region,
-      offered_per_s: round(offeredIn(region) / span, 1),
-      admitted_per_s: round(((full.admittedByRegion[region] ?? 0) - (prefix.admittedByRegion[region] ?? 0)) / span, 1),
-    }));
-    const variant: SplitVariant = {
-      key,
-      label,
-      short,
-      rebalance_ms: scenario.rebalanceMs,
-      measured_seconds: { from, to: scenario.seconds },
-      admitted_per_s: round(measured / span, 1),
-      admitted_pct_of_rate: round((100 * measured) / span / scenario.rate, 1),
-      regions: regionFigures,
-      worst_second: full.worstSecond,
-      overshoot: full.worstSecond - scenario.rate,
-      per_second: full.perSecond,
-    };
-    const ceiling = scenario.rate + scenario.burst;
-    if (full.worstSecond > ceiling)
-      problems.push(`split ${label}: ${full.worstSecond} admitted in one second, above rate + burst = ${ceiling}`);
+interface VariantSpec {
+  scenario: SplitScenario;
+  key: string;
+  label: string;
+  short: string;
+  /** The first second the means are taken from. */
+  from: number;
+}
 
-    const cut = scenario.cutOff;
-    if (cut) {
-      // cutOffShares has one entry per rebalance, the i-th at (i + 1) × rebalanceMs.
-      const at = (i: number) => ((i + 1) * scenario.rebalanceMs) / 1000;
-      const before = full.cutOffShares.filter((_, i) => at(i) < cut.fromSecond);
-      const after = full.cutOffShares.filter((_, i) => at(i) >= cut.fromSecond);
-      const shareAtCut = before[before.length - 1] ?? null;
-      const maxAfter = after.reduce<Share | null>(
-        (m, s) => (m === null || s.rate > m.rate || (s.rate === m.rate && s.burst > m.burst) ? s : m),
-        null,
-      );
-      const afterCut = regionFigures.find((r) => r.region === cut.region);
-      variant.cut_off = {
-        region: cut.region,
-        from_second: cut.fromSecond,
-        demand_per_s: cut.demand ?? scenario.demand[cut.region] ?? 0,
-        share_at_cut: shareAtCut,
-        max_share_after_cut: maxAfter,
-        admitted_per_s_after_cut: afterCut?.admitted_per_s ?? Number.NaN,
-      };
-      if (shareAtCut && maxAfter && (maxAfter.rate > shareAtCut.rate || maxAfter.burst > shareAtCut.burst)) {
-        problems.push(
-          `split ${label}: the cut-off region's share grew from ${shareAtCut.rate}/${shareAtCut.burst} to ${maxAfter.rate}/${maxAfter.burst} (rate/burst) while it could not be reached`,
-        );
-      }
-    }
-    return variant;
+/** One simulation, its means over [from, seconds) taken by subtracting a run that stops at `from`. */
+function runVariant(spec: VariantSpec, regions: string[], problems: string[]): SplitVariant {
+  const { scenario, key, label, short, from } = spec;
+  const full = simulateSplit(scenario);
+  // Deterministic and causal: a run of `from` seconds is exactly the first `from` seconds of the full one.
+  const prefix = simulateSplit({ ...scenario, seconds: from });
+  if (prefix.perSecond.some((n, i) => n !== full.perSecond[i]))
+    problems.push(`split ${label}: the first ${from} s of the simulation differ between runs (means would be wrong)`);
+  const span = scenario.seconds - from;
+  const measured = full.perSecond.slice(from).reduce((a, b) => a + b, 0);
+  const regionFigures = regions.map((region) => ({
+    region,
+    offered_per_s: round(offeredIn(scenario, region, from) / span, 1),
+    admitted_per_s: round(((full.admittedByRegion[region] ?? 0) - (prefix.admittedByRegion[region] ?? 0)) / span, 1),
+  }));
+  const variant: SplitVariant = {
+    key,
+    label,
+    short,
+    rebalance_ms: scenario.rebalanceMs,
+    measured_seconds: { from, to: scenario.seconds },
+    admitted_per_s: round(measured / span, 1),
+    admitted_pct_of_rate: round((100 * measured) / span / scenario.rate, 1),
+    regions: regionFigures,
+    worst_second: full.worstSecond,
+    overshoot: full.worstSecond - scenario.rate,
+    per_second: full.perSecond,
+  };
+  const ceiling = scenario.rate + scenario.burst;
+  if (full.worstSecond > ceiling)
+    problems.push(`split ${label}: ${full.worstSecond} admitted in one second, above rate + burst = ${ceiling}`);
+  if (scenario.cutOff) variant.cut_off = cutOffFigures(spec, full, regionFigures, problems);
+  return variant;
+}
+
+/** Requests a region offers in the seconds [from, scenario.seconds). */
+function offeredIn(scenario: SplitScenario, region: string, from: number): number {
+  const cut = scenario.cutOff?.region === region ? scenario.cutOff : undefined;
+  const normal = scenario.demand[region] ?? 0;
+  let total = 0;
+  for (let s = from; s < scenario.seconds; s++)
+    total += cut && s >= cut.fromSecond && cut.demand !== undefined ? cut.demand : normal;
+  return total;
+}
+
+/** The cut-off region's share before and after the cut; a problem if it grew while unreachable. */
+function cutOffFigures(
+  { scenario, label }: VariantSpec,
+  full: SimulatedSplit,
+  regionFigures: RegionFigures[],
+  problems: string[],
+): NonNullable<SplitVariant["cut_off"]> {
+  const cut = scenario.cutOff!;
+  // cutOffShares has one entry per rebalance, the i-th at (i + 1) × rebalanceMs.
+  const at = (i: number) => ((i + 1) * scenario.rebalanceMs) / 1000;
+  const before = full.cutOffShares.filter((_, i) => at(i) < cut.fromSecond);
+  const after = full.cutOffShares.filter((_, i) => at(i) >= cut.fromSecond);
+  const shareAtCut = before[before.length - 1] ?? null;
+  const maxAfter = after.reduce<Share | null>(
+    (m, s) => (m === null || s.rate > m.rate || (s.rate === m.rate && s.burst > m.burst) ? s : m),
+    null,
+  );
+  if (shareAtCut && maxAfter && (maxAfter.rate > shareAtCut.rate || maxAfter.burst > shareAtCut.burst)) {
+    problems.push(
+      `split ${label}: the cut-off region's share grew from ${shareAtCut.rate}/${shareAtCut.burst} to ${maxAfter.rate}/${maxAfter.burst} (rate/burst) while it could not be reached`,
+    );
   }
+  return {
+    region: cut.region,
+    from_second: cut.fromSecond,
+    demand_per_s: cut.demand ?? scenario.demand[cut.region] ?? 0,
+    share_at_cut: shareAtCut,
+    max_share_after_cut: maxAfter,
+    admitted_per_s_after_cut: regionFigures.find((r) => r.region === cut.region)?.admitted_per_s ?? Number.NaN,
+  };
 }

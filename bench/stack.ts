@@ -7,10 +7,16 @@ import { spawn } from "node:child_process";
 import { existsSync, rmSync } from "node:fs";
 import { resolve } from "node:path";
 import { Miniflare } from "miniflare";
-import { startBridge, type Bridge } from "../dev/bridge.js";
-import { startOrigin, type DemoOrigin } from "../dev/origin.js";
-import { startRedis, type RedisProcess } from "../dev/redis-process.js";
-import { RespClient, RespError } from "../dev/resp.js";
+import {
+  startBridge,
+  type Bridge,
+  startOrigin,
+  type DemoOrigin,
+  startRedis,
+  type RedisProcess,
+  RespClient,
+  RespError,
+} from "@sluice/dev";
 import { loadConfig } from "../src/config/index.js";
 import type { SluiceInput } from "../src/config/schema.js";
 

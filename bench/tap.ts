@@ -69,47 +69,14 @@ export async function startTap(target: string, cleanup: Cleanup, label: string):
   const upstream = new URL(target);
   const agent = new Agent({ keepAlive: true });
   const counts = emptyTapCounts();
-
-  const record = (path: string, body: Buffer) => {
-    const commands = commandsOf(path, body);
-    if (commands === undefined) {
-      counts.unreadable++;
-      counts.other++;
-      return;
-    }
-    const scripts = commands.filter((c) => SCRIPT_CALLS.has(c.name));
-    for (const kind of kindsOf(commands, scripts)) counts.byKind[kind] = (counts.byKind[kind] ?? 0) + 1;
-    if (scripts.length > 0) {
-      counts.decision++;
-      for (const route of new Set(scripts.flatMap(routesOf)))
-        counts.decisionByRoute[route] = (counts.decisionByRoute[route] ?? 0) + 1;
-      return;
-    }
-    counts.other++;
-    for (const c of commands) counts.otherCommands[c.name] = (counts.otherCommands[c.name] ?? 0) + 1;
-  };
-
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("error", () => res.destroy());
     req.on("end", () => {
       const body = Buffer.concat(chunks);
-      record((req.url ?? "/").split("?")[0] ?? "/", body);
-      const headers = { ...req.headers, host: upstream.host, "content-length": String(body.length) };
-      delete headers.connection;
-      const out = httpRequest(
-        { host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers, agent },
-        (up) => {
-          res.writeHead(up.statusCode ?? 502, up.headers);
-          up.pipe(res);
-        },
-      );
-      out.on("error", (e) => {
-        if (!res.headersSent) res.writeHead(502, { "content-type": "application/json" });
-        res.end(JSON.stringify({ error: `ERR bench tap: ${e.message}` }));
-      });
-      out.end(body);
+      record(counts, (req.url ?? "/").split("?")[0] ?? "/", body);
+      forward(req, res, body, upstream, agent);
     });
   });
   await new Promise<void>((resolve, reject) => {
@@ -134,6 +101,44 @@ export async function startTap(target: string, cleanup: Cleanup, label: string):
     }),
     close,
   };
+}
+
+/** Counts one request: a decision request (it carries a script call) by route, any other by command. */
+function record(counts: TapCounts, path: string, body: Buffer): void {
+  const commands = commandsOf(path, body);
+  if (commands === undefined) {
+    counts.unreadable++;
+    counts.other++;
+    return;
+  }
+  const scripts = commands.filter((c) => SCRIPT_CALLS.has(c.name));
+  for (const kind of kindsOf(commands, scripts)) counts.byKind[kind] = (counts.byKind[kind] ?? 0) + 1;
+  if (scripts.length > 0) {
+    counts.decision++;
+    for (const route of new Set(scripts.flatMap(routesOf)))
+      counts.decisionByRoute[route] = (counts.decisionByRoute[route] ?? 0) + 1;
+    return;
+  }
+  counts.other++;
+  for (const c of commands) counts.otherCommands[c.name] = (counts.otherCommands[c.name] ?? 0) + 1;
+}
+
+/** Sends the request on to the bridge unchanged and pipes its answer back (502 if the bridge is gone). */
+function forward(req: IncomingMessage, res: ServerResponse, body: Buffer, upstream: URL, agent: Agent): void {
+  const headers = { ...req.headers, host: upstream.host, "content-length": String(body.length) };
+  delete headers.connection;
+  const out = httpRequest(
+    { host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers, agent },
+    (up) => {
+      res.writeHead(up.statusCode ?? 502, up.headers);
+      up.pipe(res);
+    },
+  );
+  out.on("error", (e) => {
+    if (!res.headersSent) res.writeHead(502, { "content-type": "application/json" });
+    res.end(JSON.stringify({ error: `ERR bench tap: ${e.message}` }));
+  });
+  out.end(body);
 }
 
 interface Command {

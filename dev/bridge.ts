@@ -126,141 +126,8 @@ class HttpError extends Error {
  * @example const bridge = await startBridge({ redisUrl: redis.url, token: "dev-token" });
  */
 export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
-  const redis = RespClient.fromUrl(opts.redisUrl);
-  const scripts = new ScriptShas();
-  const expectedAuth = digest(`Bearer ${opts.token}`);
-  const fault: BridgeFault = { mode: opts.mode ?? "normal", latencyMs: checkedLatency(opts.latencyMs ?? 0) };
-  const counts: BridgeCounts = { requests: 0, refused: 0, hung: 0, commands: {}, requestsWith: {} };
-  /** Requests parked in hang mode, each with the function that drops it. */
-  const parked = new Set<() => void>();
-  let syncToken = 0;
-
-  function setMode(mode: BridgeMode): void {
-    fault.mode = mode;
-    // Out of hang mode the parked requests are dropped, not answered late: the client gave up on
-    // them long ago, and a late answer would run commands nobody waits for any more.
-    if (mode !== "hang") for (const drop of [...parked]) drop();
-  }
-
-  function authorise(req: IncomingMessage): void {
-    // Hash both sides so timingSafeEqual always sees equal lengths and the length does not leak.
-    if (!timingSafeEqual(digest(req.headers.authorization ?? ""), expectedAuth))
-      throw new HttpError(401, "Unauthorized");
-  }
-
-  function record(commands: RespArg[][]): void {
-    const names = commands.map((c) => String(c[0]).toLowerCase());
-    for (const name of names) counts.commands[name] = (counts.commands[name] ?? 0) + 1;
-    for (const name of new Set(names)) counts.requestsWith[name] = (counts.requestsWith[name] ?? 0) + 1;
-  }
-
-  /** Resolves never, until the mode leaves hang: then rejects, and the request is dropped. */
-  function hang(res: ServerResponse): Promise<never> {
-    counts.hung++;
-    return new Promise<never>((_, reject) => {
-      const drop = () => {
-        parked.delete(drop);
-        reject(new Dropped());
-      };
-      parked.add(drop);
-      res.once("close", drop); // the client gave up first
-    });
-  }
-
-  async function answer(req: IncomingMessage, res: ServerResponse): Promise<{ status: number; body: unknown }> {
-    await pause(Math.floor(fault.latencyMs / 2)); // on the way to Redis
-    if (req.method !== "POST") throw new HttpError(405, "ERR only POST is supported");
-    authorise(req);
-    const path = pathOf(req);
-    if (path !== "" && path !== "/pipeline" && path !== "/multi-exec")
-      throw new HttpError(404, `ERR unknown endpoint ${path}`);
-    const body = parseJson(await readBody(req));
-    const encode = String(req.headers["upstash-encoding"] ?? "").toLowerCase() === "base64" ? toBase64Json : toTextJson;
-    const commands = path === "" ? [toCommand(body)] : toCommandList(body);
-    record(commands);
-    if (fault.mode === "hang") await hang(res);
-    if (fault.mode === "refuse") {
-      counts.refused++;
-      throw new Dropped();
-    }
-    syncToken++; // moves on every parsed request, writes included
-    if (path === "") {
-      const command = commands[0] ?? [];
-      const reply = await redis.send(scripts.translate(command));
-      if (reply instanceof RespError) return { status: 400, body: { error: reply.message } };
-      return { status: 200, body: { result: encode(scripts.answer(command, reply)) } };
-    }
-    const translated = commands.map((c) => scripts.translate(c));
-    const replies = path === "/pipeline" ? await redis.sendMany(translated) : await transaction(redis, translated);
-    return {
-      status: 200,
-      body: replies.map((reply, i) =>
-        reply instanceof RespError
-          ? { error: reply.message }
-          : { result: encode(scripts.answer(commands[i] ?? [], reply)) },
-      ),
-    };
-  }
-
-  /** `/__bridge/delay` (GET reads, POST sets `{ "ms": 80 }` and/or `{ "mode": "hang" }`) and `/__bridge/counts`. */
-  async function control(req: IncomingMessage): Promise<{ status: number; body: unknown }> {
-    authorise(req);
-    const what = pathOf(req).slice(CONTROL_PREFIX.length);
-    if (what === "counts" && req.method === "GET") return { status: 200, body: { result: snapshot(counts) } };
-    if (what !== "delay") throw new HttpError(404, `ERR unknown control endpoint ${pathOf(req)}`);
-    if (req.method === "POST") {
-      const change = toFaultChange(parseJson(await readBody(req)));
-      if (change.latencyMs !== undefined) fault.latencyMs = change.latencyMs;
-      if (change.mode !== undefined) setMode(change.mode);
-    } else if (req.method !== "GET") {
-      throw new HttpError(405, "ERR GET or POST");
-    }
-    return { status: 200, body: { result: { mode: fault.mode, ms: fault.latencyMs } } };
-  }
-
-  const server = createServer((req, res) => {
-    const isControl = pathOf(req).startsWith(CONTROL_PREFIX);
-    if (!isControl) counts.requests++;
-    if (!isControl && fault.mode === "refuse") {
-      // Dropped before anything is read: to the client, a connection that died at once.
-      counts.refused++;
-      req.socket.destroy();
-      return;
-    }
-    // the second half of the latency, on the way back (none for the switch itself)
-    const back = () => (isControl ? 0 : fault.latencyMs - Math.floor(fault.latencyMs / 2));
-    (isControl ? control(req) : answer(req, res))
-      .then(
-        ({ status, body }) => respond(res, status, body, back()),
-        (error: unknown) => {
-          if (error instanceof Dropped) return void req.socket.destroy();
-          if (error instanceof HttpError) return respond(res, error.status, { error: error.message }, back());
-          // Anything else is Redis being unreachable or broken: report it, keep serving.
-          respond(
-            res,
-            500,
-            { error: `ERR bridge could not reach Redis: ${error instanceof Error ? error.message : String(error)}` },
-            back(),
-          );
-        },
-      )
-      .catch(() => res.destroy());
-  });
-
-  function respond(res: ServerResponse, status: number, body: unknown, delayMs: number): void {
-    const send = () => {
-      if (res.destroyed) return;
-      res.writeHead(status, {
-        "content-type": "application/json",
-        // Read-your-writes is trivial with one Redis; the token only has to be present and move on writes.
-        "upstash-sync-token": `bridge-${syncToken}`,
-      });
-      res.end(JSON.stringify(body));
-    };
-    if (delayMs > 0) setTimeout(send, delayMs);
-    else send();
-  }
-
+  const state = new BridgeState(opts);
+  const server = createServer((req, res) => state.handle(req, res));
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(opts.port ?? 0, opts.host ?? "127.0.0.1", () => resolve());
@@ -270,24 +137,175 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
     url: `http://127.0.0.1:${port}`,
     port,
     setLatency(ms: number) {
-      fault.latencyMs = checkedLatency(ms);
+      state.fault.latencyMs = checkedLatency(ms);
     },
-    setMode,
+    setMode: (mode) => state.setMode(mode),
     get fault() {
-      return { ...fault };
+      return { ...state.fault };
     },
     get requests() {
-      return counts.requests;
+      return state.counts.requests;
     },
-    counts: () => snapshot(counts),
+    counts: () => snapshot(state.counts),
     close: () =>
       new Promise<void>((resolve) => {
-        for (const drop of [...parked]) drop();
-        redis.close();
+        state.dropParked();
+        state.redis.close();
         server.close(() => resolve());
         server.closeAllConnections();
       }),
   };
+}
+
+type Answer = { status: number; body: unknown };
+
+/** One bridge's connection to Redis, its switch, its counters and the requests it has parked. */
+class BridgeState {
+  readonly redis: RespClient;
+  readonly fault: BridgeFault;
+  readonly counts: BridgeCounts = { requests: 0, refused: 0, hung: 0, commands: {}, requestsWith: {} };
+  private readonly scripts = new ScriptShas();
+  private readonly expectedAuth: Buffer;
+  /** Requests parked in hang mode, each with the function that drops it. */
+  private readonly parked = new Set<() => void>();
+  private syncToken = 0;
+
+  constructor(opts: BridgeOptions) {
+    this.redis = RespClient.fromUrl(opts.redisUrl);
+    this.expectedAuth = digest(`Bearer ${opts.token}`);
+    this.fault = { mode: opts.mode ?? "normal", latencyMs: checkedLatency(opts.latencyMs ?? 0) };
+  }
+
+  setMode(mode: BridgeMode): void {
+    this.fault.mode = mode;
+    // Out of hang mode the parked requests are dropped, not answered late: the client gave up on
+    // them long ago, and a late answer would run commands nobody waits for any more.
+    if (mode !== "hang") this.dropParked();
+  }
+
+  dropParked(): void {
+    for (const drop of [...this.parked]) drop();
+  }
+
+  handle(req: IncomingMessage, res: ServerResponse): void {
+    const isControl = pathOf(req).startsWith(CONTROL_PREFIX);
+    if (!isControl) this.counts.requests++;
+    if (!isControl && this.fault.mode === "refuse") {
+      // Dropped before anything is read: to the client, a connection that died at once.
+      this.counts.refused++;
+      req.socket.destroy();
+      return;
+    }
+    // the second half of the latency, on the way back (none for the switch itself)
+    const back = () => (isControl ? 0 : this.fault.latencyMs - Math.floor(this.fault.latencyMs / 2));
+    (isControl ? this.control(req) : this.answer(req, res))
+      .then(
+        ({ status, body }) => this.respond(res, status, body, back()),
+        (error: unknown) => {
+          if (error instanceof Dropped) return void req.socket.destroy();
+          if (error instanceof HttpError) return this.respond(res, error.status, { error: error.message }, back());
+          // Anything else is Redis being unreachable or broken: report it, keep serving.
+          const reason = error instanceof Error ? error.message : String(error);
+          this.respond(res, 500, { error: `ERR bridge could not reach Redis: ${reason}` }, back());
+        },
+      )
+      .catch(() => res.destroy());
+  }
+
+  private authorise(req: IncomingMessage): void {
+    // Hash both sides so timingSafeEqual always sees equal lengths and the length does not leak.
+    if (!timingSafeEqual(digest(req.headers.authorization ?? ""), this.expectedAuth))
+      throw new HttpError(401, "Unauthorized");
+  }
+
+  private record(commands: RespArg[][]): void {
+    const names = commands.map((c) => String(c[0]).toLowerCase());
+    for (const name of names) this.counts.commands[name] = (this.counts.commands[name] ?? 0) + 1;
+    for (const name of new Set(names)) this.counts.requestsWith[name] = (this.counts.requestsWith[name] ?? 0) + 1;
+  }
+
+  /** Resolves never, until the mode leaves hang: then rejects, and the request is dropped. */
+  private hang(res: ServerResponse): Promise<never> {
+    this.counts.hung++;
+    return new Promise<never>((_, reject) => {
+      const drop = () => {
+        this.parked.delete(drop);
+        reject(new Dropped());
+      };
+      this.parked.add(drop);
+      res.once("close", drop); // the client gave up first
+    });
+  }
+
+  private async answer(req: IncomingMessage, res: ServerResponse): Promise<Answer> {
+    await pause(Math.floor(this.fault.latencyMs / 2)); // on the way to Redis
+    if (req.method !== "POST") throw new HttpError(405, "ERR only POST is supported");
+    this.authorise(req);
+    const path = pathOf(req);
+    if (path !== "" && path !== "/pipeline" && path !== "/multi-exec")
+      throw new HttpError(404, `ERR unknown endpoint ${path}`);
+    const body = parseJson(await readBody(req));
+    const encode = String(req.headers["upstash-encoding"] ?? "").toLowerCase() === "base64" ? toBase64Json : toTextJson;
+    const commands = path === "" ? [toCommand(body)] : toCommandList(body);
+    this.record(commands);
+    if (this.fault.mode === "hang") await this.hang(res);
+    if (this.fault.mode === "refuse") {
+      this.counts.refused++;
+      throw new Dropped();
+    }
+    this.syncToken++; // moves on every parsed request, writes included
+    return path === "" ? this.single(commands[0] ?? [], encode) : this.many(path, commands, encode);
+  }
+
+  private async single(command: RespArg[], encode: (reply: RespReply) => unknown): Promise<Answer> {
+    const reply = await this.redis.send(this.scripts.translate(command));
+    if (reply instanceof RespError) return { status: 400, body: { error: reply.message } };
+    return { status: 200, body: { result: encode(this.scripts.answer(command, reply)) } };
+  }
+
+  private async many(path: string, commands: RespArg[][], encode: (reply: RespReply) => unknown): Promise<Answer> {
+    const translated = commands.map((c) => this.scripts.translate(c));
+    const replies =
+      path === "/pipeline" ? await this.redis.sendMany(translated) : await transaction(this.redis, translated);
+    return {
+      status: 200,
+      body: replies.map((reply, i) =>
+        reply instanceof RespError
+          ? { error: reply.message }
+          : { result: encode(this.scripts.answer(commands[i] ?? [], reply)) },
+      ),
+    };
+  }
+
+  /** `/__bridge/delay` (GET reads, POST sets `{ "ms": 80 }` and/or `{ "mode": "hang" }`) and `/__bridge/counts`. */
+  private async control(req: IncomingMessage): Promise<Answer> {
+    this.authorise(req);
+    const what = pathOf(req).slice(CONTROL_PREFIX.length);
+    if (what === "counts" && req.method === "GET") return { status: 200, body: { result: snapshot(this.counts) } };
+    if (what !== "delay") throw new HttpError(404, `ERR unknown control endpoint ${pathOf(req)}`);
+    if (req.method === "POST") {
+      const change = toFaultChange(parseJson(await readBody(req)));
+      if (change.latencyMs !== undefined) this.fault.latencyMs = change.latencyMs;
+      if (change.mode !== undefined) this.setMode(change.mode);
+    } else if (req.method !== "GET") {
+      throw new HttpError(405, "ERR GET or POST");
+    }
+    return { status: 200, body: { result: { mode: this.fault.mode, ms: this.fault.latencyMs } } };
+  }
+
+  private respond(res: ServerResponse, status: number, body: unknown, delayMs: number): void {
+    const send = () => {
+      if (res.destroyed) return;
+      res.writeHead(status, {
+        "content-type": "application/json",
+        // Read-your-writes is trivial with one Redis; the token only has to be present and move on writes.
+        "upstash-sync-token": `bridge-${this.syncToken}`,
+      });
+      res.end(JSON.stringify(body));
+    };
+    if (delayMs > 0) setTimeout(send, delayMs);
+    else send();
+  }
 }
 
 /** A request the bridge drops without an answer (refuse mode, or parked in hang mode). */

@@ -66,46 +66,7 @@ function bridgeDelayMs(): number {
 async function main(): Promise<void> {
   const configPath = configPathFromArgs(process.argv.slice(2));
   const port = Number(process.env.PORT ?? 8787);
-  const vars: Record<string, string> = {};
-
-  if (process.env.UPSTASH_REDIS_REST_URL) {
-    vars.UPSTASH_REDIS_REST_URL = process.env.UPSTASH_REDIS_REST_URL;
-    vars.UPSTASH_REDIS_REST_TOKEN = process.env.UPSTASH_REDIS_REST_TOKEN ?? "";
-    console.log(`redis   ${vars.UPSTASH_REDIS_REST_URL} (Upstash, from UPSTASH_REDIS_REST_URL)`);
-  } else {
-    let redisUrl = process.env.REDIS_URL;
-    if (!redisUrl) {
-      if (!redisServerAvailable()) {
-        console.error(REDIS_MISSING);
-        process.exit(1);
-      }
-      const redis = await startRedis();
-      stops.push(() => redis.stop());
-      redisUrl = redis.url;
-    }
-    const token = randomBytes(16).toString("hex");
-    const bridge = await startBridge({ redisUrl, token, port: await freePort(), latencyMs: bridgeDelayMs() });
-    stops.push(() => bridge.close());
-    vars.UPSTASH_REDIS_REST_URL = bridge.url;
-    vars.UPSTASH_REDIS_REST_TOKEN = token;
-    console.log(`redis   ${redisUrl}${process.env.REDIS_URL ? " (REDIS_URL)" : " (spawned)"}`);
-    console.log(
-      `bridge  ${bridge.url} (Upstash REST, token ${token}, ${bridge.fault.latencyMs} ms added per round trip)`,
-    );
-    console.log(
-      `        place Redis far away, hang or refuse it: curl -X POST -H 'authorization: Bearer ${token}' -d '{"ms":80}' ${bridge.url}/__bridge/delay  ({"mode":"hang"|"refuse"|"normal"})`,
-    );
-  }
-
-  if (process.env.ORIGIN_URL) {
-    vars.ORIGIN_URL = process.env.ORIGIN_URL;
-    console.log(`origin  ${vars.ORIGIN_URL} (ORIGIN_URL)`);
-  } else {
-    const origin = await startOrigin({ port: await freePort() });
-    stops.push(() => origin.close());
-    vars.ORIGIN_URL = origin.url;
-    console.log(`origin  ${origin.url} (demo)`);
-  }
+  const vars: Record<string, string> = { ...(await redisVars()), ORIGIN_URL: await originUrl() };
 
   const checked = checkWranglerConfig(configPath, { ORIGIN_URL: vars.ORIGIN_URL });
   if (!checked.ok) {
@@ -115,6 +76,59 @@ async function main(): Promise<void> {
 
   // an admin token for the dashboard and the admin API (yours from SLUICE_ADMIN_TOKEN, else a fresh one)
   vars.SLUICE_ADMIN_TOKEN = process.env.SLUICE_ADMIN_TOKEN ?? randomBytes(12).toString("hex");
+  startWrangler(configPath, port, vars);
+  console.log(
+    `sluice  http://127.0.0.1:${port} (wrangler dev, config ${configPath}); try: curl -i http://127.0.0.1:${port}/api/products/1`,
+  );
+  console.log(`admin   http://127.0.0.1:${port}/__sluice/ (dashboard; token ${vars.SLUICE_ADMIN_TOKEN})`);
+}
+
+/** The Worker's Redis: a real Upstash database if one is named, else the bridge in front of a local Redis. */
+async function redisVars(): Promise<Record<string, string>> {
+  if (process.env.UPSTASH_REDIS_REST_URL) {
+    console.log(`redis   ${process.env.UPSTASH_REDIS_REST_URL} (Upstash, from UPSTASH_REDIS_REST_URL)`);
+    return {
+      UPSTASH_REDIS_REST_URL: process.env.UPSTASH_REDIS_REST_URL,
+      UPSTASH_REDIS_REST_TOKEN: process.env.UPSTASH_REDIS_REST_TOKEN ?? "",
+    };
+  }
+  let redisUrl = process.env.REDIS_URL;
+  if (!redisUrl) {
+    if (!redisServerAvailable()) {
+      console.error(REDIS_MISSING);
+      process.exit(1);
+    }
+    const redis = await startRedis();
+    stops.push(() => redis.stop());
+    redisUrl = redis.url;
+  }
+  const token = randomBytes(16).toString("hex");
+  const bridge = await startBridge({ redisUrl, token, port: await freePort(), latencyMs: bridgeDelayMs() });
+  stops.push(() => bridge.close());
+  console.log(`redis   ${redisUrl}${process.env.REDIS_URL ? " (REDIS_URL)" : " (spawned)"}`);
+  console.log(
+    `bridge  ${bridge.url} (Upstash REST, token ${token}, ${bridge.fault.latencyMs} ms added per round trip)`,
+  );
+  console.log(
+    `        place Redis far away, hang or refuse it: curl -X POST -H 'authorization: Bearer ${token}' -d '{"ms":80}' ${bridge.url}/__bridge/delay  ({"mode":"hang"|"refuse"|"normal"})`,
+  );
+  return { UPSTASH_REDIS_REST_URL: bridge.url, UPSTASH_REDIS_REST_TOKEN: token };
+}
+
+/** ORIGIN_URL if set, else the demo origin, started here. */
+async function originUrl(): Promise<string> {
+  if (process.env.ORIGIN_URL) {
+    console.log(`origin  ${process.env.ORIGIN_URL} (ORIGIN_URL)`);
+    return process.env.ORIGIN_URL;
+  }
+  const origin = await startOrigin({ port: await freePort() });
+  stops.push(() => origin.close());
+  console.log(`origin  ${origin.url} (demo)`);
+  return origin.url;
+}
+
+/** `wrangler dev` in a process group of its own, stopped with everything else and stopping it all when it exits. */
+function startWrangler(configPath: string, port: number, vars: Record<string, string>): void {
   const args = [
     "wrangler",
     "dev",
@@ -142,10 +156,6 @@ async function main(): Promise<void> {
       }),
   );
   wrangler.once("exit", (code) => void stopAll(code ?? 0));
-  console.log(
-    `sluice  http://127.0.0.1:${port} (wrangler dev, config ${configPath}); try: curl -i http://127.0.0.1:${port}/api/products/1`,
-  );
-  console.log(`admin   http://127.0.0.1:${port}/__sluice/ (dashboard; token ${vars.SLUICE_ADMIN_TOKEN})`);
 }
 
 main().catch(async (e: unknown) => {

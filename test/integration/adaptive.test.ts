@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { startQueueingOrigin, type QueueingOrigin } from "../../dev/queueing-origin.js";
+import { startQueueingOrigin, type QueueingOrigin } from "@sluice/dev";
 import { asHash } from "../../src/store/replies.js";
 import { call, sleep, useStack } from "./stack.js";
 

@@ -2,8 +2,7 @@ import { DECIDE_COMMANDS } from "../../src/features/rate-limit/decision/commands
 import { readFileSync } from "node:fs";
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { stripUnknownFlags } from "../../dev/bridge.js";
-import { RespClient, type RespArg } from "../../dev/resp.js";
+import { stripUnknownFlags, RespClient, type RespArg } from "@sluice/dev";
 import { loadConfig, type Limit } from "../../src/config/index.js";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { scriptCall, type ScriptBucket, type ScriptMode } from "../../src/features/rate-limit/decision/decision.js";

@@ -1,6 +1,6 @@
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freePort } from "../../dev/ports.js";
+import { freePort } from "@sluice/dev";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { call, startOrigin, type DemoOrigin, useStack } from "./stack.js";
 

@@ -6,8 +6,7 @@
  */
 import type { Miniflare } from "miniflare";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { BridgeCounts } from "../../dev/bridge.js";
-import { RespClient } from "../../dev/resp.js";
+import { type BridgeCounts, RespClient } from "@sluice/dev";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { call, sleep, startWorker, type DemoOrigin, type RedisStack, useStack } from "./stack.js";
 

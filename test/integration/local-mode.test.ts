@@ -1,6 +1,6 @@
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startRedis } from "../../dev/redis-process.js";
+import { startRedis } from "@sluice/dev";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { call, sleep, startWorker, type DemoOrigin, type RedisStack, useStack } from "./stack.js";
 

@@ -1,7 +1,7 @@
 import { sign } from "hono/jwt";
 import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
-import { RespClient } from "../../dev/resp.js";
+import { RespClient } from "@sluice/dev";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { call, commandCalls, startWorker, type DemoOrigin, type RedisStack, useStack } from "./stack.js";
 

@@ -1,9 +1,15 @@
 import { Redis } from "@upstash/redis";
 import { Miniflare } from "miniflare";
 import { afterAll, beforeAll, inject } from "vitest";
-import { startBridge, type Bridge } from "../../dev/bridge.js";
-import { startOrigin, type DemoOrigin } from "../../dev/origin.js";
-import { startRedis, type RedisProcess } from "../../dev/redis-process.js";
+import {
+  startBridge,
+  type Bridge,
+  startOrigin,
+  type DemoOrigin,
+  startRedis,
+  type RedisProcess,
+  RespClient,
+} from "@sluice/dev";
 import type { SluiceInput } from "../../src/config/schema.js";
 
 export const TOKEN = "test-token";
@@ -246,7 +252,6 @@ export async function call(
 
 /** `INFO commandstats` of the stack's Redis, as calls per command, read over RESP directly. */
 export async function commandCalls(stack: RedisStack): Promise<Record<string, number>> {
-  const { RespClient } = await import("../../dev/resp.js");
   const client = RespClient.fromUrl(stack.redis.url);
   try {
     const info = String(await client.send(["INFO", "commandstats"]));

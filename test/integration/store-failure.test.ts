@@ -1,7 +1,7 @@
 import type { Redis } from "@upstash/redis";
 import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
-import { startRedis } from "../../dev/redis-process.js";
+import { startRedis } from "@sluice/dev";
 import { call, commandCalls, startWorker, type DemoOrigin, type RedisStack, useStack } from "./stack.js";
 
 const routes = [{ name: "r", match: "/*", limits: [{ name: "per-ip", rate: 1000, period: "1s" }] }];

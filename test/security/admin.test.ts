@@ -6,7 +6,7 @@
  */
 import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
-import { RespClient } from "../../dev/resp.js";
+import { RespClient } from "@sluice/dev";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { hashIdentifier } from "../../src/identity/hash.js";
 import {

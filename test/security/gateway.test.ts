@@ -7,6 +7,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RespClient } from "@sluice/dev";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { call, sleep, startWorker, type DemoOrigin, type RedisStack, useStack } from "../integration/stack.js";
 import { portOf, rawRequest, type RawHeader, type RawResponse } from "../support/raw-http.js";
@@ -240,7 +241,6 @@ describe("8. bodies are bounded while they are read", () => {
     });
     expect(queued.status, `100 KiB + 1 chunked to a shed queue route: ${show(queued)}`).toBe(413);
     await sleep(500); // a job's status is written after the response
-    const { RespClient } = await import("../../dev/resp.js");
     const redis = RespClient.fromUrl(stack.redis.url);
     try {
       const jobs = (await redis.send(["KEYS", `${PREFIX}:job:*`])) as unknown[];

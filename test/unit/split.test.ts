@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { splitShares } from "../../src/region/shares.js";
-import { simulateSplit } from "../support/split-simulation.js";
+import { simulateSplit } from "@sluice/dev";
 
 const INCIDENT = { rate: 400, burst: 40, demand: { us: 240, eu: 120, ap: 30, sa: 10 }, seconds: 60 };
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freePort } from "../../../dev/ports.js";
-import { startOrigin, type DemoOrigin } from "../../../dev/origin.js";
+import { freePort, startOrigin, type DemoOrigin } from "@sluice/dev";
 import { countedApp, from, middlewareRig, TIMEOUT_MS } from "../../../test/support/middleware-rig.js";
 import { sluice, type SluiceConfig } from "../../index.js";
 

@@ -1,9 +1,9 @@
 import { existsSync, readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { describe, expect, it } from "vitest";
-import { parseUploadSize, uploadModules, wranglerConfig } from "../../bench/anchor/build.js";
-import { ANCHOR_DOCS } from "../../bench/anchor/docs.js";
-import { type AnchorResult, type SideFigures, sideFigures } from "../../bench/anchor/figures.js";
+import { parseUploadSize, uploadModules, wranglerConfig } from "./build.js";
+import { ANCHOR_DOCS } from "./docs.js";
+import { type AnchorResult, type SideFigures, sideFigures } from "./figures.js";
 import {
   comparisonRows,
   END_MARKER,
@@ -14,9 +14,9 @@ import {
   renderAnchorTable,
   replaceMarkedBlock,
   START_MARKER,
-} from "../../bench/anchor/render.js";
-import type { RoundCounts } from "../../bench/anchor/traffic.js";
-import { emptyTapCounts } from "../../bench/tap.js";
+} from "./render.js";
+import type { RoundCounts } from "./traffic.js";
+import { emptyTapCounts } from "../tap.js";
 
 function side(requests: number, billed: number, p50: number, p99: number): SideFigures {
   return {

@@ -1,7 +1,7 @@
 import { createServer, type Server, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { encodeCommand, replyToJs, RespClient, RespError, RespParser, type RespReply } from "../../dev/resp.js";
+import { encodeCommand, replyToJs, RespClient, RespError, RespParser, type RespReply } from "./resp.js";
 
 describe("encodeCommand", () => {
   it("writes an array of bulk strings, byte lengths included", () => {

@@ -5,9 +5,9 @@
 import { createHash, randomUUID } from "node:crypto";
 import { Redis, type RedisConfigNodejs } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { type Bridge, startBridge } from "../../dev/bridge.js";
-import { type RedisProcess, startRedis } from "../../dev/redis-process.js";
-import { replyToJs, RespClient } from "../../dev/resp.js";
+import { type Bridge, startBridge } from "./bridge.js";
+import { type RedisProcess, startRedis } from "./redis-process.js";
+import { replyToJs, RespClient } from "./resp.js";
 
 const TOKEN = "bridge-test-token";
 let redisProcess: RedisProcess;

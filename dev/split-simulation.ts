@@ -1,10 +1,11 @@
-import { equalShare, splitShares, type Share } from "../../src/region/shares.js";
+import { equalShare, splitShares, type Share } from "../src/region/shares.js";
 
 /**
  * A deterministic simulation of a `split` limit across regions, on a simulated clock: each
  * region's bucket follows decide.lua's arithmetic (integer units, rescaled and clamped when its
  * share changes), each region records its attempts, and a rebalancer recomputes shares with the
- * production `splitShares` every interval. Used by the tests and by `npm run bench`.
+ * production `splitShares` every interval. Used by the split tests and by `npm run bench`
+ * (section 4), so it lives here, below both.
  */
 export interface SplitScenario {
   rate: number;
@@ -67,18 +68,7 @@ export function simulateSplit(s: SplitScenario): SplitResult {
   const admitTimes: number[] = [];
   const cutOffShares: Share[] = [];
 
-  // Arrivals: each region's requests evenly spaced, offset so regions do not move in lockstep.
-  const events: Array<{ t: number; region: string }> = [];
-  regions.forEach((region, i) => {
-    for (let sec = 0; sec < s.seconds; sec++) {
-      const cut = s.cutOff && s.cutOff.region === region && sec >= s.cutOff.fromSecond;
-      const perSecond = cut && s.cutOff?.demand !== undefined ? s.cutOff.demand : (s.demand[region] as number);
-      for (let k = 0; k < perSecond; k++)
-        events.push({ t: sec * US + Math.floor(((k + (i + 1) / (regions.length + 1)) * US) / perSecond), region });
-    }
-  });
-  events.sort((a, b) => a.t - b.t);
-
+  const events = arrivals(s, regions);
   let nextRebalance = s.rebalanceMs > 0 ? s.rebalanceMs * 1000 : Infinity;
   for (const e of events) {
     while (e.t >= nextRebalance) {
@@ -103,13 +93,32 @@ export function simulateSplit(s: SplitScenario): SplitResult {
 
   const perSecond = Array.from({ length: s.seconds }, () => 0);
   for (const t of admitTimes) perSecond[Math.floor(t / US)]! += 1;
-  let worstSecond = 0;
-  for (let lo = 0, hi = 0, from = 0; from + US <= s.seconds * US; from += 10_000) {
+  return { perSecond, admittedByRegion, worstSecond: worstSecond(admitTimes, s.seconds), cutOffShares };
+}
+
+/** Each region's requests evenly spaced, offset so regions do not move in lockstep, in time order. */
+function arrivals(s: SplitScenario, regions: string[]): Array<{ t: number; region: string }> {
+  const events: Array<{ t: number; region: string }> = [];
+  regions.forEach((region, i) => {
+    for (let sec = 0; sec < s.seconds; sec++) {
+      const cut = s.cutOff && s.cutOff.region === region && sec >= s.cutOff.fromSecond;
+      const perSecond = cut && s.cutOff?.demand !== undefined ? s.cutOff.demand : (s.demand[region] as number);
+      for (let k = 0; k < perSecond; k++)
+        events.push({ t: sec * US + Math.floor(((k + (i + 1) / (regions.length + 1)) * US) / perSecond), region });
+    }
+  });
+  return events.sort((a, b) => a.t - b.t);
+}
+
+/** The most admissions in any window of one second, sliding in 10 ms steps. */
+function worstSecond(admitTimes: number[], seconds: number): number {
+  let worst = 0;
+  for (let lo = 0, hi = 0, from = 0; from + US <= seconds * US; from += 10_000) {
     while (hi < admitTimes.length && (admitTimes[hi] as number) < from + US) hi++;
     while (lo < admitTimes.length && (admitTimes[lo] as number) < from) lo++;
-    worstSecond = Math.max(worstSecond, hi - lo);
+    worst = Math.max(worst, hi - lo);
   }
-  return { perSecond, admittedByRegion, worstSecond, cutOffShares };
+  return worst;
 }
 
 function gcd(a: number, b: number): number {

@@ -11,7 +11,7 @@ import {
   runName,
   stepChart,
   svg,
-} from "../../bench/charts.js";
+} from "./charts.js";
 
 const LATEST = JSON.parse(readFileSync(resolve("bench/results/latest.json"), "utf8")) as BenchResults & {
   [section: string]: unknown;

@@ -4,9 +4,9 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { configWarnings, dotenvNames, regionsWithoutDatabase } from "../../dev/region-databases.js";
-import { checkWranglerConfig } from "../../dev/wrangler-config.js";
-import { loadConfig, type Config } from "../../src/config/index.js";
+import { configWarnings, dotenvNames, regionsWithoutDatabase } from "./region-databases.js";
+import { checkWranglerConfig } from "./wrangler-config.js";
+import { loadConfig, type Config } from "../src/config/index.js";
 
 const dir = mkdtempSync(join(tmpdir(), "sluice-check-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { type QueueingOrigin, serviceOf, startQueueingOrigin } from "../../dev/queueing-origin.js";
+import { type QueueingOrigin, serviceOf, startQueueingOrigin } from "./queueing-origin.js";
 
 interface Answer {
   status: number;
