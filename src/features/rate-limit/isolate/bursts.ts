@@ -10,8 +10,9 @@ export const RECUR_MS = 1_000;
 /**
  * A bucket's bursts as one isolate sees them: runs of admissions (local or central) with less
  * than BURST_WINDOW_MS between each and the next, each sized by the tokens admitted within
- * BURST_WINDOW_MS of its first; a run over within BURST_SPAN_MS is a burst. Only the last two are kept: bursts that recur are sized by the
- * recent ones, and a client whose bursts grow or shrink is followed within one.
+ * BURST_WINDOW_MS of its first; a run over within BURST_SPAN_MS is a burst. Only the last two
+ * are kept: bursts that recur are sized by the recent ones, and a client whose bursts grow or
+ * shrink is followed within one.
  *
  * A steady client busier than one request per BURST_WINDOW_MS is one run that never ends (its
  * demand sizes its lease); a sparse one is runs of one request each (no burst).

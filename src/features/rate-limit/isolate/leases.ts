@@ -178,8 +178,8 @@ export class LeaseTable<B> {
 
   /**
    * Tokens to ask for each bucket in a central take (what tops its lease up to `demand ×
-   * horizonMs`, or its recurring bursts' peak), all zero unless every bucket is worth a lease. Asked tokens count as pending
-   * until `settle`.
+   * horizonMs`, or its recurring bursts' peak), all zero unless every bucket is worth a lease.
+   * Asked tokens count as pending until `settle`.
    */
   asks(buckets: readonly B[], now: number, horizonMs: (b: B) => number): number[] {
     const wanted = buckets.map((b) => {
@@ -198,8 +198,9 @@ export class LeaseTable<B> {
 
   /**
    * After a local admission: the buckets of the route whose lease fell below half of what it
-   * should hold (below one request, when a burst sizes it), with what to ask and a spent lease to close, if every bucket of the route is
-   * worth a lease and none has an ask in flight. Asked tokens count as pending until `settle`.
+   * should hold (below one request, when a burst sizes it), with what to ask and a spent lease
+   * to close, if every bucket of the route is worth a lease and none has an ask in flight. Asked
+   * tokens count as pending until `settle`.
    */
   renewals(buckets: readonly B[], now: number, horizonMs: (b: B) => number): Array<Renewal<B>> {
     const wanted = buckets.map((b) => {
