@@ -208,6 +208,7 @@ describe("through three Worker instances", () => {
       { name: "near", match: "/near", limits: [{ name: "per-ip", rate: 1, period: "1h", burst: 200 }] },
       { name: "steady", match: "/steady", limits: [{ name: "per-ip", rate: 200, period: "1s" }] },
       { name: "unleased", match: "/unleased", limits: [{ name: "per-ip", rate: 200, period: "1s", lease: false }] },
+      { name: "bursty", match: "/bursty", limits: [{ name: "per-ip", rate: 1000, period: "1s" }] },
     ],
   };
 
@@ -383,5 +384,38 @@ describe("through three Worker instances", () => {
     expect(unleased.scripts).toBeGreaterThanOrEqual(1);
     expect(leased.scripts).toBeLessThan(0.75);
     expect(leased.quiet).toBeGreaterThan(150 / 4);
+  });
+
+  it("a client in recurring bursts gets its later bursts decided in the isolate (fewer script requests than decisions), while a one-off burst stays fully central", async () => {
+    /** 20 concurrent requests from one client into one instance: the script requests made meanwhile. */
+    const burst = async (ip: string) => {
+      const before = scriptRequests();
+      const rs = await Promise.all(Array.from({ length: 20 }, () => call(worker(1), "/bursty", { ip })));
+      for (const r of rs) {
+        expect(r.status).toBe(200);
+        expect(r.headers.get("sluice-decision")).toBe("allow");
+      }
+      return scriptRequests() - before;
+    };
+    // a one-off burst: every decision central, no lease asked, so nothing to renew or give back later
+    const once = await keyOf("bursty", ipIdentity("10.4.0.1"));
+    const before = scriptRequests();
+    expect(await burst("10.4.0.1")).toBe(20);
+    expect((await stored(once)).held).toBe(0);
+    await sleep(1_500);
+    expect(scriptRequests() - before).toBe(20);
+
+    // bursts every 300 ms: the first two are central (the first may be all there is), the third
+    // asks a lease the size of a burst, and the next ones are decided from it, renewed once spent
+    const perBurst: number[] = [];
+    for (let i = 0; i < 8; i++) {
+      perBurst.push(await burst("10.4.0.2"));
+      await sleep(300);
+    }
+    if (process.env.SLUICE_TEST_LOGS) console.log(`bursts of 20, script requests per burst: ${perBurst.join(" ")}`);
+    expect(perBurst.slice(0, 2)).toEqual([20, 20]);
+    const later = perBurst.slice(3).reduce((a, b) => a + b, 0);
+    expect(later).toBeLessThan((5 * 20) / 2);
+    expect(Math.min(...perBurst.slice(3))).toBeLessThan(20);
   });
 });

@@ -164,7 +164,7 @@ describe("the lease table", () => {
   it("renews below half of what the lease should hold, closing a fully spent lease of a token bucket with it", () => {
     const [b] = bucketsOf([1]) as [TestBucket];
     const table = tableOf(10);
-    for (let i = 0; i < 40; i++) table.counted([b], [0], 1_000 + i);
+    for (let i = 0; i < 40; i++) table.counted([b], [0], 1_000 + 25 * i); // steady, not a burst
     table.counted([b], [0], 2_000); // in use for a second: 41 in the last one
     table.settle(b, 0, { tokens: 2, ms: 1_000, epoch: 3 }, 2_000, 2_001);
     table.settle(b, 0, { tokens: 4, ms: 1_200, epoch: 4 }, 2_001, 2_002);
@@ -249,3 +249,126 @@ describe("the `lease` field of a limit", () => {
     expect(limitOf({ scope: "split", lease: true })).toMatch(/\.lease: /);
   });
 });
+
+describe("burst-aware asks", () => {
+  const horizon = () => 100;
+  /** One bucket of capacity 400 (a quarter: 100) and the given cost. */
+  const one = (cost: number) => bucketsOf([cost])[0] as TestBucket;
+
+  it("a bucket's first burst asks nothing, nor a one-off burst later; from the third of bursts that recur, a lease sized for the next burst is asked", () => {
+    const b = one(1);
+    const table = tableOf(10);
+    const burst = (at: number, n: number) => {
+      for (let i = 0; i < n; i++) table.counted([b], [0], at + i);
+    };
+    expect(table.asks([b], 10_000, horizon)).toEqual([0]); // the first request of the first burst
+    burst(10_000, 20);
+    expect(table.asks([b], 10_300, horizon)).toEqual([0]); // the second: one burst seen, which may be all
+    burst(10_300, 20);
+    expect(table.asks([b], 10_600, horizon)).toEqual([20]); // two, 300 ms apart: the next one's size
+    expect(table.asks([b], 10_600, horizon)).toEqual([0]); // in flight
+    table.settle(b, 20, { tokens: 20, ms: 1_000, epoch: 1 }, 10_600, 10_620);
+    burst(10_600, 20);
+    // the next burst is decided here, and the lease renewed once spent (not at half: the burst needs all of it)
+    for (let i = 0; i < 19; i++) {
+      expect(table.admit([b], 10_900 + i)).toBeDefined();
+      expect(table.renewals([b], 10_900 + i, horizon)).toEqual([]);
+    }
+    expect(table.admit([b], 10_919)).toBeDefined();
+    expect(table.renewals([b], 10_919, horizon)).toEqual([
+      { bucket: b, ask: 20, close: { epoch: 1, granted: 20, left: 0 } },
+    ]);
+  });
+
+  it("a steady client, a sparse one, bursts more than a second apart and runs longer than a burst ask by demand alone", () => {
+    const cases: Array<{ times: number[]; at: number }> = [
+      { times: Array.from({ length: 60 }, (_, i) => 1_000 + 15 * i), at: 1_900 }, // 66/s: one run, a second old
+      { times: Array.from({ length: 10 }, (_, i) => 1_000 + 300 * i), at: 4_000 }, // runs of one request
+      {
+        times: [...Array.from({ length: 10 }, (_, i) => 1_000 + i), ...Array.from({ length: 10 }, (_, i) => 2_200 + i)],
+        at: 2_500,
+      },
+      {
+        times: [
+          ...Array.from({ length: 20 }, (_, i) => 1_000 + 20 * i),
+          ...Array.from({ length: 20 }, (_, i) => 1_600 + 20 * i),
+        ],
+        at: 2_000,
+      },
+    ];
+    for (const { times, at } of cases) {
+      const b = one(1);
+      const table = tableOf(10);
+      const demand = new Demand();
+      for (const t of times) {
+        table.counted([b], [0], t);
+        demand.add(t, 1);
+      }
+      const steady = Math.floor(demand.perSecond(at) / 10);
+      expect(table.asks([b], at, horizon)).toEqual([steady >= 1 ? steady : 0]);
+    }
+  });
+
+  it("over any history of admissions, what a central take asks is the reference policy's: max(demand × horizon, the peak of the last two bursts when they recur), at most a quarter of the capacity, nothing below one request; a history of one run never asks more than demand", () => {
+    const group = fc.record({
+      gap: fc.integer({ min: 1, max: 1_500 }),
+      count: fc.integer({ min: 1, max: 40 }),
+      spacing: fc.integer({ min: 0, max: 60 }),
+    });
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 3 }),
+        fc.array(group, { minLength: 1, maxLength: 8 }),
+        fc.integer({ min: 0, max: 1_500 }),
+        fc.integer({ min: 100, max: 400 }),
+        (cost, groups, askAfter, horizonMs) => {
+          const times: number[] = [];
+          let t = 50_000;
+          for (const g of groups) {
+            t += g.gap;
+            for (let i = 0; i < g.count; i++) times.push((t += i === 0 ? 0 : g.spacing));
+          }
+          const now = t + askAfter;
+          const b = one(cost);
+          const table = tableOf(10);
+          const demand = new Demand();
+          for (const at of times) {
+            table.counted([b], [0], at);
+            demand.add(at, cost);
+          }
+          const steady = Math.floor((demand.perSecond(now) * horizonMs) / 1000);
+          const runs = runsOf(times, cost);
+          const [prev, last] = runs.slice(-2);
+          const burst = (r: RefRun) => r.size >= 2 * cost && r.end - r.start <= 250;
+          const recur =
+            prev && last && now - last.start <= 1_000 && last.start - prev.start <= 1_000 && burst(prev) && burst(last);
+          const peak = recur ? Math.max(prev.size, last.size) : 0;
+          const target = Math.min(Math.max(steady, peak), 100);
+          const [ask] = table.asks([b], now, () => horizonMs);
+          expect(ask).toBe(target >= cost ? target : 0);
+          expect(ask).toBeLessThanOrEqual(100);
+          if (runs.length === 1) expect(ask).toBe(steady >= cost ? Math.min(steady, 100) : 0);
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+});
+
+interface RefRun {
+  start: number;
+  end: number;
+  size: number;
+}
+
+/** The reference split of admission times into runs: a gap of 100 ms or more starts one; its size is what was admitted within 100 ms of its first. */
+function runsOf(times: number[], cost: number): RefRun[] {
+  const runs: RefRun[] = [];
+  times.forEach((t, i) => {
+    if (i === 0 || t - (times[i - 1] as number) >= 100) runs.push({ start: t, end: t, size: 0 });
+    const r = runs.at(-1) as RefRun;
+    r.end = t;
+    if (t - r.start < 100) r.size += cost;
+  });
+  return runs;
+}

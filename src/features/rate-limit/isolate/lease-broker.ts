@@ -19,10 +19,10 @@ export const MIN_HORIZON_MS = 100;
 
 /**
  * Leases between this isolate and Redis: decides a route from its leases when they cover it,
- * tells central decisions how much to ask, renews a lease that fell below half in the background
- * (`defer`, i.e. `ctx.waitUntil`: the client never waits for it), and gives back what expired,
- * was evicted or dropped, with decide.lua's `lease` and `return` modes. The bookkeeping itself is
- * src/features/rate-limit/isolate/leases.ts's.
+ * tells central decisions how much to ask, renews a lease that fell below half (or, sized by a
+ * burst, was spent) in the background (`defer`, i.e. `ctx.waitUntil`: the client never waits for
+ * it), and gives back what expired, was evicted or dropped, with decide.lua's `lease` and
+ * `return` modes. The bookkeeping itself is src/features/rate-limit/isolate/leases.ts's.
  *
  * The horizon a lease covers is twice the store's smoothed round trip, as this isolate measures
  * it on its own script calls (at least MIN_HORIZON_MS): a renewal sent at half a lease comes back

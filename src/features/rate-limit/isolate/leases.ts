@@ -1,3 +1,4 @@
+import { Bursts } from "./bursts.js";
 import { Demand } from "./demand.js";
 import type { LeaseClose, LeaseGrant } from "../decision/script-call.js";
 
@@ -72,6 +73,7 @@ interface Entry<B> {
   parts: Part[];
   spent: Spent[];
   demand: Demand;
+  bursts: Bursts;
   /** Tokens asked in calls still in flight: not asked again meanwhile. */
   pending: number;
   fullAt: number;
@@ -105,6 +107,10 @@ export interface LeaseTotals {
  *   Demand). A lease asks for `demand × horizon` (at most a quarter of the capacity): enough to
  *   last until a renewal sent at half comes back. Below one request's cost it asks nothing, so a
  *   bucket seen once (or rarely), or one burst, never takes a lease.
+ * - **Bursts** per bucket (see Bursts): when they recur (two of more than one request within a
+ *   second), a lease asks for the larger of the last two if that is more than `demand × horizon`,
+ *   so the next burst is answered here; such a lease is renewed once it is spent (the next burst
+ *   needs all of it), not at half. The first burst, and a one-off one, still ask nothing.
  * - **All or nothing**, like the script: a route is decided here only when every bucket has live
  *   lease tokens for its cost; asks and renewals are made only when every bucket of the route is
  *   worth a lease (a lease on one limit of a route whose other limit is always central is waste).
@@ -151,6 +157,7 @@ export class LeaseTable<B> {
       spend(e, e.terms.cost);
       this.expire(e, now);
       e.demand.add(now, e.terms.cost);
+      e.bursts.add(now, e.terms.cost);
       this.totals.admitted += e.terms.cost;
       this.touch(e);
       return { tokens: live(e), fullAt: e.fullAt };
@@ -163,6 +170,7 @@ export class LeaseTable<B> {
       const e = this.entryOf(b, now);
       if (!e) return;
       e.demand.add(now, e.terms.cost);
+      e.bursts.add(now, e.terms.cost);
       e.fullAt = now + (resetMs[i] ?? 0);
       this.touch(e);
     });
@@ -170,13 +178,13 @@ export class LeaseTable<B> {
 
   /**
    * Tokens to ask for each bucket in a central take (what tops its lease up to `demand ×
-   * horizonMs`), all zero unless every bucket is worth a lease. Asked tokens count as pending
-   * until `settle`.
+   * horizonMs`, or its recurring bursts' peak), all zero unless every bucket is worth a lease.
+   * Asked tokens count as pending until `settle`.
    */
   asks(buckets: readonly B[], now: number, horizonMs: (b: B) => number): number[] {
     const wanted = buckets.map((b) => {
       const e = this.entryOf(b, now);
-      const target = e ? this.target(e, now, horizonMs(b)) : 0;
+      const target = e ? this.target(e, now, horizonMs(b)).tokens : 0;
       return { e, target };
     });
     if (wanted.some((w) => w.target === 0)) return buckets.map(() => 0);
@@ -190,20 +198,21 @@ export class LeaseTable<B> {
 
   /**
    * After a local admission: the buckets of the route whose lease fell below half of what it
-   * should hold, with what to ask and a spent lease to close, if every bucket of the route is
-   * worth a lease and none has an ask in flight. Asked tokens count as pending until `settle`.
+   * should hold (below one request, when a burst sizes it), with what to ask and a spent lease
+   * to close, if every bucket of the route is worth a lease and none has an ask in flight. Asked
+   * tokens count as pending until `settle`.
    */
   renewals(buckets: readonly B[], now: number, horizonMs: (b: B) => number): Array<Renewal<B>> {
     const wanted = buckets.map((b) => {
       const e = this.entryOf(b, now);
-      return { e, target: e ? this.target(e, now, horizonMs(b)) : 0 };
+      return { e, ...(e ? this.target(e, now, horizonMs(b)) : { tokens: 0, burst: false }) };
     });
-    if (wanted.some((w) => w.target === 0)) return [];
+    if (wanted.some((w) => w.tokens === 0)) return [];
     const out: Array<Renewal<B>> = [];
-    for (const { e, target } of wanted) {
+    for (const { e, tokens: target, burst } of wanted) {
       const entry = e as Entry<B>;
       const has = live(entry, now);
-      if (entry.pending > 0 || has * 2 >= target) continue;
+      if (entry.pending > 0 || (burst ? has >= entry.terms.cost : has * 2 >= target)) continue;
       const ask = target - has;
       entry.pending += ask;
       entry.spent = entry.spent.filter((s) => s.until > now);
@@ -289,10 +298,16 @@ export class LeaseTable<B> {
     return this.entries.size;
   }
 
-  /** What a bucket's lease should hold: its demand over the horizon, at most a quarter of the capacity, nothing below one request. */
-  private target(e: Entry<B>, now: number, horizonMs: number): number {
-    const t = Math.min(Math.floor((e.demand.perSecond(now) * horizonMs) / 1000), Math.floor(e.terms.capacity / 4));
-    return t >= e.terms.cost ? t : 0;
+  /**
+   * What a bucket's lease should hold: its demand over the horizon, or its recent peak burst when
+   * bursts recur and that is more (`burst`), at most a quarter of the capacity, nothing below one
+   * request.
+   */
+  private target(e: Entry<B>, now: number, horizonMs: number): { tokens: number; burst: boolean } {
+    const steady = Math.floor((e.demand.perSecond(now) * horizonMs) / 1000);
+    const peak = e.bursts.peak(now, e.terms.cost);
+    const t = Math.min(Math.max(steady, peak), Math.floor(e.terms.capacity / 4));
+    return { tokens: t >= e.terms.cost ? t : 0, burst: peak > steady };
   }
 
   /** The entry of a leasable bucket, created if new (making room first); undefined when it may not be leased. */
@@ -302,7 +317,16 @@ export class LeaseTable<B> {
     const known = this.entries.get(terms.id);
     if (known) return known;
     if (this.entries.size >= this.capacity) this.evictOldest();
-    const e: Entry<B> = { bucket: b, terms, parts: [], spent: [], demand: new Demand(), pending: 0, fullAt: now };
+    const e: Entry<B> = {
+      bucket: b,
+      terms,
+      parts: [],
+      spent: [],
+      demand: new Demand(),
+      bursts: new Bursts(),
+      pending: 0,
+      fullAt: now,
+    };
     this.entries.set(terms.id, e);
     return e;
   }
