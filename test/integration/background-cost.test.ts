@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RespClient } from "../../dev/resp.js";
+import { RespClient } from "@sluice/dev";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { metricsKeys } from "../../src/store/layout.js";
 import { call, commandCalls, sleep, useStack } from "./stack.js";
