@@ -21,6 +21,7 @@ import {
   overrideField,
   overridesKey,
   overridesKeyOfBucket,
+  queueDepthKey,
   rebalanceLockKey,
   routeKeyPrefix,
   routeKeyPrefixOf,
@@ -48,6 +49,7 @@ const h = {
   lock: asKeyHash("55555555555555555555555555555555"),
   entry: asKeyHash("77777777777777777777777777777777"),
   session: asKeyHash("88888888888888888888888888888888"),
+  route: asKeyHash("99999999999999999999999999999999"),
 };
 
 /** Each kind's key(s) for the sample input, from its layout.ts function. */
@@ -59,6 +61,7 @@ const built: Record<LayoutKind, string[]> = {
   rebalanceLock: [rebalanceLockKey(prefix)],
   job: [jobKey(prefix, h.id)],
   jobLease: [jobLeaseKey(prefix, h.id)],
+  queueDepth: [queueDepthKey(prefix, h.route)],
   breaker: [breakerKey(prefix, route)],
   overrides: [overridesKey(prefix, route)],
   adaptive: [adaptiveStateKey(prefix, route, h.bucket)],
@@ -93,6 +96,7 @@ const placeholders: Record<string, string> = {
   "{sha256([principal, identity])}": h.lock,
   "{sha256(entry)}": h.entry,
   "{sha256(session)}": h.session,
+  "{sha256(route)}": h.route,
 };
 
 function fill(pattern: string): string {
@@ -120,6 +124,7 @@ describe("Redis layout: every key as documented", () => {
       rebalanceLock: ["sluice:rebalance:lock"],
       job: ["sluice:job:11111111111111111111111111111111"],
       jobLease: ["sluice:job:11111111111111111111111111111111:lease"],
+      queueDepth: ["sluice:queue:99999999999999999999999999999999"],
       breaker: ["sluice:checkout:breaker"],
       overrides: ["sluice:checkout:overrides"],
       adaptive: ["sluice:checkout:adaptive:state:0123456789abcdef0123456789abcdef"],

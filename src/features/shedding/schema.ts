@@ -10,6 +10,15 @@ const staticFallback = z
   })
   .strict();
 
+/** The Queues API's longest delay (`delaySeconds`). */
+const MAX_QUEUE_DELAY_MS = 43_200_000;
+const DEFAULT_MAX_RETRIES = 3;
+
+/** The schedule without `retry_delays`: 1 s, 2 s, 4 s … doubling, at most 60 s. */
+export function backoff(retries: number): number[] {
+  return Array.from({ length: retries }, (_, i) => Math.min(60_000, 1_000 * 2 ** i));
+}
+
 const queueSettings = z
   .object({
     /** Larger request bodies are refused with 413 rather than queued. */
@@ -28,12 +37,36 @@ const queueSettings = z
           .transform((h) => h.toLowerCase()),
       )
       .default(["content-type"]),
-    /** Deliveries that fail at the origin (5xx, network) before the job goes to the dead-letter queue. */
-    max_retries: z.number().int().min(0).max(100).default(3),
+    /**
+     * Deliveries that fail at the origin (5xx, network) before the job goes to the dead-letter
+     * queue, retried after 1 s, 2 s, 4 s … (at most 60 s). `retry_delays` says it instead.
+     */
+    max_retries: z.number().int().min(0).max(100).optional(),
+    /** The wait before each retry, in order: one entry per retry (the Queues delay, at most 12 h). */
+    retry_delays: z
+      .array(duration.pipe(z.number().max(MAX_QUEUE_DELAY_MS, "must be at most 12h")))
+      .max(100)
+      .optional(),
+    /** Jobs waiting at most: past it a shed request gets the overflow answer (503, or the route's `fallback`). */
+    max_depth: z.number().int().min(1).max(100_000_000).optional(),
+    /** A job older than this is dropped (to the dead-letter queue), never delivered late; at enqueue, a wait past it is overflow. */
+    max_age: duration.pipe(z.number().min(1_000, "must be at least 1s")).optional(),
     /** How long a job's status can be read. */
     status_ttl: duration.default(86_400_000),
   })
-  .strict();
+  .strict()
+  .superRefine((q, ctx) => {
+    if (q.retry_delays && q.max_retries !== undefined && q.max_retries !== q.retry_delays.length)
+      ctx.addIssue({
+        code: "custom",
+        path: ["retry_delays"],
+        message: `has ${q.retry_delays.length} entries but max_retries is ${q.max_retries}: give one of them (the entries are the retries)`,
+      });
+  })
+  .transform(({ max_retries, retry_delays, ...rest }) => {
+    const delays = retry_delays ?? backoff(max_retries ?? DEFAULT_MAX_RETRIES);
+    return { ...rest, max_retries: delays.length, retry_delays: delays };
+  });
 
 /** A route's shedding options: what a refused request gets instead of a 429 (docs/shedding.md). */
 export const sheddingOptions = {

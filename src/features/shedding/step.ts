@@ -7,6 +7,7 @@ import { clientLabel } from "../../metrics/labels.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { enqueue } from "./queue/enqueue.js";
+import { overflowAnswer } from "./queue/overflow.js";
 import { copyAddress, fallbackFor } from "./fallback/answer.js";
 import { isKeepable, keepCopy } from "./fallback/copies.js";
 import { divert } from "./divert.js";
@@ -30,6 +31,7 @@ const STRATEGIES: Record<Route["on_limit"], Strategy> = {
   },
   queue: async (c, scope, refusal) => {
     const queued = await enqueue(c.req.raw, scope, refusal.blocking.retryAfterMs);
+    if ("overflow" in queued) return overflowAnswer(c, scope, routeOf(scope), refusal, queued.overflow);
     scope.decision = queued.decision;
     return queued.response;
   },
