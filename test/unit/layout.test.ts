@@ -227,6 +227,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       adaptiveStateKey(prefix, route, hash),
       jobKey(prefix, hash),
       jobLeaseKey(prefix, hash),
+      queueDepthKey(prefix, hash),
       adminAuthKey(prefix, hash),
       adminSessionKey(prefix, hash),
       banRefusalsKey(prefix, route, limit, hash),
@@ -259,6 +260,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
         "idempotencyReplays",
         "job",
         "jobLease",
+        "queueDepth",
         "sessionLock",
       ].sort(),
     );
@@ -281,6 +283,8 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       // @ts-expect-error a client value is not a KeyHash
       () => jobLeaseKey(prefix, raw),
       // @ts-expect-error a client value is not a KeyHash
+      () => queueDepthKey(prefix, raw),
+      // @ts-expect-error a client value is not a KeyHash
       () => adminAuthKey(prefix, raw),
       // @ts-expect-error a client value is not a KeyHash
       () => adminSessionKey(prefix, raw),
@@ -297,7 +301,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       // @ts-expect-error a client value is not a KeyHash
       () => overrideField(limit, raw),
     ];
-    expect(refused).toHaveLength(12);
+    expect(refused).toHaveLength(13);
   });
 
   it("accepts text as a hash only when it is one (32 hex digits)", () => {
