@@ -72,6 +72,10 @@ describe("queue.max_depth", () => {
     expect(m.get('sluice_queue_depth{route="bounded"}')).toBe(3);
     expect(m.get('sluice_queue_jobs_total{route="bounded",outcome="shed_depth"}')).toBe(1);
     expect(m.get('sluice_queue_oldest_job_age_ms{route="bounded"}')).toBeGreaterThanOrEqual(0);
+    // the dashboard's queue panel reads the same figures
+    const dashboard = await call(mf, "/__sluice/api/dashboard", { headers: { authorization: `Bearer ${ADMIN}` } });
+    const queues = dashboard.json().queues as Array<Record<string, unknown>>;
+    expect(queues.find((q) => q.route === "bounded")).toMatchObject({ depth: 3, max_depth: 3, shed_depth: 1 });
   });
 
   it("answers the overflow with the route's fallback page when it has one", async () => {
