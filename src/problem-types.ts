@@ -204,6 +204,14 @@ export const PROBLEMS = {
     todo: "Retry after Retry-After (or retry_after_ms); the queue drains at the route's limit.",
     read: [RETRY, RATELIMIT, "reason and retry_after_ms (body)"],
   },
+  callbackNotAllowed: {
+    title: "Callback not allowed",
+    status: [400],
+    means:
+      "The request would have been queued with a completion callback (Sluice-Callback), but the URL is not an https URL the route allows.",
+    todo: "Send a callback URL the route's allowlist names, or none; retrying unchanged fails again.",
+    read: [],
+  },
   noSuchJob: {
     title: "No such job",
     status: [404],

@@ -27,6 +27,13 @@ const SLUICE: SluiceInput = {
     },
     { name: "aged", match: "/aged", on_limit: "queue", queue: { max_age: "1m" }, limits: hourly },
     {
+      name: "hooked",
+      match: "/hooked",
+      on_limit: "queue",
+      queue: { callbacks: ["https://hooks.example.com/*"] },
+      limits: hourly,
+    },
+    {
       name: "drain",
       match: "/drain",
       on_limit: "queue",
@@ -164,5 +171,35 @@ describe("retry_delays and the backlog figures", () => {
     // the queue never delivers before the limit's retry-after rounded up to a second
     expect(m.get('sluice_queue_delivery_lag_ms_sum{route="drain"}')).toBeGreaterThanOrEqual(queued.length * 1_000);
     expect(m.get('sluice_queue_depth{route="drain"}')).toBe(0);
+  });
+});
+
+describe("Sluice-Callback", () => {
+  it.each([
+    ["a host outside the allowlist", "https://evil.example.net/hook"],
+    ["a host that only begins like an allowed one", "https://hooks.example.com.evil.net/hook"],
+    ["plain http", "http://hooks.example.com/hook"],
+    ["credentials in the URL", "https://user:pw@hooks.example.com/hook"],
+    ["not a URL", "hooks.example.com/hook"],
+  ])("refuses to queue a job whose callback is %s, with a 400 problem", async (_, url) => {
+    await post("/hooked"); // the hour's one admission (later calls are refused by the limit)
+    const r = await call(mf, "/hooked", { method: "POST", body: "x", headers: { "sluice-callback": url } });
+    expect(r.status).toBe(400);
+    expect(r.json()).toMatchObject({ title: "Callback not allowed" });
+  });
+
+  it("queues a job whose callback the route allows, and refuses any on a route without an allowlist", async () => {
+    const ok = await call(mf, "/hooked", {
+      method: "POST",
+      body: "x",
+      headers: { "sluice-callback": "https://hooks.example.com/jobs/1" },
+    });
+    expect(ok.status).toBe(202);
+    const none = await call(mf, "/bounded", {
+      method: "POST",
+      body: "x",
+      headers: { "sluice-callback": "https://hooks.example.com/jobs/1" },
+    });
+    expect(none.status).toBe(400);
   });
 });

@@ -3,7 +3,7 @@
  * the demo origin: the consumer (`onQueue`) is handed each message by the test, which plays the
  * queue, so the delays it asks for are read exactly, in order, without waiting them out.
  */
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { loadConfig, type Route } from "../../src/config/index.js";
 import type { SluiceInput } from "../../src/config/schema.js";
 import type { Env } from "../../src/env.js";
@@ -23,7 +23,7 @@ const SLUICE: SluiceInput = {
       name: "notify",
       match: "/notify",
       on_limit: "queue",
-      queue: { retry_delays: ["1s", "5s", "30s", "5m", "30m"] },
+      queue: { retry_delays: ["1s", "5s", "30s", "5m", "30m"], callbacks: ["https://hooks.example.com/jobs/*"] },
       limits: roomy,
     },
     { name: "plain", match: "/plain", on_limit: "queue", limits: roomy },
@@ -156,5 +156,50 @@ describe("the backlog counter (lua/queue-depth.lua)", () => {
     expect(await readBacklogs(store, "qc", ["deep"])).toEqual([{ depth: 0, headAt: undefined }]);
     expect((await enterQueue(store, "qc", deep(), 9_000)).depth).toBe(1);
     expect(await readBacklogs(store, "qc", ["deep"])).toEqual([{ depth: 1, headAt: 9_000 }]);
+  });
+});
+
+describe("completion callbacks", () => {
+  const realFetch = globalThis.fetch;
+  /** What the hook receiver got: the test's stand-in for an https endpoint outside this machine. */
+  const hooks: Array<{ url: string; body: Record<string, unknown> }> = [];
+  const receiveHooks = () =>
+    vi.spyOn(globalThis, "fetch").mockImplementation(async (input, init) => {
+      const url = input instanceof Request ? input.url : String(input);
+      if (!url.startsWith("https://hooks.example.com/")) return realFetch(input, init);
+      hooks.push({ url, body: JSON.parse(String(init?.body)) as Record<string, unknown> });
+      return new Response(null, { status: 204 });
+    });
+  afterEach(() => {
+    vi.restoreAllMocks();
+    hooks.length = 0;
+  });
+
+  it("tells the callback the job's outcome once: delivered, with the origin's status", async () => {
+    receiveHooks();
+    const job = { ...jobFor("notify"), callback: "https://hooks.example.com/jobs/42" };
+    await playQueue(job);
+    expect(hooks).toEqual([
+      {
+        url: "https://hooks.example.com/jobs/42",
+        body: { job_id: job.id, route: "notify", failures: 0, status: "delivered", origin_status: 200 },
+      },
+    ]);
+  });
+
+  it("tells it once, after the last retry, when the job fails for good", async () => {
+    receiveHooks();
+    const job = { ...jobFor("notify", "?status=500"), callback: "https://hooks.example.com/jobs/43" };
+    await playQueue(job);
+    expect(hooks.map((h) => h.body)).toEqual([
+      { job_id: job.id, route: "notify", failures: 6, status: "failed", origin_status: 500 },
+    ]);
+  });
+
+  it("never calls a URL the route's allowlist does not name (checked again at delivery)", async () => {
+    receiveHooks();
+    await playQueue({ ...jobFor("plain"), callback: "https://hooks.example.com/jobs/44" });
+    await playQueue({ ...jobFor("notify"), callback: "https://hooks.example.com/other" });
+    expect(hooks).toEqual([]);
   });
 });

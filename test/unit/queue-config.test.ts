@@ -41,6 +41,16 @@ describe("queue bounds and retry schedule in the configuration", () => {
     expect(routeOf({ max_retries: 2, retry_delays: ["1s", "2s"] }).queue.max_retries).toBe(2);
   });
 
+  it("normalises the callback allowlist: exact URLs and prefixes with a trailing *", () => {
+    expect(
+      routeOf({ callbacks: ["https://HOOKS.example.com/jobs/*", "https://hooks.example.com"] }).queue.callbacks,
+    ).toEqual([
+      { url: "https://hooks.example.com/jobs/", prefix: true },
+      { url: "https://hooks.example.com/", prefix: false },
+    ]);
+    expect(routeOf({}).queue.callbacks).toEqual([]);
+  });
+
   it("parses max_depth and max_age, and leaves both unbounded by default", () => {
     expect(routeOf({ max_depth: 10_000, max_age: "10m" }).queue).toMatchObject({ max_depth: 10_000, max_age: 600_000 });
     const q = routeOf({}).queue;
@@ -60,6 +70,13 @@ describe("queue bounds and retry schedule in the configuration", () => {
       { max_retries: 3, retry_delays: ["1s"] },
       "routes[0].queue.retry_delays",
       /has 1 entries but max_retries is 3/,
+    ],
+    ["a callback over http", { callbacks: ["http://hooks.example.com/*"] }, "routes[0].queue.callbacks[0]", /https/],
+    [
+      "a wildcard in a callback's host",
+      { callbacks: ["https://*.example.com/"] },
+      "routes[0].queue.callbacks[0]",
+      /https/,
     ],
     ["an unknown queue option", { max_lenght: 3 }, "routes[0].queue", /max_lenght/],
   ])("refuses %s, naming the field", (_, queue, field, problem) => {

@@ -10,6 +10,26 @@ const staticFallback = z
   })
   .strict();
 
+/**
+ * A completion callback the route allows: an https URL, exact, or a prefix written with a trailing
+ * `*` after at least the host and its `/` (so the host is always fixed).
+ */
+const callbackPattern = z.string().transform((text, ctx) => {
+  const prefix = text.endsWith("*");
+  const body = prefix ? text.slice(0, -1) : text;
+  let url: URL | undefined;
+  try {
+    url = new URL(body);
+  } catch {
+    url = undefined;
+  }
+  if (!url || url.protocol !== "https:" || url.username || url.password || body.includes("*")) {
+    ctx.addIssue({ code: "custom", message: `"${text}" is not an https URL (a trailing * allows any URL it begins)` });
+    return z.NEVER;
+  }
+  return { url: url.href, prefix };
+});
+
 /** The Queues API's longest delay (`delaySeconds`). */
 const MAX_QUEUE_DELAY_MS = 43_200_000;
 const DEFAULT_MAX_RETRIES = 3;
@@ -53,6 +73,8 @@ const queueSettings = z
     max_age: duration.pipe(z.number().min(1_000, "must be at least 1s")).optional(),
     /** How long a job's status can be read. */
     status_ttl: duration.default(86_400_000),
+    /** The completion callbacks (`Sluice-Callback`) a job may name; none allowed by default. */
+    callbacks: z.array(callbackPattern).max(50).default([]),
   })
   .strict()
   .superRefine((q, ctx) => {

@@ -27,6 +27,7 @@ import { log, logError, settleQuietly } from "../../../util/log.js";
 import type { MetricsBuffer } from "../../../metrics/index.js";
 import { countQueue, observeDelivery } from "../../../metrics/queue.js";
 import { leaveQueue } from "./depth.js";
+import { callBack, type CallbackOutcome } from "./callback.js";
 
 /**
  * What the consumer takes of the isolate's runtime (the Worker passes its `Runtime`, which stands
@@ -194,13 +195,13 @@ async function afterDelivery(
     // answer even late): a side effect is never sent again; its key is held as indeterminate
     await settleGuards(m, route, consumer, reply);
     await status({ status: "failed", origin_status: originStatus, failures: m.failures, indeterminate: true });
-    await done(m, route, consumer, home, "failed");
+    await done(m, route, consumer, home, { status: "failed", origin_status: originStatus });
     return message.ack();
   }
   if (!originFailed(reply)) {
     await settleGuards(m, route, consumer, reply);
     await status({ status: "delivered", origin_status: originStatus, failures: m.failures });
-    await done(m, route, consumer, home, "delivered");
+    await done(m, route, consumer, home, { status: "delivered", origin_status: originStatus });
     return message.ack();
   }
   const failures = m.failures + 1;
@@ -208,7 +209,7 @@ async function afterDelivery(
   if (delay === undefined) {
     await settleGuards(m, route, consumer, reply);
     await status({ status: "failed", origin_status: originStatus, failures });
-    await done(m, route, consumer, home, "failed");
+    await done({ ...m, failures }, route, consumer, home, { status: "failed", origin_status: originStatus });
     if (consumer.env.SLUICE_DLQ)
       await consumer.env.SLUICE_DLQ.send({ ...m, failures, deadLetter: true }, { contentType: "json" });
     return message.ack();
@@ -240,32 +241,35 @@ async function expire(
   await releaseGuards(m, consumer);
   const dlq = consumer.env.SLUICE_DLQ;
   await status({ status: "failed", failures: m.failures, expired: true });
-  await done(m, route, consumer, home, "expired");
+  await done(m, route, consumer, home, { status: "failed", expired: true });
   if (dlq) await dlq.send({ ...m, deadLetter: true }, { contentType: "json" });
   else log("queue_job_expired", { job: m.id, route: route.name, age_ms: Date.now() - m.enqueuedAt });
   message.ack();
 }
 
 /**
- * The job is done with: counted in the route's figures, and taken off its backlog (after its
- * final status is written: a consumer dying in between leaves the count high, never low).
+ * The job is done with: counted in the route's figures, taken off its backlog (after its final
+ * status is written: a consumer dying in between leaves the count high, never low), and its
+ * callback told, once: a copy of a job already done is acked before it gets here.
  */
 async function done(
   m: JobMessage,
   route: Route,
   consumer: Consumer,
   home: Store,
-  outcome: "delivered" | "failed" | "expired",
+  outcome: CallbackOutcome,
 ): Promise<void> {
   const metrics = consumer.runtime.metrics;
-  if (outcome === "delivered") observeDelivery(metrics, route.name, Date.now() - m.enqueuedAt);
-  else countQueue(metrics, route.name, outcome);
+  if (outcome.status === "delivered") observeDelivery(metrics, route.name, Date.now() - m.enqueuedAt);
+  else countQueue(metrics, route.name, outcome.expired ? "expired" : "failed");
+  const told = callBack(m, route, outcome);
   if (m.counted)
     await settleQuietly(
       leaveQueue(home, consumer.config.key_prefix, route, m.enqueuedAt),
       "queue_depth_release_failed",
       { job: m.id, route: route.name },
     );
+  await told;
 }
 
 /**

@@ -9,6 +9,7 @@ import { JOB_ID, readJob, writeJob } from "./jobs.js";
 import { accepted, JOBS_PATH, toJob, type JobMessage } from "./queue.js";
 import { logError, orElse, settleQuietly } from "../../../util/log.js";
 import { enterQueue, leaveQueue } from "./depth.js";
+import { callbackOf } from "./callback.js";
 
 /** Why a shed request was not queued: the queue holds `max_depth` jobs, or the wait is past `max_age`. */
 export type Overflow = "depth" | "age";
@@ -36,6 +37,7 @@ export async function enqueue(
     });
   // the queue never delivers before the limit's retry-after: past max_age, the job would only be dropped
   if (route.queue.max_age !== undefined && retryAfterMs > route.queue.max_age) return { overflow: "age" };
+  const callback = callbackOf(request, route);
   const effect = await claimSideEffect(request, scope, route, queuedClaimLease(route));
   if ("kind" in effect) return { response: effect.response, decision: "replay" };
   const place = await takePlace(scope, route);
@@ -48,6 +50,7 @@ export async function enqueue(
     message = await toJob(effect.request, route, scope.facts, scope.region, scope.forwardPath, scope.method);
     message = { ...message, claim: effect.claim, session: effect.session, sluiceHeaders: effect.sluiceHeaders };
     if (place.counted) message = { ...message, enqueuedAt: place.at, counted: true };
+    if (callback) message = { ...message, callback };
     await queue.send(message, { contentType: "json", delaySeconds: sendDelaySeconds(retryAfterMs) });
   } catch (e) {
     await Promise.all([effect.abandon(), place.counted ? givePlaceBack(scope, route, place.at) : undefined]);
