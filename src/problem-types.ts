@@ -196,6 +196,22 @@ export const PROBLEMS = {
     todo: "Retry later with the same request, or send a smaller body.",
     read: [],
   },
+  queueFull: {
+    title: "Queue full",
+    status: [503],
+    means:
+      "The request was refused by a limit and would have been queued, but the route's queue already holds as many jobs as it may, or the wait would be longer than a job may be kept.",
+    todo: "Retry after Retry-After (or retry_after_ms); the queue drains at the route's limit.",
+    read: [RETRY, RATELIMIT, "reason and retry_after_ms (body)"],
+  },
+  callbackNotAllowed: {
+    title: "Callback not allowed",
+    status: [400],
+    means:
+      "The request would have been queued with a completion callback (Sluice-Callback), but the URL is not an https URL the route allows.",
+    todo: "Send a callback URL the route's allowlist names, or none; retrying unchanged fails again.",
+    read: [],
+  },
   noSuchJob: {
     title: "No such job",
     status: [404],

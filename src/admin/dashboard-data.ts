@@ -46,6 +46,26 @@ export interface DashboardData {
   top_blocked: Array<{ route: string; id: string; refusals: number; label?: string; entry?: string }>;
   /** Routes with an `idempotency` table: their outcomes, duplicate suppression and first arrivals over the hour. */
   idempotency: IdempotencyRow[];
+  /** Queue routes (`on_limit = "queue"`): their backlog now, and what their queue did over the hour. */
+  queues: QueueRow[];
+}
+
+/** One queue route: its backlog as sluice counts it (src/features/shedding/queue/depth.ts), and its hour. */
+export interface QueueRow {
+  route: string;
+  /** Jobs waiting now, and the oldest one's age (an upper bound); `null` when the count could not be read. */
+  depth: number | null;
+  oldest_age_ms: number | null;
+  /** The route's `queue.max_depth`, `null` when unbounded. */
+  max_depth: number | null;
+  /** Over the hour: shed with the overflow (full, too long a wait), dropped unsent past `max_age`, delivered, failed. */
+  shed_depth: number;
+  shed_age: number;
+  expired: number;
+  delivered: number;
+  failed: number;
+  /** Mean time from enqueue to delivery of the hour's deliveries; `null` without any. */
+  lag_mean_ms: number | null;
 }
 
 /** One idempotent route's hour. */

@@ -8,6 +8,9 @@ import { tokenMatches } from "./auth.js";
 import { adaptiveFigures, hourOfRoute, regionFigures, withLabels } from "./figures.js";
 import type { DashboardData } from "./dashboard-data.js";
 import { idempotencyRows } from "./idempotency-figures.js";
+import { queueRows } from "./queue-figures.js";
+import { backlogRows } from "../features/shedding/queue/depth.js";
+import { orElse } from "../util/log.js";
 import type { AdminEnv } from "../operator/context.js";
 import { signedIn, signOut, startSession, throttledCompare } from "./guard.js";
 import { limitChoices, panelsData } from "./panels.js";
@@ -86,6 +89,9 @@ export async function dashboardData(config: Config, stores: Stores): Promise<Das
     bans: 0,
   }));
   const store = stores.offPath();
+  const backlogs = store
+    ? orElse(backlogRows(store, config, nowMs), undefined, "queue_backlog_read_failed")
+    : Promise.resolve(undefined);
   const read = store ? await readMinutes(store, config.key_prefix, minutes) : undefined;
   const hour = read?.counts ?? minutes.map(() => ({}));
   hour.forEach((counts, i) => chartMinute(routes, i, counts));
@@ -102,6 +108,7 @@ export async function dashboardData(config: Config, stores: Stores): Promise<Das
     regions: regionFigures(config, hour, nowMs),
     top_blocked,
     idempotency: idempotencyRows(config, hour),
+    queues: queueRows(config, hour, await backlogs),
   };
 }
 

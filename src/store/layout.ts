@@ -71,6 +71,13 @@ export const LAYOUT = {
     holds: "held while a consumer delivers the job",
     ttl: "`origin_timeout` + 30 s (the wait for a late answer, and 5 s)",
   },
+  queueDepth: {
+    patterns: ["{key_prefix}:queue:{sha256(route)}"],
+    store: "home",
+    holds:
+      "hash: a queue route's jobs waiting (`depth`: +1 at enqueue, −1 when a job is delivered, failed or dropped, one script call each) and the enqueue time (ms) of the oldest job that may be waiting (`head_at`)",
+    ttl: "the route's `queue.status_ttl`, renewed on every enqueue and every job done",
+  },
   breaker: {
     patterns: ["{key_prefix}:{route}:breaker"],
     store: "region",
@@ -232,6 +239,14 @@ export function jobKey(prefix: string, idHash: KeyHash): string {
 /** Held while a consumer delivers the job, so a message delivered twice reaches the origin once. */
 export function jobLeaseKey(prefix: string, idHash: KeyHash): string {
   return `${jobKey(prefix, idHash)}:lease`;
+}
+
+/**
+ * A queue route's backlog (home): jobs waiting and the oldest one's enqueue time. The route name
+ * reaches it hashed, as every identifier of the queue's keys does.
+ */
+export function queueDepthKey(prefix: string, routeHash: KeyHash): string {
+  return `${prefix}:queue:${routeHash}`;
 }
 
 /** A route's shared breaker: its open-until time, in the region's Redis. */

@@ -166,6 +166,40 @@ describe("the dashboard's panels", () => {
     expect(await render(panelsFragment(FULL))).not.toContain("idempotency-panel");
   });
 
+  it("draw each queue route's backlog against max_depth, the oldest job, the sheds and the delivery lag", async () => {
+    const row = {
+      route: "sms",
+      depth: 3,
+      oldest_age_ms: 125_000,
+      max_depth: 3,
+      shed_depth: 4,
+      shed_age: 1,
+      expired: 2,
+      delivered: 40,
+      failed: 1,
+      lag_mean_ms: 850,
+    };
+    const data: PanelsData = {
+      ...FULL,
+      dashboard: {
+        ...FULL.dashboard,
+        queues: [
+          row,
+          { ...row, route: "idle", depth: null, oldest_age_ms: null, max_depth: null, shed_depth: 0, shed_age: 0 },
+        ],
+      },
+    };
+    const html = await render(panelsFragment(data));
+    expect(html).toMatch(
+      /<tr data-route="sms"><td>sms<\/td><td class="depth bad">3 of 3<\/td><td class="oldest">2 min 5 s<\/td><td class="shed bad">4 \/ 1<\/td><td class="expired bad">2<\/td><td class="done">40 \/ 1<\/td><td class="lag">850 ms<\/td><\/tr>/,
+    );
+    expect(html).toMatch(
+      /<tr data-route="idle"><td>idle<\/td><td class="depth">—<\/td><td class="oldest">—<\/td><td class="shed">0 \/ 0<\/td>/,
+    );
+    // without queue routes there is no panel
+    expect(await render(panelsFragment(FULL))).not.toContain("queue-panel");
+  });
+
   it("keep the login form, saying when the token was wrong", async () => {
     const form = await render(loginPage());
     expect(form).toContain('<form method="post" action="/__sluice/login">');

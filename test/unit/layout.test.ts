@@ -21,6 +21,7 @@ import {
   overrideField,
   overridesKey,
   overridesKeyOfBucket,
+  queueDepthKey,
   rebalanceLockKey,
   routeKeyPrefix,
   routeKeyPrefixOf,
@@ -49,6 +50,7 @@ const h = {
   lock: asKeyHash("55555555555555555555555555555555"),
   entry: asKeyHash("77777777777777777777777777777777"),
   session: asKeyHash("88888888888888888888888888888888"),
+  route: asKeyHash("99999999999999999999999999999999"),
 };
 
 /** Each kind's key(s) for the sample input, from its layout.ts function. */
@@ -60,6 +62,7 @@ const built: Record<LayoutKind, string[]> = {
   rebalanceLock: [rebalanceLockKey(prefix)],
   job: [jobKey(prefix, h.id)],
   jobLease: [jobLeaseKey(prefix, h.id)],
+  queueDepth: [queueDepthKey(prefix, h.route)],
   breaker: [breakerKey(prefix, route)],
   overrides: [overridesKey(prefix, route)],
   version: [versionKeyOfBucket(bucketKey(prefix, route, limit, h.bucket))],
@@ -95,6 +98,7 @@ const placeholders: Record<string, string> = {
   "{sha256([principal, identity])}": h.lock,
   "{sha256(entry)}": h.entry,
   "{sha256(session)}": h.session,
+  "{sha256(route)}": h.route,
 };
 
 function fill(pattern: string): string {
@@ -122,6 +126,7 @@ describe("Redis layout: every key as documented", () => {
       rebalanceLock: ["sluice:rebalance:lock"],
       job: ["sluice:job:11111111111111111111111111111111"],
       jobLease: ["sluice:job:11111111111111111111111111111111:lease"],
+      queueDepth: ["sluice:queue:99999999999999999999999999999999"],
       breaker: ["sluice:checkout:breaker"],
       overrides: ["sluice:checkout:overrides"],
       version: ["sluice:version"],
@@ -225,6 +230,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       adaptiveStateKey(prefix, route, hash),
       jobKey(prefix, hash),
       jobLeaseKey(prefix, hash),
+      queueDepthKey(prefix, hash),
       adminAuthKey(prefix, hash),
       adminSessionKey(prefix, hash),
       banRefusalsKey(prefix, route, limit, hash),
@@ -257,6 +263,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
         "idempotencyReplays",
         "job",
         "jobLease",
+        "queueDepth",
         "sessionLock",
       ].sort(),
     );
@@ -279,6 +286,8 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       // @ts-expect-error a client value is not a KeyHash
       () => jobLeaseKey(prefix, raw),
       // @ts-expect-error a client value is not a KeyHash
+      () => queueDepthKey(prefix, raw),
+      // @ts-expect-error a client value is not a KeyHash
       () => adminAuthKey(prefix, raw),
       // @ts-expect-error a client value is not a KeyHash
       () => adminSessionKey(prefix, raw),
@@ -295,7 +304,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       // @ts-expect-error a client value is not a KeyHash
       () => overrideField(limit, raw),
     ];
-    expect(refused).toHaveLength(12);
+    expect(refused).toHaveLength(13);
   });
 
   it("accepts text as a hash only when it is one (32 hex digits)", () => {

@@ -1,5 +1,6 @@
 import { Chart } from "./chart.js";
 import { IdempotencyPanel } from "./idempotency.js";
+import { QueuePanel } from "./queue.js";
 import type { BlockedView, HealthRow, ListRow, OverrideRow, PanelsData, RegionView, RouteView } from "./types.js";
 
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
@@ -38,6 +39,7 @@ export function Panels(props: { data: PanelsData }) {
       </div>
       <RegionPanel regions={dashboard.regions} health={health} />
       <IdempotencyPanel rows={dashboard.idempotency} />
+      <QueuePanel rows={dashboard.queues} />
       <h2>
         Routes: allowed vs shed, last 60 minutes <Legend />
       </h2>

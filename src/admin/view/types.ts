@@ -21,6 +21,7 @@ export interface DashboardView {
   regions?: RegionView[];
   top_blocked: BlockedView[];
   idempotency?: IdempotencyView[];
+  queues?: QueueView[];
 }
 
 type RouteData = DashboardData["routes"][number];
@@ -28,6 +29,7 @@ export type RouteView = Omit<RouteData, "limits" | "bans"> & Partial<Pick<RouteD
 export type RegionView = DashboardData["regions"][number];
 export type BlockedView = DashboardData["top_blocked"][number];
 export type IdempotencyView = DashboardData["idempotency"][number];
+export type QueueView = DashboardData["queues"][number];
 
 /** One region's Redis, as the health check reports it. */
 export interface HealthRow {

@@ -8,24 +8,91 @@ const staticFallback = z.strictObject({
   body: z.string().check(z.maxLength(64 * 1024)),
 });
 
-const queueSettings = z.strictObject({
-  /** Larger request bodies are refused with 413 rather than queued. */
-  max_body: z._default(z.int().check(z.minimum(0), z.maximum(100 * 1024)), 64 * 1024),
-  /** Request headers kept with the job (those a limit keys on are always kept). */
-  headers: z._default(
-    z.array(
-      z.pipe(
-        z.string().check(z.regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, "must be a header name")),
-        z.transform((h: string) => h.toLowerCase()),
+/**
+ * A completion callback the route allows: an https URL, exact, or a prefix written with a trailing
+ * `*` after at least the host and its `/` (so the host is always fixed).
+ */
+const callbackPattern = z.pipe(
+  z.string(),
+  z.transform((text: string, ctx) => {
+    const prefix = text.endsWith("*");
+    const body = prefix ? text.slice(0, -1) : text;
+    let url: URL | undefined;
+    try {
+      url = new URL(body);
+    } catch {
+      url = undefined;
+    }
+    if (!url || url.protocol !== "https:" || url.username || url.password || body.includes("*")) {
+      const message = `"${text}" is not an https URL (a trailing * allows any URL it begins)`;
+      ctx.issues.push({ code: "custom", message, input: text });
+      return z.NEVER;
+    }
+    return { url: url.href, prefix };
+  }),
+);
+
+/** The Queues API's longest delay (`delaySeconds`). */
+const MAX_QUEUE_DELAY_MS = 43_200_000;
+const DEFAULT_MAX_RETRIES = 3;
+
+/** The schedule without `retry_delays`: 1 s, 2 s, 4 s … doubling, at most 60 s. */
+export function backoff(retries: number): number[] {
+  return Array.from({ length: retries }, (_, i) => Math.min(60_000, 1_000 * 2 ** i));
+}
+
+const queueFields = z
+  .strictObject({
+    /** Larger request bodies are refused with 413 rather than queued. */
+    max_body: z._default(z.int().check(z.minimum(0), z.maximum(100 * 1024)), 64 * 1024),
+    /** Request headers kept with the job (those a limit keys on are always kept). */
+    headers: z._default(
+      z.array(
+        z.pipe(
+          z.string().check(z.regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, "must be a header name")),
+          z.transform((h: string) => h.toLowerCase()),
+        ),
       ),
+      ["content-type"],
     ),
-    ["content-type"],
-  ),
-  /** Deliveries that fail at the origin (5xx, network) before the job goes to the dead-letter queue. */
-  max_retries: z._default(z.int().check(z.minimum(0), z.maximum(100)), 3),
-  /** How long a job's status can be read. */
-  status_ttl: z._default(duration, 86_400_000),
-});
+    /**
+     * Deliveries that fail at the origin (5xx, network) before the job goes to the dead-letter
+     * queue, retried after 1 s, 2 s, 4 s … (at most 60 s). `retry_delays` says it instead.
+     */
+    max_retries: z.optional(z.int().check(z.minimum(0), z.maximum(100))),
+    /** The wait before each retry, in order: one entry per retry (the Queues delay, at most 12 h). */
+    retry_delays: z.optional(
+      z
+        .array(z.pipe(duration, z.number().check(z.maximum(MAX_QUEUE_DELAY_MS, "must be at most 12h"))))
+        .check(z.maxLength(100)),
+    ),
+    /** Jobs waiting at most: past it a shed request gets the overflow answer (503, or the route's `fallback`). */
+    max_depth: z.optional(z.int().check(z.minimum(1), z.maximum(100_000_000))),
+    /** A job older than this is dropped (to the dead-letter queue), never delivered late; at enqueue, a wait past it is overflow. */
+    max_age: z.optional(z.pipe(duration, z.number().check(z.minimum(1_000, "must be at least 1s")))),
+    /** How long a job's status can be read. */
+    status_ttl: z._default(duration, 86_400_000),
+    /** The completion callbacks (`Sluice-Callback`) a job may name; none allowed by default. */
+    callbacks: z._default(z.array(callbackPattern).check(z.maxLength(50)), []),
+  })
+  .check(
+    z.superRefine((q, ctx) => {
+      if (q.retry_delays && q.max_retries !== undefined && q.max_retries !== q.retry_delays.length)
+        ctx.addIssue({
+          code: "custom",
+          path: ["retry_delays"],
+          message: `has ${q.retry_delays.length} entries but max_retries is ${q.max_retries}: give one of them (the entries are the retries)`,
+        });
+    }),
+  );
+
+const queueSettings = z.pipe(
+  queueFields,
+  z.transform(({ max_retries, retry_delays, ...rest }: z.output<typeof queueFields>) => {
+    const delays = retry_delays ?? backoff(max_retries ?? DEFAULT_MAX_RETRIES);
+    return { ...rest, max_retries: delays.length, retry_delays: delays };
+  }),
+);
 
 /** A route's shedding options: what a refused request gets instead of a 429 (docs/shedding.md). */
 export const sheddingOptions = {

@@ -3,6 +3,7 @@ import type { Scope, Step } from "../../context.js";
 import { rateLimitHeaders } from "../rate-limit/headers.js";
 import { noteRefusal, tooManyRequests, withHeaders, type Shed } from "./refusal.js";
 import { enqueue } from "./queue/enqueue.js";
+import { overflowAnswer } from "./queue/overflow.js";
 import { copyAddress, fallbackFor } from "./fallback/answer.js";
 import { isKeepable, keepCopy } from "./fallback/copies.js";
 import { divert } from "./divert.js";
@@ -24,6 +25,7 @@ const STRATEGIES: Record<Route["on_limit"], Strategy> = {
   },
   queue: async (c, scope, refusal) => {
     const queued = await enqueue(c.req.raw, scope, refusal.blocking.retryAfterMs);
+    if ("overflow" in queued) return overflowAnswer(c, scope, routeOf(scope), refusal, queued.overflow);
     scope.decision = queued.decision;
     return queued.response;
   },

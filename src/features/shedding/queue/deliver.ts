@@ -23,7 +23,11 @@ import { ConfigCache } from "../../../config/cache.js";
 import type { Store } from "../../../store/redis.js";
 import { leaseJob, readJob, releaseJob, writeJob, type JobStatus } from "./jobs.js";
 import { requestOf, type JobMessage } from "./queue.js";
-import { logError, settleQuietly } from "../../../util/log.js";
+import { log, logError, settleQuietly } from "../../../util/log.js";
+import type { MetricsBuffer } from "../../../metrics/index.js";
+import { countQueue, observeDelivery } from "../../../metrics/queue.js";
+import { leaveQueue } from "./depth.js";
+import { callBack, type CallbackOutcome } from "./callback.js";
 
 /**
  * What the consumer takes of the isolate's runtime (the Worker passes its `Runtime`, which stands
@@ -35,6 +39,8 @@ export interface ConsumerIsolate {
   decisions: IsolateState;
   overrides: OverrideCopies;
   stores(connect: Connect, config: Pick<Config, "home_region" | "timeout_ms" | "max_timeout_ms">): Stores;
+  /** The isolate's metrics buffer: the queue's figures (src/metrics/queue.ts), flushed as the requests' are. */
+  metrics: MetricsBuffer;
 }
 
 /** Refusals shorter than this are waited out in the consumer; longer ones go back to the queue. */
@@ -43,9 +49,10 @@ const PACE_MAX_WAIT_MS = 2_000;
 /**
  * The queue consumer: delivers shed requests to the origin through the same limits as live
  * traffic. A message the limits refuse is sent again with a delay taken from the bucket's
- * retry-after (never delivered early); a 5xx or network failure is retried with backoff up to the
- * route's `max_retries`, then the job is marked `failed` and goes to the dead-letter queue. A job
- * already delivered is never delivered again (the queue itself delivers at least once).
+ * retry-after (never delivered early); a 5xx or network failure is retried after the route's
+ * `retry_delays`, one by one, then the job is marked `failed` and goes to the dead-letter queue. A
+ * job older than the route's `max_age` is dropped there unsent. A job already delivered is never
+ * delivered again (the queue itself delivers at least once).
  */
 export async function onQueue(
   batch: MessageBatch<JobMessage>,
@@ -67,6 +74,7 @@ export async function onQueue(
       message.retry({ delaySeconds: 5 });
     }
   }
+  runtime.metrics.flush(config, stores, defer);
 }
 
 /** What the consumer delivers with. */
@@ -96,7 +104,8 @@ async function deliverOne(message: Message<JobMessage>, consumer: Consumer, home
 
   const known = await readJob(home, config.key_prefix, m.id);
   if (m.deadLetter) {
-    await status({ status: "failed", failures: m.failures, origin_status: known?.origin_status, dead_letter: true });
+    const { origin_status, expired } = known ?? {};
+    await status({ status: "failed", failures: m.failures, origin_status, expired, dead_letter: true });
     return message.ack();
   }
   if (known?.status === "delivered" || known?.status === "failed") return message.ack();
@@ -106,6 +115,7 @@ async function deliverOne(message: Message<JobMessage>, consumer: Consumer, home
     await releaseGuards(m, consumer);
     return message.ack();
   }
+  if (isStale(m, route)) return expire(message, route, consumer, status, home);
   const request = requestOf(m);
   const admitted = await paced(message, route, request, consumer);
   if (!admitted) return;
@@ -186,17 +196,21 @@ async function afterDelivery(
     // answer even late): a side effect is never sent again; its key is held as indeterminate
     await settleGuards(m, route, consumer, reply);
     await status({ status: "failed", origin_status: originStatus, failures: m.failures, indeterminate: true });
+    await done(m, route, consumer, home, { status: "failed", origin_status: originStatus });
     return message.ack();
   }
   if (!originFailed(reply)) {
     await settleGuards(m, route, consumer, reply);
     await status({ status: "delivered", origin_status: originStatus, failures: m.failures });
+    await done(m, route, consumer, home, { status: "delivered", origin_status: originStatus });
     return message.ack();
   }
   const failures = m.failures + 1;
-  if (failures > route.queue.max_retries) {
+  const delay = route.queue.retry_delays[failures - 1];
+  if (delay === undefined) {
     await settleGuards(m, route, consumer, reply);
     await status({ status: "failed", origin_status: originStatus, failures });
+    await done({ ...m, failures }, route, consumer, home, { status: "failed", origin_status: originStatus });
     if (consumer.env.SLUICE_DLQ)
       await consumer.env.SLUICE_DLQ.send({ ...m, failures, deadLetter: true }, { contentType: "json" });
     return message.ack();
@@ -205,7 +219,58 @@ async function afterDelivery(
   await reply.response.body?.cancel();
   await status({ status: "queued", origin_status: originStatus, failures });
   await releaseLease(home, consumer.config, m.id);
-  return later(message, consumer.env, { ...m, failures }, Math.min(60_000, 1_000 * 2 ** (failures - 1)));
+  return later(message, consumer.env, { ...m, failures }, delay);
+}
+
+/** Older than the route's `max_age`: not delivered late. */
+function isStale(m: JobMessage, route: Route): boolean {
+  return route.queue.max_age !== undefined && Date.now() - m.enqueuedAt > route.queue.max_age;
+}
+
+/**
+ * Drops a job past `max_age` unsent: its guards given back (it never ran), its status `failed`
+ * with `expired`, and the job to the dead-letter queue (or, without one, a log line: it is gone).
+ */
+async function expire(
+  message: Message<JobMessage>,
+  route: Route,
+  consumer: Consumer,
+  status: Status,
+  home: Store,
+): Promise<void> {
+  const m = message.body;
+  await releaseGuards(m, consumer);
+  const dlq = consumer.env.SLUICE_DLQ;
+  await status({ status: "failed", failures: m.failures, expired: true });
+  await done(m, route, consumer, home, { status: "failed", expired: true });
+  if (dlq) await dlq.send({ ...m, deadLetter: true }, { contentType: "json" });
+  else log("queue_job_expired", { job: m.id, route: route.name, age_ms: Date.now() - m.enqueuedAt });
+  message.ack();
+}
+
+/**
+ * The job is done with: counted in the route's figures, taken off its backlog (after its final
+ * status is written: a consumer dying in between leaves the count high, never low), and its
+ * callback told, once: a copy of a job already done is acked before it gets here.
+ */
+async function done(
+  m: JobMessage,
+  route: Route,
+  consumer: Consumer,
+  home: Store,
+  outcome: CallbackOutcome,
+): Promise<void> {
+  const metrics = consumer.runtime.metrics;
+  if (outcome.status === "delivered") observeDelivery(metrics, route.name, Date.now() - m.enqueuedAt);
+  else countQueue(metrics, route.name, outcome.expired ? "expired" : "failed");
+  const told = callBack(m, route, outcome);
+  if (m.counted)
+    await settleQuietly(
+      leaveQueue(home, consumer.config.key_prefix, route, m.enqueuedAt),
+      "queue_depth_release_failed",
+      { job: m.id, route: route.name },
+    );
+  await told;
 }
 
 /**

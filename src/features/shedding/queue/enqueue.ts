@@ -7,7 +7,12 @@ import { claimSideEffect } from "../../idempotency/side-effect.js";
 import type { Store } from "../../../store/redis.js";
 import { JOB_ID, readJob, writeJob } from "./jobs.js";
 import { accepted, JOBS_PATH, toJob, type JobMessage } from "./queue.js";
-import { orElse, settleQuietly } from "../../../util/log.js";
+import { logError, orElse, settleQuietly } from "../../../util/log.js";
+import { enterQueue, leaveQueue } from "./depth.js";
+import { callbackOf } from "./callback.js";
+
+/** Why a shed request was not queued: the queue holds `max_depth` jobs, or the wait is past `max_age`. */
+export type Overflow = "depth" | "age";
 
 /**
  * Sends a shed request to the queue and answers 202 with where its status can be read. A
@@ -15,13 +20,14 @@ import { orElse, settleQuietly } from "../../../util/log.js";
  * idempotency key is claimed (held until the consumer settles it) and its session lock taken, and
  * both travel with the job, so a duplicate gets 409 or the replay, never a second job. The
  * `queued` status is written after the response (`ctx.waitUntil`), and only if no later status
- * landed first.
+ * landed first. A queue that is full, or a wait longer than `max_age`, is an overflow: the guards
+ * are given back and the caller answers it.
  */
 export async function enqueue(
   request: Request,
   scope: Scope,
   retryAfterMs: number,
-): Promise<{ response: Response; decision: "queued" | "replay" }> {
+): Promise<{ response: Response; decision: "queued" | "replay" } | { overflow: Overflow }> {
   const route = scope.route as Route;
   const queue = scope.env.SLUICE_QUEUE;
   if (!queue)
@@ -29,22 +35,61 @@ export async function enqueue(
       type: PROBLEMS.queueNotBound,
       detail: "this route sheds to a queue but the Worker has no SLUICE_QUEUE binding",
     });
+  // the queue never delivers before the limit's retry-after: past max_age, the job would only be dropped
+  if (route.queue.max_age !== undefined && retryAfterMs > route.queue.max_age) return { overflow: "age" };
+  const callback = callbackOf(request, route);
   const effect = await claimSideEffect(request, scope, route, queuedClaimLease(route));
   if ("kind" in effect) return { response: effect.response, decision: "replay" };
+  const place = await takePlace(scope, route);
+  if (!place.admitted) {
+    await effect.abandon();
+    return { overflow: "depth" };
+  }
   let message: JobMessage;
   try {
     message = await toJob(effect.request, route, scope.facts, scope.region, scope.forwardPath, scope.method);
     message = { ...message, claim: effect.claim, session: effect.session, sluiceHeaders: effect.sluiceHeaders };
-    await queue.send(message, {
-      contentType: "json",
-      delaySeconds: Math.min(60, Math.max(0, Math.ceil(retryAfterMs / 1000))),
-    });
+    if (place.counted) message = { ...message, enqueuedAt: place.at, counted: true };
+    if (callback) message = { ...message, callback };
+    await queue.send(message, { contentType: "json", delaySeconds: sendDelaySeconds(retryAfterMs) });
   } catch (e) {
-    await effect.abandon();
+    await Promise.all([effect.abandon(), place.counted ? givePlaceBack(scope, route, place.at) : undefined]);
     throw e;
   }
   deferQueuedStatus(scope, route, message.id);
   return { response: accepted(message.id, retryAfterMs), decision: "queued" };
+}
+
+/** The job's first delay: the limit's retry-after, at most a minute (the consumer paces it further). */
+function sendDelaySeconds(retryAfterMs: number): number {
+  return Math.min(60, Math.max(0, Math.ceil(retryAfterMs / 1000)));
+}
+
+/**
+ * A place in the route's queue (src/features/shedding/queue/depth.ts). When Redis cannot count
+ * it, the job is queued uncounted (the queue itself is durable; a Redis outage sheds nothing
+ * more), and it is never taken off the count either.
+ */
+async function takePlace(scope: Scope, route: Route): Promise<{ admitted: boolean; counted: boolean; at: number }> {
+  const at = Date.now();
+  const home = scope.stores.offPath();
+  if (!home) return { admitted: true, counted: false, at };
+  try {
+    const entered = await enterQueue(home, scope.config.key_prefix, route, at);
+    return { admitted: entered.admitted, counted: entered.admitted, at };
+  } catch (e) {
+    logError("queue_depth_unavailable", e, { route: route.name });
+    return { admitted: true, counted: false, at };
+  }
+}
+
+function givePlaceBack(scope: Scope, route: Route, at: number): Promise<undefined> {
+  const home = scope.stores.offPath();
+  return settleQuietly(
+    home ? leaveQueue(home, scope.config.key_prefix, route, at) : Promise.resolve(),
+    "queue_depth_release_failed",
+    { route: route.name },
+  );
 }
 
 /** Writes the job's `queued` status after the response, unless a later status landed first. */

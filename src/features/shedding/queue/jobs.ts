@@ -12,6 +12,8 @@ export interface JobStatus {
   dead_letter?: boolean;
   /** The origin answered with something that could not be relayed: it may have acted, so the job is not sent again. */
   indeterminate?: boolean;
+  /** Dropped unsent: older than the route's `queue.max_age`. */
+  expired?: boolean;
   updated_at: string;
 }
 

@@ -24,6 +24,10 @@ export interface JobMessage {
   /** Origin failures (5xx, network) so far; rate-limit deferrals do not count. */
   failures: number;
   enqueuedAt: number;
+  /** The https URL (allowed by the route's `queue.callbacks`) told the job's outcome once it is done. */
+  callback?: string;
+  /** Counted in the route's backlog (depth.ts) when queued, so taken off it once done with. */
+  counted?: true;
   /** Set on the copy sent to the dead-letter queue, so the consumer can tell it apart. */
   deadLetter?: true;
   /** The idempotency claim the job holds (hashes and owner only), settled by the consumer. */

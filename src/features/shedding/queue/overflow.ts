@@ -1,0 +1,46 @@
+import type { Context } from "hono";
+import type { Route } from "../../../config/index.js";
+import type { Scope } from "../../../context.js";
+import { Problem } from "../../../problem.js";
+import { PROBLEMS } from "../../../problem-types.js";
+import { rateLimitHeaders, retryAfterSeconds } from "../../rate-limit/headers.js";
+import type { Decision } from "../../rate-limit/types.js";
+import { fallbackFor } from "../fallback/answer.js";
+import { countQueue } from "../../../metrics/queue.js";
+import type { Overflow } from "./enqueue.js";
+
+type Refusal = Extract<Decision, { verdict: "reject" }>;
+
+/**
+ * A shed request the queue cannot take (full, or the wait past `max_age`): counted, then the
+ * route's `fallback` page, as the breaker and a failed divert fall back, else a 503 problem. Its
+ * Retry-After is the limit's: the consumer drains the queue at the limit's rate, so a place frees
+ * about when a token does.
+ */
+export async function overflowAnswer(
+  c: Context,
+  scope: Scope,
+  route: Route,
+  refusal: Refusal,
+  reason: Overflow,
+): Promise<Response> {
+  countQueue(scope.runtime.metrics, route.name, reason === "depth" ? "shed_depth" : "shed_age");
+  const limits = rateLimitHeaders([refusal.blocking]);
+  const fallback = await fallbackFor(c, scope);
+  if (fallback) {
+    scope.decision = "fallback";
+    for (const [k, v] of Object.entries(limits)) fallback.headers.set(k, v);
+    return fallback;
+  }
+  const { retryAfterMs } = refusal.blocking;
+  const why =
+    reason === "depth"
+      ? `holds queue.max_depth = ${route.queue.max_depth} jobs`
+      : `would keep the job ${retryAfterMs} ms, past queue.max_age = ${route.queue.max_age} ms`;
+  throw new Problem({
+    type: PROBLEMS.queueFull,
+    detail: `the queue of route "${route.name}" ${why}; retry in ${retryAfterMs} ms`,
+    extensions: { reason: reason === "depth" ? "max_depth" : "max_age", retry_after_ms: retryAfterMs },
+    headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)), ...limits },
+  });
+}
