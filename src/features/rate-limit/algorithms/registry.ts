@@ -54,7 +54,7 @@ export const MAX_IN_FLIGHT = 1_000;
 
 /**
  * The largest `rate` of a sliding log: its key keeps one sorted-set member per admitted cost unit
- * of the last period (about 100 bytes each, docs/algorithms.md), so 10,000 keep it near 1 MB.
+ * of the last period (about 130 bytes each past 128 of them, docs/algorithms.md), so 10,000 keep it near 1.3 MB.
  */
 export const MAX_LOG_ENTRIES = 10_000;
 
