@@ -69,6 +69,13 @@ const ALGORITHMS: AlgorithmCase[] = [
     ceilingWhy: "2 × rate (curr ≤ rate, prev ≤ rate)",
   },
   {
+    key: "sliding_log",
+    label: "sliding_log",
+    limit: { name: "l", algorithm: "sliding_log", rate: RATE, period: "1s" },
+    ceiling: RATE,
+    ceilingWhy: "rate (exact: every admitted request is in the log for one period)",
+  },
+  {
     key: "token_bucket",
     label: "token_bucket, burst 100",
     limit: { name: "l", algorithm: "token_bucket", rate: RATE, period: "1s", burst: RATE },
@@ -184,8 +191,9 @@ async function admissions(
 ): Promise<number[]> {
   const limit = limitOf(alg.limit);
   const key = `bench:boundary:${sc.key}:${alg.key}`;
-  const commands = sc.times.map((t) => {
-    const { keys, args } = call([{ limit, key }], "take");
+  const commands = sc.times.map((t, i) => {
+    // a sliding log names each request's entries (a fresh id per request in the Worker)
+    const { keys, args } = call([{ limit, key, entry: `r${i}` }], "take");
     const now = T0_US + t;
     return [
       "EVAL",

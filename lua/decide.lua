@@ -38,6 +38,16 @@ Algorithms (ARGV algo):
                     last slot expires. Never leased.
                     value "c:{id}@{expiry_us},{id}@{expiry_us},..." (the live slots, in the order
                     taken; at most 1000 of them, the configuration's cap)
+  6 sliding_log     exact: at most `rate` cost units admitted in any sliding `period` (now - period, now].
+                    The key is a sorted set, not a string (MGET reads it as nil): one member
+                    "{entry}:{j}" per cost unit of each admitted request, scored by its time (µs),
+                    `entry` the request's id (p1; required in "take" and "refund", which removes
+                    the request's own members). Expired members are trimmed on every write, so at
+                    most `rate` are kept (the configuration caps `rate` at 10000). retry_after_ms:
+                    until the oldest unit that must leave to make room does; reset_ms (and the
+                    TTL): until the newest leaves. A string at the key (another algorithm's
+                    state, the limit reconfigured) is an empty log, replaced by the first take.
+                    Never leased.
   Every key has a TTL: the time until it would be back to its initial state, so an expired key and
   a fresh limit are the same thing.
 
@@ -99,7 +109,8 @@ ARGV     then per limit i one value for each column of COLUMNS (below, by these 
            demand_idx  index in KEYS of the demand key, 0 for none
            p1, p2      token_bucket: warmup_us, 0 (in "settle": 0, the delta); leaky_bucket: max_delay_us, nodelay;
                    concurrency: the request's slot id (1-64 of A-Z a-z 0-9 - _; required but in
-                   "peek"), 0; else 0, 0
+                   "peek"), 0; sliding_log: the request's entry id (likewise; required in "take"
+                   and "refund"), 0; else 0, 0
            override_all, override_own  the values of the hash fields "{limit}:*" and
                    "{limit}:{bucket hash}" as the caller knows them ("" for none; ignored when the
                    script reads the hash). The client's own wins over everybody's; one whose until_ms
@@ -141,6 +152,11 @@ Cost (Upstash bills every command a script runs, EVALSHA included): 1 TIME + 1 M
       included. A read of the override hash (no copy, or a copy behind the version) adds 1 HMGET.
       So one limit: EVALSHA + TIME + MGET + SET = 4; three limits: 6; a renewal or a return of one lease: 4. A "release" of one slot: 4 (3 when
       the slot had expired already); a refund of a slot likewise. A "settle" of one bucket: 4.
+      A sliding_log limit reads with 1 ZCOUNT (+1 ZRANGEBYSCORE when refused, +1 ZRANGE for
+      reset_ms unless it just took); a take writes 1 ZREMRANGEBYSCORE + 1 ZADD (per 500 cost
+      units) + 1 PEXPIRE instead of the SET: one limit taking is EVALSHA + TIME + MGET + ZCOUNT +
+      ZREMRANGEBYSCORE + ZADD + PEXPIRE = 7; refused, EVALSHA + TIME + MGET + ZCOUNT +
+      ZRANGEBYSCORE + ZRANGE = 6.
 ]]
 
 local t = redis.call('TIME')
@@ -466,7 +482,66 @@ function inflight.report(l)
   return math.max(0, l.rate - #l.slots), reset, reset, 'c:' .. table.concat(parts, ','), #l.slots == 0
 end
 
-local algorithms = { token, leaky, fixed, sliding, inflight }
+-- sliding log -----------------------------------------------------------------------------
+-- The bucket's key is a sorted set: one member per cost unit of every admitted request still in
+-- the period, "{entry}:{j}" (j = 1..cost, `entry` the request's id, p1) scored by its time in µs.
+-- Units rather than one weighted member per request: ZCOUNT counts them exactly, and the member
+-- whose expiry makes room for a refused request is found by rank, both O(log n) with no sum kept
+-- beside. Expired members are trimmed on every write; at most `rate` are live (the configuration
+-- caps it), and the key expires with its newest member. A refund removes the request's own members.
+local slog = {}
+local LOG_CHUNK = 500 -- members per ZADD/ZREM: unpack has a stack limit
+function slog.load(l, raw, key)
+  l.key, l.entry, l.added = key, l.slot, false
+  l.cutoff = string.format('%d', now - l.period)
+  -- a string there is another algorithm's state (the limit was reconfigured): an empty log, replaced on write
+  l.foreign = raw and true or false
+  l.count = l.foreign and 0 or redis.call('ZCOUNT', key, '(' .. l.cutoff, '+inf')
+end
+function slog.check(l)
+  l.allowed = (l.count + l.cost <= l.rate) and 1 or 0
+  if l.allowed == 1 then return end
+  if l.cost > l.rate then l.retry = -1 return end
+  -- room comes when the (count + cost - rate)-th oldest live unit leaves the period
+  local at = redis.call('ZRANGEBYSCORE', l.key, '(' .. l.cutoff, '+inf', 'WITHSCORES', 'LIMIT', l.count + l.cost - l.rate - 1, 1)
+  l.retry = ceil_ms(tonumber(at[2]) + l.period - now)
+end
+-- take (sign > 0): adds the request's units at now; refund: removes them. Returns whether it wrote.
+function slog.commit(l, sign)
+  if l.foreign then
+    if sign < 0 then return false end
+    redis.call('DEL', l.key)
+  else
+    redis.call('ZREMRANGEBYSCORE', l.key, '-inf', l.cutoff)
+  end
+  local score, removed = string.format('%d', now), 0
+  for first = 1, l.cost, LOG_CHUNK do
+    local args = {}
+    for j = first, math.min(l.cost, first + LOG_CHUNK - 1) do
+      if sign > 0 then args[#args + 1] = score end
+      args[#args + 1] = l.entry .. ':' .. j
+    end
+    if sign > 0 then redis.call('ZADD', l.key, unpack(args)) else removed = removed + redis.call('ZREM', l.key, unpack(args)) end
+  end
+  l.added = sign > 0
+  l.count = sign > 0 and l.count + l.cost or l.count - removed
+  return sign > 0 or removed > 0
+end
+function slog.report(l)
+  local reset = 0
+  if l.count > 0 then
+    -- the newest member leaves the period last: this request's when it was just added (a member
+    -- scored later, from a clock that has since gone backwards, expires with the key: early by
+    -- at most that clock error)
+    local newest = l.added and now or tonumber(redis.call('ZRANGE', l.key, -1, -1, 'WITHSCORES')[2])
+    reset = ceil_ms(math.max(0, newest + l.period - now))
+  end
+  return math.max(0, l.rate - l.count), reset, reset, nil, l.count == 0
+end
+-- the main loop stores nothing for it (commit wrote the members): the key's TTL only
+function slog.expire(l, ttl_ms) redis.call('PEXPIRE', l.key, ttl_ms) end
+
+local algorithms = { token, leaky, fixed, sliding, inflight, slog }
 
 -- the check of a request that must leave l.floor whole tokens behind: as if it cost that much more
 -- (concurrency reads l.floor itself); the charge stays `cost`
@@ -533,8 +608,13 @@ end
 -- a concurrency limit's slot id (p1) becomes part of its bucket's value: checked before anything is written
 for i = 1, n do
   local slot = arg(i, 'p1')
-  if algorithms[tonumber(arg(i, 'algo'))] == inflight and mode ~= 'peek' and not (#slot <= 64 and string.match(slot, '^[%w_%-]+$')) then
+  local algo = algorithms[tonumber(arg(i, 'algo'))]
+  local valid = #slot <= 64 and string.match(slot, '^[%w_%-]+$')
+  if algo == inflight and mode ~= 'peek' and not valid then
     return redis.error_reply('decide.lua: limit ' .. i .. ' (concurrency) needs a slot id of 1-64 letters, digits, "-" or "_"')
+  end
+  if algo == slog and (mode == 'take' or mode == 'refund') and not valid then
+    return redis.error_reply('decide.lua: limit ' .. i .. ' (sliding_log) needs an entry id of 1-64 letters, digits, "-" or "_"')
   end
 end
 
@@ -568,7 +648,7 @@ for i = 1, n do
     if redis.call('INCRBY', KEYS[demand_idx], l.cost) == l.cost then redis.call('PEXPIRE', KEYS[demand_idx], 3600000) end
   end
   scale_floor(l, capacity)
-  l.algo.load(l, stored[i])
+  l.algo.load(l, stored[i], KEYS[i])
   if deciding then
     check(l)
     if l.allowed == 0 and not l.shadow then admitted = 0 end
@@ -616,8 +696,12 @@ for i = 1, n do
   local leased, lease_ms, lease_epoch = lease(l)
   if leased > 0 then write = true end
   local remaining, reset_ms, ttl_ms, value, empty = l.algo.report(l)
+  -- the one TTL expression (the test clock extends it): a value's PX, or a log's PEXPIRE
+  local px = { 'PX', math.max(1, ttl_ms) }
   if write then
-    if empty then redis.call('DEL', KEYS[i]) else redis.call('SET', KEYS[i], value, 'PX', math.max(1, ttl_ms)) end
+    if empty then redis.call('DEL', KEYS[i])
+    elseif l.algo.expire then l.algo.expire(l, px[2])
+    else redis.call('SET', KEYS[i], value, unpack(px)) end
   end
   local o = 1 + 8 * (i - 1)
   out[o + 1] = l.allowed

@@ -12,7 +12,7 @@ import { withTestClock } from "../support/test-clock.js";
 import { fileRedis } from "./stack.js";
 
 /*
- * decide.lua's four algorithms against the reference models of src/features/rate-limit/algorithms/algorithms.ts,
+ * decide.lua's algorithms against the reference models of src/features/rate-limit/algorithms/algorithms.ts,
  * run by a real Redis with a test clock (as in decide-lua.test.ts): every reply figure must match
  * exactly, request after request, so a request wrongly charged or wrongly spared shows up as a
  * disagreement later on.
@@ -44,6 +44,7 @@ const modelFor = (l: Limit): AlgoModel =>
   });
 
 let run = 0;
+let entries = 0;
 const freshKeys = (n: number) => {
   run++;
   return Array.from({ length: n }, (_, i) => `alg:${run}:${i}`);
@@ -54,6 +55,8 @@ function callOf(limits: Limit[], keys: string[], t: number, costs: number[], mod
   const buckets = limits.map((limit, i) => ({
     limit,
     key: keys[i] as string,
+    // a sliding log's entries are named by the request (unique per call, as a request's id is)
+    ...(limit.algorithm === "sliding_log" ? { entry: `e${++entries}` } : {}),
     params: { rate: limit.rate, period: limit.period, burst: limit.burst, cost: costs[i] ?? limit.cost },
   }));
   const call = scriptCall(buckets, mode);
@@ -74,11 +77,17 @@ async function decide(
 type Step =
   { decide: [limits: Limit[], keys: string[], t: number, costs: number[], mode?: ScriptMode] } | { get: string };
 
+/** A bucket's stored state whatever its type: a value, a sliding log's members and scores, or null. */
+const SNAPSHOT = `local kind = redis.call('TYPE', KEYS[1]).ok
+if kind == 'zset' then return redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES') end
+if kind == 'none' then return false end
+return redis.call('GET', KEYS[1])`;
+
 /** Several commands in one pipeline (one round trip, run in order, nothing else in between: this Redis is the file's own). */
 async function steps(list: Step[]): Promise<unknown[]> {
   const p = redis.pipeline();
   for (const s of list) {
-    if ("get" in s) p.get(s.get);
+    if ("get" in s) p.eval(SNAPSHOT, [s.get], []);
     else {
       const call = callOf(...s.decide);
       p.evalsha(sha, call.keys, call.args);
@@ -107,13 +116,19 @@ const leakyDef = fc.record(
   },
   { requiredKeys: ["algorithm", "rate", "period", "burst"] },
 );
-const windowDef = (algorithm: "fixed_window" | "sliding_window") =>
+const windowDef = (algorithm: "fixed_window" | "sliding_window" | "sliding_log") =>
   fc.record({
     algorithm: fc.constant(algorithm),
     rate: fc.integer({ min: 1, max: 30 }),
     period: fc.constantFrom(...PERIODS),
   });
-const anyDef = fc.oneof(tokenDef, leakyDef, windowDef("fixed_window"), windowDef("sliding_window"));
+const anyDef = fc.oneof(
+  tokenDef,
+  leakyDef,
+  windowDef("fixed_window"),
+  windowDef("sliding_window"),
+  windowDef("sliding_log"),
+);
 const withShadow = <T>(def: fc.Arbitrary<T>) => fc.tuple(def, fc.boolean()).map(([d, shadow]) => ({ ...d, shadow }));
 
 /**
@@ -239,6 +254,7 @@ describe("decide.lua's algorithms against their reference models", () => {
   single("leaky_bucket (nginx limit_req / GCRA, delays included)", leakyDef);
   single("fixed_window", windowDef("fixed_window"));
   single("sliding_window", windowDef("sliding_window"));
+  single("sliding_log (exact: costs admitted in (t − period, t] + cost ≤ rate)", windowDef("sliding_log"));
 
   it("mixed routes (2-4 limits, any algorithms, some shadow) stay all-or-nothing in one call", async () => {
     const seen: Tally = { admitted: 0, refused: 0, spared: 0, shadowed: 0 };
@@ -307,7 +323,7 @@ describe("decide.lua's algorithms against their reference models", () => {
               { decide: [limits, [key], t, costsOf(a, limits)] },
               { decide: [limits, [key], t, [1], "peek"] },
               { get: key },
-            ])) as [number[], number[], string | null];
+            ])) as [number[], number[], unknown];
             retries = before[1] === 0 ? [before[3] as number] : [];
             let cost: number;
             if (l.algorithm === "leaky_bucket") {
@@ -324,7 +340,7 @@ describe("decide.lua's algorithms against their reference models", () => {
               { decide: [limits, [key], t, [cost]] },
               { get: key },
               { decide: [limits, [key], t, [1], "peek"] },
-            ])) as [number[], string | null, number[]];
+            ])) as [number[], unknown, number[]];
             expect(reply.slice(0, 3), `cost ${cost} with ${before[2]} left`).toEqual([0, 0, before[2]]);
             expect(after).toEqual(stored);
             expect(stillPeek).toEqual(before);

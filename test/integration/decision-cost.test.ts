@@ -112,6 +112,21 @@ describe("decide.lua's billed commands (the production script, run by EVALSHA)",
     expect(peek.by).toEqual({ evalsha: 1, time: 1, mget: 1 });
   });
 
+  it("a sliding log: 7 admitted (ZCOUNT, ZREMRANGEBYSCORE, ZADD, PEXPIRE for the SET), 6 refused, 5 for a peek", async () => {
+    const [limit] = limitsOf([{ algorithm: "sliding_log", rate: 2, period: "1h" }]);
+    run++;
+    const bucket = (entry: string): ScriptBucket => ({ limit: limit as Limit, key: `cost:r:log:${run}`, entry });
+    const first = await measured([bucket("a")]);
+    expect(first.reply[0]).toBe(1);
+    expect(first.by).toEqual({ evalsha: 1, time: 1, mget: 1, zcount: 1, zremrangebyscore: 1, zadd: 1, pexpire: 1 });
+    // a cost of 2 on one unit left: refused, with the unit that must leave found by rank, the newest for the reset
+    const refused = await measured([{ ...bucket("b"), params: { rate: 2, period: 3_600_000, burst: 2, cost: 2 } }]);
+    expect(refused.reply[0]).toBe(0);
+    expect(refused.by).toEqual({ evalsha: 1, time: 1, mget: 1, zcount: 1, zrangebyscore: 1, zrange: 1 });
+    const peek = await measured([bucket("c")], "peek");
+    expect(peek.by).toEqual({ evalsha: 1, time: 1, mget: 1, zcount: 1, zrange: 1 });
+  });
+
   it("a split limit reads its share in the same MGET and adds its demand INCRBY (+ PEXPIRE when a count starts)", async () => {
     const [limit] = limitsOf([{ rate: 10, period: "1s", scope: "split" }]);
     run++;

@@ -31,6 +31,7 @@ function compile(d: LimitDef): Limit {
 }
 
 let run = 0;
+let entries = 0;
 const T0 = 1_700_000_000_000_000;
 const PERIODS = ["1ms", "7ms", "10ms", "500ms", "1s", "1m", "1h"] as const;
 
@@ -49,7 +50,7 @@ const defArb: fc.Arbitrary<LimitDef> = fc.oneof(
     nodelay: fc.boolean(),
   }),
   fc.record({
-    algorithm: fc.constantFrom("fixed_window" as const, "sliding_window" as const),
+    algorithm: fc.constantFrom("fixed_window" as const, "sliding_window" as const, "sliding_log" as const),
     rate: fc.integer({ min: 1, max: 30 }),
     period: fc.constantFrom(...PERIODS),
   }),
@@ -87,7 +88,9 @@ function costAndFloor(a: Arrival, l: Limit): { cost: number; floor: number } {
 
 function callOf(l: Limit, key: string, t: number, cost: number, floor: number, mode: ScriptMode, slot?: string) {
   const params = { rate: l.rate, period: l.period, burst: l.burst, cost, floor };
-  const call = scriptCall([{ limit: l, key, params, ...(slot === undefined ? {} : { slot }) }], mode);
+  // a sliding log's entries are named by the request, one id per call
+  const entry = l.algorithm === "sliding_log" ? { entry: `e${++entries}` } : {};
+  const call = scriptCall([{ limit: l, key, params, ...entry, ...(slot === undefined ? {} : { slot }) }], mode);
   return [call.keys, [...call.args, String(Math.floor(t / 1e6)), String(t % 1e6)]] as const;
 }
 

@@ -10,6 +10,8 @@ const DAY_MS = 86_400_000;
 function countableExactly(f: BucketFigures): boolean {
   const periodUs = BigInt(f.periodMs) * 1000n;
   if (periodUs > MAX) return false;
+  // a log keeps a member per admitted unit of the period: at most 10,000
+  if (f.algorithm === "sliding_log") return f.rate <= 10_000 && BigInt(f.rate) * BigInt(f.periodMs) <= MAX;
   if (f.algorithm === "fixed_window" || f.algorithm === "sliding_window")
     return BigInt(f.rate) * BigInt(f.periodMs) <= MAX;
   const unit = periodUs / gcd(periodUs, BigInt(f.rate));
@@ -21,11 +23,15 @@ function gcd(a: bigint, b: bigint): bigint {
   return a;
 }
 
-const ALGORITHMS = ["token_bucket", "leaky_bucket", "fixed_window", "sliding_window"] as const;
+const ALGORITHMS = ["token_bucket", "leaky_bucket", "fixed_window", "sliding_window", "sliding_log"] as const;
 
 describe("exactnessProblem", () => {
   it("agrees with exact integer arithmetic for every figure a configuration or an override can hold", () => {
-    const count = fc.oneof(fc.integer({ min: 1, max: 1_000 }), fc.integer({ min: 1, max: 1_000_000_000 }));
+    const count = fc.oneof(
+      fc.integer({ min: 1, max: 1_000 }),
+      fc.integer({ min: 9_990, max: 10_010 }),
+      fc.integer({ min: 1, max: 1_000_000_000 }),
+    );
     // periods as parseDuration makes them: up to 999999999 of ms, s, m, h or d
     const periodMs = fc
       .tuple(
@@ -142,6 +148,17 @@ describe("figures past what sluice can count or wait for are refused at load, na
     const tiered = { rate: 10, period: "1s", tier: "header:x-plan", rates: { free: "7/1000d" } };
     expect(limitError({ ...tiered, cost: fromResponse(1000) })?.field).toBe("SLUICE.routes[0].limits[0].cost.max");
     expect(limitError({ ...tiered, cost: fromResponse(100) })).toBeUndefined();
+  });
+
+  it("a sliding_log rate above the 10,000 entries its log keeps, tier rates too", () => {
+    const log = { algorithm: "sliding_log", period: "1m" };
+    const e = limitError({ ...log, rate: 10_001 });
+    expect(e?.field).toBe("SLUICE.routes[0].limits[0].rate");
+    expect(e?.message).toMatch(/rate 10001 is more than a sliding_log keeps: at most 10000 per period/);
+    expect(limitError({ ...log, rate: 10_000 })).toBeUndefined();
+    const tiered = { ...log, rate: 10, tier: "header:x-plan", rates: { bulk: "20000/1m" } };
+    expect(limitError(tiered)?.field).toBe("SLUICE.routes[0].limits[0].rates.bulk");
+    expect(limitError({ ...tiered, rates: { bulk: "10000/1m" } })).toBeUndefined();
   });
 
   it("max_delay longer than a timer can wait (2^31 - 1 ms)", () => {

@@ -19,6 +19,7 @@ import {
   refusalCacheable,
 } from "../../src/features/rate-limit/algorithms/registry.js";
 import { scriptCall } from "../../src/features/rate-limit/decision/script-call.js";
+import { logEntryId } from "../../src/features/rate-limit/decision/buckets.js";
 import type { Store } from "../../src/store/redis.js";
 
 /*
@@ -29,8 +30,8 @@ import type { Store } from "../../src/store/redis.js";
 const LUA = readFileSync("lua/decide.lua", "utf8");
 
 const OLD_CODES = { token_bucket: 1, leaky_bucket: 2, fixed_window: 3, sliding_window: 4 } as const;
-/** What came after the registry: concurrency (docs/algorithms.md, In-flight caps). */
-const NEW_CODES = { concurrency: 5 } as const;
+/** What came after the registry: concurrency (docs/algorithms.md, In-flight caps), the exact sliding log. */
+const NEW_CODES = { concurrency: 5, sliding_log: 6 } as const;
 type OldAlgorithm = keyof typeof OLD_CODES;
 /** The plainest valid limit of an algorithm. */
 const plain = (algorithm: string) =>
@@ -206,5 +207,40 @@ describe("the algorithm registry", () => {
       }),
       { numRuns: 2_000, examples: EXAMPLES.map((e) => [e]) },
     );
+  });
+});
+
+describe("the sliding log's entry", () => {
+  const log = () => {
+    const r = parse({ name: "l", algorithm: "sliding_log", rate: 10, period: "1s" });
+    if (!r.success) throw new Error(JSON.stringify(r.error.issues));
+    return r.data.routes[0]?.limits[0] as Limit;
+  };
+
+  it("holds `rate` like a window, is never leased, and its refusals hold until their retry-after", () => {
+    const l = log();
+    expect([l.burst, l.lease, algorithm(l.algorithm).capacity]).toEqual([10, false, "rate"]);
+    expect(leasableShape(l)).toBe(false);
+    // an entry leaves the period at the time the refusal named, not sooner
+    expect(refusalCacheable(l)).toBe(true);
+    expect(refusalCacheable({ ...l, costHeader: "x-cost" })).toBe(false);
+    const leased = parse({ name: "l", algorithm: "sliding_log", rate: 10, period: "1s", lease: true });
+    expect(leased.success).toBe(false);
+    expect(parse({ name: "l", algorithm: "sliding_log", rate: 10, period: "1s", burst: 20 }).success).toBe(false);
+  });
+
+  it("sends the request's entry id as p1, the id a refund removes", () => {
+    const bucket = { limit: log(), key: "p:r:l:h", entry: "AbC-_9" };
+    for (const mode of ["take", "refund", "peek"] as const) {
+      const args = scriptCall([bucket], mode).args.slice(3);
+      expect([args[0], args[8], args[9]]).toEqual(["6", "AbC-_9", "0"]);
+    }
+    expect(scriptCall([{ limit: log(), key: "p:r:l:h" }], "peek").args[3 + 8]).toBe("");
+  });
+
+  it("is 16 characters decide.lua accepts (it rides on every member), fresh each time", () => {
+    const ids = Array.from({ length: 200 }, logEntryId);
+    for (const id of ids) expect(id).toMatch(/^[A-Za-z0-9_-]{16}$/);
+    expect(new Set(ids).size).toBe(ids.length);
   });
 });

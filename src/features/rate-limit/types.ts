@@ -57,6 +57,8 @@ export interface Bucket {
   split?: { shareKey: string; demandKey: string; start: Share };
   /** concurrency limits: the id of the in-flight slot this request takes (one per request and limit). */
   slot?: string;
+  /** sliding_log limits: the id of this request's entries in the log (a refund removes them). */
+  entry?: string;
   /** "settle" calls (cost from the response): whole tokens to charge on top of the reserve taken (< 0: given back). */
   delta?: number;
 }

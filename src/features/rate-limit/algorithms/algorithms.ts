@@ -14,7 +14,9 @@
  * - fixed_window   admitted costs summed per aligned window index, not the script's rolled counter;
  * - sliding_window the same sums, for this window and the last; retry-after found by searching
  *                  the earliest passing millisecond, not by the script's closed form;
- * - concurrency    a map of slot ids to expiries, not the script's list of entries.
+ * - concurrency    a map of slot ids to expiries, not the script's list of entries;
+ * - sliding_log    one weighted entry per admitted request, costs summed, not the script's sorted
+ *                  set of one member per cost unit counted by score.
  *
  * Times are microseconds (`t`), exact: every fraction is avoided by scaling with BigInt (by `rate`
  * for the buckets, by the window length for the sliding window). Rounding reproduces the script's
@@ -265,6 +267,51 @@ export class SlidingWindow implements AlgoModel {
         if (allowed) this.sums.add(ms, cost);
       },
     };
+  }
+}
+
+/**
+ * The exact sliding log: a request of cost c at t passes iff the costs admitted in (t − P, t] plus
+ * c are at most `rate`. Retry-after: until enough of the oldest entries have left the period
+ * (an entry admitted at s leaves at s + P); reset: until the newest has.
+ */
+export class SlidingLog implements AlgoModel {
+  /** [time µs, cost] of each admitted request, oldest first. */
+  private entries: Array<[number, number]> = [];
+  constructor(private readonly l: AlgoFigures) {}
+
+  peek(t: number, cost: number): AlgoOutcome {
+    const P = this.l.periodUs;
+    this.entries = this.entries.filter(([at]) => at > t - P);
+    const live = this.entries;
+    const used = live.reduce((sum, [, c]) => sum + c, 0);
+    const allowed = used + cost <= this.l.rate;
+    const toMs = (at: number) => Math.ceil((at + P - t) / 1000);
+    const state = (sum: number, newest: number): AlgoState => ({
+      remaining: Math.max(0, this.l.rate - sum),
+      resetMs: sum > 0 ? toMs(newest) : 0,
+    });
+    const newest = live.reduce((m, [at]) => Math.max(m, at), 0);
+    return {
+      allowed,
+      retryAfterMs: allowed ? 0 : cost > this.l.rate ? -1 : toMs(this.leavingAt(used + cost - this.l.rate)),
+      delayMs: 0,
+      before: state(used, newest),
+      after: allowed ? state(used + cost, t) : state(used, newest),
+      commit: () => {
+        if (allowed) this.entries.push([t, cost]);
+      },
+    };
+  }
+
+  /** When the oldest entries holding at least `units` of cost were admitted (the last of them). */
+  private leavingAt(units: number): number {
+    let gone = 0;
+    for (const [at, c] of this.entries) {
+      gone += c;
+      if (gone >= units) return at;
+    }
+    throw new Error("sliding log: fewer units live than must leave");
   }
 }
 

@@ -2,6 +2,7 @@ import {
   FixedWindow,
   InFlight,
   LeakyBucket,
+  SlidingLog,
   SlidingWindow,
   TokenBucket,
   type AlgoFigures,
@@ -40,6 +41,8 @@ export interface AlgorithmSettings {
 export interface CallArgs {
   /** concurrency: the id of the request's in-flight slot (none for a peek). */
   slot?: string;
+  /** sliding_log: the id of the request's entries in the log (none for a peek). */
+  entry?: string;
 }
 
 /**
@@ -48,6 +51,12 @@ export interface CallArgs {
  * release, so 1000 slots keep it near 55 KB.
  */
 export const MAX_IN_FLIGHT = 1_000;
+
+/**
+ * The largest `rate` of a sliding log: its key keeps one sorted-set member per admitted cost unit
+ * of the last period (about 130 bytes each past 128 of them, docs/algorithms.md), so 10,000 keep it near 1.3 MB.
+ */
+export const MAX_LOG_ENTRIES = 10_000;
 
 /** The figures decide.lua counts a bucket with (a limit's, a tier's or an override's). */
 export interface CountedFigures {
@@ -139,6 +148,18 @@ export const ALGORITHMS = {
     refusalHolds: () => false,
     model: (f) => new InFlight(f),
     exactness: exactInFlight,
+  },
+  sliding_log: {
+    code: 6,
+    // the request's entry id: its members in the log, which a refund removes
+    scriptArgs: (_, call) => [call.entry ?? "", 0],
+    capacity: "rate",
+    settings: [],
+    // room comes only as members leave the period, at the time the refusal names (or a refund)
+    refusalHolds: () => true,
+    // no lease: a leased unit would have to sit in the log with a time it was not spent at
+    model: (f) => new SlidingLog(f),
+    exactness: exactLog,
   },
 } satisfies Record<string, AlgorithmEntry>;
 
@@ -268,6 +289,17 @@ function exactInFlight(f: CountedFigures): ExactnessProblem | undefined {
     };
   }
   return undefined;
+}
+
+/** A sliding log keeps a member per admitted cost unit of a period: at most MAX_LOG_ENTRIES (an override's `rate` too). */
+function exactLog(f: CountedFigures): ExactnessProblem | undefined {
+  if (f.rate > MAX_LOG_ENTRIES) {
+    return {
+      field: "rate",
+      message: `rate ${f.rate} is more than a sliding_log keeps: at most ${MAX_LOG_ENTRIES} per period (one entry per request); use sliding_window above that`,
+    };
+  }
+  return exactWindow(f);
 }
 
 function gcd(a: number, b: number): number {

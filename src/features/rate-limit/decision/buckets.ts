@@ -61,7 +61,7 @@ export async function bucketsFor(
 }
 
 /** A bucket as the request identifies it, before any Redis is involved (what local decisions need). */
-export type KeyedBucket = Pick<Bucket, "limit" | "key" | "slot"> & { params: BucketParams };
+export type KeyedBucket = Pick<Bucket, "limit" | "key" | "slot" | "entry"> & { params: BucketParams };
 
 /**
  * The bucket of each limit of `route` that this request falls into, and the figures it is
@@ -69,7 +69,7 @@ export type KeyedBucket = Pick<Bucket, "limit" | "key" | "slot"> & { params: Buc
  * `split` buckets, so regions sharing one database still keep separate buckets. A tier takes its
  * rate from the limit's table; a header cost is read and bounded. Limits whose identity is
  * missing under `missing = "skip"` are left out. The route's `priority` sets each bucket's floor. A concurrency limit's bucket names the in-flight
- * slot the request takes (a fresh UUID). Throws `BadLimitInput` for a missing identity
+ * slot the request takes (a fresh UUID), a sliding log's the request's entries (logEntryId). Throws `BadLimitInput` for a missing identity
  * under `missing = "reject"` or a bad cost.
  */
 export async function keyedBuckets(
@@ -91,12 +91,23 @@ export async function keyedBuckets(
       const params = paramsFor(limit, facts, priority);
       const hash = await bucketHash(limit, identity.id, region);
       const key = bucketKey(config.key_prefix, route.name, limit.name, hash);
-      return limit.algorithm === "concurrency"
-        ? { limit, key, params, slot: crypto.randomUUID() }
-        : { limit, key, params };
+      if (limit.algorithm === "concurrency") return { limit, key, params, slot: crypto.randomUUID() };
+      if (limit.algorithm === "sliding_log") return { limit, key, params, entry: logEntryId() };
+      return { limit, key, params };
     }),
   );
   return buckets.filter((b): b is KeyedBucket => b !== undefined);
+}
+
+/**
+ * A fresh id for a request's entries in a sliding log: 96 random bits, 16 base64url characters
+ * (each log member carries it, so it is kept shorter than a UUID).
+ */
+export function logEntryId(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(12));
+  return btoa(String.fromCharCode(...bytes))
+    .replaceAll("+", "-")
+    .replaceAll("/", "_");
 }
 
 /**

@@ -16,4 +16,11 @@ export const DECIDE_COMMANDS = [
   "hmget",
   "incrby",
   "pexpire",
+  // sliding_log's sorted set
+  "zcount",
+  "zrangebyscore",
+  "zrange",
+  "zremrangebyscore",
+  "zadd",
+  "zrem",
 ] as const;

@@ -41,7 +41,7 @@ export interface LeaseGrant {
 }
 
 /** A bucket as the script call needs it; without `override`, no override applies (tests, bench); without `lease`, none is asked or closed. */
-export type ScriptBucket = Pick<Bucket, "limit" | "key" | "split" | "params" | "slot" | "delta"> & {
+export type ScriptBucket = Pick<Bucket, "limit" | "key" | "split" | "params" | "slot" | "entry" | "delta"> & {
   override?: OverrideInput;
   lease?: LeaseArgs;
 };
@@ -65,13 +65,13 @@ export function scriptCall(buckets: ReadonlyArray<ScriptBucket>, mode: ScriptMod
 
 /** One bucket's columns of decide.lua's ARGV; a split bucket's share and demand keys are added to `keys`, which the columns point at. */
 function limitArgs(b: ScriptBucket, mode: ScriptMode, keys: string[]): DecideLimitArgs {
-  const { limit: l, split, params, override, lease, slot, delta } = b;
+  const { limit: l, split, params, override, lease, slot, entry, delta } = b;
   const share_idx = split ? keys.push(split.shareKey) : 0;
   const demand_idx = split ? keys.push(split.demandKey) : 0;
   const p = params ?? l;
   const { rate, burst } = split?.start ?? p;
   const algo = algorithm(l.algorithm);
-  const [p1, p2] = mode === "settle" ? [0, delta ?? 0] : algo.scriptArgs(l, { slot });
+  const [p1, p2] = mode === "settle" ? [0, delta ?? 0] : algo.scriptArgs(l, { slot, entry });
   const known = override === "read" ? undefined : override;
   const close = lease?.close ?? { epoch: 0, granted: 0, left: 0 };
   return {
