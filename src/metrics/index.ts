@@ -7,6 +7,7 @@ import type { Batch } from "../store/redis.js";
 import { latencyBucket } from "./histogram.js";
 import type { ClientLabel } from "./labels.js";
 import { idempotencyLines } from "./idempotency.js";
+import { divertLines } from "./diverts.js";
 export { asHash } from "../store/replies.js";
 
 const FLUSH_EVERY_MS = 5_000;
@@ -188,6 +189,7 @@ export function prometheus(
   }
   lines.push(...banLines(total));
   lines.push(...idempotencyLines(total, esc));
+  lines.push(...divertLines(total, esc));
   const sum = Number(lastMinute.rtt_sum_ms ?? 0);
   const cnt = Number(lastMinute.rtt_count ?? 0);
   lines.push(
