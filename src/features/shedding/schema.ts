@@ -34,12 +34,10 @@ const queueSettings = z.strictObject({
 export const DIVERT_REASONS = ["limit", "breaker", "5xx", "timeout"] as const;
 export type DivertReason = (typeof DIVERT_REASONS)[number];
 
-const divertOn = z
-  .array(z.enum(DIVERT_REASONS))
-  .check(
-    z.minLength(1),
-    z.refine((reasons: string[]) => new Set(reasons).size === reasons.length, "must not name a reason twice"),
-  );
+const divertOn = z.array(z.enum(DIVERT_REASONS)).check(
+  z.minLength(1),
+  z.refine((reasons: string[]) => new Set(reasons).size === reasons.length, "must not name a reason twice"),
+);
 
 /** A route's shedding options: what a refused request gets instead of a 429 (docs/shedding.md). */
 export const sheddingOptions = {
@@ -109,7 +107,7 @@ function reasonProblems(r: DivertFields, reasons: DivertReason[]): Array<[string
       ? [
           [
             "divert_url",
-            'diverts refused requests only with on_limit = "divert"; to divert when the origin fails, name the failures in divert_on (["breaker", "5xx", "timeout"])',
+            'applies only when on_limit = "divert", or with divert_on naming the failures to divert on (["breaker", "5xx", "timeout"])',
           ],
         ]
       : [["divert_on", `names "limit", which needs on_limit = "divert" (on_limit is "${r.on_limit}")`]];
