@@ -4,13 +4,12 @@
  * all-time hashes as the decisions, under fields of two parts (`divert:{route}|{reason}`), so the
  * readers of `route|limit|decision` pass over them.
  */
-import type { DivertReason } from "../features/shedding/schema.js";
 import type { FieldCounter } from "./idempotency.js";
 
 const DIVERT_FIELD = "divert:";
 
-/** Counts one request of `route` sent to its divert origin for `reason`. */
-export function countDivert(metrics: FieldCounter, route: string, reason: DivertReason): void {
+/** Counts one request of `route` sent to its divert origin for `reason` (one of `divert_on`'s). */
+export function countDivert(metrics: FieldCounter, route: string, reason: string): void {
   metrics.countField(`${DIVERT_FIELD}${route}|${reason}`);
 }
 
