@@ -101,8 +101,14 @@ export interface Scope {
   sluiceHeaders: Record<string, string>;
   /** The request's W3C `traceparent` (given, or made up), once a step needed it (idempotency). */
   trace?: string;
-  /** The origin's reply (the gateway's forwarding) and how long it took. */
+  /** The origin's reply (the gateway's forwarding) and how long it took: the main origin's, even when failover followed. */
   reply?: OriginReply & { latencyMs: number };
+  /** The route's open breaker sends this request to its `divert_url` instead of the origin (failover). */
+  failover?: "breaker";
+  /** The divert origin's reply, when failover sent the request there: what the client got, and what a claim settles with. */
+  diverted?: OriginReply & { latencyMs: number };
+  /** The request's body is in memory (read whole to fingerprint an idempotency key): it can be sent a second time. */
+  bodyKept?: boolean;
 }
 
 /** Hono's environment for apps that use sluice: the variables it sets. */

@@ -11,7 +11,7 @@ export function configApp(): Hono<AdminEnv> {
   app.get("/", (c) => {
     const config = c.get("config");
     // the compiled path matcher is no configuration an operator wrote; a divert URL may carry credentials too
-    const routes = config.routes.map(({ pattern: _pattern, divertUrl, ...r }) =>
+    const routes = config.routes.map(({ pattern: _pattern, divertUrl, divertOn: _divertOn, ...r }) =>
       divertUrl ? { ...r, divert_url: withoutCredentials(divertUrl) } : r,
     );
     const originUrl = config.originUrl && withoutCredentials(config.originUrl);

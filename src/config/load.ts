@@ -4,6 +4,7 @@ import { enLocale } from "./messages.js";
 import { exactnessProblem, maxDelayProblem, responseMaxProblem } from "./exactness.js";
 import { compilePattern, type PathPattern } from "../routing/match.js";
 import { usesJwt } from "./uses-jwt.js";
+import { divertReasons, type DivertReason } from "../features/shedding/schema.js";
 
 /** A limit as the request path uses it (durations in ms, key as a list of parts). */
 export type Limit = LimitSettings;
@@ -13,6 +14,8 @@ export interface Route extends Omit<RouteSettings, "limits"> {
   limits: Limit[];
   /** `divert_url`, parsed once at load (the schema has checked it is an http(s) URL). */
   divertUrl?: URL;
+  /** When it goes to `divertUrl`: `divert_on` as given, else `["limit"]`; none without a `divert_url`. */
+  divertOn: DivertReason[];
 }
 
 export interface Config extends Omit<SluiceSettings, "routes"> {
@@ -101,6 +104,7 @@ function compile(schema: ConfigSchema, vars: ConfigVars): Config {
       ...r,
       pattern: compilePattern(r.match, s.paths),
       divertUrl: r.divert_url === undefined ? undefined : new URL(r.divert_url),
+      divertOn: divertReasons(r),
       limits: r.limits.map((l, li) =>
         compileLimit({ ...l, shadow: l.shadow || r.shadow }, `SLUICE.routes[${ri}].limits[${li}]`),
       ),

@@ -43,7 +43,7 @@ const routeFields = {
 
 type RouteFields = z.output<z.ZodMiniObject<typeof routeFields>>;
 /** A route of some composition: its own fields, and whichever tables it was given. */
-type ComposedRoute = RouteFields & { idempotency?: unknown; session?: unknown };
+type ComposedRoute = RouteFields & { breaker?: unknown; idempotency?: unknown; session?: unknown };
 
 /** A route's limits: unique names, none taking the adaptive limit's; a divert route's fields together. */
 function routeProblems(r: ComposedRoute, ctx: z.core.$RefinementCtx) {

@@ -7,6 +7,7 @@ import type { Batch, Store } from "../store/redis.js";
 import { latencyBucket } from "./histogram.js";
 import type { ClientLabel } from "./labels.js";
 import { idempotencyLines } from "./idempotency.js";
+import { divertLines } from "./diverts.js";
 export { asHash } from "../store/replies.js";
 
 /** Counts go to Redis at most this often per isolate, the first time this long after the isolate started counting. */
@@ -270,6 +271,7 @@ export function prometheus(
   }
   lines.push(...banLines(total));
   lines.push(...idempotencyLines(total, esc));
+  lines.push(...divertLines(total, esc));
   const sum = Number(lastMinute.rtt_sum_ms ?? 0);
   const cnt = Number(lastMinute.rtt_count ?? 0);
   lines.push(

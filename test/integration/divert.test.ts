@@ -171,9 +171,11 @@ describe("when the divert origin fails too", () => {
   });
 });
 
-it("counts diverted requests under the refusing limit in the metrics", async () => {
+it("counts diverted requests under the refusing limit in the metrics, and by reason (limit)", async () => {
   const m = await call(mf, "/__sluice/metrics", { headers: { authorization: `Bearer ${ADMIN}` } });
   expect(m.status).toBe(200);
   const diverted = /^sluice_decisions_total\{route="reads",limit="per-ip",decision="diverted"\} (\d+)$/m.exec(m.text);
   expect(Number(diverted?.[1])).toBeGreaterThanOrEqual(2);
+  const byReason = /^sluice_diverts_total\{route="reads",reason="limit"\} (\d+)$/m.exec(m.text);
+  expect(Number(byReason?.[1])).toBe(Number(diverted?.[1]));
 });

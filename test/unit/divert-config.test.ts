@@ -1,5 +1,5 @@
 /**
- * `on_limit = "divert"` in the configuration: its fields go together, a divert route takes no
+ * `on_limit = "divert"` and `divert_on` in the configuration: their fields go together, a divert route takes no
  * idempotency or session table (a diverted request leaves before those steps), every error names
  * its field, and the admin API shows the divert URL without credentials.
  */
@@ -76,6 +76,53 @@ describe('on_limit = "divert" in the configuration', () => {
   ])("refuses %s, naming the field", (_, over, field, problem) => {
     const error = errorOf(over);
     expect(error.field).toBe(`SLUICE.routes[0].${field}`);
+    expect(error.problem).toMatch(problem);
+  });
+
+  it('defaults divert_on to ["limit"] with on_limit = "divert", and to nothing without a divert_url', () => {
+    const diverts = loadConfig({ ORIGIN_URL, SLUICE: routeWith({ on_limit: "divert", divert_url: REPLICA }) });
+    const plain = loadConfig({ ORIGIN_URL, SLUICE: routeWith({}) });
+    if (!diverts.ok) throw diverts.error;
+    if (!plain.ok) throw plain.error;
+    expect(diverts.config.routes[0]!.divertOn).toEqual(["limit"]);
+    expect(plain.config.routes[0]!.divertOn).toEqual([]);
+  });
+
+  it('takes divert_on naming origin failures without on_limit = "divert" (failover)', () => {
+    const breaker = { min_requests: 5 };
+    const over = { divert_url: REPLICA, divert_on: ["breaker", "5xx", "timeout"], breaker, idempotency: {} };
+    const r = loadConfig({ ORIGIN_URL, SLUICE: routeWith(over) });
+    if (!r.ok) throw r.error;
+    expect(r.config.routes[0]!.on_limit).toBe("reject");
+    expect(r.config.routes[0]!.divertOn).toEqual(["breaker", "5xx", "timeout"]);
+  });
+
+  it('takes divert_on with "limit" and failures together on a divert route', () => {
+    const over = { on_limit: "divert", divert_url: REPLICA, divert_on: ["limit", "5xx"] };
+    const r = loadConfig({ ORIGIN_URL, SLUICE: routeWith(over) });
+    if (!r.ok) throw r.error;
+    expect(r.config.routes[0]!.divertOn).toEqual(["limit", "5xx"]);
+  });
+
+  it.each([
+    ["divert_on without divert_url", { divert_on: ["5xx"] }, /needs divert_url/],
+    ["an empty divert_on", { divert_url: REPLICA, divert_on: [] }, /at least 1|too small|>=1/i],
+    ["a reason twice", { divert_url: REPLICA, divert_on: ["5xx", "5xx"] }, /must not name a reason twice/],
+    ["an unknown reason", { divert_url: REPLICA, divert_on: ["4xx"] }, /limit|breaker|5xx|timeout/],
+    [
+      '"limit" without on_limit = "divert"',
+      { divert_url: REPLICA, divert_on: ["limit", "5xx"] },
+      /needs on_limit = "divert"/,
+    ],
+    [
+      'on_limit = "divert" without "limit"',
+      { on_limit: "divert", divert_url: REPLICA, divert_on: ["5xx"] },
+      /must name "limit" when on_limit = "divert"/,
+    ],
+    ['"breaker" without a breaker', { divert_url: REPLICA, divert_on: ["breaker"] }, /no breaker table/],
+  ])("refuses %s, naming divert_on", (_, over, problem) => {
+    const error = errorOf(over);
+    expect(error.field).toMatch(/^SLUICE\.routes\[0\]\.divert_on(\.|\[|$)/);
     expect(error.problem).toMatch(problem);
   });
 

@@ -7,11 +7,13 @@ import { originFailed } from "../../origin/forward.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { fallbackFor } from "../shedding/fallback/answer.js";
+import { divertsOn } from "../shedding/failover.js";
 import { breakerKey } from "../../store/layout.js";
 
 /**
  * The route's circuit breaker: while it is open the origin gets nothing and the client gets the
- * last good copy, the static fallback page, or a 503. After the response, the origin's outcome
+ * divert origin's answer (`divert_on` names "breaker"), the last good copy, the static fallback
+ * page, or a 503. After the response, the origin's outcome
  * (its reply in the gateway; the handler's response in an app) is recorded against the client.
  */
 export const breakerStep: Step = async (c, scope, next) => {
@@ -20,7 +22,13 @@ export const breakerStep: Step = async (c, scope, next) => {
   const share = shareOf(scope, route);
   const breaker = breakersOf(scope).of(route, share);
   const admission = breaker?.admit(Date.now());
-  if (admission && !admission.pass) return breakerOpen(c, scope, route, admission.retryAfterMs);
+  if (admission && !admission.pass) {
+    if (!failsOver(scope, route)) return breakerOpen(c, scope, route, admission.retryAfterMs);
+    // the divert origin answers in the origin's place, after the limits and guards (src/pipeline/forward.ts)
+    scope.failover = "breaker";
+    if (scope.meta) scope.meta.limit = "breaker";
+    return next();
+  }
   const started = Date.now();
   await next();
   const probe = admission?.pass ? admission.probe : false;
@@ -45,6 +53,14 @@ function originOutcome(c: Context, scope: Scope, started: number): { ok: boolean
   if (scope.target || c.error instanceof Problem) return undefined;
   if (!["allow", "shadow", "degraded"].includes(scope.decision)) return undefined;
   return { ok: c.res.status < 500, latencyMs: Date.now() - started };
+}
+
+/**
+ * Whether an open breaker sends the request to the route's divert origin: the route names
+ * "breaker" in `divert_on`, and the gateway forwards (in an app the handler is the origin).
+ */
+function failsOver(scope: Scope, route: Route): boolean {
+  return scope.target !== undefined && divertsOn(route, "breaker");
 }
 
 /** The breaker is open: the origin gets nothing; the client gets a copy, the static page, or a 503. */

@@ -20,7 +20,8 @@ export const idempotencyStep: Step = async (c, scope, next) => {
     scope.decision = "replay";
     return guarded.response;
   }
-  // the key's body was read to fingerprint it: what goes on is the same bytes
+  // the key's body was read to fingerprint it: what goes on is the same bytes, kept (failover may resend them)
+  if (guarded.request !== c.req.raw) scope.bodyKept = true;
   c.req.raw = guarded.request;
   Object.assign(scope.sluiceHeaders, guarded.sluiceHeaders);
   // a held claim must learn what the origin did: past origin_timeout its answer is still awaited
@@ -34,7 +35,7 @@ export const idempotencyStep: Step = async (c, scope, next) => {
 };
 
 /**
- * What the origin did: the gateway's reply, or in an app the handler's response (its exception
+ * What the origin did: the gateway's reply (the divert origin's after failover), or in an app the handler's response (its exception
  * is a 5xx, an origin failure). Nothing when sluice itself stopped the request after the claim
  * (a busy session): the key is free again.
  */
@@ -43,7 +44,8 @@ function replyOf(
   scope: Scope,
   started: number,
 ): (OriginReply & { latencyMs: number }) | undefined {
-  if (scope.target) return scope.reply;
+  // failover: the divert origin's answer is what was done, and what duplicates replay
+  if (scope.target) return scope.diverted ?? scope.reply;
   if (c.error instanceof Problem) return undefined;
   return { response: c.res, outcome: "answered", sent: c.req.raw.headers, latencyMs: Date.now() - started };
 }

@@ -5,25 +5,52 @@ import { sendToOrigin, type OriginReply } from "../../origin/forward.js";
 import { discardBody } from "../../util/log.js";
 
 /**
- * Sends a refused request to the route's `divert_url` instead of answering it 429, built exactly
- * as a request to the origin (`sendToOrigin`: same path and query, client-address headers from
- * the trusted IP, `Sluice-*` stripped), within `divert_timeout`. Nothing sluice tells the origin
- * (fencing token, Idempotency-Key, session) goes with it: no claim was taken for it, since the
- * limits run before idempotency and sessions (and the schema gives a divert route neither).
+ * What a request sent to the divert origin after its guards were taken (failover, which runs
+ * after idempotency and sessions) tells it: the claim's fencing token and key, the session; and
+ * how long a held claim waits for its answer. A refusal's divert takes none: no claim was taken.
+ */
+export interface DivertGuards {
+  sluiceHeaders?: Record<string, string>;
+  lateAnswerMs?: number;
+  problemBase?: string;
+}
+
+/**
+ * Sends `request` to the route's `divert_url`, built exactly as a request to the origin
+ * (`sendToOrigin`: same path and query, client-address headers from the trusted IP, `Sluice-*`
+ * and method-override headers stripped unless the route honours them), within `divert_timeout`.
+ * Every divert, for a refusal or for failover, goes through here.
+ */
+export function sendToDivert(
+  request: Request,
+  scope: Scope,
+  route: Route & { divertUrl: URL },
+  guards: DivertGuards = {},
+): Promise<OriginReply> {
+  return sendToOrigin(request, {
+    origin: route.divertUrl,
+    path: scope.forwardPath,
+    clientIp: scope.facts.ip,
+    timeoutMs: route.divert_timeout,
+    methodOverride: scope.methodOverridden,
+    ...guards,
+  });
+}
+
+/**
+ * Sends a refused request to the route's `divert_url` instead of answering it 429. Nothing sluice
+ * tells the origin (fencing token, Idempotency-Key, session) goes with it: no claim was taken for
+ * it, since the limits run before idempotency and sessions (and the schema gives a route that
+ * diverts refusals neither).
  *
  * Returns the divert origin's response, or `undefined` when it gave none worth relaying
  * (unreachable, too slow, a 5xx, no final response): the refusal then falls back.
  */
 export async function divert(c: Context, scope: Scope, route: Route): Promise<Response | undefined> {
   // the schema requires divert_url with on_limit = "divert": without one there is nowhere to go
-  if (!route.divertUrl) return undefined;
-  const reply = await sendToOrigin(c.req.raw, {
-    origin: route.divertUrl,
-    path: scope.forwardPath,
-    clientIp: scope.facts.ip,
-    timeoutMs: route.divert_timeout,
-    methodOverride: scope.methodOverridden,
-  });
+  const divertUrl = route.divertUrl;
+  if (!divertUrl) return undefined;
+  const reply = await sendToDivert(c.req.raw, scope, { ...route, divertUrl });
   if (relayable(reply)) return reply.response;
   // a 5xx body nobody reads would hold the connection open until it is collected
   await discardBody(reply.response.body);

@@ -94,11 +94,25 @@ const queueSettings = z.pipe(
   }),
 );
 
+/**
+ * What sends a route's requests to its `divert_url`: a refusal by its limits (`on_limit = "divert"`),
+ * its open breaker, or the origin failing it (a 5xx or no connection; no answer within `origin_timeout`).
+ */
+export const DIVERT_REASONS = ["limit", "breaker", "5xx", "timeout"] as const;
+export type DivertReason = (typeof DIVERT_REASONS)[number];
+
+const divertOn = z.array(z.enum(DIVERT_REASONS)).check(
+  z.minLength(1),
+  z.refine((reasons: string[]) => new Set(reasons).size === reasons.length, "must not name a reason twice"),
+);
+
 /** A route's shedding options: what a refused request gets instead of a 429 (docs/shedding.md). */
 export const sheddingOptions = {
   on_limit: z._default(z.enum(["reject", "fallback", "queue", "divert"]), "reject"),
   /** Where `on_limit = "divert"` sends refused requests (a read replica, a static mirror, a cheaper model). */
   divert_url: z.optional(z.url({ protocol: /^https?$/, error: "must be an http or https URL" })),
+  /** When requests go to `divert_url` (default `["limit"]`, which is `on_limit = "divert"`). */
+  divert_on: z.optional(divertOn),
   /** Past it the divert origin is abandoned, and the refusal falls back (static page, else 429). */
   divert_timeout: z._default(duration, 10_000),
   fallback_ttl: z._default(duration, 300_000),
@@ -112,20 +126,37 @@ export const sheddingOptions = {
   queue: z._default(queueSettings, () => queueSettings.parse({})),
 };
 
-/**
- * A divert route's fields go together, and it takes no idempotency key or session lock: a
- * diverted request leaves before those steps run, so it would reach the divert origin unguarded.
- */
-export function divertProblems(r: {
+/** A route's fields that decide where it diverts (the composition's tables among them). */
+interface DivertFields {
   on_limit: string;
   divert_url?: string;
+  divert_on?: DivertReason[];
+  breaker?: unknown;
   idempotency?: unknown;
   session?: unknown;
-}): Array<[string, string]> {
-  if (r.on_limit !== "divert")
-    return r.divert_url === undefined ? [] : [["divert_url", 'applies only when on_limit = "divert"']];
-  const problems: Array<[string, string]> = [];
-  if (r.divert_url === undefined) problems.push(["divert_url", 'is required when on_limit = "divert"']);
+}
+
+/** When a route diverts: the reasons it names (`["limit"]` by default), none without a `divert_url`. */
+export function divertReasons(r: Pick<DivertFields, "divert_url" | "divert_on">): DivertReason[] {
+  return r.divert_url === undefined ? [] : (r.divert_on ?? ["limit"]);
+}
+
+/**
+ * A divert route's fields go together: `"limit"` in `divert_on` is `on_limit = "divert"`, and
+ * `"breaker"` needs a breaker. A route that diverts refusals takes no idempotency key or session
+ * lock: a refused request leaves before those steps run, so it would reach the divert origin
+ * unguarded. Failover (breaker, 5xx, timeout) goes after them, so it takes both.
+ */
+export function divertProblems(r: DivertFields): Array<[string, string]> {
+  if (r.divert_url === undefined) {
+    const problems: Array<[string, string]> = [];
+    if (r.on_limit === "divert") problems.push(["divert_url", 'is required when on_limit = "divert"']);
+    if (r.divert_on !== undefined) problems.push(["divert_on", "needs divert_url, the origin to divert to"]);
+    return problems;
+  }
+  const reasons = divertReasons(r);
+  const problems = reasonProblems(r, reasons);
+  if (r.on_limit !== "divert") return problems;
   for (const table of ["idempotency", "session"] as const)
     if (r[table] !== undefined)
       problems.push([
@@ -133,4 +164,23 @@ export function divertProblems(r: {
         `cannot be combined with on_limit = "divert": a diverted request leaves before the ${table} step runs, unguarded (give those methods a route of their own)`,
       ]);
   return problems;
+}
+
+/** `divert_on` against `on_limit` and the breaker table. */
+function reasonProblems(r: DivertFields, reasons: DivertReason[]): Array<[string, string]> {
+  const limit = reasons.includes("limit");
+  if (limit && r.on_limit !== "divert")
+    return r.divert_on === undefined
+      ? [
+          [
+            "divert_url",
+            'applies only when on_limit = "divert", or with divert_on naming the failures to divert on (["breaker", "5xx", "timeout"])',
+          ],
+        ]
+      : [["divert_on", `names "limit", which needs on_limit = "divert" (on_limit is "${r.on_limit}")`]];
+  if (!limit && r.on_limit === "divert")
+    return [["divert_on", 'must name "limit" when on_limit = "divert" (refused requests are diverted)']];
+  if (reasons.includes("breaker") && r.breaker === undefined)
+    return [["divert_on", 'names "breaker" but the route has no breaker table']];
+  return [];
 }

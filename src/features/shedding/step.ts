@@ -7,6 +7,7 @@ import { overflowAnswer } from "./queue/overflow.js";
 import { copyAddress, fallbackFor } from "./fallback/answer.js";
 import { isKeepable, keepCopy } from "./fallback/copies.js";
 import { divert } from "./divert.js";
+import { countDivert } from "../../metrics/diverts.js";
 import { settleQuietly } from "../../util/log.js";
 
 /** A way to answer a request its limits refused: the response, with `scope.decision` set; or a thrown problem. */
@@ -34,6 +35,7 @@ const STRATEGIES: Record<Route["on_limit"], Strategy> = {
     const diverted = await divert(c, scope, routeOf(scope));
     if (!diverted) return STRATEGIES.fallback(c, scope, refusal);
     scope.decision = "diverted";
+    countDivert(scope.runtime.metrics, routeOf(scope).name, "limit");
     return withHeaders(diverted, rateLimitHeaders([refusal.blocking]));
   },
 };
