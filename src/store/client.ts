@@ -28,12 +28,8 @@ export interface RedisClient {
   pipeline(): RedisPipeline;
 }
 
-/** SET's expiry (`px` ms or `ex` s) and `nx`. */
-export interface RedisSetOptions {
-  px?: number;
-  ex?: number;
-  nx?: boolean;
-}
+/** SET's expiry (`px` ms or `ex` s), and `nx` when asked (a union, as `@upstash/redis` types it). */
+export type RedisSetOptions = { px: number } | { ex: number } | { px: number; nx: true } | { ex: number; nx: true };
 
 /** XADD's cap on the stream's length. */
 export interface RedisXAddOptions {
