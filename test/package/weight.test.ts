@@ -5,7 +5,7 @@
  * schema, the admin and dashboard, idempotency, sessions, the queue, zod's classic API and
  * `@upstash/redis` (Redis from the environment goes through sluice's own REST client) must not be
  * among them, whether `rateLimit` comes from `sluice/rate-limit` or from the root. Sizes are
- * not asserted here (bench/weight.ts measures them): the modules are, deterministically.
+ * not asserted here (`npm run bench`, section 12, measures them): the modules are, deterministically.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
