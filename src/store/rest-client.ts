@@ -64,6 +64,7 @@ const COMMANDS = {
   evalshaRo: script("evalsha_ro"),
 } satisfies Record<string, (...args: never[]) => Arg[]>;
 
+/** EVAL and its kin: the body or SHA-1, the number of keys, the keys, the arguments. */
 function script(name: string) {
   return (body: string, keys: string[], args: string[]): Arg[] => [name, body, keys.length, ...keys, ...args];
 }
@@ -113,7 +114,7 @@ export function restClient(opts: RestClientOptions): RedisClient {
   return { ...commands((command) => post("", command).then(resultOf)), pipeline };
 }
 
-/** The JSON body of a reply; a failed request (HTTP status other than 200) thrown with Upstash's error text. */
+/** The JSON body of a reply; a failed request (a status other than 2xx) thrown with Upstash's error text. */
 function replyOf(status: number, text: string): unknown {
   let body: unknown;
   try {
@@ -121,7 +122,7 @@ function replyOf(status: number, text: string): unknown {
   } catch {
     throw new Error(`Upstash REST answered HTTP ${status} with a body that is not JSON: ${text.slice(0, 200)}`);
   }
-  if (status === 200) return body;
+  if (status >= 200 && status < 300) return body;
   const error = errorOf(body) ?? `no error text`;
   // a command's own error (400) is the database's answer, word for word (NOSCRIPT, WRONGTYPE …)
   throw new Error(status === 400 ? error : `Upstash REST answered HTTP ${status}: ${error}`);
