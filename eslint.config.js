@@ -222,6 +222,29 @@ export default defineConfig(
     rules: { "no-console": "off" },
   },
   {
+    // sluice talks to Upstash with its own REST client (src/store/rest-client.ts): a value import of
+    // @upstash/redis would put that whole client in every Worker. A caller's own client is accepted
+    // by its shape (src/store/client.ts), so types may still come from it. (Outside src/store/ the
+    // next block forbids it too, for its own reason.)
+    files: ["src/store/**/*.ts"],
+    ignores: ["src/**/*.test.ts"],
+    rules: {
+      "@typescript-eslint/no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              group: ["@upstash/redis", "@upstash/redis/*"],
+              allowTypeImports: true,
+              message:
+                "No value import of @upstash/redis in src/: sluice's own client is src/store/rest-client.ts; a caller's client is a RedisClient (src/store/client.ts).",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // Redis only through the runner (src/store/redis.ts: deadline, circuit, round-trip estimate):
     // outside src/store/ no code holds the client, so no command skips them. `Store` does not hand
     // its client out (TypeScript refuses `store.redis`); these rules also refuse a client made or

@@ -3,8 +3,8 @@
  * `npm run build`: the npm package in dist/, from the public entries (ENTRIES below).
  *   dist/<entry>.js  ESM (esbuild), one file per subpath of package.json's `exports` and the
  *                    chunks they share (dist/chunks/): src/ bundled, lua/*.lua inlined as string
- *                    constants (comment lines blanked), every package import (hono, @upstash/redis,
- *                    zod) left as an import
+ *                    constants (comment lines blanked), every package import (hono, zod) left as
+ *                    an import
  *   dist/...d.ts     the declarations (tsc, tsconfig.build.json), one per module, laid out as src/
  * Then it checks what it wrote: an import of an undeclared package, a `.lua` module left in the
  * JS or the types, or a subpath of `exports` naming a file not written fails the build rather

@@ -178,6 +178,8 @@ describe("the build and the Workers", () => {
       const config = wranglerConfig(s);
       expect(existsSync(config.main as string)).toBe(true);
       expect(config.rules).toEqual([{ type: "Text", globs: ["**/*.lua"], fallthrough: true }]);
+      // bundled without the repository's `paths`: sluice/rate-limit is the built package, as a user's
+      expect(config.tsconfig).toBe("../tsconfig.json");
     }
   });
 
@@ -185,7 +187,7 @@ describe("the build and the Workers", () => {
     const imports = (file: string) =>
       [...readFileSync(resolve(file), "utf8").matchAll(/^import (.+) from "([^"]+)";/gm)].map((m) => [m[1], m[2]]);
     expect(imports("bench/workers/sluice.ts").filter(([, from]) => /sluice|src\//.test(from ?? ""))).toEqual([
-      ["{ rateLimit }", "sluice"],
+      ["{ rateLimit }", "sluice/rate-limit"],
     ]);
     expect(imports("bench/workers/anchor.ts").map(([, from]) => from)).toEqual([
       "@upstash/ratelimit",

@@ -1,5 +1,6 @@
 /**
  * Builds the two Workers of the "against @upstash/ratelimit" section the way a user deploys them:
+ * sluice's from the built package (`npm run build`, imported as `sluice/rate-limit`), then
  * `wrangler deploy --dry-run --minify --outdir <dir>` with a small wrangler config of its own per
  * Worker (generated under .wrangler/bench-anchor/), and measures the upload as wrangler's own size
  * line does ("Total Upload: x KiB / gzip: y KiB": every module of the upload, the .lua text modules
@@ -32,6 +33,14 @@ export interface BuiltWorker {
   command: string;
 }
 
+/**
+ * The tsconfig wrangler bundles with: none of the repository's `paths` (which point `sluice` at
+ * src/ for the type-checker), so `sluice/...` resolves as a user's does, through the package's
+ * `exports` to the built dist/ (package.json's name makes it the package's own, as an installed
+ * `node_modules/sluice` would be).
+ */
+const BUNDLE_TSCONFIG = join(ANCHOR_BUILD_DIR, "tsconfig.json");
+
 /** The wrangler config a user would write for the Worker: a name, main, a date, and the rule for .lua text. */
 export function wranglerConfig(side: Side): Record<string, unknown> {
   return {
@@ -39,7 +48,19 @@ export function wranglerConfig(side: Side): Record<string, unknown> {
     main: resolve("bench/workers", `${side}.ts`),
     compatibility_date: "2026-04-01",
     rules: [{ type: "Text", globs: ["**/*.lua"], fallthrough: true }],
+    // relative to the config (ANCHOR_BUILD_DIR/<side>/wrangler.json): wrangler joins, so no absolute path
+    tsconfig: "../tsconfig.json",
   };
+}
+
+/**
+ * `npm run build`: the package as it is published (dist/, the Lua scripts inlined with their
+ * comment lines blanked), which the sluice Worker imports; and the tsconfig wrangler bundles with.
+ */
+export async function buildPackage(cleanup: Cleanup): Promise<void> {
+  mkdirSync(ANCHOR_BUILD_DIR, { recursive: true });
+  writeFileSync(BUNDLE_TSCONFIG, `${JSON.stringify({ compilerOptions: { target: "ES2022" } }, null, 2)}\n`);
+  await runCommand("npm", ["run", "build"], cleanup, "the sluice package");
 }
 
 /** wrangler's "Total Upload: 149.86 KiB / gzip: 39.16 KiB" line, in KiB. */
@@ -61,6 +82,7 @@ function uploadSize(outdir: string, main: string): { raw_kib: number; gzip_kib: 
   return { raw_kib: round(bytes.length / 1024, 2), gzip_kib: round(gzipSync(bytes).length / 1024, 2) };
 }
 
+/** Builds one Worker; the sluice one imports the package that `buildPackage` built. */
 export async function buildSide(side: Side, cleanup: Cleanup): Promise<BuiltWorker> {
   const dir = join(ANCHOR_BUILD_DIR, side);
   const outdir = join(dir, "out");
@@ -69,7 +91,9 @@ export async function buildSide(side: Side, cleanup: Cleanup): Promise<BuiltWork
   const config = join(dir, "wrangler.json");
   writeFileSync(config, `${JSON.stringify(wranglerConfig(side), null, 2)}\n`);
   const args = ["wrangler", "deploy", "--dry-run", "--minify", "--outdir", outdir, "--config", config];
-  const output = await runWrangler(args, cleanup, side);
+  // run from the config's directory: wrangler resolves `tsconfig` against the working directory in one
+  // place and against the config's directory in another, so the two must be the same
+  const output = await runCommand("npx", args, cleanup, `wrangler build of ${side}`, dir);
   const bundle = join(outdir, `${side}.js`);
   if (!existsSync(bundle)) throw new Error(`wrangler wrote no ${bundle}:\n${output.slice(-2000)}`);
   return {
@@ -82,13 +106,20 @@ export async function buildSide(side: Side, cleanup: Cleanup): Promise<BuiltWork
   };
 }
 
-/** stdout and stderr of `npx wrangler …` together; throws on a failed build. */
-async function runWrangler(args: string[], cleanup: Cleanup, label: string): Promise<string> {
-  const child = spawn("npx", args, {
+/** stdout and stderr of the command together; throws when it fails. */
+async function runCommand(
+  command: string,
+  args: string[],
+  cleanup: Cleanup,
+  label: string,
+  cwd?: string,
+): Promise<string> {
+  const child = spawn(command, args, {
+    cwd,
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true", NO_COLOR: "1" },
   });
-  cleanup.add(`wrangler build ${label}`, () => {
+  cleanup.add(label, () => {
     if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
   });
   let output = "";
@@ -99,6 +130,6 @@ async function runWrangler(args: string[], cleanup: Cleanup, label: string): Pro
     child.once("error", fail);
     child.once("exit", (c) => done(c));
   });
-  if (code !== 0) throw new Error(`wrangler build of ${label} failed (exit ${String(code)}):\n${output.trim()}`);
+  if (code !== 0) throw new Error(`${label} failed (exit ${String(code)}):\n${output.trim()}`);
   return output;
 }

@@ -9,7 +9,7 @@ import { resolve } from "node:path";
 import { type Cleanup, startRedisBridge } from "../stack.js";
 import type { IpSource } from "../stats.js";
 import { startTap } from "../tap.js";
-import { type BuiltWorker, buildSide, SIDES, type Side } from "./build.js";
+import { type BuiltWorker, buildPackage, buildSide, SIDES, type Side } from "./build.js";
 import { measureEvaluation } from "./evaluation.js";
 import { type AnchorResult, type ShapeResult, sideFigures, type WorkerFigures } from "./figures.js";
 import {
@@ -56,7 +56,8 @@ export async function measureAnchor(
   o: AnchorOptions,
   step: (what: string) => void,
 ): Promise<AnchorResult> {
-  step("12/12 against @upstash/ratelimit: building both Workers with wrangler --minify");
+  step("12/12 against @upstash/ratelimit: building the sluice package, then both Workers with wrangler --minify");
+  await buildPackage(cleanup);
   const built = await Promise.all(SIDES.map((side) => buildSide(side, cleanup)));
   step(`12/12 evaluating each bundle once in ${o.evaluations} fresh Node processes per Worker`);
   const evaluation = await measureEvaluation(built, o.evaluations);

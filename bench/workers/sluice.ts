@@ -4,7 +4,9 @@
  * sluice import. Redis comes from the same `UPSTASH_REDIS_REST_URL` / `_TOKEN` secrets.
  */
 import { Hono } from "hono";
-import { rateLimit } from "sluice"; // the package entry (tsconfig `paths`); repoint here to a subpath export
+// As a user imports it: the package's subpath, resolved through its `exports` to the built dist/
+// when wrangler bundles it (bench/anchor/build.ts); tsconfig `paths` give the type-checker src/.
+import { rateLimit } from "sluice/rate-limit";
 
 /** Refill per second and bucket size: the same numbers as anchor.ts's limit. */
 const RATE = 1_000_000;

@@ -1,4 +1,4 @@
-// A Worker whose only sluice import is rateLimit (bench/weight.ts measures it, test/package/weight.test.ts checks what it carries).
+// A Worker whose only sluice import is rateLimit: test/package/weight.test.ts checks what it carries (section 12 of the bench weighs bench/workers/sluice.ts).
 import { Hono } from "hono";
 import { rateLimit } from "../../src/middleware/rate-limit.js";
 

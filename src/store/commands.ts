@@ -1,4 +1,4 @@
-import type { Redis } from "@upstash/redis/cloudflare";
+import type { RedisClient, RedisPipeline, RedisSetOptions } from "./client.js";
 import { asHash } from "./replies.js";
 
 /**
@@ -8,7 +8,7 @@ import { asHash } from "./replies.js";
  */
 
 /** One request to the database: the runner's deadline and circuit around `send`. */
-export type Call = <T>(send: (client: Redis) => Promise<T>) => Promise<T>;
+export type Call = <T>(send: (client: RedisClient) => Promise<T>) => Promise<T>;
 
 /** How long a written key lives: `px` ms or `ex` s; `nx`: only when the key does not exist yet. */
 export interface SetOptions {
@@ -79,11 +79,9 @@ export interface Batch {
   zrevrangeWithScores(key: string, start: number, stop: number): Batch;
 }
 
-type Pipeline = ReturnType<Redis["pipeline"]>;
-
 /** A `Batch` over the client's pipeline (whose builders push onto the pipeline itself and return it). */
 class PipelineBatch implements Batch {
-  constructor(private readonly p: Pipeline) {}
+  constructor(private readonly p: RedisPipeline) {}
   private add(queue: () => unknown): Batch {
     queue();
     return this;
@@ -152,7 +150,7 @@ export function streamCommands(call: Call): StreamCommands {
 }
 
 /** The client's SET options: one expiry, `nx` only when asked. */
-function setOptions(o: SetOptions): Parameters<Redis["set"]>[2] {
+function setOptions(o: SetOptions): RedisSetOptions {
   const expiry = o.px !== undefined ? { px: o.px } : { ex: o.ex as number };
   return o.nx ? { ...expiry, nx: true } : expiry;
 }

@@ -1,5 +1,5 @@
-import { Redis } from "@upstash/redis/cloudflare";
 import { StoreCircuit } from "./circuit.js";
+import type { RedisClient } from "./client.js";
 import {
   hashCommands,
   keyCommands,
@@ -12,10 +12,12 @@ import {
   type StreamCommands,
 } from "./commands.js";
 import { StoreError, withDeadline } from "./deadline.js";
+import { restClient } from "./rest-client.js";
 import { RttEstimator, type BudgetBounds } from "./rtt.js";
 import { runScript, Script, type ScriptSender } from "./script.js";
 
 export type { Script } from "./script.js";
+export type { RedisClient } from "./client.js";
 export type { BudgetBounds } from "./rtt.js";
 export type { Batch, HashCommands, KeyCommands, SetOptions, StreamCommands } from "./commands.js";
 
@@ -53,8 +55,11 @@ export interface Store {
   ping(): Promise<void>;
 }
 
-/** Where a database is: its REST URL and token, or a client the caller made (`@upstash/redis`). */
-export type RedisConnection = { url: string; token: string } | Redis;
+/**
+ * Where a database is: its REST URL and token (sluice's own REST client, rest-client.ts, talks to
+ * it), or a client the caller made (an `@upstash/redis` `Redis`, used as given).
+ */
+export type RedisConnection = { url: string; token: string } | RedisClient;
 
 export interface StoreOptions {
   name: string;
@@ -83,10 +88,10 @@ interface Database {
  */
 export class StoreRegistry {
   private readonly databases = new Map<string, Database>();
-  private readonly clients = new Map<string, Redis>();
+  private readonly clients = new Map<string, RedisClient>();
   private readonly scripts = new Map<string, Script>();
   /** Ids for clients handed in by the caller: the same instance is the same database. */
-  private readonly given = new WeakMap<Redis, string>();
+  private readonly given = new WeakMap<RedisClient, string>();
 
   /**
    * A store for one Upstash database.
@@ -127,30 +132,22 @@ export class StoreRegistry {
     connection: RedisConnection,
     bounds: BudgetBounds | number,
     budgetMs: () => number,
-  ): Redis {
+  ): RedisClient {
     // a caller's own client keeps its own settings; the deadline around each call still bounds it
     if (!isCredentials(connection)) return connection;
     const clientKey = `${id}\u0000${typeof bounds === "number" ? bounds : `${bounds.floorMs}-${bounds.ceilingMs}`}`;
-    let redis = this.clients.get(clientKey);
-    if (!redis) {
-      redis = new Redis({
-        url: connection.url,
-        token: connection.token,
-        enableTelemetry: false,
-        automaticDeserialization: false,
-        // A retry cannot fit in a budget of tens of milliseconds: fail fast, let on_store_error decide.
-        retry: { retries: 0, backoff: () => 0 },
-        // A fresh timeout per HTTP request, of the store's budget at the time; a function signal
-        // makes an abort throw instead of resolving to the string "Aborted".
-        signal: () => AbortSignal.timeout(budgetMs()),
-      });
-      this.clients.set(clientKey, redis);
+    let client = this.clients.get(clientKey);
+    if (!client) {
+      // A fresh timeout per HTTP request, of the store's budget at the time (rest-client.ts: no
+      // retries, raw replies, an abort rejects).
+      client = restClient({ url: connection.url, token: connection.token, timeoutMs: budgetMs });
+      this.clients.set(clientKey, client);
     }
-    return redis;
+    return client;
   }
 }
 
-/** A URL and token, not a client (a client of `@upstash/redis` and of its `/cloudflare` entry are different classes, so no `instanceof`). */
+/** A URL and token, not a client (a caller's client is known by its methods: no `instanceof` of a class sluice does not import). */
 function isCredentials(c: RedisConnection): c is { url: string; token: string } {
   const fields = c as { url?: unknown; token?: unknown; eval?: unknown };
   return typeof fields.url === "string" && typeof fields.token === "string" && typeof fields.eval !== "function";
@@ -159,7 +156,7 @@ function isCredentials(c: RedisConnection): c is { url: string; token: string } 
 /** How a store reaches its database: the client, the budget of a call, and whether the circuit may refuse it. */
 interface Line {
   name: string;
-  client: Redis;
+  client: RedisClient;
   database: Database;
   gated: boolean;
   budgetMs: () => number;
@@ -168,7 +165,7 @@ interface Line {
 function storeOf(
   name: string,
   id: string,
-  client: Redis,
+  client: RedisClient,
   database: Database,
   gated: boolean,
   budgetMs: () => number,

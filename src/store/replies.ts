@@ -1,4 +1,4 @@
-/** Replies of the Upstash client with `automaticDeserialization: false`. */
+/** Replies as the client gives them: raw from sluice's REST client, maybe deserialised by a caller's own. */
 /** HGETALL as an object, whichever shape the client gave it in. */
 export function asHash(reply: unknown): Record<string, string> {
   if (!Array.isArray(reply)) return (reply as Record<string, string> | null) ?? {};

@@ -4,8 +4,8 @@
  * the `npm ci` that installed this repo never fetched, so it would fail offline. A package-lock
  * does not need them: it names each package's version and integrity, and npm takes the tarball of
  * that integrity from its cache, where this repo's own `npm ci` left it. So the copy gets a lock
- * written here, from this repo's: the same versions of the same packages (hono, @upstash/redis,
- * zod and what they depend on), plus an entry for the sluice tarball, and `npm ci` installs it.
+ * written here, from this repo's: the same versions of the same packages (hono, zod and what they
+ * depend on), plus an entry for the sluice tarball, and `npm ci` installs it.
  */
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -43,6 +43,7 @@ interface PackageJson {
   dependencies?: Record<string, string>;
   devDependencies?: Record<string, string>;
   peerDependencies?: Record<string, string>;
+  peerDependenciesMeta?: Record<string, { optional?: boolean }>;
 }
 
 const readJson = <T>(path: string): T => JSON.parse(readFileSync(path, "utf8")) as T;
@@ -128,6 +129,7 @@ export function installExample(opts: { repoRoot: string; appDir: string; tarball
     integrity: `sha512-${createHash("sha512").update(readFileSync(tarball)).digest("base64")}`,
     dependencies: sluice.dependencies,
     peerDependencies: sluice.peerDependencies,
+    peerDependenciesMeta: sluice.peerDependenciesMeta,
   };
   const roots = Object.keys(app.dependencies ?? {}).map((name) => ({ from: "", name, optional: false }));
   const { paths, required } = closure(source, roots);

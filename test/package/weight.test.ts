@@ -2,9 +2,10 @@
  * What a Worker carries for the sluice it imports: a Hono Worker whose only sluice import is
  * `rateLimit` is bundled as wrangler bundles it (esbuild: ESM, the workerd conditions, minified,
  * a metafile), and the metafile's inputs are the modules it carries. The gateway's composed
- * schema, the admin and dashboard, idempotency, sessions, the queue and zod's classic API must not
- * be among them, whether `rateLimit` comes from `sluice/rate-limit` or from the root. Sizes are
- * not asserted here (bench/weight.ts measures them): the modules are, deterministically.
+ * schema, the admin and dashboard, idempotency, sessions, the queue, zod's classic API and
+ * `@upstash/redis` (Redis from the environment goes through sluice's own REST client) must not be
+ * among them, whether `rateLimit` comes from `sluice/rate-limit` or from the root. Sizes are
+ * not asserted here (`npm run bench`, section 12, measures them): the modules are, deterministically.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -26,6 +27,7 @@ const LEFT_OUT: Array<[RegExp, string]> = [
   [/^src\/(gateway|pipeline\/steps\.ts|pipeline\/forward\.ts)/, "the gateway's app and pipeline"],
   [/^lua\/(idempotency|session|admin-session)\.lua$/, "the scripts of idempotency, sessions and the admin"],
   [/node_modules\/zod\/(v4\/classic|v4\/locales\/(?!en\.js$)|v3)\//, "zod's classic API and its other locales"],
+  [/node_modules\/@upstash\/redis\//, "@upstash/redis: Redis from the environment is sluice's own REST client"],
 ];
 
 /** Bundles a Worker as `wrangler deploy --minify` does, and gives the modules in its output. */
@@ -62,6 +64,8 @@ describe("a Worker carries only what it uses", () => {
     expect(modules).toContain("src/features/rate-limit/step.ts");
     expect(modules).toContain("lua/decide.lua");
     expect(modules).toContain("src/features/rate-limit/schema.ts");
+    // Redis configured by the Worker's env: sluice's own REST client, not @upstash/redis
+    expect(modules).toContain("src/store/rest-client.ts");
     expect(modules.some((m) => m.includes("node_modules/zod/v4/mini/"))).toBe(true);
   });
 
