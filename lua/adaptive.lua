@@ -32,8 +32,8 @@ KEYS[1]  {key_prefix}:{route}:adaptive:state:{hash}   hash: limit, base, ws (win
          n, e, pk (the window's responses, errors, peak in flight), h (the window's histogram
          "i:count,..."), since (windows since the last probe), probe ("1" in a probe's first window, "2" in its second)
 KEYS[2]  {key_prefix}:{route}:overrides
-KEYS[3]  {key_prefix}:version, the change counter of what isolates copy: bumped (INCR, and a
-         30-day PEXPIRE when that creates it) after the override is written, so every isolate
+KEYS[3]  {key_prefix}:version, the change counter of what isolates copy: bumped (INCR, and
+         PTTL + PEXPIRE keeping it at least 30 days) after the override is written, so every isolate
          refetches its copy of the overrides
 ARGV[1]  the override field: "adaptive:{hash}"
 ARGV[2]  "initial:min:max:interval_ms:lease_ms:target_ms:quantile_permille:tolerance_permille"
@@ -44,7 +44,7 @@ ARGV[4]  the report's histogram "i:count,...": bucket i holds latencies in (2^((
 Returns  { limit in force, short × 10, base × 10, 1 if a window closed (else 0) }  (short -1: none)
 Cost     EVALSHA + TIME + HGETALL + HSET + PEXPIRE = 5; a report that closes a window adds HSET
          and PTTL of the overrides hash (and PEXPIRE when its TTL is shorter than the state's) and
-         INCR of the version (and PEXPIRE when that creates it).
+         INCR and PTTL of the version (and PEXPIRE when it has less than 30 days left).
 ]]
 
 local MIN_SAMPLES = 10
@@ -159,6 +159,8 @@ redis.call('PEXPIRE', KEYS[1], STATE_TTL_MS)
 if fresh or closed then
   redis.call('HSET', KEYS[2], ARGV[1], in_force .. ':' .. in_force .. ':' .. lease .. ':' .. (now + STATE_TTL_MS))
   if redis.call('PTTL', KEYS[2]) < STATE_TTL_MS then redis.call('PEXPIRE', KEYS[2], STATE_TTL_MS) end
-  if redis.call('INCR', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], 2592000000) end
+  -- the counter outlives what it counts (at least 30 days from every bump): absent, it means nothing was ever written
+  redis.call('INCR', KEYS[3])
+  if redis.call('PTTL', KEYS[3]) < 2592000000 then redis.call('PEXPIRE', KEYS[3], 2592000000) end
 end
 return { in_force, short and math.floor(short * 10) or -1, math.floor(w.base * 10), closed and 1 or 0 }

@@ -41,13 +41,16 @@ export interface RedisXAddOptions {
  * is not used), `exec` sends them and gives the replies in order, throwing when one failed.
  */
 export interface RedisPipeline {
+  get(key: string): unknown;
+  set(key: string, value: string, options: RedisSetOptions): unknown;
   incr(key: string): unknown;
   decr(key: string): unknown;
   del(...keys: string[]): unknown;
   pttl(key: string): unknown;
-  pexpire(key: string, ms: number, option?: "NX"): unknown;
+  pexpire(key: string, ms: number, option?: "NX" | "GT"): unknown;
   expire(key: string, seconds: number): unknown;
   hget(key: string, field: string): unknown;
+  hdel(key: string, ...fields: string[]): unknown;
   hgetall(key: string): unknown;
   hmget(key: string, ...fields: string[]): unknown;
   hset(key: string, fields: Record<string, string>): unknown;

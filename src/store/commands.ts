@@ -67,6 +67,8 @@ export interface Batch {
   pttl(key: string): Batch;
   /** `onlyWithout`: PEXPIRE … NX, only when the key has no expiry yet. */
   pexpire(key: string, ms: number, onlyWithout?: boolean): Batch;
+  /** PEXPIRE so the key lives at least `ms` from now: NX gives a key without an expiry one, GT lengthens a shorter one (two commands). */
+  pexpireAtLeast(key: string, ms: number): Batch;
   expire(key: string, seconds: number): Batch;
   hget(key: string, field: string): Batch;
   hgetall(key: string): Batch;
@@ -94,6 +96,11 @@ class PipelineBatch implements Batch {
   pttl = (key: string) => this.add(() => this.p.pttl(key));
   pexpire = (key: string, ms: number, onlyWithout = false) =>
     this.add(() => (onlyWithout ? this.p.pexpire(key, ms, "NX") : this.p.pexpire(key, ms)));
+  pexpireAtLeast = (key: string, ms: number) =>
+    this.add(() => {
+      this.p.pexpire(key, ms, "NX");
+      this.p.pexpire(key, ms, "GT");
+    });
   expire = (key: string, seconds: number) => this.add(() => this.p.expire(key, seconds));
   hget = (key: string, field: string) => this.add(() => this.p.hget(key, field));
   hgetall = (key: string) => this.add(() => this.p.hgetall(key));

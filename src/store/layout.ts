@@ -103,7 +103,7 @@ export const LAYOUT = {
     store: "every region",
     holds:
       "the change counter of what isolates copy (lists, overrides, bans; `INCR` by every writer after its write); read by every decision in its `MGET` and returned, so an isolate refetches a copy only when it moved",
-    ttl: "30 days from its first bump (gone, it reads as 0: one more refetch)",
+    ttl: "at least 30 days from every bump, and at least as long as what the bump announced (so absent, reading 0, means nothing was ever written there: a fresh isolate then reads no override hash)",
   },
   lists: {
     patterns: ["{key_prefix}:lists"],

@@ -9,13 +9,20 @@ import type { Batch, Store } from "./redis.js";
  * background work costs nothing while nothing changes.
  */
 
-/** The counter outlives its first bump this long; gone, it reads as 0, which isolates take as one more change. */
+/**
+ * Each bump keeps the counter at least this long (and at least as long as what the bump announces).
+ * So the counter outlives everything it counts: a counter that reads 0 (absent) means no list entry,
+ * override or shared state exists in that Redis, which lets a fresh isolate skip reading them.
+ */
 const VERSION_TTL_MS = 30 * 86_400_000;
 
-/** The bump, for a batch that sends the write first: after the write, so a copy read at the new version holds it. */
-export function bumpVersionIn(batch: Batch, prefix: string): void {
+/**
+ * The bump, for a batch that sends the write first: after the write, so a copy read at the new
+ * version holds it. `lifetimeMs` is how long what was written may live (an override's `ttl`).
+ */
+export function bumpVersionIn(batch: Batch, prefix: string, lifetimeMs = 0): void {
   const key = versionKey(prefix);
-  batch.incr(key).pexpire(key, VERSION_TTL_MS, true);
+  batch.incr(key).pexpireAtLeast(key, Math.max(VERSION_TTL_MS, lifetimeMs));
 }
 
 /** Bumps the counter of each of these Redis (one request each, in parallel): a write they all must learn about. */

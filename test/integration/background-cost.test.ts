@@ -58,9 +58,14 @@ async function round(n: number): Promise<string[]> {
 
 describe("sparse traffic through several isolates, default configuration", () => {
   it("costs exactly the decisions' own commands: 4 billed per decision, no background command at all", async () => {
-    // each isolate's first request reads the lists (and its first decision the override hash): once per isolate
+    // each isolate's first request reads the lists (one GET of the counter and one HGETALL): once per
+    // isolate. The override hash is neither read by the script nor copied: the counter reads 0, so
+    // nothing was ever written there
+    const fresh = await commandCalls(rig.stack);
     expect(await round(0)).toEqual(Array(ISOLATES).fill("allow"));
-    await sleep(200); // the deferred work of those first requests (the overrides' copy) lands
+    await sleep(200); // the deferred work of those first requests lands
+    const first = await since(fresh);
+    expect([first.hmget ?? 0, first.hgetall, first.get, first.set]).toEqual([0, ISOLATES, ISOLATES, ISOLATES]);
     const before = await commandCalls(rig.stack);
     const rounds = 5;
     for (let n = 1; n <= rounds; n++) expect(await round(n)).toEqual(Array(ISOLATES).fill("allow"));

@@ -6,8 +6,7 @@
 import { Redis } from "@upstash/redis";
 import { Redis as CloudflareRedis } from "@upstash/redis/cloudflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Bridge, startBridge } from "../../dev/bridge.js";
-import { type RedisProcess, startRedis } from "../../dev/redis-process.js";
+import { type Bridge, type RedisProcess, startBridge, startRedis } from "@sluice/dev";
 import type { RedisClient } from "../../src/store/client.js";
 import { StoreError } from "../../src/store/deadline.js";
 import { StoreRegistry } from "../../src/store/redis.js";

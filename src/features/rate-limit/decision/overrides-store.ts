@@ -51,7 +51,7 @@ export async function writeOverride(
 ): Promise<void> {
   const [, left] = await store.pipeline((b) => {
     b.hset(key, { [field]: value }).pttl(key);
-    bumpVersionIn(b, keyPrefixOf(key));
+    bumpVersionIn(b, keyPrefixOf(key), ttlMs);
   });
   if (Number(left) < ttlMs) await store.keys.pexpire(key, ttlMs);
 }

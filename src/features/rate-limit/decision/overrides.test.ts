@@ -53,7 +53,8 @@ describe("the isolate's copy of the overrides", () => {
     }));
     const b = { key: "p:api:per-ip:abc", store };
     const now = Date.now();
-    expect(copies.input(b, now)).toBe("read");
+    // before any counter is seen, an empty copy at version 0: the script reads the hash unless it finds the counter at 0
+    expect(copies.input(b, now)).toEqual({ version: 0 });
     // before any decision has reported the Redis's change counter, nothing is fetched: the script reads
     expect(await refresh(copies, [b], now)).toBe(0);
     copies.observe(store, 3, now);
@@ -171,6 +172,22 @@ describe("the isolate's copy of the overrides", () => {
     expect(asked.hgetall).toBe(3);
   });
 
+  it("starts empty at version 0 and fetches nothing while the counter reads 0; a counter past 0 sends the script to the hash", async () => {
+    const { store, asked } = fakeStore("s7", () => ({ "per-ip:*": "50:50:1000:9999999999999" }));
+    const copies = new OverrideCopies();
+    const b = { key: "p:api:per-ip:abc", store };
+    const now = Date.now();
+    copies.observe(store, 0, now);
+    expect(await refresh(copies, [b], now)).toBe(0);
+    expect(asked.hgetall).toBe(0);
+    expect(copies.input(b, now)).toEqual({ everybody: undefined, own: undefined, version: 0 });
+    // another route of the Redis, first seen after the counter moved: no copy, so the script reads
+    copies.observe(store, 1, now + 1);
+    expect(copies.input({ key: "p:new:per-ip:abc", store }, now + 1)).toBe("read");
+    expect(await refresh(copies, [b], now + 1)).toBe(1);
+    expect(copies.input(b, now + 1)).toEqual({ everybody: "50:50:1000:9999999999999", own: undefined, version: 1 });
+  });
+
   it("belongs to its isolate: another OverrideCopies has none of its copies; past its capacity the oldest goes", async () => {
     const { store, asked } = fakeStore("s6", () => ({ "per-ip:*": "50:50:1000:9999999999999" }));
     const copies = new OverrideCopies(2);
@@ -183,7 +200,8 @@ describe("the isolate's copy of the overrides", () => {
     copies.observe(store, 1, now);
     await refresh(copies, [a, b], now);
     expect(copies.input(a, now)).not.toBe("read");
-    expect(new OverrideCopies().input(a, now)).toBe("read");
+    // another isolate's copies start empty, at version 0 (the script reads the hash, the counter being 1)
+    expect(new OverrideCopies().input(a, now)).toEqual({ version: 0 });
     await refresh(copies, [c], now);
     expect(copies.size).toBe(2);
     expect([copies.input(a, now), copies.input(b, now) === "read", copies.input(c, now) === "read"]).toEqual([

@@ -98,6 +98,11 @@ export class OverrideCopies {
       // hash in the script, and its reply brings the counter to label the copy with
       if (version === undefined) continue;
       const c = this.copyOf(b);
+      // a counter that reads 0 was never bumped (it outlives what it counts): the hash is empty, nothing to fetch
+      if (version === 0 && c.fields === undefined) {
+        Object.assign(c, { fields: new Map<string, string>(), version: 0 });
+        continue;
+      }
       if (c.loading || (c.fields !== undefined && c.version === version) || now - c.tried < REFRESH_AFTER_MS) continue;
       c.tried = now;
       c.loading = reload(c, version, changed).finally(() => (c.loading = undefined));
@@ -110,9 +115,15 @@ export class OverrideCopies {
     this.versions.observe(store.id, version, now);
   }
 
-  /** What the script gets for this bucket at `now`: the values from a trusted copy, else "read". */
+  /**
+   * What the script gets for this bucket at `now`: the values from a trusted copy, else "read". With
+   * no copy yet and no counter seen other than 0, it is an empty copy at version 0: the script reads
+   * the hash only if the counter it finds is not 0 (a Redis where nothing was ever written costs
+   * a fresh isolate nothing).
+   */
   input(b: OverrideAddress, now: number): OverrideInput {
     const c = this.copies.get(copyId(b.store, overridesKeyOf(b.key)));
+    if (c?.fields === undefined && !this.versions.of(b.store.id)) return { version: 0 };
     if (!c || !(c.fields instanceof Map) || c.version === undefined || !this.current(c, now)) return "read";
     const name = b.key.slice(routeKeyPrefixOf(b.key).length);
     const limit = name.slice(0, name.indexOf(":"));
