@@ -50,7 +50,25 @@ export function wranglerConfig(side: Side): Record<string, unknown> {
     rules: [{ type: "Text", globs: ["**/*.lua"], fallthrough: true }],
     // relative to the config (ANCHOR_BUILD_DIR/<side>/wrangler.json): wrangler joins, so no absolute path
     tsconfig: "../tsconfig.json",
+    ...(side === "sluice" ? { alias: { [SUBPATH]: packageEntry(SUBPATH) } } : {}),
   };
+}
+
+/** What the sluice Worker imports: the subpath a user of `rateLimit` alone imports. */
+const SUBPATH = "sluice/rate-limit";
+
+/**
+ * The built file the package's `exports` map gives a subpath (`import` condition). The bench
+ * workspace has a package.json of its own, so the root package is not `sluice` to it by name: the
+ * alias makes wrangler resolve the import exactly as an installed package's `exports` would.
+ */
+export function packageEntry(subpath: string): string {
+  const pkg = JSON.parse(readFileSync(resolve("package.json"), "utf8")) as {
+    exports: Record<string, { import: string }>;
+  };
+  const entry = pkg.exports[`.${subpath.slice("sluice".length)}`];
+  if (!entry) throw new Error(`package.json exports no "${subpath}"`);
+  return resolve(entry.import);
 }
 
 /**
