@@ -163,13 +163,18 @@ function commandsOf(path: string, body: Buffer): Command[] | undefined {
   return commands.every((c): c is Command => c !== undefined) ? commands : undefined;
 }
 
-/** The `{route}` part of the keys a script call names: EVAL(SHA) script-or-sha numkeys key... */
+/**
+ * The `{route}` part of the keys a script call names: EVAL(SHA) script-or-sha numkeys key...; the
+ * deployment-wide keys (`{prefix}:version`, two parts) name no route.
+ */
 function routesOf(c: Command): string[] {
   const n = Number(c.args[1]);
   if (!Number.isInteger(n) || n < 1) return [];
   return c.args
     .slice(2, 2 + n)
-    .map((k) => String(k).split(":")[1] ?? "")
+    .map((k) => String(k).split(":"))
+    .filter((parts) => parts.length > 2)
+    .map((parts) => parts[1] ?? "")
     .filter((r) => r !== "");
 }
 
