@@ -71,6 +71,14 @@ export const PROBLEMS = {
     todo: "Retry after Retry-After (or retry_after_ms).",
     read: [RETRY, "retry_after_ms (body)"],
   },
+  routeDegraded: {
+    title: "Route degraded",
+    status: [503],
+    means:
+      "The operator has switched this route to refuse every request for a while (an emergency degrade), whoever sends it and however fast.",
+    todo: "Retry after Retry-After (or retry_after_ms): the switch ends by then at the latest.",
+    read: [RETRY, "retry_after_ms (body)"],
+  },
   badGateway: {
     title: "Bad gateway",
     status: [502],

@@ -14,6 +14,7 @@ import { healthApp } from "./health.js";
 import { idempotencyApp } from "../features/idempotency/admin.js";
 import { ledgerApp } from "./ledger-query.js";
 import { listsApp } from "../features/access/admin.js";
+import { routesApp } from "../features/mode/admin.js";
 import { metricsApp } from "./metrics.js";
 import { overridesApp } from "../features/rate-limit/admin-overrides.js";
 import { problemsApp } from "./problems.js";
@@ -48,6 +49,7 @@ export function adminApp(runtime: Runtime): Hono<AdminEnv> {
   admin.route("/buckets", bucketsApp());
   admin.route("/overrides", overridesApp());
   admin.route("/lists", listsApp());
+  admin.route("/routes", routesApp());
   admin.route("/metrics", metricsApp(runtime.metrics));
   admin.route("/ledger", ledgerApp());
   admin.route("/idempotency", idempotencyApp());

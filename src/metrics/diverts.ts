@@ -16,7 +16,7 @@ export function countDivert(metrics: FieldCounter, route: string, reason: string
 /** `sluice_diverts_total{route,reason}` from the all-time counts. */
 export function divertLines(total: Record<string, string | number>, esc: (v: string | undefined) => string): string[] {
   const lines = [
-    "# HELP sluice_diverts_total Requests sent to the route's divert_url, by route and reason (limit, breaker, 5xx, timeout).",
+    "# HELP sluice_diverts_total Requests sent to the route's divert_url, by route and reason (limit, breaker, 5xx, timeout, mode).",
     "# TYPE sluice_diverts_total counter",
   ];
   for (const [field, n] of Object.entries(total).sort()) {

@@ -6,10 +6,17 @@ import { ADMIN_SESSION_COOKIE, type AdminEnv } from "./context.js";
 
 /**
  * The operator's changes as the ledger names them: a deny entry added (`admin_ban`) or removed
- * (`admin_unban`), an allow entry added or removed, an override set or removed.
+ * (`admin_unban`), an allow entry added or removed, an override set or removed, a route's degrade
+ * switch set or removed (`admin_route_mode`).
  */
 export type AdminEvent =
-  "admin_ban" | "admin_unban" | "admin_allow" | "admin_unallow" | "admin_override" | "admin_override_removed";
+  | "admin_ban"
+  | "admin_unban"
+  | "admin_allow"
+  | "admin_unallow"
+  | "admin_override"
+  | "admin_override_removed"
+  | "admin_route_mode";
 
 /**
  * Appends an operator's change to the ledger (`{key_prefix}:ledger`, the stream the idempotency

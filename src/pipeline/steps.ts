@@ -7,11 +7,13 @@ import { sessionStep } from "../features/session/step.js";
 import { keepFallbackCopies, shed } from "../features/shedding/step.js";
 import { verifyJwtStep } from "../features/jwt/step.js";
 import { jobStatus } from "../features/shedding/queue/enqueue.js";
+import { routeModeStep } from "../features/mode/step.js";
 
 /** The steps of the request path, in the order a request meets them (the gateway's and `sluice()`'s). */
 export const PIPELINE_STEPS: Step[] = [
   jobStatus, //           GET /__sluice-jobs/{id}: a queued request's status
   accessListsStep, //     deny list → 403 (a jwt: entry verifies the token first); an allow-listed client skips the limits
+  routeModeStep, //       the operator's degrade switch: answers as fallback/reject/divert would, or `open` skips the limits
   verifyJwtStep, //       claims, for routes keyed on the JWT
   breakerStep, //         open → fallback or 503; records the origin's outcome after the response
   rateLimitStep(shed), // one Redis call decides every limit; a refusal is shed as on_limit says

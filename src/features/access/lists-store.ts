@@ -4,10 +4,12 @@ import { asHash } from "../../store/replies.js";
 import { bumpVersionIn, bumpVersions, versionOf } from "../../store/versions.js";
 import { everyStore, type Stores } from "../../region/index.js";
 import type { Config } from "../../config/index.js";
+import { decodeModes, type RouteMode } from "../mode/store.js";
 
 /**
  * The deny and allow lists in the home region's Redis: one hash (`{prefix}:lists`), a field per
- * kind and entry (`{kind}:{entry}`) holding the entry as JSON, the hash living `LISTS_TTL_S` past
+ * kind and entry (`{kind}:{entry}`) holding the entry as JSON (and a field per route whose
+ * degrade switch is set, `mode:{route}`, src/features/mode/), the hash living `LISTS_TTL_S` past
  * its last change (each entry has its own expiry inside). Every read and write of it is here: the
  * isolates' refresh (lists.ts), the admin API (src/features/access/admin.ts) and automatic bans (bans.ts).
  * Every write bumps the Redis's change counter (`{prefix}:version`) after it, in the same request,
@@ -39,13 +41,37 @@ export async function readEntries(store: Store, prefix: string): Promise<ListEnt
 }
 
 /**
- * Every entry, and the Redis's change counter read just before them in the same request (GET,
- * HGETALL): writers bump it after writing, so every write made before the counter reached that
- * value is in the entries.
+ * Every entry, the routes' degrade switches (src/features/mode/), and the Redis's change counter
+ * read just before them in the same request (GET, HGETALL): writers bump it after writing, so
+ * every write made before the counter reached that value is in what was read.
  */
-export async function readEntriesAt(store: Store, prefix: string): Promise<{ entries: ListEntry[]; version: number }> {
+export async function readEntriesAt(
+  store: Store,
+  prefix: string,
+): Promise<{ entries: ListEntry[]; modes: RouteMode[]; version: number }> {
   const [version, hash] = await store.pipeline((b) => b.get(versionKey(prefix)).hgetall(listsKey(prefix)));
-  return { entries: decodeEntries(Object.values(asHash(hash))), version: versionOf(version) };
+  const values = Object.values(asHash(hash));
+  return { entries: decodeEntries(values), modes: decodeModes(values), version: versionOf(version) };
+}
+
+/** Writes one field of the lists hash (JSON) and renews the hash's lifetime, the change counter's bump last, in one request. */
+export async function writeField(store: Store, prefix: string, field: string, value: unknown): Promise<void> {
+  await store.pipeline((b) => writeFieldIn(b, prefix, field, value));
+}
+
+function writeFieldIn(batch: Batch, prefix: string, field: string, value: unknown): void {
+  const key = listsKey(prefix);
+  batch.hset(key, { [field]: JSON.stringify(value) }).expire(key, LISTS_TTL_S);
+  bumpVersionIn(batch, prefix);
+}
+
+/** Removes one field of the lists hash and bumps the change counter, in one request: whether it was there. */
+export async function removeField(store: Store, prefix: string, field: string): Promise<boolean> {
+  const [removed] = await store.pipeline((b) => {
+    b.hdel(listsKey(prefix), field);
+    bumpVersionIn(b, prefix);
+  });
+  return Number(removed) === 1;
 }
 
 /** Writes an entry (replacing the one of the same kind and entry) and renews the hash's lifetime, in one request. */
@@ -55,9 +81,7 @@ export async function writeEntry(store: Store, prefix: string, entry: ListEntry)
 
 /** `writeEntry`'s commands (the change counter's bump last), for a batch that sends more. */
 export function writeEntryIn(batch: Batch, prefix: string, entry: ListEntry): void {
-  const key = listsKey(prefix);
-  batch.hset(key, { [listField(entry)]: JSON.stringify(entry) }).expire(key, LISTS_TTL_S);
-  bumpVersionIn(batch, prefix);
+  writeFieldIn(batch, prefix, listField(entry), entry);
 }
 
 /** Removes an entry and bumps the change counter, in one request: whether it was there. */
@@ -66,11 +90,7 @@ export async function removeEntry(
   prefix: string,
   entry: Pick<ListEntry, "kind" | "entry">,
 ): Promise<boolean> {
-  const [removed] = await store.pipeline((b) => {
-    b.hdel(listsKey(prefix), listField(entry));
-    bumpVersionIn(b, prefix);
-  });
-  return Number(removed) === 1;
+  return removeField(store, prefix, listField(entry));
 }
 
 /** HGET of one entry, for a batch; its reply is read with `decodeEntries([reply])`. */

@@ -4,6 +4,7 @@ import type { Store } from "../../store/redis.js";
 import { StoreVersions } from "../../store/versions.js";
 import { inCidr, parseCidr, parseIp, type Cidr } from "../../identity/cidr.js";
 import { listField, readEntriesAt, type ListEntry } from "./lists-store.js";
+import { modeInForce, type RouteMode } from "../mode/store.js";
 
 export type { ListEntry } from "./lists-store.js";
 
@@ -30,6 +31,8 @@ interface Held {
   /** When the last read started (isolate clock). */
   at: number;
   entries: Compiled[];
+  /** The routes' degrade switches read with the entries (src/features/mode/). */
+  modes: RouteMode[];
   /** The home Redis's change counter the entries were read at, and that Redis. */
   version?: number;
   storeId?: string;
@@ -89,6 +92,14 @@ export class ListCache {
   }
 
   /**
+   * The degrade switch in force for `route` (src/features/mode/), from the copy the lists are read
+   * into: no Redis call of its own.
+   */
+  async modeOf(source: ListSource, route: string, defer: Defer): Promise<RouteMode | undefined> {
+    return modeInForce((await this.held(source, defer)).modes, route, Date.now());
+  }
+
+  /**
    * An entry this isolate has just written to Redis, in force here at once rather than after the
    * next refresh (which reads it back from Redis). Nothing to do before the lists were first read:
    * that first read finds it.
@@ -101,17 +112,22 @@ export class ListCache {
   }
 
   private async entries(source: ListSource, defer: Defer): Promise<Compiled[]> {
+    return (await this.held(source, defer)).entries;
+  }
+
+  /** The copy held, read first if there is none yet, and read again in the background when due. */
+  private async held(source: ListSource, defer: Defer): Promise<Held> {
     const now = Date.now();
     let c = this.cache;
     if (!c || c.prefix !== source.prefix) {
-      this.cache = c = { prefix: source.prefix, at: 0, entries: [], behind: false };
+      this.cache = c = { prefix: source.prefix, at: 0, entries: [], modes: [], behind: false };
       await refresh(c, source);
     } else if (!c.loading && this.due(c, now, this.lastCheck)) {
       const held = c;
       held.loading = refresh(held, source).finally(() => (held.loading = undefined));
       defer(held.loading);
     }
-    return c.entries;
+    return c;
   }
 
   /** Whether the lists held should be read again at `now`; `lastCheck`: when the previous request asked. */
@@ -157,6 +173,7 @@ async function refresh(c: Held, source: ListSource): Promise<void> {
   try {
     const read = await readEntriesAt(source.store, source.prefix);
     c.entries = read.entries.map(compileEntry);
+    c.modes = read.modes;
     c.version = read.version;
     c.storeId = source.store.id;
     c.failed = false;

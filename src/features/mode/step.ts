@@ -1,0 +1,70 @@
+import type { Context } from "hono";
+import type { Route } from "../../config/index.js";
+import type { Scope, SluiceEnv, Step } from "../../context.js";
+import { Problem } from "../../problem.js";
+import { PROBLEMS } from "../../problem-types.js";
+import { retryAfterSeconds } from "../rate-limit/headers.js";
+import { fallbackFor } from "../shedding/fallback/answer.js";
+import { divert } from "../shedding/divert.js";
+import { countDivert } from "../../metrics/diverts.js";
+import type { RouteMode } from "./store.js";
+
+/**
+ * The route's degrade switch, set by an operator (`PUT /__sluice/routes/{name}/mode`) and read
+ * with the access lists (no Redis call of its own). `open` lets every request past the route's
+ * limits, as an allow entry does (the deny list has already run; idempotency and sessions still
+ * apply); the other modes answer every request of the route before its limits are asked. Only
+ * in the gateway's and `sluice()`'s pipeline: the standalone middlewares know no switch.
+ */
+export const routeModeStep: Step = async (c, scope, next) => {
+  const route = scope.route;
+  if (!route) return next();
+  const source = { prefix: scope.config.key_prefix, store: scope.stores.home() };
+  const forced = await scope.runtime.lists.modeOf(source, route.name, scope.defer);
+  if (!forced) return next();
+  if (scope.meta) scope.meta.limit = `mode:${forced.mode}`;
+  if (forced.mode === "open") {
+    scope.allowListed = true;
+    return next();
+  }
+  return answerForced(c, scope, route, forced);
+};
+
+/**
+ * A request of a route switched to `fallback`, `reject` or `divert`, answered as that shedding
+ * answers a refusal, but with no refusal to report (no limit refused it, so no `RateLimit`
+ * headers): the divert origin's answer (`divert`), else the last good copy or the static fallback
+ * page (`fallback`, and `divert` when the divert origin gave nothing), else the 503 problem.
+ */
+async function answerForced(c: Context<SluiceEnv>, scope: Scope, route: Route, forced: RouteMode): Promise<Response> {
+  if (forced.mode === "divert") {
+    const diverted = await divert(c, scope, route);
+    if (diverted) {
+      scope.decision = "diverted";
+      countDivert(scope.runtime.metrics, route.name, "mode");
+      return diverted;
+    }
+  }
+  if (forced.mode !== "reject") {
+    const copy = await fallbackFor(c, scope);
+    if (copy) {
+      scope.decision = "fallback";
+      return copy;
+    }
+  }
+  throw degraded(route, forced);
+}
+
+/**
+ * 503, not 429: the client is over no limit of its own, the operator has taken the route out of
+ * service; `Retry-After` is when the switch ends by itself.
+ */
+function degraded(route: Route, forced: RouteMode): Problem {
+  const retryAfterMs = Math.max(0, forced.until - Date.now());
+  return new Problem({
+    type: PROBLEMS.routeDegraded,
+    detail: `route "${route.name}" is switched to "${forced.mode}" by the operator for ${retryAfterMs} ms more`,
+    extensions: { mode: forced.mode, retry_after_ms: retryAfterMs },
+    headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)) },
+  });
+}
