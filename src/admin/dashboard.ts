@@ -13,7 +13,7 @@ import { backlogRows } from "../features/shedding/queue/depth.js";
 import { orElse } from "../util/log.js";
 import type { AdminEnv } from "../operator/context.js";
 import { signedIn, signOut, startSession, throttledCompare } from "./guard.js";
-import { limitChoices, panelsData } from "./panels.js";
+import { limitChoices, panelsData, routeChoices } from "./panels.js";
 import type { AuthThrottle } from "./throttle.js";
 import { loginForm } from "../operator/validate.js";
 import { dashboardPage, loginPage, panelsFragment } from "./view/page.js";
@@ -36,7 +36,7 @@ export function dashboardApp(throttle: AuthThrottle): Hono<AdminEnv> {
     if (!(await signedIn(c, token))) return c.html(loginPage(), 200, NO_STORE);
     const [config, stores] = [c.get("config"), c.get("stores")];
     const data = await panelsData(config, stores, dashboardData(config, stores));
-    return c.html(dashboardPage(data, limitChoices(config)), 200, NO_STORE);
+    return c.html(dashboardPage(data, limitChoices(config), routeChoices(config)), 200, NO_STORE);
   });
 
   app.get("/fragments/panels", async (c) => {

@@ -3,12 +3,13 @@ import type { Stores } from "../region/index.js";
 import { regionsHealth } from "./health.js";
 import { entriesInForce } from "../features/access/admin.js";
 import { overridesInForce } from "../features/rate-limit/admin-overrides.js";
+import { routeModes } from "../features/mode/admin.js";
 import type { DashboardView, LimitChoice, PanelsData } from "./view/types.js";
 import { logError } from "../util/log.js";
 
 /**
  * What the dashboard's panels draw: the figures of `dashboardData` (passed in, as a promise), the
- * lists and the overrides in force (home region) and each region's Redis (one PING each), read in
+ * lists, the overrides and the routes' degrade switches in force (home region) and each region's Redis (one PING each), read in
  * parallel. A read that fails leaves its panel empty and says so in `unavailable`: the page an
  * operator opens during a Redis incident must still render.
  */
@@ -20,13 +21,19 @@ export async function panelsData(config: Config, stores: Stores, figures: Promis
       unavailable.push(what);
       return fallback;
     });
-  const [dashboard, lists, overrides, health] = await Promise.all([
+  const [dashboard, lists, overrides, modes, health] = await Promise.all([
     or("the figures", figures, { minutes: [], routes: [], top_blocked: [] }),
     or("the lists", entriesInForce(config, stores), []),
     or("the overrides", overridesInForce(config, stores), []),
+    or("the route modes", routeModes(config, stores), []),
     regionsHealth(config, stores),
   ]);
-  return { dashboard, lists, overrides, health, unavailable };
+  return { dashboard, lists, overrides, modes, health, unavailable };
+}
+
+/** Every configured route's name, for the degrade form. */
+export function routeChoices(config: Config): string[] {
+  return config.routes.map((r) => r.name);
 }
 
 /** Every configured route and limit, for the override form. */

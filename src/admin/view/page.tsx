@@ -74,7 +74,7 @@ export function LoginPage(props: { failed?: boolean }) {
 }
 
 /** The dashboard: the refreshed panels, and the forms, which stay put while the panels change. */
-export function DashboardPage(props: { data: PanelsData; limits: LimitChoice[] }) {
+export function DashboardPage(props: { data: PanelsData; limits: LimitChoice[]; routes?: string[] }) {
   return (
     <Document title="sluice · dashboard" style={STYLE}>
       <body>
@@ -98,14 +98,14 @@ export function DashboardPage(props: { data: PanelsData; limits: LimitChoice[] }
         <div id="panels">
           <Panels data={props.data} />
         </div>
-        <Forms limits={props.limits} />
+        <Forms limits={props.limits} routes={props.routes ?? []} />
         <script dangerouslySetInnerHTML={{ __html: PAGE_SCRIPT }} />
       </body>
     </Document>
   );
 }
 
-function Forms(props: { limits: LimitChoice[] }) {
+function Forms(props: { limits: LimitChoice[]; routes: string[] }) {
   return (
     <div class="grid">
       <div class="card">
@@ -130,6 +130,33 @@ function Forms(props: { limits: LimitChoice[] }) {
           <button type="submit">Deny</button>
         </form>
       </div>
+      <ModeForm routes={props.routes} />
+    </div>
+  );
+}
+
+/** The degrade switch: force a route into a mode for a while (`PUT /__sluice/routes/{name}/mode`). */
+function ModeForm(props: { routes: string[] }) {
+  return (
+    <div class="card">
+      <h2>Switch a route's mode</h2>
+      <form id="mode-form">
+        <select name="route" aria-label="route">
+          {props.routes.map((r) => (
+            <option value={r}>{r}</option>
+          ))}
+        </select>
+        <select name="mode" aria-label="mode">
+          <option value="fallback">fallback</option>
+          <option value="reject">reject (503)</option>
+          <option value="divert">divert</option>
+          <option value="open">open (skip limits)</option>
+          <option value="normal">normal</option>
+        </select>
+        <input name="ttl" value="10m" size={4} aria-label="for" />
+        <input name="note" placeholder="why" />
+        <button type="submit">Apply</button>
+      </form>
     </div>
   );
 }
@@ -138,7 +165,9 @@ function Forms(props: { limits: LimitChoice[] }) {
 export const loginPage = (failed = false) => <LoginPage failed={failed} />;
 
 /** The dashboard page, as `c.html` takes it. */
-export const dashboardPage = (data: PanelsData, limits: LimitChoice[]) => <DashboardPage data={data} limits={limits} />;
+export const dashboardPage = (data: PanelsData, limits: LimitChoice[], routes: string[] = []) => (
+  <DashboardPage data={data} limits={limits} routes={routes} />
+);
 
 /** The panels alone (`GET /__sluice/fragments/panels`), which the page's script swaps in. */
 export const panelsFragment = (data: PanelsData) => <Panels data={data} />;

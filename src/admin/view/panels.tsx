@@ -1,7 +1,16 @@
 import { Chart } from "./chart.js";
 import { IdempotencyPanel } from "./idempotency.js";
 import { QueuePanel } from "./queue.js";
-import type { BlockedView, HealthRow, ListRow, OverrideRow, PanelsData, RegionView, RouteView } from "./types.js";
+import type {
+  BlockedView,
+  HealthRow,
+  ListRow,
+  OverrideRow,
+  PanelsData,
+  RegionView,
+  RouteRow,
+  RouteView,
+} from "./types.js";
 
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 const ms = (v: number | null | undefined) => (v === null || v === undefined ? "—" : `${v.toFixed(1)} ms`);
@@ -52,6 +61,7 @@ export function Panels(props: { data: PanelsData }) {
         <TopRefused rows={dashboard.top_blocked} lists={lists} />
         <ListsTable rows={lists} />
         <OverridesTable rows={overrides} />
+        {props.data.modes ? <RouteModesTable rows={props.data.modes} /> : null}
       </div>
     </div>
   );
@@ -281,6 +291,32 @@ export function OverridesTable(props: { rows: OverrideRow[] }) {
             </tr>
           ))
         )}
+      </table>
+    </div>
+  );
+}
+
+/** Every route's degrade switch: `normal`, or the mode forced until when, by whom and why, with its way back. */
+export function RouteModesTable(props: { rows: RouteRow[] }) {
+  return (
+    <div class="card">
+      <h2>Route modes</h2>
+      <table id="route-modes">
+        {props.rows.map((m) => (
+          <tr data-route={m.name} data-mode={m.mode}>
+            <td>{m.name}</td>
+            <td class={m.mode === "normal" ? "ok" : "bad"}>{m.mode}</td>
+            <td>{m.expires_at ? `until ${m.expires_at}` : ""}</td>
+            <td>{[m.by, m.note].filter(Boolean).join(": ")}</td>
+            <td>
+              {m.mode === "normal" ? null : (
+                <button type="button" class="secondary" data-action="normal" data-route={m.name}>
+                  Back to normal
+                </button>
+              )}
+            </td>
+          </tr>
+        ))}
       </table>
     </div>
   );

@@ -1,7 +1,7 @@
 /**
  * The dashboard's only script, inlined in the page (no CDN, nothing else to load). The panels are
  * rendered on the server; this swaps in `GET /__sluice/fragments/panels` every 3 seconds while the
- * tab is visible, and sends the page's actions (ban, lift, override, deny, sign out) to the admin
+ * tab is visible, and sends the page's actions (ban, lift, override, deny, route mode, sign out) to the admin
  * API as JSON, which is what the session cookie may change things with. It never builds HTML: what it
  * inserts is the server's, escaped there.
  */
@@ -26,9 +26,10 @@ export const PAGE_SCRIPT = `(() => {
   document.addEventListener("click", (e) => {
     const b = e.target instanceof Element ? e.target.closest("button[data-action]") : null;
     if (!b) return;
-    const { action, entry, kind } = b.dataset, ttl = document.getElementById("ban-ttl").value;
+    const { action, entry, kind, route } = b.dataset, ttl = document.getElementById("ban-ttl").value;
     if (action === "ban") send("/lists", "PUT", { kind: "deny", entry, ttl, note: "banned from the dashboard" }, "banned " + entry);
     if (action === "lift") send("/lists", "DELETE", { kind, entry }, "lifted " + entry);
+    if (action === "normal") send("/routes/" + encodeURIComponent(route) + "/mode", "PUT", { mode: "normal" }, route + " back to normal");
   });
   const onSubmit = (id, handle) => document.getElementById(id).addEventListener("submit", (e) => {
     e.preventDefault();
@@ -38,6 +39,11 @@ export const PAGE_SCRIPT = `(() => {
     const [route, limit] = String(f.get("target")).split("/"), ip = f.get("ip");
     send("/overrides", "PUT", { route, limit, rate: Number(f.get("rate")), ttl: f.get("ttl"), ...(ip ? { identity: { ip } } : {}) },
       "override set on " + route + " / " + limit);
+  });
+  onSubmit("mode-form", (f) => {
+    const route = String(f.get("route")), mode = f.get("mode"), note = f.get("note");
+    send("/routes/" + encodeURIComponent(route) + "/mode", "PUT",
+      { mode, ...(mode === "normal" ? {} : { ttl: f.get("ttl") }), ...(note ? { note } : {}) }, route + " switched to " + mode);
   });
   onSubmit("deny-form", (f) => send("/lists", "PUT", { kind: "deny", entry: f.get("entry"), ttl: f.get("ttl") }, "denied " + f.get("entry")));
   document.getElementById("sign-out").addEventListener("click", async () => {

@@ -6,9 +6,10 @@
 import type { DashboardData } from "../dashboard-data.js";
 import type { ListRow } from "../../features/access/admin.js";
 import type { OverrideRow } from "../../features/rate-limit/admin-overrides.js";
+import type { RouteRow } from "../../features/mode/admin.js";
 
-/** The rows of the lists and overrides tables, as the capabilities' admin routes answer them. */
-export type { ListRow, OverrideRow };
+/** The rows of the lists, overrides and route-mode tables, as the capabilities' admin routes answer them. */
+export type { ListRow, OverrideRow, RouteRow };
 
 /**
  * `GET /__sluice/api/dashboard`'s figures as the panels take them: `DashboardData` (built by
@@ -43,6 +44,8 @@ export interface PanelsData {
   dashboard: DashboardView;
   lists: ListRow[];
   overrides: OverrideRow[];
+  /** Every route and its degrade switch (`GET /__sluice/routes`); the table is left out without it. */
+  modes?: RouteRow[];
   health: HealthRow[];
   /** What could not be read (the home Redis unreachable, say): those panels are drawn empty. */
   unavailable?: string[];
