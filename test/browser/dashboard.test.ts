@@ -109,6 +109,7 @@ describe("the dashboard, in a real browser", () => {
     await readRegionPanel(page);
     await banAndLift(page);
     await overrideAndDeny(page);
+    await switchMode(page);
     await signOut(page);
     await page.close();
   }, 90_000);
@@ -192,6 +193,25 @@ async function overrideAndDeny(page: Page) {
   const [deny, override] = await adminLedger();
   expect(override).toMatchObject({ event: "admin_override", detail: { route: "products", limit: "per-ip", rate: 50 } });
   expect(deny).toMatchObject({ event: "admin_ban", detail: { entry: "198.51.100.0/24" } });
+}
+
+/**
+ * The route mode form switches search to `reject` (its requests get the 503 problem), the route
+ * modes panel shows it with who set it, and its Back to normal button ends it (the limit refuses again).
+ */
+async function switchMode(page: Page) {
+  await page.selectOption('#mode-form select[name="route"]', "search");
+  await page.selectOption('#mode-form select[name="mode"]', "reject");
+  await page.fill('#mode-form input[name="note"]', "drill");
+  await page.click("#mode-form button");
+  await page.waitForSelector('#route-modes tr[data-route="search"][data-mode="reject"]', { timeout: 10_000 });
+  expect(await statusUntil("/search", "203.0.113.92", (s) => s === 503)).toBe(503);
+  const [set] = await adminLedger();
+  expect(set).toMatchObject({ event: "admin_route_mode", detail: { route: "search", mode: "reject", note: "drill" } });
+  expect(set?.who).toMatch(/^session:[0-9a-f]{12}$/);
+  await page.click('#route-modes button[data-action="normal"][data-route="search"]');
+  await page.waitForSelector('#route-modes tr[data-route="search"][data-mode="normal"]', { timeout: 10_000 });
+  expect(await statusUntil("/search", "203.0.113.92", (s) => s !== 503)).toBe(429); // the global limit, spent earlier
 }
 
 /** The sign-out button: back to the login form, the cookie gone from the browser and refused if replayed. */
