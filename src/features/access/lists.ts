@@ -93,10 +93,14 @@ export class ListCache {
 
   /**
    * The degrade switch in force for `route` (src/features/mode/), from the copy the lists are read
-   * into: no Redis call of its own.
+   * into: no Redis call of its own. The request's `verdict` has already decided whether that copy
+   * is due a refresh (asking again here would take this request for the next one); only a copy
+   * never read is read first.
    */
   async modeOf(source: ListSource, route: string, defer: Defer): Promise<RouteMode | undefined> {
-    return modeInForce((await this.held(source, defer)).modes, route, Date.now());
+    const c = this.cache;
+    const modes = c && c.prefix === source.prefix ? c.modes : (await this.held(source, defer)).modes;
+    return modeInForce(modes, route, Date.now());
   }
 
   /**
