@@ -94,6 +94,8 @@ export interface Scope {
   /** What `Sluice-Decision` says, as the steps have it so far. */
   decision: DecisionHeader;
   allowListed: boolean;
+  /** The operator switched the route to `open` (src/features/mode/): its limits are not asked; nothing else changes. */
+  routeOpen?: boolean;
   /** The bearer token's verification, done once per request by the first step that needs claims. */
   bearer?: Promise<Verified>;
   limits?: LimitRun;

@@ -12,8 +12,7 @@ import type { RouteMode } from "./store.js";
 /**
  * The route's degrade switch, set by an operator (`PUT /__sluice/routes/{name}/mode`) and read
  * with the access lists (no Redis call of its own). `open` lets every request past the route's
- * limits, as an allow entry does (the deny list has already run; idempotency and sessions still
- * apply); the other modes answer every request of the route before its limits are asked. Only
+ * limits (the deny list has already run; the JWT, idempotency and sessions still apply); the other modes answer every request of the route before its limits are asked. Only
  * in the gateway's and `sluice()`'s pipeline: the standalone middlewares know no switch.
  */
 export const routeModeStep: Step = async (c, scope, next) => {
@@ -24,7 +23,8 @@ export const routeModeStep: Step = async (c, scope, next) => {
   if (!forced) return next();
   if (scope.meta) scope.meta.limit = `mode:${forced.mode}`;
   if (forced.mode === "open") {
-    scope.allowListed = true;
+    // not allowListed: that also spares the JWT's verification, which idempotency and sessions may key on
+    scope.routeOpen = true;
     return next();
   }
   return answerForced(c, scope, route, forced);
