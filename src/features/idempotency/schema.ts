@@ -84,16 +84,17 @@ function idempotencyFields() {
       /** Methods the table applies to (GET and HEAD are safe to repeat). */
       methods: z._default(z.array(method()).check(z.minLength(1)), ["POST", "PUT", "PATCH", "DELETE"]),
     })
-    .check(
-      z.superRefine((i, ctx) => {
-        if (typeof i.derive === "object" && i.ttl !== undefined)
-          ctx.addIssue({
-            code: "custom",
-            path: ["ttl"],
-            message: "is derive.window for keys derived from fields (their answer is kept that long): leave ttl out",
-          });
-      }),
-    );
+    .check(z.superRefine(ttlProblems));
+}
+
+/** A key derived from fields is kept its window: a `ttl` beside it would say otherwise. */
+function ttlProblems(i: { derive: unknown; ttl?: number }, ctx: z.core.$RefinementCtx) {
+  if (typeof i.derive === "object" && i.ttl !== undefined)
+    ctx.addIssue({
+      code: "custom",
+      path: ["ttl"],
+      message: "is derive.window for keys derived from fields (their answer is kept that long): leave ttl out",
+    });
 }
 
 export const idempotencySettings = lazy(() =>

@@ -81,16 +81,17 @@ function queueFields() {
       /** The completion callbacks (`Sluice-Callback`) a job may name; none allowed by default. */
       callbacks: z._default(z.array(callbackPattern()).check(z.maxLength(50)), []),
     })
-    .check(
-      z.superRefine((q, ctx) => {
-        if (q.retry_delays && q.max_retries !== undefined && q.max_retries !== q.retry_delays.length)
-          ctx.addIssue({
-            code: "custom",
-            path: ["retry_delays"],
-            message: `has ${q.retry_delays.length} entries but max_retries is ${q.max_retries}: give one of them (the entries are the retries)`,
-          });
-      }),
-    );
+    .check(z.superRefine(retryProblems));
+}
+
+/** `retry_delays` are the retries: a `max_retries` beside them must count them. */
+function retryProblems(q: { retry_delays?: number[]; max_retries?: number }, ctx: z.core.$RefinementCtx) {
+  if (q.retry_delays && q.max_retries !== undefined && q.max_retries !== q.retry_delays.length)
+    ctx.addIssue({
+      code: "custom",
+      path: ["retry_delays"],
+      message: `has ${q.retry_delays.length} entries but max_retries is ${q.max_retries}: give one of them (the entries are the retries)`,
+    });
 }
 
 export const queueSettings = lazy(() =>
