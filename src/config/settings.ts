@@ -36,7 +36,7 @@ const routeFields = () => ({
    * The requests' priority (docs/algorithms.md, Priorities): a name, or a header or JWT claim that holds one
    * (anything else, or nothing: default). A header is only as trusted as the operator makes it.
    */
-  priority: z._default(priority(), "default"),
+  priority: z._default(deferred(priority), "default"),
   /** Every limit of the route in shadow mode: decide and count, never block (how a new route is rolled out). */
   shadow: z._default(z.boolean(), false),
   /** An in-flight limit for the route's origin that follows its latency (docs/algorithms.md, Adaptive limit). */

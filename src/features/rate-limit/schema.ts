@@ -147,14 +147,16 @@ function figureFields() {
      * max_cost), or what the origin reports (docs/algorithms.md, Cost from the response).
      */
     cost: z._default(
-      z.union([
-        z.int().check(z.positive()),
-        z.string().check(z.regex(/^header:[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a number or "header:<name>"')),
-        deferred(responseCost),
-      ]),
+      deferred(() =>
+        z.union([
+          z.int().check(z.positive()),
+          z.string().check(z.regex(/^header:[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a number or "header:<name>"')),
+          responseCost(),
+        ]),
+      ),
       1,
     ),
-    max_cost: z.optional(z.int().check(z.positive())),
+    max_cost: z.optional(deferred(() => z.int().check(z.positive()))),
   };
 }
 
@@ -172,7 +174,7 @@ function settingFields() {
     /** leaky_bucket: let the queued burst through at once (nginx nodelay); slots still refill at the rate. */
     nodelay: z.optional(z.boolean()),
     /** Take the rate from a table keyed by this identity's value, e.g. "jwt:plan". */
-    tier: z.optional(deferred(keyPart)),
+    tier: z.optional(keyPart()),
     rates: z.optional(deferred(() => z.record(z.string().check(z.minLength(1), z.maxLength(64)), tierRate()))),
     /**
      * Let isolates hold leases on this limit's buckets (docs/regions-and-leases.md, Leases); default: wherever the limit
