@@ -4,7 +4,8 @@
  */
 import { describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config/index.js";
-import { lazy } from "../../src/config/lazy.js";
+import * as z from "zod/mini";
+import { deferred, lazy } from "../../src/config/lazy.js";
 import { pathDefaults } from "../../src/config/settings.js";
 import { queueDefaults, queueSettings } from "../../src/features/shedding/schema.js";
 
@@ -23,6 +24,19 @@ describe("schemas built on first use", () => {
     expect(builds).toBe(0);
     expect(value()).toBe(value());
     expect(builds).toBe(1);
+  });
+
+  it("deferred(): a field left out never builds its schema; one set builds it once and is checked by it", () => {
+    let builds = 0;
+    const table = () => (builds++, z.strictObject({ n: z.int() }));
+    const schema = z.strictObject({ a: z.optional(deferred(table)), b: z._default(deferred(table), { n: 1 }) });
+    expect(schema.parse({})).toStrictEqual({ b: { n: 1 } });
+    expect(builds).toBe(0);
+    expect(schema.parse({ a: { n: 2 } })).toStrictEqual({ a: { n: 2 }, b: { n: 1 } });
+    expect(builds).toBe(1);
+    const refused = schema.safeParse({ b: { n: "x" } });
+    expect(refused.success).toBe(false);
+    expect(refused.error?.issues[0]?.path).toStrictEqual(["b", "n"]);
   });
 
   it("a route without a queue gets what the queue schema gives an empty table, keys in the same order", () => {
