@@ -345,7 +345,13 @@ export const PROBLEMS = {
 /** One problem type of the catalogue: what a `Problem` is made of. */
 export type ProblemKind = (typeof PROBLEMS)[keyof typeof PROBLEMS];
 
-/** The problem types by their slug (the last segment of `type`), in the catalogue's order. */
-export const PROBLEM_TYPES: ReadonlyMap<string, ProblemType> = new Map(
-  Object.values(PROBLEMS).map((t): [string, ProblemType] => [problemSlug(t.title), t]),
-);
+/** The catalogue keyed by slug. */
+function bySlug(): ReadonlyMap<string, ProblemType> {
+  return new Map(Object.values(PROBLEMS).map((t): [string, ProblemType] => [problemSlug(t.title), t]));
+}
+
+/**
+ * The problem types by their slug (the last segment of `type`), in the catalogue's order. Pure: a
+ * Worker that serves no problem pages (one using `rateLimit` alone) drops it from its bundle.
+ */
+export const PROBLEM_TYPES: ReadonlyMap<string, ProblemType> = /* @__PURE__ */ bySlug();

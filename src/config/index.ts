@@ -21,7 +21,7 @@ export type ConfigResult = { ok: true; config: Config; warnings: ScopeWarning[] 
  * if (!r.ok) console.error(r.error.message); // e.g. "SLUICE.routes[0].limits[0].rate: ..."
  */
 export function loadConfig(vars: ConfigVars): ConfigResult {
-  const result = loadConfigWith(sluiceSchema, vars);
+  const result = loadConfigWith(sluiceSchema(), vars);
   if (!result.ok) return result;
   // read as written (it parsed above): an explicit `scope = "region"` silences a warning, a default does not
   const written: unknown = typeof vars.SLUICE === "string" ? JSON.parse(vars.SLUICE) : (vars.SLUICE ?? {});

@@ -1,75 +1,89 @@
 import * as z from "zod/mini";
 import { parseDuration } from "./duration.js";
+import { lazy } from "./lazy.js";
 import { AUTO_PRINCIPAL } from "../identity/principal.js";
 
 // The shared pieces of the configuration's schemas: names, durations, key parts, rates, methods
-// and principals, which the features' schemas (src/features/*/schema.ts) are written in.
+// and principals, which the features' schemas (src/features/*/schema.ts) are written in. Each is
+// built on first use (./lazy.ts): importing the configuration builds no schema.
 
 /** Names end up inside Redis key names and headers: keep them to a safe alphabet. */
-export const name = z
-  .string()
-  .check(z.regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, "must be 1-63 characters of letters, digits, '_', '.', '-'"));
+export const name = lazy(() =>
+  z
+    .string()
+    .check(z.regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, "must be 1-63 characters of letters, digits, '_', '.', '-'")),
+);
 
-export const duration = z.pipe(
-  z.string(),
-  z.transform((text: string, ctx) => {
-    const ms = parseDuration(text);
-    if (ms === undefined) {
-      ctx.issues.push({ code: "custom", message: notADuration(text), input: text });
-      return z.NEVER;
-    }
-    return ms;
-  }),
+export const duration = lazy(() =>
+  z.pipe(
+    z.string(),
+    z.transform((text: string, ctx) => {
+      const ms = parseDuration(text);
+      if (ms === undefined) {
+        ctx.issues.push({ code: "custom", message: notADuration(text), input: text });
+        return z.NEVER;
+      }
+      return ms;
+    }),
+  ),
 );
 
 const notADuration = (text: string) => `"${text}" is not a duration like "500ms", "1s", "1m", "1h" or "1d"`;
 
 /** `true`, `false` or a duration (ms): a limit's `lease` (docs/regions-and-leases.md, Leases; docs/algorithms.md, In-flight caps). */
-export const booleanOrDuration = z.pipe(
-  z.union([z.boolean(), z.string()]),
-  z.transform((v: boolean | string, ctx) => {
-    if (typeof v === "boolean") return v;
-    const ms = parseDuration(v);
-    if (ms === undefined) ctx.issues.push({ code: "custom", message: notADuration(v), input: v });
-    return ms ?? z.NEVER;
-  }),
+export const booleanOrDuration = lazy(() =>
+  z.pipe(
+    z.union([z.boolean(), z.string()]),
+    z.transform((v: boolean | string, ctx) => {
+      if (typeof v === "boolean") return v;
+      const ms = parseDuration(v);
+      if (ms === undefined) ctx.issues.push({ code: "custom", message: notADuration(v), input: v });
+      return ms ?? z.NEVER;
+    }),
+  ),
 );
 
 /** One part of an identity: where the identifier of a bucket comes from. */
-export const keyPart = z.string().check(
-  z.superRefine((part, ctx) => {
-    if (part === "ip" || part === "global" || part === "path") return;
-    const m = /^(header|query|cookie|jwt):(.+)$/.exec(part);
-    if (!m) {
-      ctx.addIssue({
-        code: "custom",
-        message: `"${part}" is not a key: use ip, global, path, header:<name>, query:<name>, cookie:<name> or jwt:<claim>`,
-      });
-      return;
-    }
-    if (m[1] === "header" && !/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(m[2] ?? "")) {
-      ctx.addIssue({ code: "custom", message: `"${part}": not a valid header name` });
-    }
-  }),
+export const keyPart = lazy(() =>
+  z.string().check(
+    z.superRefine((part, ctx) => {
+      if (part === "ip" || part === "global" || part === "path") return;
+      const m = /^(header|query|cookie|jwt):(.+)$/.exec(part);
+      if (!m) {
+        ctx.addIssue({
+          code: "custom",
+          message: `"${part}" is not a key: use ip, global, path, header:<name>, query:<name>, cookie:<name> or jwt:<claim>`,
+        });
+        return;
+      }
+      if (m[1] === "header" && !/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(m[2] ?? "")) {
+        ctx.addIssue({ code: "custom", message: `"${part}": not a valid header name` });
+      }
+    }),
+  ),
 );
 
 /** A tier's rate, written "600/1m": that many per that duration (the tier's burst is its rate). */
-export const tierRate = z.pipe(
-  z.string(),
-  z.transform((text: string, ctx) => {
-    const m = /^(\d{1,9})\/(.+)$/.exec(text.trim());
-    const period = m ? parseDuration(m[2] as string) : undefined;
-    if (!m || period === undefined || Number(m[1]) < 1) {
-      ctx.issues.push({ code: "custom", message: `"${text}" is not a rate like "60/1m"`, input: text });
-      return z.NEVER;
-    }
-    return { rate: Number(m[1]), period };
-  }),
+export const tierRate = lazy(() =>
+  z.pipe(
+    z.string(),
+    z.transform((text: string, ctx) => {
+      const m = /^(\d{1,9})\/(.+)$/.exec(text.trim());
+      const period = m ? parseDuration(m[2] as string) : undefined;
+      if (!m || period === undefined || Number(m[1]) < 1) {
+        ctx.issues.push({ code: "custom", message: `"${text}" is not a rate like "60/1m"`, input: text });
+        return z.NEVER;
+      }
+      return { rate: Number(m[1]), period };
+    }),
+  ),
 );
 
-export const method = z.pipe(
-  z.string().check(z.regex(/^[A-Za-z]+$/, "must be an HTTP method")),
-  z.transform((m: string) => m.toUpperCase()),
+export const method = lazy(() =>
+  z.pipe(
+    z.string().check(z.regex(/^[A-Za-z]+$/, "must be an HTTP method")),
+    z.transform((m: string) => m.toUpperCase()),
+  ),
 );
 
 /**
@@ -77,14 +91,13 @@ export const method = z.pipe(
  * Authorization header, else the IP; src/identity/principal.ts), or an identity in the key syntax of
  * limits. `auto` stands alone: combined with other parts it would not say which credential it is.
  */
-export const principal = z
-  ._default(z.union([z.string(), z.array(z.string()).check(z.minLength(1), z.maxLength(4))]), AUTO_PRINCIPAL)
-  .check(
+export const principal = lazy(() =>
+  z._default(z.union([z.string(), z.array(z.string()).check(z.minLength(1), z.maxLength(4))]), AUTO_PRINCIPAL).check(
     z.superRefine((p, ctx) => {
       if (p === AUTO_PRINCIPAL) return;
       const parts = Array.isArray(p) ? p : [p];
       parts.forEach((part, i) => {
-        const checked = keyPart.safeParse(part);
+        const checked = keyPart().safeParse(part);
         const at = Array.isArray(p) ? [i] : [];
         if (part === AUTO_PRINCIPAL)
           ctx.addIssue({
@@ -97,4 +110,5 @@ export const principal = z
             ctx.addIssue({ code: "custom", path: at, message: `${issue.message}, or "auto"` });
       });
     }),
-  );
+  ),
+);

@@ -1,4 +1,5 @@
 import * as z from "zod/mini";
+import { deferred, lazy } from "./lazy.js";
 import { duration, method, name } from "./primitives.js";
 import { DEFAULT_PROBLEM_BASE } from "../problem.js";
 import { adaptiveLimit, adaptiveSettings, ADAPTIVE_LIMIT } from "../features/adaptive/schema.js";
@@ -9,39 +10,41 @@ import { divertProblems, sheddingOptions } from "../features/shedding/schema.js"
 // The configuration's schema, composable: the deployment's settings and a route's own fields are
 // here, and a route's feature tables (breaker, session, idempotency) are given by whoever composes
 // it. The gateway composes them all (./schema.ts); a middleware only its own, so an app that
-// imports `rateLimit` alone bundles no schema of a feature it does not use.
+// imports `rateLimit` alone bundles no schema of a feature it does not use. Nothing is built at
+// import (./lazy.ts): a composition builds its schema on first use, and a field a configuration
+// leaves out (a feature's settings, an optional table) is built only when one sets it.
 
 /** A route's fields every composition has: what it matches, and its limits with their shedding. */
-const routeFields = {
-  name,
+const routeFields = () => ({
+  name: name(),
   match: z.string().check(z.regex(/^\/[^\s?#]*$/, 'must be a path pattern starting with "/" (no query, no spaces)')),
-  methods: z.optional(z.array(method).check(z.minLength(1))),
+  methods: z.optional(deferred(() => z.array(method()).check(z.minLength(1)))),
   /**
    * The origin acts on `X-HTTP-Method-Override` (and `X-HTTP-Method`, `X-Method-Override`) of a
    * POST here: sluice decides on that method and forwards the header. Off: the headers are
    * stripped and the request is the method it was sent with.
    */
   method_override: z._default(z.boolean(), false),
-  ...sheddingOptions,
-  origin_timeout: z._default(duration, 30_000),
+  ...sheddingOptions(),
+  origin_timeout: z._default(duration(), 30_000),
   /**
    * Decide without spending: the request always goes through, with the RateLimit headers of the
    * buckets as they stand: this route's own (`true`), or another route's, named (a quota endpoint).
    */
-  peek: z._default(z.union([z.boolean(), name]), false),
+  peek: z._default(z.union([z.boolean(), name()]), false),
   /**
    * The requests' priority (docs/algorithms.md, Priorities): a name, or a header or JWT claim that holds one
    * (anything else, or nothing: default). A header is only as trusted as the operator makes it.
    */
-  priority: z._default(priority, "default"),
+  priority: z._default(deferred(priority), "default"),
   /** Every limit of the route in shadow mode: decide and count, never block (how a new route is rolled out). */
   shadow: z._default(z.boolean(), false),
   /** An in-flight limit for the route's origin that follows its latency (docs/algorithms.md, Adaptive limit). */
-  adaptive: z.optional(adaptiveSettings),
-  limits: z._default(z.array(limit), []),
-};
+  adaptive: z.optional(deferred(adaptiveSettings)),
+  limits: z._default(z.array(limit()), []),
+});
 
-type RouteFields = z.output<z.ZodMiniObject<typeof routeFields>>;
+type RouteFields = z.output<z.ZodMiniObject<ReturnType<typeof routeFields>>>;
 /** A route of some composition: its own fields, and whichever tables it was given. */
 type ComposedRoute = RouteFields & { breaker?: unknown; idempotency?: unknown; session?: unknown };
 
@@ -72,7 +75,7 @@ function withAdaptiveLimit<R>(route: R): R {
 /** A route's schema, with the feature tables given (each an optional table of the route). */
 function routeSchema<T extends z.core.$ZodLooseShape>(tables: T) {
   const fields = z
-    .strictObject({ ...routeFields, ...tables })
+    .strictObject({ ...routeFields(), ...tables })
     .check(z.superRefine((r, ctx) => routeProblems(r as unknown as ComposedRoute, ctx)));
   return z.pipe(
     fields,
@@ -80,28 +83,38 @@ function routeSchema<T extends z.core.$ZodLooseShape>(tables: T) {
   );
 }
 
-const region = z.strictObject({
-  continents: z._default(
-    z.array(z.string().check(z.regex(/^[A-Z]{2}$/, "must be a two-letter continent code such as EU"))),
-    [],
-  ),
-  colos: z._default(
-    z.array(z.string().check(z.regex(/^[A-Z]{3}$/, "must be a three-letter colo code such as FRA"))),
-    [],
-  ),
-});
+const region = () =>
+  z.strictObject({
+    continents: z._default(
+      z.array(z.string().check(z.regex(/^[A-Z]{2}$/, "must be a two-letter continent code such as EU"))),
+      [],
+    ),
+    colos: z._default(
+      z.array(z.string().check(z.regex(/^[A-Z]{3}$/, "must be a three-letter colo code such as FRA"))),
+      [],
+    ),
+  });
 
-const pathPolicy = z.strictObject({
-  /** insensitive: /API/x and /api/x are one path for routes and `path` keys. */
-  case: z._default(z.enum(["insensitive", "sensitive"]), "insensitive"),
-  /** ignore: /api/x/ and /api/x are one path; strict: they are two. */
-  trailing_slash: z._default(z.enum(["ignore", "strict"]), "ignore"),
-  /**
-   * strip: `;params` are cut from each segment before matching (Tomcat and Spring origins do so:
-   * `/public/..;/admin` is their `/admin`); reject: a path with `;` (or `%3B`) is a 400.
-   */
-  parameters: z._default(z.enum(["strip", "reject"]), "strip"),
-});
+const pathPolicy = () =>
+  z.strictObject({
+    /** insensitive: /API/x and /api/x are one path for routes and `path` keys. */
+    case: z._default(z.enum(["insensitive", "sensitive"]), "insensitive"),
+    /** ignore: /api/x/ and /api/x are one path; strict: they are two. */
+    trailing_slash: z._default(z.enum(["ignore", "strict"]), "ignore"),
+    /**
+     * strip: `;params` are cut from each segment before matching (Tomcat and Spring origins do so:
+     * `/public/..;/admin` is their `/admin`); reject: a path with `;` (or `%3B`) is a 400.
+     */
+    parameters: z._default(z.enum(["strip", "reject"]), "strip"),
+  });
+
+/**
+ * The path policy of a configuration that sets none: what `pathPolicy().parse({})` gives (a unit
+ * test holds them equal), written out so that such a configuration builds no path schema.
+ */
+export function pathDefaults(): z.output<ReturnType<typeof pathPolicy>> {
+  return { case: "insensitive", trailing_slash: "ignore", parameters: "strip" };
+}
 
 function parses(url: string): boolean {
   try {
@@ -112,55 +125,64 @@ function parses(url: string): boolean {
 }
 
 /** A problem type's base: an absolute http(s) URL or an absolute path, ending in "/" (the type's name follows it). */
-const problemBase = z.string().check(
-  z.maxLength(200),
-  z.refine(
-    // "//host/" would be a URL of whatever scheme the client used: a path starts with one slash
-    (v) => /^\/(?:(?!\/)[^\s?#]*\/)?$/.test(v) || (/^https?:\/\/[^\s?#]+\/$/i.test(v) && parses(v)),
-    'must be an http(s) URL or an absolute path ending in "/", such as "https://errors.example.com/sluice/"',
-  ),
-);
+const problemBase = () =>
+  z.string().check(
+    z.maxLength(200),
+    z.refine(
+      // "//host/" would be a URL of whatever scheme the client used: a path starts with one slash
+      (v) => /^\/(?:(?!\/)[^\s?#]*\/)?$/.test(v) || (/^https?:\/\/[^\s?#]+\/$/i.test(v) && parses(v)),
+      'must be an http(s) URL or an absolute path ending in "/", such as "https://errors.example.com/sluice/"',
+    ),
+  );
 
-const budget = z.int().check(z.minimum(1), z.maximum(10_000));
+const budget = lazy(() => z.int().check(z.minimum(1), z.maximum(10_000)));
 
 /** The deployment's settings: everything of `[vars.SLUICE]` but its routes. */
-const deploymentFields = {
+const deploymentFields = () => ({
   key_prefix: z._default(
     z.string().check(z.regex(/^[A-Za-z0-9_.-]{1,32}$/, "must be 1-32 characters of letters, digits, '_', '.', '-'")),
     "sluice",
   ),
   /** The floor of a decision's Redis budget, which adapts to each store's round trip (src/store/rtt.ts). */
-  timeout_ms: z._default(budget, 50),
+  timeout_ms: z._default(budget(), 50),
   /** The ceiling of that budget, and the whole budget of an isolate's first call to a store; default max(1000, timeout_ms). */
-  max_timeout_ms: z.optional(budget),
+  max_timeout_ms: z.optional(budget()),
   /** Deprecated and ignored: the budget of the home region's Redis adapts like any store's. Accepted so old configurations still load. */
-  global_timeout_ms: z.optional(budget),
+  global_timeout_ms: z.optional(budget()),
   /** When the decision's Redis fails: enforce the limits in this isolate (local), forward without them (open), or 503 (closed). */
   on_store_error: z._default(z.enum(["local", "open", "closed"]), "local"),
-  rebalance_every: z._default(duration, 5_000),
-  home_region: z._default(name, "home"),
-  regions: z._default(z.record(name, region), {}),
-  jwt: z.optional(jwtSettings),
-  paths: z._default(pathPolicy, () => pathPolicy.parse({})),
+  rebalance_every: z._default(duration(), 5_000),
+  home_region: z._default(name(), "home"),
+  regions: z._default(
+    deferred(() => z.record(name(), region())),
+    {},
+  ),
+  jwt: z.optional(deferred(jwtSettings)),
+  paths: z._default(deferred(pathPolicy), pathDefaults),
   /**
    * Where problem `type` URIs point (RFC 9457 §3.1.1): a URL or a path of the deployment's own,
    * never a domain it does not control. The default is served by the Worker itself (docs/configuration.md, Responses).
    */
-  problem_base: z._default(problemBase, DEFAULT_PROBLEM_BASE),
+  problem_base: z._default(deferred(problemBase), DEFAULT_PROBLEM_BASE),
   /** Where decision counts go (docs/operating.md, Metrics): the home region's Redis, at most once per isolate per interval, or nowhere. */
   metrics: z._default(z.enum(["redis", "off"]), "redis"),
   /** What the dashboard shows of a refused client next to its hash (docs/operating.md, Labels of refused clients). */
   labels: z._default(z.enum(["full", "masked", "off"]), "masked"),
   /** How long a dashboard session may go unused before it ends (docs/operating.md, Admin API); within its 12 hours. */
   admin_session_idle: z._default(
-    duration.check(z.refine((ms) => ms >= 1_000 && ms <= 12 * 3_600_000, "must be between 1s and 12h")),
+    deferred(() =>
+      duration().check(z.refine((ms) => ms >= 1_000 && ms <= 12 * 3_600_000, "must be between 1s and 12h")),
+    ),
     30 * 60_000,
   ),
   /** Entries the ledger keeps (docs/idempotency-and-sessions.md, The ledger): its stream is trimmed to about this many. */
-  ledger_length: z._default(z.int().check(z.minimum(100), z.maximum(1_000_000)), 10_000),
-};
+  ledger_length: z._default(
+    deferred(() => z.int().check(z.minimum(100), z.maximum(1_000_000))),
+    10_000,
+  ),
+});
 
-type Deployment = z.output<z.ZodMiniObject<typeof deploymentFields>> & { routes: RouteFields[] };
+type Deployment = z.output<z.ZodMiniObject<ReturnType<typeof deploymentFields>>> & { routes: RouteFields[] };
 
 /** What spans routes: the budget's floor and ceiling, route names, peeks, split limits across the regions. */
 function deploymentProblems(c: Deployment, ctx: z.core.$RefinementCtx) {
@@ -197,9 +219,9 @@ function deploymentProblems(c: Deployment, ctx: z.core.$RefinementCtx) {
  */
 export function configSchema<T extends z.core.$ZodLooseShape>(tables: T) {
   return z
-    .strictObject({ ...deploymentFields, routes: z._default(z.array(routeSchema(tables)), []) })
+    .strictObject({ ...deploymentFields(), routes: z._default(z.array(routeSchema(tables)), []) })
     .check(z.superRefine((c, ctx) => deploymentProblems(c as unknown as Deployment, ctx)));
 }
 
-/** The schema of a configuration whose routes take no feature table of their own (a middleware's). */
-export const plainConfigSchema = configSchema({});
+/** The schema of a configuration whose routes take no feature table of their own (a middleware's), built on first use. */
+export const plainConfigSchema = lazy(() => configSchema({}));

@@ -8,6 +8,7 @@
 import type { MiddlewareHandler } from "hono";
 import * as z from "zod/mini";
 import type { SluiceInput } from "../config/schema.js";
+import { deferred, lazy } from "../config/lazy.js";
 import { configSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import { breakerSettings } from "../features/breaker/schema.js";
@@ -22,7 +23,7 @@ type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 export type BreakerOptions = SharedOptions &
   NonNullable<RouteInput["breaker"]> & { name?: string; fallback?: RouteInput["fallback"] };
 
-const breakerConfig = configSchema({ breaker: z.optional(breakerSettings) });
+const breakerConfig = lazy(() => configSchema({ breaker: z.optional(deferred(breakerSettings)) }));
 
 /** A circuit breaker around the handler: while the handler keeps failing (5xx, slow), 503 (or `fallback`) without calling it. */
 export function breaker(options: BreakerOptions = {}): MiddlewareHandler<SluiceEnv> {

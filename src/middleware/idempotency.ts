@@ -8,6 +8,7 @@
 import type { MiddlewareHandler } from "hono";
 import * as z from "zod/mini";
 import type { SluiceInput } from "../config/schema.js";
+import { deferred, lazy } from "../config/lazy.js";
 import { configSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import { idempotencySettings } from "../features/idempotency/schema.js";
@@ -21,7 +22,7 @@ type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 
 export type IdempotencyOptions = SharedOptions & NonNullable<RouteInput["idempotency"]> & { name?: string };
 
-const idempotencyConfig = configSchema({ idempotency: z.optional(idempotencySettings) });
+const idempotencyConfig = lazy(() => configSchema({ idempotency: z.optional(deferred(idempotencySettings)) }));
 
 /**
  * One side effect per `Idempotency-Key`: the first request runs, duplicates get its stored

@@ -8,6 +8,7 @@
 import type { MiddlewareHandler } from "hono";
 import * as z from "zod/mini";
 import type { SluiceInput } from "../config/schema.js";
+import { deferred, lazy } from "../config/lazy.js";
 import { configSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import { sessionSettings } from "../features/session/schema.js";
@@ -21,7 +22,7 @@ type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 
 export type SessionOptions = SharedOptions & NonNullable<RouteInput["session"]> & { name?: string };
 
-const sessionConfig = configSchema({ session: z.optional(sessionSettings) });
+const sessionConfig = lazy(() => configSchema({ session: z.optional(deferred(sessionSettings)) }));
 
 /** One side-effecting call per session at a time (a 409 problem for the second), with a fencing token. */
 export function session(options: SessionOptions): MiddlewareHandler<SluiceEnv> {

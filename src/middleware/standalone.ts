@@ -53,8 +53,8 @@ export const SHARED_FIELDS = [
 
 /** How a middleware's options are checked: its configuration schema, and the route table its options spell at their top level. */
 export interface OptionsSchema {
-  /** `[vars.SLUICE]`'s schema with this middleware's route table only (src/config/settings.ts). */
-  schema: ConfigSchema;
+  /** `[vars.SLUICE]`'s schema with this middleware's route table only (src/config/settings.ts), built on first use. */
+  schema: () => ConfigSchema;
   /** The route's table the options are (idempotency, session, breaker), if any. */
   table?: string;
 }
@@ -74,7 +74,7 @@ export function compileOptions(
 ): Config {
   const shared = Object.fromEntries(SHARED_FIELDS.flatMap((f) => (options[f] === undefined ? [] : [[f, options[f]]])));
   const SLUICE = { ...shared, routes: [{ match: "/*", ...route }] };
-  const loaded = loadConfigWith(schema, { SLUICE, originOptional: true });
+  const loaded = loadConfigWith(schema(), { SLUICE, originOptional: true });
   if (loaded.ok) return loaded.config;
   // the options spell a route's table (idempotency, session, breaker) at their top level
   const inTable = table ? new RegExp(`^${table}\\.?`) : /^$/;

@@ -141,7 +141,7 @@ const EXAMPLES: RawLimit[] = ALGORITHM_LIST.flatMap((algorithm) => [
 
 const parse = (limit: Record<string, unknown>) =>
   // with the messages the configuration is loaded with (zod/mini has none of its own)
-  sluiceSchema.safeParse({ routes: [{ name: "r", match: "/a", limits: [limit] }] }, { error: enLocale.localeError });
+  sluiceSchema().safeParse({ routes: [{ name: "r", match: "/a", limits: [limit] }] }, { error: enLocale.localeError });
 
 describe("the algorithm registry", () => {
   it("has an entry for every algorithm of the schema, and the schema knows every entry", () => {

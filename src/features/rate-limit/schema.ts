@@ -1,4 +1,5 @@
 import * as z from "zod/mini";
+import { deferred, lazy } from "../../config/lazy.js";
 import { booleanOrDuration, duration, keyPart, name, tierRate } from "../../config/primitives.js";
 import { banSettings, bannable } from "../access/schema.js";
 import {
@@ -21,40 +22,45 @@ import { parseResponseSource } from "./cost/response-figures.js";
  * (docs/algorithms.md, Priorities), `critical` and `default` only (nothing ranks below sheddable), each
  * 0 < f < 1, summing to less than 1.
  */
-export const reserve = z.pipe(
-  z.record(z.string(), z.number()),
-  z.transform((r: Record<string, number>, ctx): Reserve => {
-    const issue = (key: string, message: string) => ctx.issues.push({ code: "custom", path: [key], message, input: r });
-    for (const [key, f] of Object.entries(r)) {
-      if (key === "sheddable")
-        issue(key, "cannot be reserved for: sheddable is the lowest priority, there is nobody to keep room from");
-      else if (!(RESERVABLE as readonly string[]).includes(key))
-        issue(key, `is not a priority that can be reserved for: use ${RESERVABLE.join(" or ")}`);
-      else if (!(f > 0 && f < 1)) issue(key, "must be a fraction of the capacity between 0 and 1 (exclusive)");
-    }
-    const total = Object.values(r).reduce((sum, f) => sum + f, 0);
-    if (!(total < 1))
-      ctx.issues.push({
-        code: "custom",
-        message: `the fractions add up to ${total}: they must total less than 1`,
-        input: r,
-      });
-    return r;
-  }),
+export const reserve = lazy(() =>
+  z.pipe(
+    z.record(z.string(), z.number()),
+    z.transform((r: Record<string, number>, ctx): Reserve => {
+      const issue = (key: string, message: string) =>
+        ctx.issues.push({ code: "custom", path: [key], message, input: r });
+      for (const [key, f] of Object.entries(r)) {
+        if (key === "sheddable")
+          issue(key, "cannot be reserved for: sheddable is the lowest priority, there is nobody to keep room from");
+        else if (!(RESERVABLE as readonly string[]).includes(key))
+          issue(key, `is not a priority that can be reserved for: use ${RESERVABLE.join(" or ")}`);
+        else if (!(f > 0 && f < 1)) issue(key, "must be a fraction of the capacity between 0 and 1 (exclusive)");
+      }
+      const total = Object.values(r).reduce((sum, f) => sum + f, 0);
+      if (!(total < 1))
+        ctx.issues.push({
+          code: "custom",
+          message: `the fractions add up to ${total}: they must total less than 1`,
+          input: r,
+        });
+      return r;
+    }),
+  ),
 );
 
 /** A route's `priority`: one of the names, or where a request carries one (a header, a verified JWT claim). */
-export const priority = z.union([
-  z.enum(PRIORITIES),
-  z
-    .string()
-    .check(
-      z.regex(
-        /^(header:[A-Za-z0-9!#$%&'*+.^_`|~-]+|jwt:.+)$/,
-        'must be critical, default, sheddable, "header:<name>" or "jwt:<claim>"',
+export const priority = lazy(() =>
+  z.union([
+    z.enum(PRIORITIES),
+    z
+      .string()
+      .check(
+        z.regex(
+          /^(header:[A-Za-z0-9!#$%&'*+.^_`|~-]+|jwt:.+)$/,
+          'must be critical, default, sheddable, "header:<name>" or "jwt:<claim>"',
+        ),
       ),
-    ),
-]);
+  ]),
+);
 
 const DEFAULT_MAX_DELAY_MS = 1_000;
 
@@ -81,19 +87,21 @@ function misplacedSettings(l: AlgorithmSettings & { algorithm: Algorithm }): Alg
  * admission, settled to what the origin reports (src/features/rate-limit/cost/response-figures.ts; `trailer:` is
  * refused there by name).
  */
-const responseCost = z.strictObject({
-  response: z.string().check(
-    z.superRefine((text, ctx) => {
-      const source = parseResponseSource(text);
-      if (typeof source === "string") ctx.addIssue({ code: "custom", message: source });
-    }),
-  ),
-  reserve: z.int().check(z.positive()),
-  max: z.int().check(z.positive(), z.maximum(1_000_000_000)),
-});
+function responseCost() {
+  return z.strictObject({
+    response: z.string().check(
+      z.superRefine((text, ctx) => {
+        const source = parseResponseSource(text);
+        if (typeof source === "string") ctx.addIssue({ code: "custom", message: source });
+      }),
+    ),
+    reserve: z.int().check(z.positive()),
+    max: z.int().check(z.positive(), z.maximum(1_000_000_000)),
+  });
+}
 
 /** A count of tokens: a whole number from 1 to a billion. */
-const tokens = z.int().check(z.positive(), z.maximum(1_000_000_000));
+const tokens = lazy(() => z.int().check(z.positive(), z.maximum(1_000_000_000)));
 
 /** What a limit charged from the response may not be. */
 function responseCostProblems(l: {
@@ -113,117 +121,134 @@ function responseCostProblems(l: {
   return problems;
 }
 
-const limitFields = z
-  .strictObject({
-    name,
-    key: z._default(z.union([keyPart, z.array(keyPart).check(z.minLength(1), z.maxLength(8))]), "ip"),
+/** A limit's figures: its name, identity, algorithm, rate and cost. */
+function figureFields() {
+  return {
+    name: name(),
+    key: z._default(z.union([keyPart(), z.array(keyPart()).check(z.minLength(1), z.maxLength(8))]), "ip"),
     algorithm: z._default(z.enum(ALGORITHM_NAMES), "token_bucket"),
     /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/features/rate-limit/algorithms/figures.ts). */
-    rate: z.optional(tokens),
-    period: z.optional(duration),
-    burst: z.optional(tokens),
+    rate: z.optional(tokens()),
+    period: z.optional(duration()),
+    burst: z.optional(tokens()),
     /** concurrency: requests of a key in flight at once. */
     limit: z.optional(
-      z
-        .int()
-        .check(
-          z.positive(),
-          z.maximum(MAX_IN_FLIGHT, `must be at most ${MAX_IN_FLIGHT}: the bucket lists every slot in flight`),
-        ),
+      deferred(() =>
+        z
+          .int()
+          .check(
+            z.positive(),
+            z.maximum(MAX_IN_FLIGHT, `must be at most ${MAX_IN_FLIGHT}: the bucket lists every slot in flight`),
+          ),
+      ),
     ),
     /**
      * Tokens one request takes: a number, "header:<name>" read from the request (bounded by
      * max_cost), or what the origin reports (docs/algorithms.md, Cost from the response).
      */
     cost: z._default(
-      z.union([
-        z.int().check(z.positive()),
-        z.string().check(z.regex(/^header:[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a number or "header:<name>"')),
-        responseCost,
-      ]),
+      deferred(() =>
+        z.union([
+          z.int().check(z.positive()),
+          z.string().check(z.regex(/^header:[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a number or "header:<name>"')),
+          responseCost(),
+        ]),
+      ),
       1,
     ),
-    max_cost: z.optional(z.int().check(z.positive())),
+    max_cost: z.optional(deferred(() => z.int().check(z.positive()))),
+  };
+}
+
+/** A limit's other settings: scope, shadow, what a missing identity does, an algorithm's own, tiers, leases, bans, reserve. */
+function settingFields() {
+  return {
     scope: z._default(z.enum(["region", "global", "split"]), "region"),
     shadow: z._default(z.boolean(), false),
     /** What to do when the request does not carry the identity: fall back to the IP, refuse (400), or skip the limit. */
     missing: z._default(z.enum(["ip", "reject", "skip"]), "ip"),
     /** token_bucket: ramp from rate/3 to rate over this long after an idle period. */
-    warmup: z.optional(duration),
+    warmup: z.optional(duration()),
     /** leaky_bucket: the longest a request may wait for its slot before it is refused instead. */
-    max_delay: z.optional(duration),
+    max_delay: z.optional(duration()),
     /** leaky_bucket: let the queued burst through at once (nginx nodelay); slots still refill at the rate. */
     nodelay: z.optional(z.boolean()),
     /** Take the rate from a table keyed by this identity's value, e.g. "jwt:plan". */
-    tier: z.optional(keyPart),
-    rates: z.optional(z.record(z.string().check(z.minLength(1), z.maxLength(64)), tierRate)),
+    tier: z.optional(keyPart()),
+    rates: z.optional(deferred(() => z.record(z.string().check(z.minLength(1), z.maxLength(64)), tierRate()))),
     /**
      * Let isolates hold leases on this limit's buckets (docs/regions-and-leases.md, Leases); default: wherever the limit
      * can be leased. concurrency: how long a slot may be held, a duration.
      */
-    lease: z.optional(booleanOrDuration),
+    lease: z.optional(deferred(booleanOrDuration)),
     /** Put a client this limit keeps refusing on the deny list, for longer each time (docs/operating.md, Bans). */
-    ban: z.optional(banSettings),
+    ban: z.optional(deferred(banSettings)),
     /** Capacity kept for higher priorities, e.g. `{ critical = 0.2 }` (docs/algorithms.md, Priorities). */
-    reserve: z.optional(reserve),
-  })
-  .check(
-    z.superRefine((l, ctx) =>
-      figureProblems(l).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message })),
-    ),
-  );
+    reserve: z.optional(deferred(reserve)),
+  };
+}
 
-export const limit = z
-  .pipe(
-    limitFields,
-    z.transform((l: z.output<typeof limitFields>) => {
-      const costHeader = typeof l.cost === "string" ? l.cost.slice(7).toLowerCase() : undefined;
-      const fromResponse = typeof l.cost === "object" ? l.cost : undefined;
-      const source = fromResponse && parseResponseSource(fromResponse.response);
-      const responseCost =
-        fromResponse && typeof source === "object" ? { ...source, max: fromResponse.max } : undefined;
-      return {
-        ...l,
-        ...compiledFigures(l),
-        key: Array.isArray(l.key) ? l.key : [l.key],
-        cost: typeof l.cost === "number" ? l.cost : (fromResponse?.reserve ?? 1),
-        costHeader,
-        responseCost,
-        max_delay: l.max_delay ?? DEFAULT_MAX_DELAY_MS,
-        nodelay: l.nodelay ?? false,
-        lease: typeof l.lease === "boolean" ? l.lease : leasableShape({ ...l, costHeader, responseCost }),
-      };
-    }),
-  )
-  .check(
-    z.superRefine((l, ctx) => {
-      const issue = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
-      const input = l as { burst?: number };
-      if (algorithm(l.algorithm).capacity === "rate" && input.burst !== l.rate)
-        issue("burst", `does not apply to ${l.algorithm}: the window holds \`rate\``);
-      for (const setting of misplacedSettings(l)) issue(setting, `applies to ${readersOf(setting)} only`);
-      const maxCost = l.costHeader ? l.max_cost : l.cost;
-      if (l.costHeader && l.max_cost === undefined)
-        issue("max_cost", 'is required when cost comes from a header ("header:<name>")');
-      if (!l.costHeader && l.max_cost !== undefined) issue("max_cost", "applies only when cost comes from a header");
-      const capacities = [l.burst, ...Object.values(l.rates ?? {}).map((t) => t.rate)];
-      if (maxCost !== undefined && maxCost > Math.min(...capacities))
-        issue(
-          l.costHeader ? "max_cost" : "cost",
-          `cost ${maxCost} exceeds the capacity ${Math.min(...capacities)}: such a request could never pass`,
-        );
-      if (l.responseCost) responseCostProblems(l).forEach((m) => issue("cost", m));
-      if ((l.tier === undefined) !== (l.rates === undefined))
-        issue(l.tier === undefined ? "tier" : "rates", "tier and rates go together");
-      if (l.lease && !leasableShape(l))
-        issue(
-          "lease",
-          `applies to ${leasableAlgorithms()} limits that are not split, with a fixed cost, no tier and no reserve`,
-        );
-      if (l.ban && !bannable(l.key))
-        issue(
-          "ban",
-          "needs a limit keyed on one client part: ip, header:<name>, cookie:<name>, query:<name> or jwt:<claim>",
-        );
-    }),
-  );
+function limitFields() {
+  return z
+    .strictObject({ ...figureFields(), ...settingFields() })
+    .check(
+      z.superRefine((l, ctx) =>
+        figureProblems(l).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message })),
+      ),
+    );
+}
+
+/** A limit as a decision reads it: its figures compiled, its key a list, its cost and lease settled. */
+function compiledLimit(l: z.output<ReturnType<typeof limitFields>>) {
+  const costHeader = typeof l.cost === "string" ? l.cost.slice(7).toLowerCase() : undefined;
+  const fromResponse = typeof l.cost === "object" ? l.cost : undefined;
+  const source = fromResponse && parseResponseSource(fromResponse.response);
+  const responseCost = fromResponse && typeof source === "object" ? { ...source, max: fromResponse.max } : undefined;
+  return {
+    ...l,
+    ...compiledFigures(l),
+    key: Array.isArray(l.key) ? l.key : [l.key],
+    cost: typeof l.cost === "number" ? l.cost : (fromResponse?.reserve ?? 1),
+    costHeader,
+    responseCost,
+    max_delay: l.max_delay ?? DEFAULT_MAX_DELAY_MS,
+    nodelay: l.nodelay ?? false,
+    lease: typeof l.lease === "boolean" ? l.lease : leasableShape({ ...l, costHeader, responseCost }),
+  };
+}
+
+type CompiledLimit = ReturnType<typeof compiledLimit>;
+
+/** What a limit's settings may not be together. */
+function limitProblems(l: CompiledLimit, ctx: z.core.$RefinementCtx<CompiledLimit>) {
+  const issue = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
+  const input = l as { burst?: number };
+  if (algorithm(l.algorithm).capacity === "rate" && input.burst !== l.rate)
+    issue("burst", `does not apply to ${l.algorithm}: the window holds \`rate\``);
+  for (const setting of misplacedSettings(l)) issue(setting, `applies to ${readersOf(setting)} only`);
+  const maxCost = l.costHeader ? l.max_cost : l.cost;
+  if (l.costHeader && l.max_cost === undefined)
+    issue("max_cost", 'is required when cost comes from a header ("header:<name>")');
+  if (!l.costHeader && l.max_cost !== undefined) issue("max_cost", "applies only when cost comes from a header");
+  const capacities = [l.burst, ...Object.values(l.rates ?? {}).map((t) => t.rate)];
+  if (maxCost !== undefined && maxCost > Math.min(...capacities))
+    issue(
+      l.costHeader ? "max_cost" : "cost",
+      `cost ${maxCost} exceeds the capacity ${Math.min(...capacities)}: such a request could never pass`,
+    );
+  if (l.responseCost) responseCostProblems(l).forEach((m) => issue("cost", m));
+  if ((l.tier === undefined) !== (l.rates === undefined))
+    issue(l.tier === undefined ? "tier" : "rates", "tier and rates go together");
+  if (l.lease && !leasableShape(l))
+    issue(
+      "lease",
+      `applies to ${leasableAlgorithms()} limits that are not split, with a fixed cost, no tier and no reserve`,
+    );
+  if (l.ban && !bannable(l.key))
+    issue(
+      "ban",
+      "needs a limit keyed on one client part: ip, header:<name>, cookie:<name>, query:<name> or jwt:<claim>",
+    );
+}
+
+export const limit = lazy(() => z.pipe(limitFields(), z.transform(compiledLimit)).check(z.superRefine(limitProblems)));

@@ -1,26 +1,29 @@
 import * as z from "zod/mini";
+import { lazy } from "../../config/lazy.js";
 import { duration, keyPart, method, principal } from "../../config/primitives.js";
 
-export const sessionSettings = z.pipe(
-  z.strictObject({
-    /** Whose session: an identity in the key syntax of limits, e.g. "header:x-session-id" or "jwt:sid". */
-    key: keyPart,
-    /**
-     * Whose sessions these are (`auto`, or the key syntax of limits; missing parts fall back to the
-     * IP): locks are per principal and session, so knowing another client's session id does not reach its lock.
-     */
-    principal,
-    mode: z._default(z.literal("exclusive"), "exclusive"),
-    /** How long a grant holds before the next request may take it over. */
-    lease: z._default(duration, 30_000),
-    /** How long a second call of a busy session waits for the lock (0: 409 at once). */
-    wait: z.optional(duration),
-    /** Methods that take the lock (reads do not). */
-    methods: z._default(z.array(method).check(z.minLength(1)), ["POST", "PUT", "PATCH", "DELETE"]),
-  }),
-  z.transform((s) => ({
-    ...s,
-    principal: Array.isArray(s.principal) ? s.principal : [s.principal],
-    wait: s.wait ?? 0,
-  })),
+export const sessionSettings = lazy(() =>
+  z.pipe(
+    z.strictObject({
+      /** Whose session: an identity in the key syntax of limits, e.g. "header:x-session-id" or "jwt:sid". */
+      key: keyPart(),
+      /**
+       * Whose sessions these are (`auto`, or the key syntax of limits; missing parts fall back to the
+       * IP): locks are per principal and session, so knowing another client's session id does not reach its lock.
+       */
+      principal: principal(),
+      mode: z._default(z.literal("exclusive"), "exclusive"),
+      /** How long a grant holds before the next request may take it over. */
+      lease: z._default(duration(), 30_000),
+      /** How long a second call of a busy session waits for the lock (0: 409 at once). */
+      wait: z.optional(duration()),
+      /** Methods that take the lock (reads do not). */
+      methods: z._default(z.array(method()).check(z.minLength(1)), ["POST", "PUT", "PATCH", "DELETE"]),
+    }),
+    z.transform((s) => ({
+      ...s,
+      principal: Array.isArray(s.principal) ? s.principal : [s.principal],
+      wait: s.wait ?? 0,
+    })),
+  ),
 );

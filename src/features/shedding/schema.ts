@@ -1,36 +1,41 @@
 import * as z from "zod/mini";
+import { deferred, lazy } from "../../config/lazy.js";
 import { duration } from "../../config/primitives.js";
 
 /** What a fallback route answers with when it is shed and no cached copy exists ("sold out"). */
-const staticFallback = z.strictObject({
-  status: z._default(z.int().check(z.minimum(200), z.maximum(599)), 200),
-  content_type: z._default(z.string().check(z.minLength(1), z.maxLength(200)), "text/plain; charset=utf-8"),
-  body: z.string().check(z.maxLength(64 * 1024)),
-});
+function staticFallback() {
+  return z.strictObject({
+    status: z._default(z.int().check(z.minimum(200), z.maximum(599)), 200),
+    content_type: z._default(z.string().check(z.minLength(1), z.maxLength(200)), "text/plain; charset=utf-8"),
+    body: z.string().check(z.maxLength(64 * 1024)),
+  });
+}
 
 /**
  * A completion callback the route allows: an https URL, exact, or a prefix written with a trailing
  * `*` after at least the host and its `/` (so the host is always fixed).
  */
-const callbackPattern = z.pipe(
-  z.string(),
-  z.transform((text: string, ctx) => {
-    const prefix = text.endsWith("*");
-    const body = prefix ? text.slice(0, -1) : text;
-    let url: URL | undefined;
-    try {
-      url = new URL(body);
-    } catch {
-      url = undefined;
-    }
-    if (!url || url.protocol !== "https:" || url.username || url.password || body.includes("*")) {
-      const message = `"${text}" is not an https URL (a trailing * allows any URL it begins)`;
-      ctx.issues.push({ code: "custom", message, input: text });
-      return z.NEVER;
-    }
-    return { url: url.href, prefix };
-  }),
-);
+function callbackPattern() {
+  return z.pipe(
+    z.string(),
+    z.transform((text: string, ctx) => {
+      const prefix = text.endsWith("*");
+      const body = prefix ? text.slice(0, -1) : text;
+      let url: URL | undefined;
+      try {
+        url = new URL(body);
+      } catch {
+        url = undefined;
+      }
+      if (!url || url.protocol !== "https:" || url.username || url.password || body.includes("*")) {
+        const message = `"${text}" is not an https URL (a trailing * allows any URL it begins)`;
+        ctx.issues.push({ code: "custom", message, input: text });
+        return z.NEVER;
+      }
+      return { url: url.href, prefix };
+    }),
+  );
+}
 
 /** The Queues API's longest delay (`delaySeconds`). */
 const MAX_QUEUE_DELAY_MS = 43_200_000;
@@ -41,58 +46,79 @@ export function backoff(retries: number): number[] {
   return Array.from({ length: retries }, (_, i) => Math.min(60_000, 1_000 * 2 ** i));
 }
 
-const queueFields = z
-  .strictObject({
-    /** Larger request bodies are refused with 413 rather than queued. */
-    max_body: z._default(z.int().check(z.minimum(0), z.maximum(100 * 1024)), 64 * 1024),
-    /** Request headers kept with the job (those a limit keys on are always kept). */
-    headers: z._default(
-      z.array(
-        z.pipe(
-          z.string().check(z.regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, "must be a header name")),
-          z.transform((h: string) => h.toLowerCase()),
+function queueFields() {
+  return z
+    .strictObject({
+      /** Larger request bodies are refused with 413 rather than queued. */
+      max_body: z._default(z.int().check(z.minimum(0), z.maximum(100 * 1024)), 64 * 1024),
+      /** Request headers kept with the job (those a limit keys on are always kept). */
+      headers: z._default(
+        z.array(
+          z.pipe(
+            z.string().check(z.regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, "must be a header name")),
+            z.transform((h: string) => h.toLowerCase()),
+          ),
         ),
+        ["content-type"],
       ),
-      ["content-type"],
-    ),
-    /**
-     * Deliveries that fail at the origin (5xx, network) before the job goes to the dead-letter
-     * queue, retried after 1 s, 2 s, 4 s … (at most 60 s). `retry_delays` says it instead.
-     */
-    max_retries: z.optional(z.int().check(z.minimum(0), z.maximum(100))),
-    /** The wait before each retry, in order: one entry per retry (the Queues delay, at most 12 h). */
-    retry_delays: z.optional(
-      z
-        .array(z.pipe(duration, z.number().check(z.maximum(MAX_QUEUE_DELAY_MS, "must be at most 12h"))))
-        .check(z.maxLength(100)),
-    ),
-    /** Jobs waiting at most: past it a shed request gets the overflow answer (503, or the route's `fallback`). */
-    max_depth: z.optional(z.int().check(z.minimum(1), z.maximum(100_000_000))),
-    /** A job older than this is dropped (to the dead-letter queue), never delivered late; at enqueue, a wait past it is overflow. */
-    max_age: z.optional(z.pipe(duration, z.number().check(z.minimum(1_000, "must be at least 1s")))),
-    /** How long a job's status can be read. */
-    status_ttl: z._default(duration, 86_400_000),
-    /** The completion callbacks (`Sluice-Callback`) a job may name; none allowed by default. */
-    callbacks: z._default(z.array(callbackPattern).check(z.maxLength(50)), []),
-  })
-  .check(
-    z.superRefine((q, ctx) => {
-      if (q.retry_delays && q.max_retries !== undefined && q.max_retries !== q.retry_delays.length)
-        ctx.addIssue({
-          code: "custom",
-          path: ["retry_delays"],
-          message: `has ${q.retry_delays.length} entries but max_retries is ${q.max_retries}: give one of them (the entries are the retries)`,
-        });
-    }),
-  );
+      /**
+       * Deliveries that fail at the origin (5xx, network) before the job goes to the dead-letter
+       * queue, retried after 1 s, 2 s, 4 s … (at most 60 s). `retry_delays` says it instead.
+       */
+      max_retries: z.optional(z.int().check(z.minimum(0), z.maximum(100))),
+      /** The wait before each retry, in order: one entry per retry (the Queues delay, at most 12 h). */
+      retry_delays: z.optional(
+        z
+          .array(z.pipe(duration(), z.number().check(z.maximum(MAX_QUEUE_DELAY_MS, "must be at most 12h"))))
+          .check(z.maxLength(100)),
+      ),
+      /** Jobs waiting at most: past it a shed request gets the overflow answer (503, or the route's `fallback`). */
+      max_depth: z.optional(z.int().check(z.minimum(1), z.maximum(100_000_000))),
+      /** A job older than this is dropped (to the dead-letter queue), never delivered late; at enqueue, a wait past it is overflow. */
+      max_age: z.optional(z.pipe(duration(), z.number().check(z.minimum(1_000, "must be at least 1s")))),
+      /** How long a job's status can be read. */
+      status_ttl: z._default(duration(), 86_400_000),
+      /** The completion callbacks (`Sluice-Callback`) a job may name; none allowed by default. */
+      callbacks: z._default(z.array(callbackPattern()).check(z.maxLength(50)), []),
+    })
+    .check(z.superRefine(retryProblems));
+}
 
-const queueSettings = z.pipe(
-  queueFields,
-  z.transform(({ max_retries, retry_delays, ...rest }: z.output<typeof queueFields>) => {
-    const delays = retry_delays ?? backoff(max_retries ?? DEFAULT_MAX_RETRIES);
-    return { ...rest, max_retries: delays.length, retry_delays: delays };
-  }),
+/** `retry_delays` are the retries: a `max_retries` beside them must count them. */
+function retryProblems(q: { retry_delays?: number[]; max_retries?: number }, ctx: z.core.$RefinementCtx) {
+  if (q.retry_delays && q.max_retries !== undefined && q.max_retries !== q.retry_delays.length)
+    ctx.addIssue({
+      code: "custom",
+      path: ["retry_delays"],
+      message: `has ${q.retry_delays.length} entries but max_retries is ${q.max_retries}: give one of them (the entries are the retries)`,
+    });
+}
+
+export const queueSettings = lazy(() =>
+  z.pipe(
+    queueFields(),
+    z.transform(({ max_retries, retry_delays, ...rest }: z.output<ReturnType<typeof queueFields>>) => {
+      const delays = retry_delays ?? backoff(max_retries ?? DEFAULT_MAX_RETRIES);
+      return { ...rest, max_retries: delays.length, retry_delays: delays };
+    }),
+  ),
 );
+
+/**
+ * A route's queue when it sets none: what `queueSettings().parse({})` gives (a unit test holds
+ * them equal), written out so that a route without a queue builds no queue schema.
+ */
+export function queueDefaults(): z.output<ReturnType<typeof queueSettings>> {
+  const retry_delays = backoff(DEFAULT_MAX_RETRIES);
+  return {
+    max_body: 64 * 1024,
+    headers: ["content-type"],
+    status_ttl: 86_400_000,
+    callbacks: [],
+    max_retries: retry_delays.length,
+    retry_delays,
+  };
+}
 
 /**
  * What sends a route's requests to its `divert_url`: a refusal by its limits (`on_limit = "divert"`),
@@ -101,30 +127,35 @@ const queueSettings = z.pipe(
 export const DIVERT_REASONS = ["limit", "breaker", "5xx", "timeout"] as const;
 export type DivertReason = (typeof DIVERT_REASONS)[number];
 
-const divertOn = z.array(z.enum(DIVERT_REASONS)).check(
-  z.minLength(1),
-  z.refine((reasons: string[]) => new Set(reasons).size === reasons.length, "must not name a reason twice"),
-);
+function divertOn() {
+  return z.array(z.enum(DIVERT_REASONS)).check(
+    z.minLength(1),
+    z.refine((reasons: string[]) => new Set(reasons).size === reasons.length, "must not name a reason twice"),
+  );
+}
 
-/** A route's shedding options: what a refused request gets instead of a 429 (docs/shedding.md). */
-export const sheddingOptions = {
+/**
+ * A route's shedding options: what a refused request gets instead of a 429 (docs/shedding.md).
+ * Those a route leaves out build no schema (a route of `rateLimit()` sets none of them).
+ */
+export const sheddingOptions = () => ({
   on_limit: z._default(z.enum(["reject", "fallback", "queue", "divert"]), "reject"),
   /** Where `on_limit = "divert"` sends refused requests (a read replica, a static mirror, a cheaper model). */
-  divert_url: z.optional(z.url({ protocol: /^https?$/, error: "must be an http or https URL" })),
+  divert_url: z.optional(deferred(() => z.url({ protocol: /^https?$/, error: "must be an http or https URL" }))),
   /** When requests go to `divert_url` (default `["limit"]`, which is `on_limit = "divert"`). */
-  divert_on: z.optional(divertOn),
+  divert_on: z.optional(deferred(divertOn)),
   /** Past it the divert origin is abandoned, and the refusal falls back (static page, else 429). */
-  divert_timeout: z._default(duration, 10_000),
-  fallback_ttl: z._default(duration, 300_000),
-  fallback: z.optional(staticFallback),
+  divert_timeout: z._default(duration(), 10_000),
+  fallback_ttl: z._default(duration(), 300_000),
+  fallback: z.optional(deferred(staticFallback)),
   /**
    * "private": a response to a request with a cookie is not kept as a fallback copy unless the
    * origin marks it shareable (as with Authorization). "shared": the route's pages do not depend
    * on cookies, so they are kept.
    */
   fallback_cookies: z._default(z.enum(["private", "shared"]), "private"),
-  queue: z._default(queueSettings, () => queueSettings.parse({})),
-};
+  queue: z._default(deferred(queueSettings), queueDefaults),
+});
 
 /** A route's fields that decide where it diverts (the composition's tables among them). */
 interface DivertFields {
