@@ -1,0 +1,233 @@
+/**
+ * Section 13, the SMS case at its real size: a burst of messages offered at once to a `queue`
+ * route whose one limit is the provider's (a global rate across two regions, each with a database
+ * of its own), delivered by the Queues consumer; against the same burst sent straight to the
+ * provider (what it would have seen without sluice). The provider is the demo origin, which
+ * records every arrival with its time and body.
+ */
+import { Miniflare } from "miniflare";
+import { type DemoOrigin, startOrigin } from "@sluice/dev";
+import { loadConfig } from "../../src/config/index.js";
+import type { SluiceInput } from "../../src/config/schema.js";
+import type { Place } from "../request.js";
+import { type Cleanup, type RedisBridge, startRedisBridge, TOKEN } from "../stack.js";
+import { outcomesOf, sleep } from "../edge.js";
+import { writeAnchorDocs } from "../anchor/docs.js";
+import {
+  deliveries,
+  type ProviderFigures,
+  renderSmsMarkdown,
+  type SmsOptions,
+  type SmsResult,
+  worstWindow,
+} from "./figures.js";
+
+export const SMS_FULL: SmsOptions = {
+  messages: 2_000,
+  concurrency: 64,
+  rate: 400,
+  maxBatchSize: 100,
+  maxBatchTimeoutS: 0,
+  deadlineMs: 40_000,
+};
+
+export const SMS_QUICK: SmsOptions = { ...SMS_FULL, messages: 400, rate: 100 };
+
+const PATH = "/sms";
+const PLACES: Record<string, Place> = { us: { continent: "NA", colo: "IAD" }, eu: { continent: "EU", colo: "FRA" } };
+
+/** The gateway: one `queue` route, its one limit the provider's rate, exact in any one-second window. */
+export function smsConfig(rate: number): SluiceInput {
+  return {
+    key_prefix: "bench-sms",
+    timeout_ms: 1_000,
+    home_region: "us",
+    regions: { us: { continents: ["NA"] }, eu: { continents: ["EU"] } },
+    routes: [
+      {
+        name: "sms",
+        match: PATH,
+        methods: ["POST"],
+        on_limit: "queue",
+        queue: { max_retries: 5 },
+        limits: [
+          // sliding_log: no window of one second ever holds more than `rate` (a token bucket admits burst + rate)
+          { name: "provider", key: "global", rate, period: "1s", scope: "global", algorithm: "sliding_log" },
+        ],
+      },
+    ],
+  };
+}
+
+/** One sluice Worker with a producer binding SLUICE_QUEUE and a consumer of it, as wrangler.toml has them. */
+async function queueWorker(
+  bundle: string,
+  cleanup: Cleanup,
+  o: SmsOptions,
+  bindings: Record<string, string>,
+): Promise<Miniflare> {
+  const sluice = smsConfig(o.rate);
+  const checked = loadConfig({ ORIGIN_URL: bindings.ORIGIN_URL, SLUICE: sluice });
+  if (!checked.ok) throw new Error(`section 13's configuration rejected by sluice: ${checked.error.message}`);
+  const mf = new Miniflare({
+    modules: true,
+    scriptPath: bundle,
+    modulesRules: [{ type: "Text", include: ["**/*.lua"] }],
+    compatibilityDate: "2026-04-01",
+    bindings: { SLUICE: sluice, ...bindings },
+    handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => (out.resume(), err.resume()),
+    queueProducers: { SLUICE_QUEUE: { queueName: "sms-shed" }, SLUICE_DLQ: { queueName: "sms-shed-dlq" } },
+    queueConsumers: {
+      "sms-shed": {
+        maxBatchSize: o.maxBatchSize,
+        maxBatchTimeout: o.maxBatchTimeoutS,
+        maxRetries: 10,
+        deadLetterQueue: "sms-shed-dlq",
+      },
+      "sms-shed-dlq": { maxBatchSize: 10, maxBatchTimeout: 1 },
+    },
+  });
+  let disposed: Promise<void> | undefined;
+  cleanup.add("miniflare (section 13)", () => (disposed ??= mf.dispose()));
+  await mf.ready;
+  return mf;
+}
+
+/** One offer: a POST of message `i`, entering in its region. */
+interface Answer {
+  status: number;
+  decision: string;
+}
+
+/** Sends `n` requests, `concurrency` at a time, as fast as they are answered; returns the answers in order. */
+async function offerAll<T>(n: number, concurrency: number, send: (i: number) => Promise<T>): Promise<T[]> {
+  const out: T[] = new Array<T>(n);
+  let next = 0;
+  const loop = async () => {
+    while (next < n) {
+      const i = next++;
+      out[i] = await send(i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, n) }, loop));
+  return out;
+}
+
+const body = (i: number) => `sms-${String(i).padStart(5, "0")}`;
+const regionOf = (i: number) => (i % 2 === 0 ? "us" : "eu");
+
+async function offerThroughSluice(mf: Miniflare, o: SmsOptions): Promise<Answer[]> {
+  return offerAll(o.messages, o.concurrency, async (i) => {
+    const res = await mf.dispatchFetch(`http://sluice.bench${PATH}`, {
+      method: "POST",
+      body: body(i),
+      headers: { "content-type": "text/plain", "CF-Connecting-IP": `198.18.${(i >> 8) & 255}.${i & 255}` },
+      cf: { ...PLACES[regionOf(i)] },
+    });
+    await res.arrayBuffer();
+    return { status: res.status, decision: res.headers.get("Sluice-Decision") ?? "" };
+  });
+}
+
+async function offerStraight(provider: DemoOrigin, o: SmsOptions): Promise<Answer[]> {
+  return offerAll(o.messages, o.concurrency, async (i) => {
+    const res = await fetch(`${provider.url}${PATH}`, { method: "POST", body: body(i) });
+    await res.arrayBuffer();
+    return { status: res.status, decision: "" };
+  });
+}
+
+/** Waits until the provider has every message (or the deadline passed), then what it saw. */
+async function providerFigures(provider: DemoOrigin, o: SmsOptions, startedAt: number): Promise<ProviderFigures> {
+  const offered = Array.from({ length: o.messages }, (_, i) => body(i));
+  const arrivals = () => provider.seen.filter((s) => s.path === PATH);
+  while (new Set(arrivals().map((s) => s.body)).size < o.messages && Date.now() - startedAt < o.deadlineMs)
+    await sleep(50);
+  await sleep(500); // a duplicate would arrive late: give it a moment
+  const seen = arrivals();
+  const d = deliveries(
+    offered,
+    seen.map((s) => s.body),
+  );
+  const last = Math.max(...seen.map((s) => s.at));
+  return {
+    offered: o.messages,
+    delivered: d.delivered,
+    duplicates: d.duplicates + d.unknown,
+    missing: d.missing,
+    worst_second: worstWindow(seen.map((s) => s.at)).count,
+    total_ms: seen.length > 0 ? last - startedAt : 0,
+  };
+}
+
+async function providerFor(cleanup: Cleanup): Promise<DemoOrigin> {
+  const provider = await startOrigin();
+  cleanup.add("provider (section 13)", () => provider.close());
+  return provider;
+}
+
+/** Section 13 on its own two Redis stacks, with `bundle` the Worker wrangler built. */
+export async function measureSms(bundle: string, cleanup: Cleanup, o: SmsOptions): Promise<SmsResult> {
+  const [us, eu] = [await startRedisBridge(cleanup, "sms us"), await startRedisBridge(cleanup, "sms eu")];
+  const straight = await measureStraight(cleanup, o);
+  const provider = await providerFor(cleanup);
+  const mf = await queueWorker(bundle, cleanup, o, workerBindings(provider, us, eu));
+  const startedAt = Date.now();
+  const answers = await offerThroughSluice(mf, o);
+  const offerMs = Date.now() - startedAt;
+  const figures = await providerFigures(provider, o, startedAt);
+  const direct = answers.filter((a) => a.status === 200).length;
+  const queued = answers.filter((a) => a.status === 202).length;
+  const sluice = { ...figures, direct, queued, offer_ms: offerMs };
+  return {
+    options: o,
+    limit: { rate: o.rate, period: "1s", algorithm: "sliding_log", scope: "global" },
+    regions: { us: Math.ceil(o.messages / 2), eu: Math.floor(o.messages / 2) },
+    answers: outcomesOf(answers.map((a) => ({ ...a, ms: 0, region: "" }))),
+    sluice,
+    straight,
+    problems: smsProblems(o, sluice, direct + queued),
+  };
+}
+
+function workerBindings(provider: DemoOrigin, us: RedisBridge, eu: RedisBridge): Record<string, string> {
+  return {
+    ORIGIN_URL: provider.url,
+    UPSTASH_REDIS_REST_URL: us.bridge.url,
+    UPSTASH_REDIS_REST_TOKEN: TOKEN,
+    UPSTASH_REDIS_REST_URL_EU: eu.bridge.url,
+    UPSTASH_REDIS_REST_TOKEN_EU: TOKEN,
+  };
+}
+
+/** The same burst straight to a provider of its own: what it would have seen without sluice. */
+async function measureStraight(cleanup: Cleanup, o: SmsOptions): Promise<ProviderFigures> {
+  const provider = await providerFor(cleanup);
+  const startedAt = Date.now();
+  await offerStraight(provider, o);
+  return providerFigures(provider, o, startedAt);
+}
+
+function smsProblems(o: SmsOptions, s: ProviderFigures, answered: number): string[] {
+  const problems: string[] = [];
+  if (answered !== o.messages) problems.push(`sms: ${o.messages - answered} offers answered neither 200 nor 202`);
+  if (s.missing > 0) problems.push(`sms: ${s.missing} messages never reached the provider`);
+  if (s.duplicates > 0) problems.push(`sms: ${s.duplicates} messages reached the provider twice or more`);
+  // +1: the provider's clock and Redis's differ by a hair
+  if (s.worst_second > o.rate + 1) problems.push(`sms: the provider saw ${s.worst_second} in one second (limit ${o.rate})`);
+  return problems;
+}
+
+/** The files whose `bench:sms` block the bench regenerates. */
+export const SMS_DOCS = ["docs/benchmarks.md"];
+export const SMS_MARKERS = { start: "<!-- bench:sms:start -->", end: "<!-- bench:sms:end -->" };
+
+/** Rewrites the section's marked table in docs/benchmarks.md; returns the files changed. */
+export function publishSms(r: SmsResult, meta: { started: Date; revision: string; command: string }): string[] {
+  const markdown = renderSmsMarkdown(r, {
+    date: meta.started.toISOString().slice(0, 10),
+    revision: meta.revision,
+    command: meta.command,
+  });
+  return writeAnchorDocs(markdown, SMS_DOCS, SMS_MARKERS);
+}
