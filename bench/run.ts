@@ -146,15 +146,19 @@ async function main(): Promise<number> {
     };
     step("done; stopping the stack");
     report(result, started);
-    if (!values.quick)
-    {
-      const meta = { started, revision: result.environment.git, command: "npm run bench" };
-      docsWritten([...publishAnchor(edge.anchor, meta), ...publishSms(edge.sms, meta)]);
-    }
+    if (!values.quick) publishTables(edge, { started, revision: result.environment.git, command: "npm run bench" });
     return 0;
   } finally {
     await cleanup.run();
   }
+}
+
+/** A full run's generated tables in the docs: sections 12 and 13. */
+function publishTables(
+  edge: { anchor: AnchorResult; sms: SmsResult },
+  meta: { started: Date; revision: string; command: string },
+): void {
+  docsWritten([...new Set([...publishAnchor(edge.anchor, meta), ...publishSms(edge.sms, meta)])]);
 }
 
 /** `--quick` (small counts), `--only anchor` (section 12 alone) and `--only sms` (section 13 alone). */
@@ -255,7 +259,9 @@ async function measureAtTheEdge(stack: BenchStack, cleanup: Cleanup, ips: IpSour
   );
   const protect = await measureProtect(edge, cleanup, ips, ps);
   const anchor = await measureAnchor(cleanup, ips, sizes.anchor, step);
-  step(`13 the SMS case: ${sizes.sms.messages} messages at once to a queue route, ${sizes.sms.rate}/s global, two regions`);
+  step(
+    `13 the SMS case: ${sizes.sms.messages} messages at once to a queue route, ${sizes.sms.rate}/s global, two regions`,
+  );
   const sms = await measureSms(join(BUILD_DIR, "index.js"), cleanup, sizes.sms);
   return { distance, outage, billed, protect, anchor, sms };
 }
@@ -326,7 +332,10 @@ async function runSmsOnly(cleanup: Cleanup, quick: boolean, started: Date, step:
   };
   const out: string[] = [];
   renderSmsSection(out, sms);
-  out.push("", sms.problems.length === 0 ? "checks: every message delivered once, no second over the limit" : "PROBLEMS:");
+  out.push(
+    "",
+    sms.problems.length === 0 ? "checks: every message delivered once, no second over the limit" : "PROBLEMS:",
+  );
   out.push(...sms.problems.map((p) => `  - ${p}`));
   console.log(out.join("\n"));
   console.log(`\nresults: ${relative(process.cwd(), writeResults(result.name, started, result, false))}`);
@@ -336,7 +345,9 @@ async function runSmsOnly(cleanup: Cleanup, quick: boolean, started: Date, step:
 
 function docsWritten(files: string[]): void {
   console.log(
-    files.length > 0 ? `docs: the generated tables rewritten in ${files.join(", ")}` : "docs: the generated tables unchanged",
+    files.length > 0
+      ? `docs: the generated tables rewritten in ${files.join(", ")}`
+      : "docs: the generated tables unchanged",
   );
 }
 

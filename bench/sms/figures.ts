@@ -99,7 +99,9 @@ export function renderSmsSection(out: string[], r: SmsResult): void {
     `13. The SMS case: ${o.messages} messages offered at once (${o.concurrency} in flight) to a queue route, ${r.limit.rate}/${r.limit.period} ${r.limit.algorithm} ${r.limit.scope},`,
     `   two regions, two databases (${Object.entries(r.regions)
       .map(([k, n]) => `${k} ${n}`)
-      .join(", ")}); Miniflare queue consumer max_batch_size ${o.maxBatchSize}, max_batch_timeout ${o.maxBatchTimeoutS} s`,
+      .join(
+        ", ",
+      )}); Miniflare queue consumer max_batch_size ${o.maxBatchSize}, max_batch_timeout ${o.maxBatchTimeoutS} s`,
     table(HEAD, rows(r)),
     `   worst 1 s = most arrivals at the provider in any window [t, t + 1 s), sliding over every arrival. Answers: ${JSON.stringify(r.answers)}.`,
   );

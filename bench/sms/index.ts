@@ -24,7 +24,7 @@ import {
 
 export const SMS_FULL: SmsOptions = {
   messages: 2_000,
-  concurrency: 64,
+  concurrency: 32,
   rate: 400,
   maxBatchSize: 100,
   maxBatchTimeoutS: 0,
@@ -214,7 +214,8 @@ function smsProblems(o: SmsOptions, s: ProviderFigures, answered: number): strin
   if (s.missing > 0) problems.push(`sms: ${s.missing} messages never reached the provider`);
   if (s.duplicates > 0) problems.push(`sms: ${s.duplicates} messages reached the provider twice or more`);
   // +1: the provider's clock and Redis's differ by a hair
-  if (s.worst_second > o.rate + 1) problems.push(`sms: the provider saw ${s.worst_second} in one second (limit ${o.rate})`);
+  if (s.worst_second > o.rate + 1)
+    problems.push(`sms: the provider saw ${s.worst_second} in one second (limit ${o.rate})`);
   return problems;
 }
 
