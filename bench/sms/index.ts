@@ -6,11 +6,11 @@
  * records every arrival with its time and body.
  */
 import { Miniflare } from "miniflare";
-import { type DemoOrigin, startOrigin } from "@sluice/dev";
+import { startRedis } from "@sluice/dev";
 import { loadConfig } from "../../src/config/index.js";
 import type { SluiceInput } from "../../src/config/schema.js";
 import type { Place } from "../request.js";
-import { type Cleanup, type RedisBridge, startRedisBridge, TOKEN } from "../stack.js";
+import { type Cleanup, TOKEN } from "../stack.js";
 import { outcomesOf, sleep } from "../edge.js";
 import { writeAnchorDocs } from "../anchor/docs.js";
 import {
@@ -21,13 +21,14 @@ import {
   type SmsResult,
   worstWindow,
 } from "./figures.js";
+import { type Helpers, startHelpers } from "./helpers.js";
 
 export const SMS_FULL: SmsOptions = {
   messages: 2_000,
-  concurrency: 32,
+  concurrency: 64,
   rate: 400,
   maxBatchSize: 100,
-  maxBatchTimeoutS: 0,
+  maxBatchTimeoutS: 1,
   deadlineMs: 40_000,
 };
 
@@ -129,53 +130,59 @@ async function offerThroughSluice(mf: Miniflare, o: SmsOptions): Promise<Answer[
   });
 }
 
-async function offerStraight(provider: DemoOrigin, o: SmsOptions): Promise<Answer[]> {
+async function offerStraight(providerUrl: string, o: SmsOptions): Promise<Answer[]> {
   return offerAll(o.messages, o.concurrency, async (i) => {
-    const res = await fetch(`${provider.url}${PATH}`, { method: "POST", body: body(i) });
+    const res = await fetch(`${providerUrl}${PATH}`, { method: "POST", body: body(i) });
     await res.arrayBuffer();
     return { status: res.status, decision: "" };
   });
 }
 
-/** Waits until the provider has every message (or the deadline passed), then what it saw. */
-async function providerFigures(provider: DemoOrigin, o: SmsOptions, startedAt: number): Promise<ProviderFigures> {
+/** Waits until provider `which` has every message (or the deadline passed), then what it saw. */
+async function providerFigures(helpers: Helpers, which: number, o: SmsOptions, startedAt: number) {
   const offered = Array.from({ length: o.messages }, (_, i) => body(i));
-  const arrivals = () => provider.seen.filter((s) => s.path === PATH);
-  while (new Set(arrivals().map((s) => s.body)).size < o.messages && Date.now() - startedAt < o.deadlineMs)
-    await sleep(50);
+  let seen = await helpers.arrivals(which, PATH);
+  while (new Set(seen.map((s) => s.body)).size < o.messages && Date.now() - startedAt < o.deadlineMs) {
+    await sleep(100);
+    seen = await helpers.arrivals(which, PATH);
+  }
   await sleep(500); // a duplicate would arrive late: give it a moment
-  const seen = arrivals();
+  seen = await helpers.arrivals(which, PATH);
   const d = deliveries(
     offered,
     seen.map((s) => s.body),
   );
-  const last = Math.max(...seen.map((s) => s.at));
-  return {
+  const figures: ProviderFigures = {
     offered: o.messages,
     delivered: d.delivered,
     duplicates: d.duplicates + d.unknown,
     missing: d.missing,
     worst_second: worstWindow(seen.map((s) => s.at)).count,
-    total_ms: seen.length > 0 ? last - startedAt : 0,
+    total_ms: seen.length > 0 ? Math.max(...seen.map((s) => s.at)) - startedAt : 0,
   };
+  return figures;
 }
 
-async function providerFor(cleanup: Cleanup): Promise<DemoOrigin> {
-  const provider = await startOrigin();
-  cleanup.add("provider (section 13)", () => provider.close());
-  return provider;
+/** Two private redis-servers (us, the home region, and eu), registered with `cleanup`. */
+async function twoRedis(cleanup: Cleanup): Promise<string[]> {
+  const urls: string[] = [];
+  for (const region of ["us", "eu"]) {
+    const redis = await startRedis();
+    cleanup.add(`redis-server sms ${region} (pid ${redis.pid})`, () => redis.stop());
+    urls.push(redis.url);
+  }
+  return urls;
 }
 
 /** Section 13 on its own two Redis stacks, with `bundle` the Worker wrangler built. */
 export async function measureSms(bundle: string, cleanup: Cleanup, o: SmsOptions): Promise<SmsResult> {
-  const [us, eu] = [await startRedisBridge(cleanup, "sms us"), await startRedisBridge(cleanup, "sms eu")];
-  const straight = await measureStraight(cleanup, o);
-  const provider = await providerFor(cleanup);
-  const mf = await queueWorker(bundle, cleanup, o, workerBindings(provider, us, eu));
+  const helpers = await startHelpers(cleanup, await twoRedis(cleanup), TOKEN);
+  const straight = await measureStraight(helpers, o);
+  const mf = await queueWorker(bundle, cleanup, o, workerBindings(helpers));
   const startedAt = Date.now();
   const answers = await offerThroughSluice(mf, o);
   const offerMs = Date.now() - startedAt;
-  const figures = await providerFigures(provider, o, startedAt);
+  const figures = await providerFigures(helpers, 1, o, startedAt);
   const direct = answers.filter((a) => a.status === 200).length;
   const queued = answers.filter((a) => a.status === 202).length;
   const sluice = { ...figures, direct, queued, offer_ms: offerMs };
@@ -190,22 +197,22 @@ export async function measureSms(bundle: string, cleanup: Cleanup, o: SmsOptions
   };
 }
 
-function workerBindings(provider: DemoOrigin, us: RedisBridge, eu: RedisBridge): Record<string, string> {
+function workerBindings(helpers: Helpers): Record<string, string> {
+  const [us, eu] = helpers.bridges as [string, string];
   return {
-    ORIGIN_URL: provider.url,
-    UPSTASH_REDIS_REST_URL: us.bridge.url,
+    ORIGIN_URL: helpers.providers[1] as string,
+    UPSTASH_REDIS_REST_URL: us,
     UPSTASH_REDIS_REST_TOKEN: TOKEN,
-    UPSTASH_REDIS_REST_URL_EU: eu.bridge.url,
+    UPSTASH_REDIS_REST_URL_EU: eu,
     UPSTASH_REDIS_REST_TOKEN_EU: TOKEN,
   };
 }
 
 /** The same burst straight to a provider of its own: what it would have seen without sluice. */
-async function measureStraight(cleanup: Cleanup, o: SmsOptions): Promise<ProviderFigures> {
-  const provider = await providerFor(cleanup);
+async function measureStraight(helpers: Helpers, o: SmsOptions): Promise<ProviderFigures> {
   const startedAt = Date.now();
-  await offerStraight(provider, o);
-  return providerFigures(provider, o, startedAt);
+  await offerStraight(helpers.providers[0] as string, o);
+  return providerFigures(helpers, 0, o, startedAt);
 }
 
 function smsProblems(o: SmsOptions, s: ProviderFigures, answered: number): string[] {

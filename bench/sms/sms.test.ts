@@ -46,7 +46,7 @@ const RESULT: SmsResult = {
     concurrency: 32,
     rate: 400,
     maxBatchSize: 100,
-    maxBatchTimeoutS: 0,
+    maxBatchTimeoutS: 1,
     deadlineMs: 40_000,
   },
   limit: { rate: 400, period: "1s", algorithm: "sliding_log", scope: "global" },
@@ -65,7 +65,7 @@ describe("the section's tables", () => {
     expect(text).toMatch(/^13\. The SMS case: 2000 messages/m);
     expect(text).toMatch(/worst 1 s at the provider \(limit 400\)\s+│\s+2000\s+│\s+401/);
     expect(text).toMatch(/first offer to last delivery\s+│\s+0\.8 s\s+│\s+5\.2 s/);
-    expect(text).toContain("max_batch_size 100, max_batch_timeout 0 s");
+    expect(text).toContain("max_batch_size 100, max_batch_timeout 1 s");
   });
 
   it("writes a markdown table that fits between the docs' markers", () => {
