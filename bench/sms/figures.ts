@@ -86,7 +86,20 @@ function rows(r: SmsResult): string[][] {
     [`worst 1 s at the provider (limit ${r.limit.rate})`, String(t.worst_second), String(s.worst_second)],
     ["first offer to last delivery", secs(t.total_ms), secs(s.total_ms)],
     ["answered 200 at once / queued (202)", "—", `${s.direct} / ${s.queued}`],
+    ["every offer answered after (intake)", "—", `${secs(s.offer_ms)} (${intake(r)}/s)`],
   ];
+}
+
+/** The rate at which the gateway took the burst in: offers answered per second. */
+const intake = (r: SmsResult) => Math.round(r.sluice.offered / Math.max(r.sluice.offer_ms / 1000, 0.001));
+
+/**
+ * Said under the table when the gateway took the burst in slower than the limit: the limit then
+ * admitted most messages as they came, and the run says little about the queue.
+ */
+export function intakeNote(r: SmsResult): string | undefined {
+  if (intake(r) > r.limit.rate) return undefined;
+  return `The gateway took the burst in at ${intake(r)}/s, below the limit (the driver and the Worker share a loaded machine), so the limit admitted most messages as they came and only ${r.sluice.queued} were queued.`;
 }
 
 const HEAD = ["", "straight to the provider", "through sluice (queue)"];
@@ -105,6 +118,8 @@ export function renderSmsSection(out: string[], r: SmsResult): void {
     table(HEAD, rows(r)),
     `   worst 1 s = most arrivals at the provider in any window [t, t + 1 s), sliding over every arrival. Answers: ${JSON.stringify(r.answers)}.`,
   );
+  const note = intakeNote(r);
+  if (note) out.push(`   ${note}`);
 }
 
 /** The markdown block between the `bench:sms` markers of docs/benchmarks.md. */
@@ -118,6 +133,7 @@ export function renderSmsMarkdown(r: SmsResult, meta: { date: string; revision: 
     line(["---", "---:", "---:"]),
     ...rows(r).map(line),
     "",
+    ...[intakeNote(r)].filter((n) => n !== undefined),
     `Measured ${meta.date} at ${meta.revision} with \`${meta.command}\`.`,
   ].join("\n");
 }

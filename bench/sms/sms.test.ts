@@ -66,6 +66,16 @@ describe("the section's tables", () => {
     expect(text).toMatch(/worst 1 s at the provider \(limit 400\)\s+│\s+2000\s+│\s+401/);
     expect(text).toMatch(/first offer to last delivery\s+│\s+0\.8 s\s+│\s+5\.2 s/);
     expect(text).toContain("max_batch_size 100, max_batch_timeout 1 s");
+    expect(text).toMatch(/every offer answered after \(intake\)\s+│\s+—\s+│\s+2\.1 s \(952\/s\)/);
+    expect(text).not.toContain("below the limit");
+  });
+
+  it("says so when the gateway took the burst in slower than the limit", () => {
+    const slow: SmsResult = { ...RESULT, sluice: { ...RESULT.sluice, offer_ms: 8_000, direct: 1_990, queued: 10 } };
+    const out: string[] = [];
+    renderSmsSection(out, slow);
+    expect(out.join("\n")).toContain("took the burst in at 250/s, below the limit");
+    expect(renderSmsMarkdown(slow, { date: "d", revision: "r", command: "c" })).toContain("only 10 were queued");
   });
 
   it("writes a markdown table that fits between the docs' markers", () => {
