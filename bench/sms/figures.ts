@@ -4,6 +4,9 @@
  */
 import { table } from "../table.js";
 
+/** The body of message `i`: what the provider must receive exactly once. */
+export const messageBody = (i: number): string => `sms-${String(i).padStart(5, "0")}`;
+
 /** The most arrivals in any window [t, t + windowMs), sliding over every arrival, and where it starts. */
 export function worstWindow(times: readonly number[], windowMs = 1_000): { count: number; fromMs: number } {
   const sorted = [...times].sort((a, b) => a - b);

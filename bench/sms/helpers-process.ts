@@ -1,16 +1,26 @@
 /**
- * Section 13's servers in a process of their own: the two bridges (one per region's Redis) and the
- * two providers (straight and through sluice). In the driver's process they would share its one
- * event loop with the 2,000 requests it offers, and the gateway could take the burst in no faster
+ * Section 13's servers and its client in processes of their own (one fork serves, another offers):
+ * the two bridges (one per region's Redis), the two providers (straight and through sluice), and
+ * the burst of POSTs. In one process they would share its one
+ * event loop with the 2,000 requests offered, and the gateway could take the burst in no faster
  * than that loop answers (slower than the limit on 2 cores, so the queue would hardly be used), and
  * each arrival's time would wait behind the driver's work. Started by `fork` (the driver's tsx
  * loader comes along in execArgv); it talks over the IPC channel, see {@link HelperRequest}.
  */
 import { type Bridge, type DemoOrigin, startBridge, startOrigin } from "@sluice/dev";
+import { messageBody } from "./figures.js";
+
+/** The answer to one offer. */
+export interface Offered {
+  status: number;
+  /** The `Sluice-Decision` header, "" when none. */
+  decision: string;
+}
 
 /** What the driver asks. */
 export type HelperRequest =
   | { type: "start"; redisUrls: string[]; token: string }
+  | { type: "offer"; targets: string[]; path: string; messages: number; concurrency: number }
   | { type: "arrivals"; provider: number; path: string }
   | { type: "stop" };
 
@@ -18,6 +28,7 @@ export type HelperRequest =
 export type HelperReply =
   | { type: "ready"; bridges: string[]; providers: string[] }
   | { type: "arrivals"; list: Array<{ body: string; at: number }> }
+  | { type: "offered"; answers: Offered[]; startedAt: number; ms: number }
   | { type: "error"; message: string };
 
 const bridges: Bridge[] = [];
@@ -34,8 +45,33 @@ async function stop(): Promise<never> {
   process.exit(0);
 }
 
+/**
+ * POSTs message i to `targets[i % targets.length]`, `concurrency` at a time, each sent as soon as
+ * one is answered; the answers in message order, and when the first left (ms since epoch).
+ */
+async function offer(m: Extract<HelperRequest, { type: "offer" }>): Promise<HelperReply> {
+  const answers = new Array<Offered>(m.messages);
+  let next = 0;
+  const loop = async () => {
+    while (next < m.messages) {
+      const i = next++;
+      const res = await fetch(`${m.targets[i % m.targets.length]}${m.path}`, {
+        method: "POST",
+        body: messageBody(i),
+        headers: { "content-type": "text/plain", "CF-Connecting-IP": `198.18.${(i >> 8) & 255}.${i & 255}` },
+      });
+      await res.arrayBuffer();
+      answers[i] = { status: res.status, decision: res.headers.get("Sluice-Decision") ?? "" };
+    }
+  };
+  const startedAt = Date.now();
+  await Promise.all(Array.from({ length: Math.min(m.concurrency, m.messages) }, loop));
+  return { type: "offered", answers, startedAt, ms: Date.now() - startedAt };
+}
+
 async function answer(m: HelperRequest): Promise<HelperReply> {
   if (m.type === "start") return start(m.redisUrls, m.token);
+  if (m.type === "offer") return offer(m);
   if (m.type === "stop") return stop();
   const seen = providers[m.provider]?.seen ?? [];
   return { type: "arrivals", list: seen.filter((s) => s.path === m.path).map((s) => ({ body: s.body, at: s.at })) };

@@ -2,7 +2,7 @@
 import { type ChildProcess, fork } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import type { Cleanup } from "../stack.js";
-import type { HelperReply, HelperRequest } from "./helpers-process.js";
+import type { HelperReply, HelperRequest, Offered } from "./helpers-process.js";
 
 const HELPER = fileURLToPath(new URL("./helpers-process.ts", import.meta.url));
 
@@ -18,6 +18,13 @@ export interface Helpers {
   /** Two providers: [0] takes the burst straight, [1] through sluice. */
   providers: string[];
   arrivals(provider: number, path: string): Promise<Arrival[]>;
+  /** POSTs `messages` to the targets in turn from a process of their own; the answers, and when the first left. */
+  offer(
+    targets: string[],
+    path: string,
+    messages: number,
+    concurrency: number,
+  ): Promise<{ answers: Offered[]; startedAt: number; ms: number }>;
 }
 
 /** One request at a time over the IPC channel: the next reply is this request's. */
@@ -34,9 +41,10 @@ function ask(child: ChildProcess, m: HelperRequest): Promise<HelperReply> {
   });
 }
 
-export async function startHelpers(cleanup: Cleanup, redisUrls: string[], token: string): Promise<Helpers> {
+/** One fork of the helper, stopped by `cleanup` (asked first, killed after 5 s). */
+function forkHelper(cleanup: Cleanup, label: string): ChildProcess {
   const child = fork(HELPER, [], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
-  cleanup.add(`section 13's helper process (pid ${String(child.pid)})`, async () => {
+  cleanup.add(`section 13's ${label} (pid ${String(child.pid)})`, async () => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise<void>((done) => child.once("exit", () => done()));
     child.send({ type: "stop" } satisfies HelperRequest);
@@ -44,15 +52,27 @@ export async function startHelpers(cleanup: Cleanup, redisUrls: string[], token:
     await exited;
     clearTimeout(timer);
   });
-  const ready = await ask(child, { type: "start", redisUrls, token });
+  return child;
+}
+
+/** The servers (bridges to `redisUrls`, two providers) in one fork, the client in another. */
+export async function startHelpers(cleanup: Cleanup, redisUrls: string[], token: string): Promise<Helpers> {
+  const servers = forkHelper(cleanup, "servers");
+  const client = forkHelper(cleanup, "client");
+  const ready = await ask(servers, { type: "start", redisUrls, token });
   if (ready.type !== "ready") throw new Error(`section 13's helper process answered ${ready.type} to start`);
   return {
     bridges: ready.bridges,
     providers: ready.providers,
     arrivals: async (provider, path) => {
-      const reply = await ask(child, { type: "arrivals", provider, path });
+      const reply = await ask(servers, { type: "arrivals", provider, path });
       if (reply.type !== "arrivals") throw new Error(`section 13's helper process answered ${reply.type}`);
       return reply.list;
+    },
+    offer: async (targets, path, messages, concurrency) => {
+      const reply = await ask(client, { type: "offer", targets, path, messages, concurrency });
+      if (reply.type !== "offered") throw new Error(`section 13's helper process answered ${reply.type}`);
+      return reply;
     },
   };
 }

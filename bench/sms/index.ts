@@ -15,6 +15,7 @@ import { outcomesOf, sleep } from "../edge.js";
 import { writeAnchorDocs } from "../anchor/docs.js";
 import {
   deliveries,
+  messageBody,
   type ProviderFigures,
   renderSmsMarkdown,
   type SmsOptions,
@@ -35,7 +36,8 @@ export const SMS_FULL: SmsOptions = {
 export const SMS_QUICK: SmsOptions = { ...SMS_FULL, messages: 400, rate: 100 };
 
 const PATH = "/sms";
-const PLACES: Record<string, Place> = { us: { continent: "NA", colo: "IAD" }, eu: { continent: "EU", colo: "FRA" } };
+const US: Place = { continent: "NA", colo: "IAD" };
+const EU: Place = { continent: "EU", colo: "FRA" };
 
 /** The gateway: one `queue` route, its one limit the provider's rate, exact in any one-second window. */
 export function smsConfig(rate: number): SluiceInput {
@@ -60,13 +62,18 @@ export function smsConfig(rate: number): SluiceInput {
   };
 }
 
-/** One sluice Worker with a producer binding SLUICE_QUEUE and a consumer of it, as wrangler.toml has them. */
+/**
+ * One sluice Worker (one colo) with a producer binding SLUICE_QUEUE and a consumer of it, as
+ * wrangler.toml has them, listening on a loopback port; every request it takes in has `place`'s
+ * `request.cf` (Miniflare's fixed `cf`), which picks its region. Returns its URL.
+ */
 async function queueWorker(
   bundle: string,
   cleanup: Cleanup,
   o: SmsOptions,
   bindings: Record<string, string>,
-): Promise<Miniflare> {
+  place: Place,
+): Promise<string> {
   const sluice = smsConfig(o.rate);
   const checked = loadConfig({ ORIGIN_URL: bindings.ORIGIN_URL, SLUICE: sluice });
   if (!checked.ok) throw new Error(`section 13's configuration rejected by sluice: ${checked.error.message}`);
@@ -76,6 +83,9 @@ async function queueWorker(
     modulesRules: [{ type: "Text", include: ["**/*.lua"] }],
     compatibilityDate: "2026-04-01",
     bindings: { SLUICE: sluice, ...bindings },
+    host: "127.0.0.1",
+    port: 0,
+    cf: { ...place },
     handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => (out.resume(), err.resume()),
     queueProducers: { SLUICE_QUEUE: { queueName: "sms-shed" }, SLUICE_DLQ: { queueName: "sms-shed-dlq" } },
     queueConsumers: {
@@ -89,58 +99,13 @@ async function queueWorker(
     },
   });
   let disposed: Promise<void> | undefined;
-  cleanup.add("miniflare (section 13)", () => (disposed ??= mf.dispose()));
-  await mf.ready;
-  return mf;
-}
-
-/** One offer: a POST of message `i`, entering in its region. */
-interface Answer {
-  status: number;
-  decision: string;
-}
-
-/** Sends `n` requests, `concurrency` at a time, as fast as they are answered; returns the answers in order. */
-async function offerAll<T>(n: number, concurrency: number, send: (i: number) => Promise<T>): Promise<T[]> {
-  const out: T[] = new Array<T>(n);
-  let next = 0;
-  const loop = async () => {
-    while (next < n) {
-      const i = next++;
-      out[i] = await send(i);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(concurrency, n) }, loop));
-  return out;
-}
-
-const body = (i: number) => `sms-${String(i).padStart(5, "0")}`;
-const regionOf = (i: number) => (i % 2 === 0 ? "us" : "eu");
-
-async function offerThroughSluice(mf: Miniflare, o: SmsOptions): Promise<Answer[]> {
-  return offerAll(o.messages, o.concurrency, async (i) => {
-    const res = await mf.dispatchFetch(`http://sluice.bench${PATH}`, {
-      method: "POST",
-      body: body(i),
-      headers: { "content-type": "text/plain", "CF-Connecting-IP": `198.18.${(i >> 8) & 255}.${i & 255}` },
-      cf: { ...PLACES[regionOf(i)] },
-    });
-    await res.arrayBuffer();
-    return { status: res.status, decision: res.headers.get("Sluice-Decision") ?? "" };
-  });
-}
-
-async function offerStraight(providerUrl: string, o: SmsOptions): Promise<Answer[]> {
-  return offerAll(o.messages, o.concurrency, async (i) => {
-    const res = await fetch(`${providerUrl}${PATH}`, { method: "POST", body: body(i) });
-    await res.arrayBuffer();
-    return { status: res.status, decision: "" };
-  });
+  cleanup.add(`miniflare (section 13, ${place.colo})`, () => (disposed ??= mf.dispose()));
+  return (await mf.ready).origin;
 }
 
 /** Waits until provider `which` has every message (or the deadline passed), then what it saw. */
 async function providerFigures(helpers: Helpers, which: number, o: SmsOptions, startedAt: number) {
-  const offered = Array.from({ length: o.messages }, (_, i) => body(i));
+  const offered = Array.from({ length: o.messages }, (_, i) => messageBody(i));
   let seen = await helpers.arrivals(which, PATH);
   while (new Set(seen.map((s) => s.body)).size < o.messages && Date.now() - startedAt < o.deadlineMs) {
     await sleep(100);
@@ -178,19 +143,22 @@ async function twoRedis(cleanup: Cleanup): Promise<string[]> {
 export async function measureSms(bundle: string, cleanup: Cleanup, o: SmsOptions): Promise<SmsResult> {
   const helpers = await startHelpers(cleanup, await twoRedis(cleanup), TOKEN);
   const straight = await measureStraight(helpers, o);
-  const mf = await queueWorker(bundle, cleanup, o, workerBindings(helpers));
-  const startedAt = Date.now();
-  const answers = await offerThroughSluice(mf, o);
-  const offerMs = Date.now() - startedAt;
-  const figures = await providerFigures(helpers, 1, o, startedAt);
-  const direct = answers.filter((a) => a.status === 200).length;
-  const queued = answers.filter((a) => a.status === 202).length;
-  const sluice = { ...figures, direct, queued, offer_ms: offerMs };
+  const bindings = workerBindings(helpers);
+  // one Worker per region, as two colos: even messages enter in North America, odd ones in Europe
+  const colos = [
+    await queueWorker(bundle, cleanup, o, bindings, US),
+    await queueWorker(bundle, cleanup, o, bindings, EU),
+  ];
+  const offered = await helpers.offer(colos, PATH, o.messages, o.concurrency);
+  const figures = await providerFigures(helpers, 1, o, offered.startedAt);
+  const direct = offered.answers.filter((a) => a.status === 200).length;
+  const queued = offered.answers.filter((a) => a.status === 202).length;
+  const sluice = { ...figures, direct, queued, offer_ms: offered.ms };
   return {
     options: o,
     limit: { rate: o.rate, period: "1s", algorithm: "sliding_log", scope: "global" },
     regions: { us: Math.ceil(o.messages / 2), eu: Math.floor(o.messages / 2) },
-    answers: outcomesOf(answers.map((a) => ({ ...a, ms: 0, region: "" }))),
+    answers: outcomesOf(offered.answers.map((a) => ({ ...a, ms: 0, region: "" }))),
     sluice,
     straight,
     problems: smsProblems(o, sluice, direct + queued),
@@ -210,9 +178,8 @@ function workerBindings(helpers: Helpers): Record<string, string> {
 
 /** The same burst straight to a provider of its own: what it would have seen without sluice. */
 async function measureStraight(helpers: Helpers, o: SmsOptions): Promise<ProviderFigures> {
-  const startedAt = Date.now();
-  await offerStraight(helpers.providers[0] as string, o);
-  return providerFigures(helpers, 0, o, startedAt);
+  const offered = await helpers.offer([helpers.providers[0] as string], PATH, o.messages, o.concurrency);
+  return providerFigures(helpers, 0, o, offered.startedAt);
 }
 
 function smsProblems(o: SmsOptions, s: ProviderFigures, answered: number): string[] {
