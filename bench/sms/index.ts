@@ -44,6 +44,8 @@ export function smsConfig(rate: number): SluiceInput {
   return {
     key_prefix: "bench-sms",
     timeout_ms: 1_000,
+    // a decision Redis did not make is a refusal (queued, delivered later), never a local guess above the limit
+    on_store_error: "closed",
     home_region: "us",
     regions: { us: { continents: ["NA"] }, eu: { continents: ["EU"] } },
     routes: [
