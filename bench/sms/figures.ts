@@ -136,7 +136,7 @@ export function renderSmsMarkdown(r: SmsResult, meta: { date: string; revision: 
     line(["---", "---:", "---:"]),
     ...rows(r).map(line),
     "",
-    ...[intakeNote(r)].filter((n) => n !== undefined),
+    ...[intakeNote(r)].flatMap((n) => (n === undefined ? [] : [n, ""])),
     `Measured ${meta.date} at ${meta.revision} with \`${meta.command}\`.`,
   ].join("\n");
 }
