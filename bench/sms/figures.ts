@@ -60,7 +60,14 @@ export interface SmsResult {
   /** The gateway's answers to the offers: `status decision` → count. */
   answers: Record<string, number>;
   /** Offered through sluice: answered at once (200) then delivered by the consumer (202 queued). */
-  sluice: ProviderFigures & { direct: number; queued: number; offer_ms: number };
+  sluice: ProviderFigures & {
+    direct: number;
+    queued: number;
+    offer_ms: number;
+    /** Admissions read from the sliding log (Redis's clock), and the most of them in any second. */
+    admitted: number;
+    worst_second_admitted: number;
+  };
   /** The same burst sent straight to the provider. */
   straight: ProviderFigures;
   problems: string[];
@@ -87,6 +94,7 @@ function rows(r: SmsResult): string[][] {
     ["delivered (of offered)", `${t.delivered} / ${t.offered}`, `${s.delivered} / ${s.offered}`],
     ["duplicates / missing", `${t.duplicates} / ${t.missing}`, `${s.duplicates} / ${s.missing}`],
     [`worst 1 s at the provider (limit ${r.limit.rate})`, String(t.worst_second), String(s.worst_second)],
+    ["worst 1 s admitted by the limit (Redis's clock)", "—", `${s.worst_second_admitted} (of ${s.admitted} read)`],
     ["first offer to last delivery", secs(t.total_ms), secs(s.total_ms)],
     ["answered 200 at once / queued (202)", "—", `${s.direct} / ${s.queued}`],
     ["every offer answered after (intake)", "—", `${secs(s.offer_ms)} (${intake(r)}/s)`],

@@ -23,6 +23,7 @@ import {
   worstWindow,
 } from "./figures.js";
 import { type Helpers, startHelpers } from "./helpers.js";
+import { watchAdmissions } from "./admissions.js";
 
 export const SMS_FULL: SmsOptions = {
   messages: 2_000,
@@ -36,13 +37,14 @@ export const SMS_FULL: SmsOptions = {
 export const SMS_QUICK: SmsOptions = { ...SMS_FULL, messages: 400, rate: 100 };
 
 const PATH = "/sms";
+const KEY_PREFIX = "bench-sms";
 const US: Place = { continent: "NA", colo: "IAD" };
 const EU: Place = { continent: "EU", colo: "FRA" };
 
 /** The gateway: one `queue` route, its one limit the provider's rate, exact in any one-second window. */
 export function smsConfig(rate: number): SluiceInput {
   return {
-    key_prefix: "bench-sms",
+    key_prefix: KEY_PREFIX,
     timeout_ms: 1_000,
     // a decision Redis did not make is a refusal (queued, delivered later), never a local guess above the limit
     on_store_error: "closed",
@@ -143,7 +145,8 @@ async function twoRedis(cleanup: Cleanup): Promise<string[]> {
 
 /** Section 13 on its own two Redis stacks, with `bundle` the Worker wrangler built. */
 export async function measureSms(bundle: string, cleanup: Cleanup, o: SmsOptions): Promise<SmsResult> {
-  const helpers = await startHelpers(cleanup, await twoRedis(cleanup), TOKEN);
+  const redisUrls = await twoRedis(cleanup);
+  const helpers = await startHelpers(cleanup, redisUrls, TOKEN);
   const straight = await measureStraight(helpers, o);
   const bindings = workerBindings(helpers);
   // one Worker per region, as two colos: even messages enter in North America, odd ones in Europe
@@ -151,11 +154,20 @@ export async function measureSms(bundle: string, cleanup: Cleanup, o: SmsOptions
     await queueWorker(bundle, cleanup, o, bindings, US),
     await queueWorker(bundle, cleanup, o, bindings, EU),
   ];
+  const admissions = watchAdmissions(cleanup, redisUrls[0] as string, KEY_PREFIX);
   const offered = await helpers.offer(colos, PATH, o.messages, o.concurrency);
   const figures = await providerFigures(helpers, 1, o, offered.startedAt);
+  const admitted = await admissions.stop();
   const direct = offered.answers.filter((a) => a.status === 200).length;
   const queued = offered.answers.filter((a) => a.status === 202).length;
-  const sluice = { ...figures, direct, queued, offer_ms: offered.ms };
+  const sluice = {
+    ...figures,
+    direct,
+    queued,
+    offer_ms: offered.ms,
+    admitted: admitted.length,
+    worst_second_admitted: worstWindow(admitted).count,
+  };
   return {
     options: o,
     limit: { rate: o.rate, period: "1s", algorithm: "sliding_log", scope: "global" },
@@ -184,14 +196,20 @@ async function measureStraight(helpers: Helpers, o: SmsOptions): Promise<Provide
   return providerFigures(helpers, 0, o, offered.startedAt);
 }
 
-function smsProblems(o: SmsOptions, s: ProviderFigures, answered: number): string[] {
+function smsProblems(o: SmsOptions, s: SmsResult["sluice"], answered: number): string[] {
   const problems: string[] = [];
   if (answered !== o.messages) problems.push(`sms: ${o.messages - answered} offers answered neither 200 nor 202`);
   if (s.missing > 0) problems.push(`sms: ${s.missing} messages never reached the provider`);
   if (s.duplicates > 0) problems.push(`sms: ${s.duplicates} messages reached the provider twice or more`);
+  if (s.worst_second_admitted > o.rate)
+    problems.push(
+      `sms: the limit admitted ${s.worst_second_admitted} in one second of Redis's clock (limit ${o.rate})`,
+    );
   // +1: the provider's clock and Redis's differ by a hair
   if (s.worst_second > o.rate + 1)
-    problems.push(`sms: the provider saw ${s.worst_second} in one second (limit ${o.rate})`);
+    problems.push(
+      `sms: the provider saw ${s.worst_second} in one second (limit ${o.rate}; the limit admitted at most ${s.worst_second_admitted} in any second of Redis's clock)`,
+    );
   return problems;
 }
 

@@ -52,7 +52,16 @@ const RESULT: SmsResult = {
   limit: { rate: 400, period: "1s", algorithm: "sliding_log", scope: "global" },
   regions: { us: 1_000, eu: 1_000 },
   answers: { "200 allow": 600, "202 queued": 1_400 },
-  sluice: { ...provider, worst_second: 401, total_ms: 5_210, direct: 600, queued: 1_400, offer_ms: 2_100 },
+  sluice: {
+    ...provider,
+    worst_second: 401,
+    total_ms: 5_210,
+    direct: 600,
+    queued: 1_400,
+    offer_ms: 2_100,
+    admitted: 2_000,
+    worst_second_admitted: 400,
+  },
   straight: { ...provider, worst_second: 2_000, total_ms: 800 },
   problems: [],
 };
@@ -82,6 +91,7 @@ describe("the section's tables", () => {
     const md = renderSmsMarkdown(RESULT, { date: "2026-11-24", revision: "abc1234", command: "npm run bench" });
     expect(md).toContain("| worst 1 s at the provider (limit 400) | 2000 | 401 |");
     expect(md).toContain("| answered 200 at once / queued (202) | — | 600 / 1400 |");
+    expect(md).toContain("| worst 1 s admitted by the limit (Redis's clock) | — | 400 (of 2000 read) |");
     expect(md).toContain("Measured 2026-11-24 at abc1234 with `npm run bench`.");
     const doc = `# x\n${SMS_MARKERS.start}\nold\n${SMS_MARKERS.end}\n`;
     const once = replaceMarkedBlock(doc, md, SMS_MARKERS);
