@@ -138,7 +138,7 @@ export function renderSmsMarkdown(r: SmsResult, meta: { date: string; revision: 
   const o = r.options;
   const line = (cells: string[]) => `| ${cells.join(" | ")} |`;
   return [
-    `${o.messages} messages offered at once to a \`queue\` route limited to ${r.limit.rate} per ${r.limit.period} (\`${r.limit.algorithm}\`, \`scope = "${r.limit.scope}"\`), from two regions with a database each; queue consumer \`max_batch_size = ${o.maxBatchSize}\`, \`max_batch_timeout = ${o.maxBatchTimeoutS}\`.`,
+    `${o.messages} messages offered at once to a \`queue\` route limited to ${r.limit.rate} per ${r.limit.period} (\`${r.limit.algorithm}\`, \`scope = "${r.limit.scope}"\`), from two regions with a database each (one Worker per region); queue consumer \`max_batch_size = ${o.maxBatchSize}\`, \`max_batch_timeout = ${o.maxBatchTimeoutS}\` (seconds).`,
     "",
     line(HEAD.map((h) => h || "measure")),
     line(["---", "---:", "---:"]),
