@@ -16,12 +16,15 @@
  *      queueing origin under twice its capacity
  *  12. against @upstash/ratelimit: the same Worker written with each, sizes, evaluation time, Redis
  *      requests and billed commands per decision, p50/p99, on sparse, hot and bursty traffic
+ *  13. the SMS case: a burst offered at once to a `queue` route limited globally across two regions,
+ *      delivered by the Queues consumer, against the same burst sent straight to the provider
  *
  * Prints a table and writes bench/results/runs/bench-<ISO date>.json and bench/results/latest.json, and the
  * charts of bench/charts.ts as bench/results/charts/<name>.svg (`npm run bench:charts` redraws them from a JSON).
  * `--quick` runs every part with small counts (a smoke test; its figures are noisy). `--only anchor`
- * runs section 12 alone (writes runs/bench-anchor-<ISO date>.json, not latest.json).
- * A full run (and `--only anchor` without `--quick`) regenerates the marked table in README.md and docs/benchmarks.md.
+ * runs section 12 alone (writes runs/bench-anchor-<ISO date>.json, not latest.json), `--only sms` section 13.
+ * A full run (and `--only anchor` without `--quick`) regenerates the marked table in README.md and docs/benchmarks.md,
+ * a full run (and `--only sms` without `--quick`) section 13's in docs/benchmarks.md.
  */
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
@@ -49,7 +52,9 @@ import { importDecide } from "./lua-text.js";
 import { measureMemory, type MemoryResult } from "./memory.js";
 import { decideLuaForRedis, measureScripts, type BenchmarkOptions, type ScriptResult } from "./scripts.js";
 import { measureSplit, type SplitResult } from "./split.js";
-import { type BenchStack, buildWorker, Cleanup, startStack } from "./stack.js";
+import { renderSmsSection, type SmsOptions, type SmsResult } from "./sms/figures.js";
+import { measureSms, publishSms, SMS_FULL, SMS_QUICK } from "./sms/index.js";
+import { type BenchStack, BUILD_DIR, buildWorker, Cleanup, startStack } from "./stack.js";
 import { IpSource, round } from "./stats.js";
 import { fmt, table } from "./table.js";
 
@@ -70,6 +75,7 @@ interface Sizes {
   billedDecisions: number;
   protect: ProtectOptions;
   anchor: AnchorOptions;
+  sms: SmsOptions;
 }
 
 const FULL: Sizes = {
@@ -83,6 +89,7 @@ const FULL: Sizes = {
   billedDecisions: 200,
   protect: { limits: [2, 4, 8, 16, 24], rate: 80, warmupMs: 1000, learnMs: 15_000, durationMs: 6000 },
   anchor: ANCHOR_FULL,
+  sms: SMS_FULL,
 };
 
 const QUICK: Sizes = {
@@ -96,6 +103,7 @@ const QUICK: Sizes = {
   billedDecisions: 20,
   protect: { limits: [4, 16], rate: 80, warmupMs: 500, learnMs: 3000, durationMs: 1500 },
   anchor: ANCHOR_QUICK,
+  sms: SMS_QUICK,
 };
 
 type Step = (what: string) => void;
@@ -110,6 +118,7 @@ async function main(): Promise<number> {
   const step: Step = (what) => console.error(`bench: [${((performance.now() - t0) / 1000).toFixed(1)} s] ${what}`);
   try {
     if (values.only === "anchor") return await runAnchorOnly(cleanup, values.quick, started, step);
+    if (values.only === "sms") return await runSmsOnly(cleanup, values.quick, started, step);
     const { stack, memory, boundary } = await startAll(cleanup, sizes, step);
     const ips = new IpSource();
     const local = await measureOnStack(stack, cleanup, ips, sizes, step);
@@ -137,21 +146,28 @@ async function main(): Promise<number> {
     };
     step("done; stopping the stack");
     report(result, started);
-    if (!values.quick)
-      docsWritten(publishAnchor(edge.anchor, { started, revision: result.environment.git, command: "npm run bench" }));
+    if (!values.quick) publishTables(edge, { started, revision: result.environment.git, command: "npm run bench" });
     return 0;
   } finally {
     await cleanup.run();
   }
 }
 
-/** `--quick` (small counts) and `--only anchor` (section 12 alone). */
+/** A full run's generated tables in the docs: sections 12 and 13. */
+function publishTables(
+  edge: { anchor: AnchorResult; sms: SmsResult },
+  meta: { started: Date; revision: string; command: string },
+): void {
+  docsWritten([...new Set([...publishAnchor(edge.anchor, meta), ...publishSms(edge.sms, meta)])]);
+}
+
+/** `--quick` (small counts), `--only anchor` (section 12 alone) and `--only sms` (section 13 alone). */
 function options(): { quick: boolean; only?: string } {
   const { values } = parseArgs({
     options: { quick: { type: "boolean", default: false }, only: { type: "string" } },
   });
-  if (values.only !== undefined && values.only !== "anchor")
-    throw new Error(`--only ${values.only}: the only section that runs alone is "anchor"`);
+  if (values.only !== undefined && values.only !== "anchor" && values.only !== "sms")
+    throw new Error(`--only ${values.only}: the sections that run alone are "anchor" and "sms"`);
   return values;
 }
 
@@ -243,7 +259,11 @@ async function measureAtTheEdge(stack: BenchStack, cleanup: Cleanup, ips: IpSour
   );
   const protect = await measureProtect(edge, cleanup, ips, ps);
   const anchor = await measureAnchor(cleanup, ips, sizes.anchor, step);
-  return { distance, outage, billed, protect, anchor };
+  step(
+    `13 the SMS case: ${sizes.sms.messages} messages at once to a queue route, ${sizes.sms.rate}/s global, two regions`,
+  );
+  const sms = await measureSms(join(BUILD_DIR, "index.js"), cleanup, sizes.sms);
+  return { distance, outage, billed, protect, anchor, sms };
 }
 
 /** Prints the tables, writes the JSON and (for a full run) the charts, and says where. */
@@ -291,9 +311,43 @@ async function runAnchorOnly(cleanup: Cleanup, quick: boolean, started: Date, st
   return 0;
 }
 
+/** `--only sms`: section 13 alone (the Worker built first), its own JSON, and (unless `--quick`) its docs table. */
+async function runSmsOnly(cleanup: Cleanup, quick: boolean, started: Date, step: Step): Promise<number> {
+  const o = quick ? SMS_QUICK : SMS_FULL;
+  step("building the Worker with wrangler (.wrangler/bench-build)");
+  const bundle = await buildWorker(cleanup);
+  step(`13 the SMS case: ${o.messages} messages at once to a queue route, ${o.rate}/s global, two regions`);
+  const sms = await measureSms(bundle, cleanup, o);
+  const finished = new Date();
+  const env = environment("(section 13's own redis-servers)");
+  const result = {
+    name: quick ? "bench-sms-quick" : "bench-sms",
+    started_at: started.toISOString(),
+    finished_at: finished.toISOString(),
+    duration_s: round((finished.getTime() - started.getTime()) / 1000, 1),
+    quick,
+    environment: env,
+    sms,
+    problems: sms.problems,
+  };
+  const out: string[] = [];
+  renderSmsSection(out, sms);
+  out.push(
+    "",
+    sms.problems.length === 0 ? "checks: every message delivered once, no second over the limit" : "PROBLEMS:",
+  );
+  out.push(...sms.problems.map((p) => `  - ${p}`));
+  console.log(out.join("\n"));
+  console.log(`\nresults: ${relative(process.cwd(), writeResults(result.name, started, result, false))}`);
+  if (!quick) docsWritten(publishSms(sms, { started, revision: env.git, command: "npm run bench -- --only sms" }));
+  return 0;
+}
+
 function docsWritten(files: string[]): void {
   console.log(
-    files.length > 0 ? `docs: the anchor table rewritten in ${files.join(", ")}` : "docs: the anchor table unchanged",
+    files.length > 0
+      ? `docs: the generated tables rewritten in ${files.join(", ")}`
+      : "docs: the generated tables unchanged",
   );
 }
 
@@ -381,6 +435,7 @@ interface BenchResult {
   billed: BilledResult;
   protect: ProtectResult;
   anchor: AnchorResult;
+  sms: SmsResult;
   problems: string[];
 }
 
@@ -405,6 +460,7 @@ function render(result: BenchResult): string {
   renderFeatures(out, edge.billed.features);
   renderProtect(out, edge.protect);
   renderAnchorSection(out, result.anchor);
+  renderSmsSection(out, result.sms);
   renderChecks(out, problems);
   return out.join("\n");
 }

@@ -110,17 +110,26 @@ export function renderAnchorMarkdown(
   ].join("\n");
 }
 
+/** A pair of markers around a generated block of the docs. */
+export interface Markers {
+  start: string;
+  end: string;
+}
+
+export const ANCHOR_MARKERS: Markers = { start: START_MARKER, end: END_MARKER };
+
 /**
- * `text` with everything between the markers replaced by `block` (the markers stay, each on its own
- * line). Throws when either marker is missing, repeated or out of order: a silent no-op would leave a
- * stale table in the docs.
+ * `text` with everything between the markers (the anchor's unless given) replaced by `block` (the
+ * markers stay, each on its own line). Throws when either marker is missing, repeated or out of
+ * order: a silent no-op would leave a stale table in the docs.
  */
-export function replaceMarkedBlock(text: string, block: string): string {
-  const start = text.indexOf(START_MARKER);
-  const end = text.indexOf(END_MARKER);
-  if (start < 0 || end < 0) throw new Error(`markers ${START_MARKER} / ${END_MARKER} not found`);
-  if (text.indexOf(START_MARKER, start + 1) >= 0 || text.indexOf(END_MARKER, end + 1) >= 0)
-    throw new Error("the anchor markers appear more than once");
-  if (end < start) throw new Error(`${END_MARKER} comes before ${START_MARKER}`);
-  return `${text.slice(0, start + START_MARKER.length)}\n${block.trim()}\n${text.slice(end)}`;
+export function replaceMarkedBlock(text: string, block: string, markers: Markers = ANCHOR_MARKERS): string {
+  const { start: open, end: close } = markers;
+  const start = text.indexOf(open);
+  const end = text.indexOf(close);
+  if (start < 0 || end < 0) throw new Error(`markers ${open} / ${close} not found`);
+  if (text.indexOf(open, start + 1) >= 0 || text.indexOf(close, end + 1) >= 0)
+    throw new Error(`the markers ${open} / ${close} appear more than once`);
+  if (end < start) throw new Error(`${close} comes before ${open}`);
+  return `${text.slice(0, start + open.length)}\n${block.trim()}\n${text.slice(end)}`;
 }
