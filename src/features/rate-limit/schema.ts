@@ -15,6 +15,7 @@ import {
 import { compiledFigures, figureProblems } from "./algorithms/figures.js";
 import { PRIORITIES, RESERVABLE, type Reserve } from "./decision/priority.js";
 import { parseResponseSource } from "./cost/response-figures.js";
+import { alignProblem } from "./algorithms/zone-window.js";
 
 /**
  * A limit's `reserve`: fractions of its capacity kept for the priorities above a request's
@@ -166,6 +167,8 @@ const limitFields = z
     ban: z.optional(banSettings),
     /** Capacity kept for higher priorities, e.g. `{ critical = 0.2 }` (docs/algorithms.md, Priorities). */
     reserve: z.optional(reserve),
+    /** fixed_window of whole days: windows start at local midnight in this IANA time zone, e.g. "Asia/Shanghai". */
+    align: z.optional(z.string()),
   })
   .check(
     z.superRefine((l, ctx) =>
@@ -220,6 +223,8 @@ export const limit = z
           "lease",
           `applies to ${leasableAlgorithms()} limits that are not split, with a fixed cost, no tier and no reserve`,
         );
+      const align = l.align === undefined ? undefined : alignProblem(l.align, l.algorithm, l.period);
+      if (align) issue("align", align);
       if (l.ban && !bannable(l.key))
         issue(
           "ban",
