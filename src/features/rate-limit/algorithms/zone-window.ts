@@ -55,7 +55,8 @@ export function isTimeZone(zone: string): boolean {
 /** The local wall-clock time at `utcMs`, as ms since 1970-01-01T00:00 of the local calendar (whole seconds). */
 export function localMsAt(zone: string, utcMs: number): number {
   const parts: Record<string, number> = {};
-  for (const p of formatOf(zone).formatToParts(new Date(utcMs))) if (p.type !== "literal") parts[p.type] = Number(p.value);
+  for (const p of formatOf(zone).formatToParts(new Date(utcMs)))
+    if (p.type !== "literal") parts[p.type] = Number(p.value);
   const { year = 1970, month = 1, day = 1, hour = 0, minute = 0, second = 0 } = parts;
   return Date.UTC(year, month - 1, day, hour, minute, second);
 }
