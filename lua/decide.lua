@@ -383,12 +383,12 @@ end
 local function zone_window_of(l, stored_w)
   local s, e, off = string.match(l.window, '^(%-?%d+):(%-?%d+):(%-?%d+)$')
   s, e, off = tonumber(s), tonumber(e), tonumber(off)
+  l.p = l.period / 1000
   if s and l.period == l.asked_period and now_ms >= s and now_ms < e then
-    l.p = l.period / 1000
+    -- s + off is the window's index × its period, exactly
     l.w, l.p, l.e = math.floor((s + off) / l.p), e - s, now_ms - s
   else
     local shifted = now_ms + (off or 0)
-    l.p = l.period / 1000
     l.w = math.floor(shifted / l.p)
     l.e = shifted - l.w * l.p
   end
