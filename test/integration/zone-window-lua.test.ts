@@ -3,6 +3,7 @@ import fc from "fast-check";
 import { beforeAll, describe, expect, it, vi } from "vitest";
 import type { Limit } from "../../src/config/index.js";
 import { FixedWindow } from "../../src/features/rate-limit/algorithms/algorithms.js";
+import { DAY_MS, zoneWindowAt } from "../../src/features/rate-limit/algorithms/zone-window.js";
 import { scriptCall, type ScriptBucket } from "../../src/features/rate-limit/decision/decision.js";
 import { compileLimits } from "../support/limits.js";
 import { clockArgs, loadDecideWithTestClock } from "../support/test-clock.js";
@@ -39,6 +40,8 @@ interface Call {
   isolateMs?: number;
   cost?: number;
   ask?: number;
+  /** The client's own override as the caller knows it: "rate:burst:period_ms:until_ms". */
+  own?: string;
 }
 
 /** One take; the reply: admitted, then allowed, remaining, retry_after_ms, reset_ms, delay_ms, leased, lease_ms, lease_epoch. */
@@ -48,6 +51,7 @@ async function take(l: Limit, c: Call): Promise<number[]> {
     key: c.key,
     params: { rate: l.rate, period: l.period, burst: l.burst, cost: c.cost ?? 1 },
     ...(c.ask ? { lease: { ask: c.ask } } : {}),
+    ...(c.own ? { override: { own: c.own } } : {}),
   };
   vi.useFakeTimers({ toFake: ["Date"], now: c.isolateMs ?? c.redisMs });
   const call = scriptCall([bucket], "take");
@@ -94,6 +98,18 @@ describe("decide.lua, fixed_window aligned to a time zone", () => {
       isolateMs: at("2026-11-24T16:00:01Z"),
     });
     expect(ahead[4]).toBe(1000);
+  });
+
+  it("an override's period: windows of that period floored on Redis's clock shifted by the zone's offset", async () => {
+    const l = dayLimit(1, "Asia/Shanghai");
+    const now = at("2026-11-23T15:30:00Z");
+    // two days, until far ahead: in a zone without DST, windows of two local days from local midnight
+    const own = `1:1:${2 * DAY_MS}:${at("2030-01-01T00:00:00Z")}`;
+    const reply = await take(l, { key: freshKey(), redisMs: now, own });
+    expect(reply[1]).toBe(1);
+    expect(reply[4]).toBe(zoneWindowAt("Asia/Shanghai", 2 * DAY_MS, now).endMs - now);
+    // the first of two local days: not the configured day's end, 30 min away
+    expect(reply[4]).toBe(at("2026-11-24T16:00:00Z") - now);
   });
 
   it("a lease ends before the local day does", async () => {
