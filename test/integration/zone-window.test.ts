@@ -37,7 +37,7 @@ const SLUICE: SluiceInput = {
 const rig = useStack({ sluice: SLUICE });
 
 /** The `t` of a RateLimit header, in seconds. */
-const resetOf = (h: Headers) => Number(/;t=(\d+)$/.exec(h.get("RateLimit") ?? "")?.[1]);
+const resetOf = (h: { get(name: string): string | null }) => Number(/;t=(\d+)$/.exec(h.get("RateLimit") ?? "")?.[1]);
 
 /** Seconds from `ms` to the end of its window, as the headers round them. */
 const toEnd = (end: number, ms: number) => Math.ceil((end - ms) / 1000);
