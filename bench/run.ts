@@ -590,7 +590,7 @@ function renderScripts(out: string[], s: ScriptResult): void {
     `   ${o.keyspace} random keys per limit (each case its own); script ${s.sha}. KEYS: one bucket per limit, and`,
     "   no override hash (the Worker passes the overrides it knows in ARGV); ARGV: mode n override_idx, then per limit",
     "   algo rate period_us burst cost shadow share_idx demand_idx p1 p2 override_all override_own lease_ask lease_epoch",
-    '   lease_granted lease_left floor (algo 1 token, 2 leaky, 3 fixed, 4 sliding window, 5 concurrency; "" for no override):',
+    '   lease_granted lease_left floor window (algo 1 token, 2 leaky, 3 fixed, 4 sliding window, 5 concurrency; "" for no override, or a window on UTC):',
     ...s.limits.map(
       (x, _, all) =>
         `     ${`${x.label}:`.padEnd(Math.max(...all.map((y) => y.label.length)) + 1)}  ${x.argv.slice(0, 3).join(" ")} │ ${chunks(

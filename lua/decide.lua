@@ -22,7 +22,8 @@ Algorithms (ARGV algo):
                     (delay_ms) and refused when that is beyond max_delay (p1, µs). With nodelay
                     (p2 = 1) the queue is taken at once and the wait is 0.
                     value "l:level:unit:last_us" (level in the same units as tokens)
-  3 fixed_window    at most `rate` per window of `period`, windows aligned on Redis time.
+  3 fixed_window    at most `rate` per window of `period`, windows aligned on Redis time (on UTC),
+                    or with `window` on local midnight in a time zone (see `window` below).
                     value "f:count:window"
   4 sliding_window  two counters (this window and the last) weighted by how much of the last one
                     still overlaps the sliding period: prev × (P − elapsed) / P + curr ≤ rate.
@@ -128,6 +129,12 @@ ARGV     then per limit i one value for each column of COLUMNS (below, by these 
                    concurrency); an override or a region's share that changes the capacity scales
                    it: ceil(floor × capacity' / capacity). (The caller's reserve for higher
                    priorities, docs/algorithms.md, "Priorities"; the script knows nothing of priorities.)
+           window      fixed_window aligned to a time zone: "start_ms:end_ms:offset_ms", the window
+                   of whole days holding the caller's clock (UTC ms; Lua has no zone database), and
+                   index × period − start_ms; "" for windows on UTC (and for every other algorithm).
+                   Used while start_ms <= now_ms < end_ms and the period is not overridden; else
+                   the script floors now_ms + offset_ms to the period (exact without DST, off by at
+                   most the DST shift for a window spanning a change). The stored window is the index.
 Returns  { admitted, then eight per limit: allowed, remaining, retry_after_ms, reset_ms, delay_ms,
            leased, lease_ms, lease_epoch, then the version }
            admitted        1 if no enforced (non-shadow) limit refused; then, and only then,
@@ -172,6 +179,7 @@ local n = tonumber(ARGV[2])
 local COLUMNS = {
   'algo', 'rate', 'period_us', 'burst', 'cost', 'shadow', 'share_idx', 'demand_idx', 'p1', 'p2',
   'override_all', 'override_own', 'lease_ask', 'lease_epoch', 'lease_granted', 'lease_left', 'floor',
+  'window',
 }
 local COLUMN = {}
 for j, name in ipairs(COLUMNS) do COLUMN[name] = j end
@@ -367,10 +375,30 @@ local function window_of(l, stored_w)
   if stored_w and stored_w > l.w then l.w, l.e, l.behind = stored_w, 0, true end
 end
 
+-- a window aligned to a time zone (`window` "start_ms:end_ms:offset_ms", the caller's, from its
+-- zone database): that window while Redis's clock is in it and the period is the one it was
+-- computed for; else (an isolate's clock on the other side of a boundary, an override's period)
+-- windows of the period floored on this clock shifted by the offset, which is exact for a zone
+-- without DST and off by at most the DST shift for the window spanning a change
+local function zone_window_of(l, stored_w)
+  local s, e, off = string.match(l.window, '^(%-?%d+):(%-?%d+):(%-?%d+)$')
+  s, e, off = tonumber(s), tonumber(e), tonumber(off)
+  l.p = l.period / 1000
+  if s and l.period == l.asked_period and now_ms >= s and now_ms < e then
+    -- s + off is the window's index × its period, exactly
+    l.w, l.p, l.e = math.floor((s + off) / l.p), e - s, now_ms - s
+  else
+    local shifted = now_ms + (off or 0)
+    l.w = math.floor(shifted / l.p)
+    l.e = shifted - l.w * l.p
+  end
+  if stored_w and stored_w > l.w then l.w, l.e, l.behind = stored_w, 0, true end
+end
+
 local fixed = {}
 function fixed.load(l, raw)
   local count, w = string.match(raw or '', '^f:(%d+):(%d+)$')
-  window_of(l, tonumber(w))
+  if l.window ~= '' then zone_window_of(l, tonumber(w)) else window_of(l, tonumber(w)) end
   l.count = (count and tonumber(w) == l.w) and tonumber(count) or 0
 end
 function fixed.check(l)
@@ -384,7 +412,7 @@ function fixed.left(l) return math.max(0, l.rate - l.count) end
 function fixed.grant(l, tokens)
   -- the lease ends with its window; on a clock that went backwards the window's end is unknown
   -- ms to the window's end less the grace, counted from now in µs, rounded down
-  local ms = math.floor(((l.w + 1) * l.period - GRACE_MS * 1000 - now) / 1000)
+  local ms = math.floor(((now_ms - l.e + l.p) * 1000 - GRACE_MS * 1000 - now) / 1000)
   if l.behind or ms < LEASE_MIN_MS then return 0, 0 end
   l.count = l.count + tokens
   return math.min(ms, LEASE_MS), l.w
@@ -628,7 +656,7 @@ for i = 1, n do
   local l = {
     algo = algorithms[tonumber(arg(i, 'algo'))],
     rate = tonumber(arg(i, 'rate')), period = tonumber(arg(i, 'period_us')), burst = tonumber(arg(i, 'burst')), cost = tonumber(arg(i, 'cost')),
-    shadow = arg(i, 'shadow') == '1', retry = 0, delay = 0,
+    shadow = arg(i, 'shadow') == '1', retry = 0, delay = 0, window = arg(i, 'window'), asked_period = tonumber(arg(i, 'period_us')),
     ask = tonumber(arg(i, 'lease_ask')), close_epoch = tonumber(arg(i, 'lease_epoch')), close_granted = tonumber(arg(i, 'lease_granted')), close_left = tonumber(arg(i, 'lease_left')),
   }
   local demand_idx = tonumber(arg(i, 'demand_idx'))

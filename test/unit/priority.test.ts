@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
 import { scriptCall } from "../../src/features/rate-limit/decision/decision.js";
+import { DECIDE_LIMIT_COLUMNS } from "../../src/features/rate-limit/decision/limit-columns.js";
 import { floorOf, priorityOf } from "../../src/features/rate-limit/decision/priority.js";
 import { leasableShape, refusalCacheable } from "../../src/features/rate-limit/algorithms/registry.js";
 import type { RequestFacts } from "../../src/identity/identify.js";
@@ -77,7 +78,9 @@ describe("priorities", () => {
     if (!r.ok) throw r.error;
     const limit = r.config.routes[0]!.limits[0] as Limit;
     const params = { rate: 20, period: 1000, burst: 20, cost: 1, floor: 5 };
-    expect(scriptCall([{ limit, key: "k", params }], "take").args.slice(3)).toHaveLength(17);
+    // the seventeenth column, then the window (a token bucket's: "")
+    expect(DECIDE_LIMIT_COLUMNS.indexOf("floor")).toBe(16);
+    expect(scriptCall([{ limit, key: "k", params }], "take").args.slice(3)).toHaveLength(DECIDE_LIMIT_COLUMNS.length);
     expect(scriptCall([{ limit, key: "k", params }], "take").args[3 + 16]).toBe("5");
     // a split limit's starting share of 10 out of 20: 5 of 20 is 3 (rounded up) of 10
     const split = { shareKey: "s", demandKey: "d", start: { rate: 10, burst: 10 } };

@@ -16,6 +16,7 @@ import {
 import { compiledFigures, figureProblems } from "./algorithms/figures.js";
 import { PRIORITIES, RESERVABLE, type Reserve } from "./decision/priority.js";
 import { parseResponseSource } from "./cost/response-figures.js";
+import { alignProblem } from "./algorithms/zone-window.js";
 
 /**
  * A limit's `reserve`: fractions of its capacity kept for the priorities above a request's
@@ -185,6 +186,8 @@ function settingFields() {
     ban: z.optional(deferred(banSettings)),
     /** Capacity kept for higher priorities, e.g. `{ critical = 0.2 }` (docs/algorithms.md, Priorities). */
     reserve: z.optional(deferred(reserve)),
+    /** fixed_window of whole days: windows start at local midnight in this IANA time zone, e.g. "Asia/Shanghai". */
+    align: z.optional(z.string()),
   };
 }
 
@@ -244,6 +247,8 @@ function limitProblems(l: CompiledLimit, ctx: z.core.$RefinementCtx<CompiledLimi
       "lease",
       `applies to ${leasableAlgorithms()} limits that are not split, with a fixed cost, no tier and no reserve`,
     );
+  const align = l.align === undefined ? undefined : alignProblem(l.align, l.algorithm, l.period);
+  if (align) issue("align", align);
   if (l.ban && !bannable(l.key))
     issue(
       "ban",

@@ -24,6 +24,8 @@
  * Warm-up is not modelled here (test/support/warmup-model.ts is its reference).
  */
 
+import { alignablePeriod, zoneWindow } from "./zone-window.js";
+
 // Which model an algorithm has is the registry's to say (`modelOf` and `AlgoLimit` in
 // ./registry.ts): this file imports nothing of it, so that the registry can import the models.
 
@@ -39,6 +41,8 @@ export interface AlgoFigures {
   maxDelayUs?: number;
   /** leaky_bucket: the queue is taken at once, the request waits 0. */
   nodelay?: boolean;
+  /** fixed_window of whole days: windows start at local midnight in this IANA zone (./zone-window.ts). */
+  align?: string;
 }
 
 export interface AlgoState {
@@ -161,8 +165,8 @@ class WindowSums {
     return this.sums.get(w) ?? 0;
   }
 
-  add(ms: number, cost: number): void {
-    const w = Math.floor(ms / this.p);
+  /** Adds `cost` to window `w` (the window of a millisecond, for windows on UTC: ⌊m / p⌋). */
+  add(w: number, cost: number): void {
     this.sums.set(w, this.sum(w) + cost);
     // windows before the last are never read again
     for (const old of this.sums.keys()) if (old < w - 1) this.sums.delete(old);
@@ -171,20 +175,34 @@ class WindowSums {
 
 const msOf = (t: number) => Math.floor(t / 1000);
 
-/** At most `rate` per window of `period`, windows aligned on Redis time (ms since the epoch). */
+/**
+ * At most `rate` per window of `period`, windows aligned on Redis time (ms since the epoch), or
+ * with `align` on local midnight in a time zone (the same function decide.lua's caller computes
+ * the script's window with).
+ */
 export class FixedWindow implements AlgoModel {
   private readonly sums: WindowSums;
   constructor(private readonly l: AlgoFigures) {
     this.sums = new WindowSums(l.periodUs / 1000);
   }
 
-  peek(t: number, cost: number): AlgoOutcome {
+  /** The window holding millisecond `ms`: its index and where it ends. */
+  private windowAt(ms: number): { w: number; endMs: number } {
     const { p } = this.sums;
-    const ms = msOf(t);
+    if (this.l.align !== undefined && alignablePeriod(p)) {
+      const z = zoneWindow(this.l.align, p, ms);
+      return { w: z.index, endMs: z.endMs };
+    }
     const w = Math.floor(ms / p);
+    return { w, endMs: (w + 1) * p };
+  }
+
+  peek(t: number, cost: number): AlgoOutcome {
+    const ms = msOf(t);
+    const { w, endMs } = this.windowAt(ms);
     const used = this.sums.sum(w);
     const allowed = used + cost <= this.l.rate;
-    const nextWindow = (w + 1) * p - ms; // the count starts again from 0 there
+    const nextWindow = endMs - ms; // the count starts again from 0 there
     const state = (count: number): AlgoState => ({
       remaining: this.l.rate - count,
       resetMs: count > 0 ? nextWindow : 0,
@@ -196,7 +214,7 @@ export class FixedWindow implements AlgoModel {
       before: state(used),
       after: state(allowed ? used + cost : used),
       commit: () => {
-        if (allowed) this.sums.add(ms, cost);
+        if (allowed) this.sums.add(w, cost);
       },
     };
   }
@@ -264,7 +282,7 @@ export class SlidingWindow implements AlgoModel {
       before: state(curr),
       after: state(allowed ? curr + BigInt(cost) : curr),
       commit: () => {
-        if (allowed) this.sums.add(ms, cost);
+        if (allowed) this.sums.add(Math.floor(ms / p), cost);
       },
     };
   }

@@ -23,6 +23,7 @@ export const DECIDE_LIMIT_COLUMNS = [
   "lease_granted",
   "lease_left",
   "floor",
+  "window",
 ] as const;
 
 export type DecideLimitColumn = (typeof DECIDE_LIMIT_COLUMNS)[number];

@@ -5,6 +5,7 @@ import { overridesKeyOf, type OverrideInput } from "./overrides.js";
 import { versionKeyOfBucket } from "../../../store/layout.js";
 import { algorithm } from "../algorithms/registry.js";
 import { limitArgv, type DecideLimitArgs } from "./limit-columns.js";
+import { windowColumn } from "../algorithms/zone-window.js";
 import type { Bucket, LimitOutcome } from "../types.js";
 
 /** The script source, for `store.script()`. */
@@ -92,6 +93,8 @@ function limitArgs(b: ScriptBucket, mode: ScriptMode, keys: string[]): DecideLim
     lease_granted: close.granted,
     lease_left: close.left,
     floor: floorAt(params?.floor ?? 0, algo.capacity === "burst" ? [p.burst, burst] : [p.rate, rate]),
+    // the window by the isolate's clock; the script checks it against Redis's
+    window: l.algorithm === "fixed_window" ? windowColumn(l.align, p.period, Date.now()) : "",
   };
 }
 

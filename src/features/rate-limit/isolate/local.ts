@@ -155,6 +155,7 @@ function modelFor(b: LocalBucket): AlgoModel {
     burst,
     maxDelayUs: l.max_delay * 1000,
     nodelay: l.nodelay,
+    align: l.align,
   });
 }
 
@@ -166,5 +167,5 @@ function modelFor(b: LocalBucket): AlgoModel {
 function stateKey(b: LocalBucket): string {
   const { rate, period, burst } = figures(b);
   const l = b.limit;
-  return `${b.key}#${l.algorithm}:${rate}:${period}:${burst}:${l.max_delay}:${l.nodelay ? 1 : 0}`;
+  return `${b.key}#${l.algorithm}:${rate}:${period}:${burst}:${l.max_delay}:${l.nodelay ? 1 : 0}:${l.align ?? ""}`;
 }
