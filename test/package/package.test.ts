@@ -109,6 +109,21 @@ const publicApiModule = () =>
     "",
   ].join("\n");
 
+/**
+ * The paths `npm publish --dry-run --json` lists. npm 11 keys its report by the package's name
+ * (one entry per workspace published); npm 10 gave the one package's report alone.
+ */
+function publishedFiles(json: string): string[] {
+  type Report = { files: Array<{ path: string }> };
+  const parsed = JSON.parse(json) as Report | Record<string, Report>;
+  const report = "files" in parsed ? (parsed as Report) : (parsed as Record<string, Report>)["sluice"];
+  if (!report) throw new Error(`npm publish --dry-run --json reported no "sluice":\n${json}`);
+  return report.files.map((f) => f.path);
+}
+
+/** decide.lua as the build inlines it: its shebang, then (before any other script's) a line only it has. */
+const DECIDE_INLINED = /#!lua flags=allow-key-locking(?:(?!#!lua)[\s\S])*local function arg\(i, name\)/;
+
 describe("the npm package", () => {
   let work: string | undefined;
   let tarball: string;
@@ -118,6 +133,7 @@ describe("the npm package", () => {
   let typecheck: Promise<string>;
   let exampleTests: Promise<string>;
   let report: string;
+  let published: string[];
 
   beforeAll(async () => {
     const redis = later(startRedisStack());
@@ -128,6 +144,12 @@ describe("the npm package", () => {
       mkdirSync(parent, { recursive: true });
       work = mkdtempSync(join(parent, "run-"));
       await run("npm", ["run", "build"], { cwd: root });
+      // What `npm publish` would upload, from the build just made. A dry run needs no registry:
+      // --offline makes sure it asks none (it warns that nobody is logged in, and goes on);
+      // --ignore-scripts keeps prepack from building again.
+      published = publishedFiles(
+        await run("npm", ["publish", "--dry-run", "--json", "--offline", "--ignore-scripts"], { cwd: root }),
+      );
       // the build just ran: --ignore-scripts keeps prepack from running it again
       const packed = await run("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", work], {
         cwd: root,
@@ -172,7 +194,34 @@ describe("the npm package", () => {
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
-  it("packs the built package only: dist/, package.json, README.md", async () => {
+  it("publishes (a dry run) the built package, its license and its changelog, and nothing of the repo's own", () => {
+    for (const file of ["package.json", "README.md", "LICENSE", "CHANGELOG.md", "dist/index.js", "dist/index.d.ts"])
+      expect(published).toContain(file);
+    // no tests, bench, dev tooling, sources, scripts, installed packages or wrangler's state
+    const repoOwn = /^(test|bench|dev|src|lua|scripts|examples|worker|docs|node_modules|\.wrangler|\.ci)\//;
+    expect(published.filter((f) => repoOwn.test(f) || f.includes("node_modules/"))).toEqual([]);
+    expect(
+      published.filter((f) => !/^(dist\/.+\.(js|d\.ts)|package\.json|README\.md|LICENSE|CHANGELOG\.md)$/.test(f)),
+    ).toEqual([]);
+    // no .lua file: the scripts ship inlined in the JS, decide.lua among them
+    expect(published.filter((f) => f.endsWith(".lua"))).toEqual([]);
+    const inlined = published
+      .filter((f) => f.endsWith(".js"))
+      .filter((f) => DECIDE_INLINED.test(readFileSync(join(root, f), "utf8")));
+    expect(inlined).not.toEqual([]);
+  });
+
+  it("is publishable as MIT: `license`, the LICENSE file and no `private`, as installed from the tarball", () => {
+    const manifest = JSON.parse(readFileSync(join(installed, "package.json"), "utf8")) as Record<string, unknown>;
+    expect(manifest.license).toBe("MIT");
+    expect(manifest.private).toBeUndefined();
+    expect(manifest.repository).toMatchObject({ type: "git" });
+    expect(readFileSync(join(installed, "LICENSE"), "utf8")).toMatch(
+      /^MIT License\n\nCopyright \(c\) 2026 sluice contributors\n/,
+    );
+  });
+
+  it("packs the built package only: dist/, package.json, README.md, LICENSE, CHANGELOG.md", async () => {
     const entries = (await run("tar", ["-tzf", tarball], { cwd: root })).trim().split("\n");
     expect(entries).toContain("package/dist/index.js");
     expect(entries).toContain("package/dist/index.d.ts");
@@ -180,7 +229,13 @@ describe("the npm package", () => {
       expect(entries).toContain(`package/dist/${name}.js`);
     expect(entries).toContain("package/dist/middleware/rate-limit.d.ts");
     expect(entries).toContain("package/package.json");
-    expect(entries.filter((e) => !/^package\/(dist\/.+\.(js|d\.ts)|package\.json|README\.md)$/.test(e))).toEqual([]);
+    expect(entries).toContain("package/LICENSE");
+    expect(entries).toContain("package/CHANGELOG.md");
+    expect(
+      entries.filter(
+        (e) => !/^package\/(dist\/.+\.(js|d\.ts)|package\.json|README\.md|LICENSE|CHANGELOG\.md)$/.test(e),
+      ),
+    ).toEqual([]);
   });
 
   it("inlines the Lua scripts: no .lua import in the JS or the types", () => {
