@@ -1,8 +1,8 @@
 import type { Scope } from "../context.js";
+import type { ProblemInit } from "../problem.js";
 import { PROBLEMS } from "../problem-types.js";
 import { missingRedisVariable } from "../region/index.js";
 import { log } from "../util/log.js";
-import { ScopedProblem } from "./scope.js";
 
 /** The variables each isolate (its `Runtime`) has logged as missing: a misconfiguration is told once, not per request. */
 const logged = new WeakMap<object, Set<string>>();
@@ -17,11 +17,11 @@ function firstTime(runtime: object, missing: string): boolean {
 /**
  * A guarded request needs a Redis for its region and for the home region. Missing configuration
  * is not an outage: `on_store_error` ("local", "open") would quietly limit each isolate alone, so
- * it is a `500` problem naming the variable, logged once per isolate.
+ * it is a `500` problem naming the variable, logged once per isolate. Undefined: nothing missing.
  */
-export function requireRedis(scope: Scope): void {
-  if (!scope.route) return;
-  if (scope.stores.decision(scope.region) && scope.stores.home()) return;
+export function redisNotConfigured(scope: Scope): ProblemInit | undefined {
+  if (!scope.route) return undefined;
+  if (scope.stores.decision(scope.region) && scope.stores.home()) return undefined;
   const home = scope.config.home_region;
   const missing =
     missingRedisVariable(scope.env, scope.region, home) ??
@@ -30,9 +30,9 @@ export function requireRedis(scope: Scope): void {
   if (firstTime(scope.runtime, missing)) {
     log("redis_not_configured", { missing, region: scope.region, route: scope.route.name });
   }
-  throw new ScopedProblem(scope, {
+  return {
     type: PROBLEMS.redisNotConfigured,
     detail: `No Redis is configured for this route: set ${missing}.`,
     extensions: { missing },
-  });
+  };
 }
