@@ -7,6 +7,7 @@
  */
 import type { MiddlewareHandler } from "hono";
 import type { SluiceInput } from "../config/schema.js";
+import { ConfigError } from "../config/load.js";
 import { plainConfigSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import { usesJwt } from "../config/uses-jwt.js";
@@ -43,6 +44,9 @@ export interface RateLimitOptions extends SharedOptions {
  */
 export function rateLimit(options: RateLimitOptions): MiddlewareHandler<SluiceEnv> {
   const { limits, name = "app", shadow, peek, priority, adaptive } = options;
+  // a route may have no limits (idempotency alone), but rateLimit() without one would guard nothing
+  if (Array.isArray(limits) && limits.length === 0)
+    throw new ConfigError("rateLimit(): limits", "must hold at least one limit");
   const route = { name, limits, shadow, peek, priority, adaptive };
   const config = compileOptions("rateLimit", options, route, { schema: plainConfigSchema });
   const compiled = config.routes[0];

@@ -261,6 +261,22 @@ describe("middleware composed in an app", () => {
     );
     expect(() => idempotency({ timeout_ms: 0 })).toThrow(/^idempotency\(\): timeout_ms: /);
   });
+
+  it("refuses an impossible option at construction, naming the field", () => {
+    expect(() => rateLimit({ limits: [] })).toThrow(/^rateLimit\(\): limits: must hold at least one limit$/);
+    const limits = [{ name: "l", rate: 1, period: "1s" as const }];
+    expect(() => rateLimit({ limits, redis: { url: "not a url", token: "t" } })).toThrow(
+      /^rateLimit\(\): redis\.url: "not a url" is not an https:\/\/ \(or http:\/\/\) URL$/,
+    );
+    expect(() => idempotency({ redis: { url: "redis://localhost:6380", token: "t" } })).toThrow(
+      /^idempotency\(\): redis\.url: /,
+    );
+    expect(() => rateLimit({ limits, redis: { url: "https://eu1.upstash.io", token: "" } })).toThrow(
+      /^rateLimit\(\): redis\.token: /,
+    );
+    expect(() => rateLimit({ limits, redis: { url: "https://eu1.upstash.io", token: "t" } })).not.toThrow();
+    expect(() => rateLimit({ limits: [] })).toThrow(ConfigError);
+  });
 });
 
 describe("a middleware with no Redis configured", () => {
