@@ -14,6 +14,7 @@ import { usesJwt } from "../config/uses-jwt.js";
 import { verifyJwtStep } from "../features/jwt/step.js";
 import { reject } from "../features/shedding/refusal.js";
 import { rateLimitStep } from "../features/rate-limit/step.js";
+import type { Literal } from "./literal-options.js";
 import { compileOptions, standalone, type SharedOptions } from "./standalone.js";
 
 export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "../context.js";
@@ -21,7 +22,7 @@ export type { SharedOptions } from "./standalone.js";
 
 type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 /** A limit, exactly as in `wrangler.toml`'s `[[vars.SLUICE.routes.limits]]`. */
-export type LimitOptions = NonNullable<RouteInput["limits"]>[number];
+export type LimitOptions = Literal<NonNullable<RouteInput["limits"]>[number]>;
 
 export interface RateLimitOptions extends SharedOptions {
   limits: LimitOptions[];

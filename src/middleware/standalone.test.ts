@@ -253,6 +253,7 @@ describe("middleware composed in an app", () => {
   it("names a bad option as the options spell it", () => {
     // idempotency(), session() and breaker() take their table's fields at the top level
     expect(() => idempotency({ lease: "1d", ttl: "1h" })).toThrow(/^idempotency\(\): lease: must be shorter than ttl/);
+    // @ts-expect-error -- not a key part: the types refuse it, and so does the schema for JavaScript callers
     expect(() => session({ key: "nope" })).toThrow(/^session\(\): key: "nope" is not a key/);
     expect(() => breaker({ min_requests: 0 })).toThrow(/^breaker\(\): min_requests: /);
     // as rateLimit() does for its limits, and every middleware for the shared settings
