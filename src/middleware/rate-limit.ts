@@ -45,9 +45,9 @@ export interface RateLimitOptions extends SharedOptions {
  */
 export function rateLimit(options: RateLimitOptions): MiddlewareHandler<SluiceEnv> {
   const { limits, name = "app", shadow, peek, priority, adaptive } = options;
-  // a route may have no limits (idempotency alone), but rateLimit() without one would guard nothing
-  if (Array.isArray(limits) && limits.length === 0)
-    throw new ConfigError("rateLimit(): limits", "must hold at least one limit");
+  // a route may have no limits (idempotency alone), but rateLimit() with neither limits nor adaptive guards nothing
+  if (Array.isArray(limits) && limits.length === 0 && adaptive === undefined)
+    throw new ConfigError("rateLimit(): limits", "must hold at least one limit (or set adaptive)");
   const route = { name, limits, shadow, peek, priority, adaptive };
   const config = compileOptions("rateLimit", options, route, { schema: plainConfigSchema });
   const compiled = config.routes[0];

@@ -264,7 +264,9 @@ describe("middleware composed in an app", () => {
   });
 
   it("refuses an impossible option at construction, naming the field", () => {
-    expect(() => rateLimit({ limits: [] })).toThrow(/^rateLimit\(\): limits: must hold at least one limit$/);
+    expect(() => rateLimit({ limits: [] })).toThrow(
+      /^rateLimit\(\): limits: must hold at least one limit \(or set adaptive\)$/,
+    );
     const limits = [{ name: "l", rate: 1, period: "1s" as const }];
     expect(() => rateLimit({ limits, redis: { url: "not a url", token: "t" } })).toThrow(
       /^rateLimit\(\): redis\.url: "not a url" is not an https:\/\/ \(or http:\/\/\) URL$/,
