@@ -69,9 +69,11 @@ async function main(): Promise<void> {
   const vars: Record<string, string> = { ...(await redisVars()), ORIGIN_URL: await originUrl() };
 
   const checked = checkWranglerConfig(configPath, { ORIGIN_URL: vars.ORIGIN_URL });
+  // a bad option is printed, not fatal: wrangler dev watches the file, and until it is fixed the
+  // Worker answers each request with the same error as a 500 problem naming the field
   if (!checked.ok) {
     console.error(`${configPath}: invalid sluice configuration: ${checked.error.message}`);
-    await stopAll(1);
+    console.error(`${configPath}: starting anyway; requests answer 500 until it is fixed (saving the file reloads)`);
   } else for (const warning of checked.warnings) console.warn(`${configPath}: warning: ${warning.message}`);
 
   // an admin token for the dashboard and the admin API (yours from SLUICE_ADMIN_TOKEN, else a fresh one)

@@ -326,6 +326,14 @@ export const PROBLEMS = {
     todo: "Nothing on the client's side: tell the operator.",
     read: [],
   },
+  redisNotConfigured: {
+    title: "Redis not configured",
+    status: [500],
+    means:
+      "The route is guarded by sluice, and the Worker has no Redis to decide it with: a variable naming the Redis (named in missing) is not set. Without it no limit could hold across isolates, so sluice refuses rather than guess.",
+    todo: "Nothing on the client's side: tell the operator, who sets the variable named in missing (wrangler secret put).",
+    read: ["missing (the variable that is not set)"],
+  },
   metricsUnavailable: {
     title: "Metrics unavailable",
     status: [503],

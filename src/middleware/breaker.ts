@@ -13,6 +13,7 @@ import { configSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import { breakerSettings } from "../features/breaker/schema.js";
 import { breakerStep } from "../features/breaker/step.js";
+import type { Literal } from "./literal-options.js";
 import { compileOptions, standalone, tableFields, type SharedOptions } from "./standalone.js";
 
 export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "../context.js";
@@ -21,7 +22,7 @@ export type { SharedOptions } from "./standalone.js";
 type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 
 export type BreakerOptions = SharedOptions &
-  NonNullable<RouteInput["breaker"]> & { name?: string; fallback?: RouteInput["fallback"] };
+  Literal<NonNullable<RouteInput["breaker"]>> & { name?: string; fallback?: RouteInput["fallback"] };
 
 const breakerConfig = lazy(() => configSchema({ breaker: z.optional(deferred(breakerSettings)) }));
 

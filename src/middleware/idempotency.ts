@@ -13,6 +13,7 @@ import { configSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import { idempotencySettings } from "../features/idempotency/schema.js";
 import { idempotencyStep } from "../features/idempotency/step.js";
+import type { Literal } from "./literal-options.js";
 import { compileOptions, standalone, tableFields, withJwt, type SharedOptions } from "./standalone.js";
 
 export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "../context.js";
@@ -20,7 +21,7 @@ export type { SharedOptions } from "./standalone.js";
 
 type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 
-export type IdempotencyOptions = SharedOptions & NonNullable<RouteInput["idempotency"]> & { name?: string };
+export type IdempotencyOptions = SharedOptions & Literal<NonNullable<RouteInput["idempotency"]>> & { name?: string };
 
 const idempotencyConfig = lazy(() => configSchema({ idempotency: z.optional(deferred(idempotencySettings)) }));
 

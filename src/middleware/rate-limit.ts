@@ -7,12 +7,14 @@
  */
 import type { MiddlewareHandler } from "hono";
 import type { SluiceInput } from "../config/schema.js";
+import { ConfigError } from "../config/load.js";
 import { plainConfigSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import { usesJwt } from "../config/uses-jwt.js";
 import { verifyJwtStep } from "../features/jwt/step.js";
 import { reject } from "../features/shedding/refusal.js";
 import { rateLimitStep } from "../features/rate-limit/step.js";
+import type { Literal } from "./literal-options.js";
 import { compileOptions, standalone, type SharedOptions } from "./standalone.js";
 
 export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "../context.js";
@@ -20,7 +22,7 @@ export type { SharedOptions } from "./standalone.js";
 
 type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 /** A limit, exactly as in `wrangler.toml`'s `[[vars.SLUICE.routes.limits]]`. */
-export type LimitOptions = NonNullable<RouteInput["limits"]>[number];
+export type LimitOptions = Literal<NonNullable<RouteInput["limits"]>[number]>;
 
 export interface RateLimitOptions extends SharedOptions {
   limits: LimitOptions[];
@@ -43,6 +45,9 @@ export interface RateLimitOptions extends SharedOptions {
  */
 export function rateLimit(options: RateLimitOptions): MiddlewareHandler<SluiceEnv> {
   const { limits, name = "app", shadow, peek, priority, adaptive } = options;
+  // a route may have no limits (idempotency alone), but rateLimit() with neither limits nor adaptive guards nothing
+  if (Array.isArray(limits) && limits.length === 0 && adaptive === undefined)
+    throw new ConfigError("rateLimit(): limits", "must hold at least one limit (or set adaptive)");
   const route = { name, limits, shadow, peek, priority, adaptive };
   const config = compileOptions("rateLimit", options, route, { schema: plainConfigSchema });
   const compiled = config.routes[0];

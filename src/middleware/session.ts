@@ -13,6 +13,7 @@ import { configSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import { sessionSettings } from "../features/session/schema.js";
 import { sessionStep } from "../features/session/step.js";
+import type { Literal } from "./literal-options.js";
 import { compileOptions, standalone, tableFields, withJwt, type SharedOptions } from "./standalone.js";
 
 export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "../context.js";
@@ -20,7 +21,7 @@ export type { SharedOptions } from "./standalone.js";
 
 type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 
-export type SessionOptions = SharedOptions & NonNullable<RouteInput["session"]> & { name?: string };
+export type SessionOptions = SharedOptions & Literal<NonNullable<RouteInput["session"]>> & { name?: string };
 
 const sessionConfig = lazy(() => configSchema({ session: z.optional(deferred(sessionSettings)) }));
 

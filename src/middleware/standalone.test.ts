@@ -1,11 +1,12 @@
 import { Hono } from "hono";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { background, countedApp, middlewareRig, TIMEOUT_MS } from "../../test/support/middleware-rig.js";
 import {
   breaker,
   ConfigError,
   idempotency,
   rateLimit,
+  Runtime,
   session,
   sluice,
   type SluiceConfig,
@@ -252,6 +253,7 @@ describe("middleware composed in an app", () => {
   it("names a bad option as the options spell it", () => {
     // idempotency(), session() and breaker() take their table's fields at the top level
     expect(() => idempotency({ lease: "1d", ttl: "1h" })).toThrow(/^idempotency\(\): lease: must be shorter than ttl/);
+    // @ts-expect-error -- not a key part: the types refuse it, and so does the schema for JavaScript callers
     expect(() => session({ key: "nope" })).toThrow(/^session\(\): key: "nope" is not a key/);
     expect(() => breaker({ min_requests: 0 })).toThrow(/^breaker\(\): min_requests: /);
     // as rateLimit() does for its limits, and every middleware for the shared settings
@@ -259,5 +261,74 @@ describe("middleware composed in an app", () => {
       /^rateLimit\(\): limits\[0\]\.rate: /,
     );
     expect(() => idempotency({ timeout_ms: 0 })).toThrow(/^idempotency\(\): timeout_ms: /);
+  });
+
+  it("refuses an impossible option at construction, naming the field", () => {
+    expect(() => rateLimit({ limits: [] })).toThrow(
+      /^rateLimit\(\): limits: must hold at least one limit \(or set adaptive\)$/,
+    );
+    const limits = [{ name: "l", rate: 1, period: "1s" as const }];
+    expect(() => rateLimit({ limits, redis: { url: "not a url", token: "t" } })).toThrow(
+      /^rateLimit\(\): redis\.url: "not a url" is not an https:\/\/ \(or http:\/\/\) URL$/,
+    );
+    expect(() => idempotency({ redis: { url: "redis://localhost:6380", token: "t" } })).toThrow(
+      /^idempotency\(\): redis\.url: /,
+    );
+    expect(() => rateLimit({ limits, redis: { url: "https://eu1.upstash.io", token: "" } })).toThrow(
+      /^rateLimit\(\): redis\.token: /,
+    );
+    expect(() => rateLimit({ limits, redis: { url: "https://eu1.upstash.io", token: "t" } })).not.toThrow();
+    expect(() => rateLimit({ limits: [] })).toThrow(ConfigError);
+  });
+});
+
+describe("a middleware with no Redis configured", () => {
+  it("answers a guarded request 500 naming UPSTASH_REDIS_REST_URL, logs it once, and leaves other paths alone", async () => {
+    const logs = vi.spyOn(console, "log").mockImplementation(() => undefined);
+    try {
+      const runtime = new Runtime();
+      const app = new Hono<SluiceEnv>();
+      app.use("/guarded/*", rateLimit({ limits: [{ name: "per-ip", rate: 5, period: "1m" }], runtime }));
+      app.use("/once/*", idempotency({ runtime }));
+      app.all("*", (c) => c.text("handled"));
+      const env = {}; // a Worker without the Upstash variables
+      for (const path of ["/guarded/a", "/guarded/b", "/once/c"]) {
+        const r = await app.request(
+          url(path),
+          from("10.9.0.1", { method: "POST", headers: { "Idempotency-Key": "k1" } }),
+          env,
+        );
+        expect(r.status, path).toBe(500);
+        const body = (await r.json()) as Record<string, unknown>;
+        expect(body).toMatchObject({ title: "Redis not configured", missing: "UPSTASH_REDIS_REST_URL" });
+        expect(body.detail).toContain("UPSTASH_REDIS_REST_URL");
+      }
+      expect((await app.request(url("/open"), from("10.9.0.1"), env)).status).toBe(200);
+      const lines = logs.mock.calls.map((args) => String(args[0])).filter((l) => l.includes("redis_not_configured"));
+      expect(lines).toHaveLength(1);
+      expect(JSON.parse(lines[0] ?? "{}")).toMatchObject({
+        event: "redis_not_configured",
+        missing: "UPSTASH_REDIS_REST_URL",
+      });
+    } finally {
+      logs.mockRestore();
+    }
+  });
+
+  it("names the region's own token when the region has its URL but not its token", async () => {
+    const app = new Hono<SluiceEnv>();
+    const regions = { eu: { continents: ["EU"] }, us: { continents: ["NA"] } };
+    app.use("*", rateLimit({ limits: [{ name: "per-ip", rate: 5, period: "1m" }], home_region: "us", regions }));
+    app.all("*", (c) => c.text("handled"));
+    const env = {
+      UPSTASH_REDIS_REST_URL: "http://127.0.0.1:9",
+      UPSTASH_REDIS_REST_TOKEN: "t",
+      UPSTASH_REDIS_REST_URL_EU: "http://127.0.0.1:9",
+    };
+    const req = new Request(url("/x"), from("10.9.0.2"));
+    Object.defineProperty(req, "cf", { value: { continent: "EU" } });
+    const r = await app.request(req, undefined, env);
+    expect(r.status).toBe(500);
+    expect(await r.json()).toMatchObject({ missing: "UPSTASH_REDIS_REST_TOKEN_EU" });
   });
 });

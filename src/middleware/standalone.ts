@@ -72,6 +72,7 @@ export function compileOptions(
   route: Record<string, unknown>,
   { schema, table }: OptionsSchema,
 ): Config {
+  checkRedisOption(middleware, options.redis);
   const shared = Object.fromEntries(SHARED_FIELDS.flatMap((f) => (options[f] === undefined ? [] : [[f, options[f]]])));
   const SLUICE = { ...shared, routes: [{ match: "/*", ...route }] };
   const loaded = loadConfigWith(schema(), { SLUICE, originOptional: true });
@@ -83,6 +84,30 @@ export function compileOptions(
     .replace(/^SLUICE\.?/, "")
     .replace(inTable, "");
   throw new ConfigError(`${middleware}(): ${field || "options"}`, loaded.error.problem);
+}
+
+/**
+ * A `redis: { url, token }` option is checked when the middleware is made: a URL that is not
+ * http(s) would otherwise fail on every request, as a store error the outage policy hides.
+ */
+function checkRedisOption(middleware: string, redis: SharedOptions["redis"]): void {
+  if (redis === undefined || typeof redis === "function") return;
+  if (!("url" in redis) && !("token" in redis)) return; // an @upstash/redis client: it checked its own
+  const { url, token } = redis as { url?: unknown; token?: unknown };
+  if (typeof url !== "string" || !/^https?:\/\/[^/\s]+/i.test(url) || !parses(url))
+    throw new ConfigError(`${middleware}(): redis.url`, `${JSON.stringify(url)} is not an https:// (or http://) URL`);
+  if (typeof token !== "string" || token === "")
+    throw new ConfigError(`${middleware}(): redis.token`, "must be the database's REST token (a non-empty string)");
+}
+
+/** Whether `url` is a URL the runtime can parse. */
+function parses(url: string): boolean {
+  try {
+    new URL(url);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** A middleware's own table, its optional fields left out so the schema's defaults apply. */

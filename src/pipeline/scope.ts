@@ -5,6 +5,7 @@ import type { Env } from "../env.js";
 import { clientIp } from "../identity/identify.js";
 import type { Defer } from "../util/defer.js";
 import { Problem } from "../problem.js";
+import { redisNotConfigured } from "./redis-required.js";
 import { PROBLEMS } from "../problem-types.js";
 import { chooseRegion, type Connect } from "../region/index.js";
 import { normalisePath } from "../routing/normalise.js";
@@ -81,6 +82,8 @@ export type ScopeSource = (c: Context<SluiceEnv>) => Scope;
 /** A scope ready for the steps: where an allowed request goes, and the route it is counted under. */
 export function entered(scope: Scope): Scope {
   scope.target = forwardTarget(scope.config, scope);
+  const notConfigured = redisNotConfigured(scope);
+  if (notConfigured) throw new ScopedProblem(scope, notConfigured);
   if (scope.route) scope.meta = { route: scope.route.name, limit: "-" };
   return scope;
 }

@@ -51,6 +51,19 @@ export function envConnections(env: Env, homeRegion: string): Connect {
   };
 }
 
+/**
+ * The Upstash secret a region lacks, as `envConnections` reads them: the region's own token when
+ * it has its own URL, else the home region's URL or token. Undefined: the region is configured.
+ *
+ * @example missingRedisVariable({}, "eu", "eu") // "UPSTASH_REDIS_REST_URL"
+ */
+export function missingRedisVariable(env: Env, region: string, homeRegion: string): string | undefined {
+  const names = regionSecretNames(region);
+  if (region !== homeRegion && env[names.url]) return env[names.token] ? undefined : names.token;
+  if (!env.UPSTASH_REDIS_REST_URL) return "UPSTASH_REDIS_REST_URL";
+  return env.UPSTASH_REDIS_REST_TOKEN ? undefined : "UPSTASH_REDIS_REST_TOKEN";
+}
+
 /** When `max_timeout_ms` is not set: a second covers a store across an ocean, cold connection included. */
 export const DEFAULT_MAX_TIMEOUT_MS = 1_000;
 

@@ -1,5 +1,5 @@
 import type { Miniflare } from "miniflare";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { startRedis } from "@sluice/dev";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { call, sleep, startWorker, type DemoOrigin, type RedisStack, useStack } from "./stack.js";
@@ -157,22 +157,47 @@ describe("Redis stopped (connections refused)", () => {
 });
 
 describe("no Redis configured at all", () => {
-  it("is a store error like any other: local buckets decide", async () => {
+  it("is not an outage: a guarded route answers 500 naming the variable, logged once; other paths still answer", async () => {
+    let out = "";
     const none = startWorker({
-      sluice: { routes: [{ name: "r", match: "/*", limits: [{ name: "per-ip", rate: 1, period: "1m", burst: 2 }] }] },
+      sluice: { routes: [{ name: "r", match: "/x", limits: [{ name: "per-ip", rate: 1, period: "1m", burst: 2 }] }] },
       origin: origin.url,
+      stdout: (text) => (out += text),
     });
     try {
-      const replies = [];
-      for (let i = 0; i < 3; i++) replies.push(await call(none, "/x", { ip: "10.6.0.1" }));
-      expect(replies.map((r) => [r.status, r.headers.get("sluice-decision")])).toEqual([
-        [200, "degraded"],
-        [200, "degraded"],
-        [429, "reject"],
-      ]);
-      expect(replies[2]?.json()).toMatchObject({ status: 429, limit: "per-ip" });
+      const replies = [await call(none, "/x", { ip: "10.6.0.1" }), await call(none, "/x", { ip: "10.6.0.2" })];
+      for (const r of replies) {
+        expect(r.status).toBe(500);
+        expect(r.headers.get("content-type")).toBe("application/problem+json");
+        expect(r.json()).toMatchObject({
+          status: 500,
+          title: "Redis not configured",
+          missing: "UPSTASH_REDIS_REST_URL",
+        });
+        expect(r.json().detail).toContain("UPSTASH_REDIS_REST_URL");
+      }
+      // an unguarded path is passed on as before
+      expect((await call(none, "/elsewhere", { ip: "10.6.0.1" })).status).toBe(200);
+      await vi.waitFor(() => expect(out).toContain("redis_not_configured"));
+      expect(out.match(/"event":"redis_not_configured"/g)).toHaveLength(1);
+      expect(out).toContain('"missing":"UPSTASH_REDIS_REST_URL"');
     } finally {
       await none.dispose();
+    }
+  }, 30_000);
+
+  it("names the token when only the URL is set", async () => {
+    const half = startWorker({
+      sluice: { routes: [{ name: "r", match: "/x", limits: [{ name: "per-ip", rate: 1, period: "1m" }] }] },
+      origin: origin.url,
+      bindings: { UPSTASH_REDIS_REST_URL: "http://127.0.0.1:9" },
+    });
+    try {
+      const r = await call(half, "/x", { ip: "10.6.0.3" });
+      expect(r.status).toBe(500);
+      expect(r.json()).toMatchObject({ missing: "UPSTASH_REDIS_REST_TOKEN" });
+    } finally {
+      await half.dispose();
     }
   }, 30_000);
 });

@@ -59,6 +59,8 @@ export interface WorkerOptions {
   queues?: boolean;
   /** Listen on a loopback port (for a browser); `await mf.ready` gives the URL. */
   listen?: boolean;
+  /** Receives the Worker's standard output (its log lines), which is dropped otherwise. */
+  stdout?: (text: string) => void;
 }
 
 /**
@@ -79,10 +81,14 @@ export function startWorker(opts: WorkerOptions): Miniflare {
     bindings,
     ...(opts.listen ? { host: "127.0.0.1", port: 0 } : {}),
     // the Worker's own log lines (one per refused decision) would drown the test output
-    ...(process.env.SLUICE_TEST_LOGS
+    ...(process.env.SLUICE_TEST_LOGS && !opts.stdout
       ? {}
       : {
-          handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => (out.resume(), err.resume()),
+          handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => {
+            if (opts.stdout) out.on("data", (chunk: Buffer) => opts.stdout?.(chunk.toString()));
+            else out.resume();
+            err.resume();
+          },
         }),
     ...(opts.queues
       ? {

@@ -90,11 +90,12 @@ describe("Redis trouble", () => {
     expect((await call(open, "/down", { ip: "10.2.0.2" })).headers.get("sluice-decision")).toBe("allow");
   });
 
-  it("no Redis configured at all is a store error too, not a crash", async () => {
+  it("no Redis configured at all is a 500 naming the variable, whatever on_store_error says, not a crash", async () => {
     const none = startWorker({ sluice: { on_store_error: "closed", routes }, origin: origin.url });
     try {
       const r = await call(none, "/x");
-      expect(r.status).toBe(503);
+      expect(r.status).toBe(500);
+      expect(r.json()).toMatchObject({ title: "Redis not configured", missing: "UPSTASH_REDIS_REST_URL" });
       expect(r.headers.get("sluice-decision")).toBe("reject");
     } finally {
       await none.dispose();

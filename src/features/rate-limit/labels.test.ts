@@ -41,7 +41,7 @@ const perKey = { name: "per-key", key: "header:x-api-key", rate: 1, period: "1h"
 
 describe("labels of refused clients", () => {
   it("never puts a label or the raw value in a Redis key name, and keeps labels as long as the counts", async () => {
-    const both = { name: "per-ip-key", key: ["ip", "header:x-api-key"], rate: 1, period: "1h", lease: false };
+    const both = { name: "per-ip-key", key: ["ip", "header:x-api-key"], rate: 1, period: "1h", lease: false } as const;
     for (const labels of ["full", "masked"] as const)
       for (const limit of [perIp, perKey, both]) {
         const opts = rig.options({ limits: [limit], labels });

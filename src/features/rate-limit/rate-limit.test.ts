@@ -196,10 +196,12 @@ describe("rateLimit()", () => {
       bad({
         limits: [
           { name: "ok", rate: 1, period: "1s" },
+          // @ts-expect-error -- not a duration: the types refuse it, and so does the schema for JavaScript callers
           { name: "per-ip", rate: 1, period: "soon" },
         ],
       }),
     ).toThrow(/^rateLimit\(\): limits\[1\]\.period: .*"soon" is not a duration/);
+    // @ts-expect-error -- not a key part
     expect(bad({ limits: [{ name: "per-ip", key: "body:x", rate: 1, period: "1s" }] })).toThrow(
       /^rateLimit\(\): limits\[0\]\.key/,
     );

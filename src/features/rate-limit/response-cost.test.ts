@@ -310,7 +310,7 @@ describe("rateLimit() with cost = { response = json: or sse: }", () => {
   it("with a concurrency limit on the route, the slot is freed once delivered and the cost settled", async () => {
     const limits = [
       ...(bodyLimits("sse:usage.total_tokens") ?? []),
-      { name: "one", key: "header:x-api-key", algorithm: "concurrency" as const, limit: 1, lease: "30s" },
+      { name: "one", key: "header:x-api-key", algorithm: "concurrency", limit: 1, lease: "30s" } as const,
     ];
     const { app } = bodyApp(limits);
     const bg = background();
