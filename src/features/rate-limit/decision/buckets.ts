@@ -81,7 +81,7 @@ export async function keyedBuckets(
   const priority = priorityOf(route.priority ?? "default", facts);
   const buckets = await Promise.all(
     route.limits.map(async (limit): Promise<KeyedBucket | undefined> => {
-      const identity = identify(limit.key, facts, limit.missing);
+      const identity = identify(limit.key, limitFacts(limit, facts), limit.missing);
       if (identity.kind === "skip") return undefined;
       if (identity.kind === "missing")
         throw new BadLimitInput(
@@ -97,6 +97,11 @@ export async function keyedBuckets(
     }),
   );
   return buckets.filter((b): b is KeyedBucket => b !== undefined);
+}
+
+/** The facts a limit reads: with a key from the app's code, that key's value for this request (`undefined`: missing). */
+function limitFacts(limit: Limit, facts: RequestFacts): RequestFacts {
+  return limit.keyOf && facts.context ? { ...facts, code: limit.keyOf(facts.context) } : facts;
 }
 
 /**
@@ -133,6 +138,7 @@ function paramsFor(limit: Limit, facts: RequestFacts, priority: Priority): Bucke
 }
 
 function costOf(limit: Limit, facts: RequestFacts): number {
+  if (facts.cost !== undefined) return facts.cost;
   if (!limit.costHeader) return limit.cost;
   const text = facts.headers.get(limit.costHeader);
   if (text === null) return 1;
