@@ -50,10 +50,14 @@ export const reserve = lazy(() =>
   ),
 );
 
-/** A route's `priority`: one of the names, or where a request carries one (a header, a verified JWT claim). */
+/** A route's priority from the app's own code (middleware options only): the request's context in, a priority's name out. */
+export type PriorityFunction = (c: Context) => string | undefined;
+
+/** A route's `priority`: one of the names, or where a request carries one (a header, a verified JWT claim), or a function. */
 export const priority = lazy(() =>
   z.union([
     z.enum(PRIORITIES),
+    z.custom<PriorityFunction>((v) => typeof v === "function"),
     z
       .string()
       .check(

@@ -7,7 +7,7 @@ import { StoreError } from "../../../store/deadline.js";
 import { bucketKey, shareKeys } from "../../../store/layout.js";
 import type { Store } from "../../../store/redis.js";
 import type { Bucket, BucketParams } from "../types.js";
-import { floorOf, priorityOf, type Priority } from "./priority.js";
+import { floorOf, isPriority, priorityOf, type Priority } from "./priority.js";
 
 export interface RegionStores {
   region: string;
@@ -78,7 +78,7 @@ export async function keyedBuckets(
   config: Config,
   region: string,
 ): Promise<KeyedBucket[]> {
-  const priority = priorityOf(route.priority ?? "default", facts);
+  const priority = requestPriority(route, facts);
   const buckets = await Promise.all(
     route.limits.map(async (limit): Promise<KeyedBucket | undefined> => {
       const identity = identify(limit.key, limitFacts(limit, facts), limit.missing);
@@ -97,6 +97,14 @@ export async function keyedBuckets(
     }),
   );
   return buckets.filter((b): b is KeyedBucket => b !== undefined);
+}
+
+/** The request's priority: as the route's setting names it, or as the app's code tells (a name it does not know: default). */
+function requestPriority(route: Route, facts: RequestFacts): Priority {
+  const setting = route.priority ?? "default";
+  if (typeof setting === "string") return priorityOf(setting, facts);
+  const named = facts.context ? setting(facts.context)?.trim().toLowerCase() : undefined;
+  return isPriority(named) ? named : "default";
 }
 
 /** The facts a limit reads: with a key from the app's code, that key's value for this request (`undefined`: missing). */
