@@ -1,10 +1,11 @@
 import { Hono, type Context, type MiddlewareHandler } from "hono";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { background, middlewareRig } from "../../test/support/middleware-rig.js";
 import { limiter, rateLimit, type LimiterResult, type SluiceEnv } from "../index.js";
 
 /** Keys from the app's code and the imperative limiter, in Node against a real Redis. */
 const { db, options } = middlewareRig("lim");
+afterEach(() => db.stack.bridge.setMode("normal"));
 
 const url = (path: string) => `http://sluice.test${path}`;
 const from = (ip: string, user?: string): RequestInit => ({
@@ -123,9 +124,24 @@ describe("limiter()", () => {
     await bg.settled();
   });
 
+  it("follows on_store_error when Redis refuses: open admits degraded, local decides in the isolate", async () => {
+    const open = limiter({ ...options(), on_store_error: "open", limits });
+    const local = limiter({ ...options(), on_store_error: "local", limits });
+    db.stack.bridge.setMode("refuse");
+    const ctx = { env: {} };
+    expect(await open.limit(ctx, "u3")).toMatchObject({ success: true, degraded: true });
+    const spent = [];
+    for (let i = 0; i < 4; i++) spent.push(await local.limit(ctx, "u3"));
+    expect(spent.map((r) => r.success)).toEqual([true, true, true, false]);
+    expect(spent.every((r) => r.degraded)).toBe(true);
+  });
+
   it("refuses bad options at construction and a bad identifier or cost at the call", async () => {
     expect(() => limiter({ limits: [{ name: "l", rate: 0, period: "1s" }] })).toThrow(
       /^limiter\(\): limits\[0\]\.rate/,
+    );
+    expect(() => limiter({ limits: [{ name: "c", algorithm: "concurrency", limit: 2, lease: "1m" }] })).toThrow(
+      /^limiter\(\): limits\[0\]\.algorithm/,
     );
     const jobs = limiter({ ...options(), limits });
     await expect(jobs.limit({}, "")).rejects.toThrow(/identifier/);

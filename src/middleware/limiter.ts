@@ -9,7 +9,8 @@
  * const { success, retryAfterMs } = await jobs.limit(c, userId);
  */
 import type { Context } from "hono";
-import type { Config } from "../config/load.js";
+import { ConfigError, type Config } from "../config/load.js";
+import type { Limit } from "../config/index.js";
 import { plainConfigSchema } from "../config/settings.js";
 import type { Scope } from "../context.js";
 import type { Env } from "../env.js";
@@ -46,7 +47,7 @@ export interface LimiterResult {
   reset: number;
   /** When refused: milliseconds until the call could pass (-1: never, its cost exceeds the capacity); 0 when admitted. */
   retryAfterMs: number;
-  /** Redis did not answer and the deployment fails open: nothing was decided (`on_store_error`). */
+  /** Redis did not answer: under `on_store_error = "open"` nothing was decided; under `local` this isolate decided alone. */
   degraded?: boolean;
 }
 
@@ -66,6 +67,7 @@ export function limiter(options: LimiterOptions): Limiter {
   const config = compileOptions("limiter", options, { name, limits }, { schema: plainConfigSchema });
   const compiled = config.routes[0];
   if (!compiled) throw new Error("limiter(): the options compiled to no route");
+  compiled.limits.forEach(callable);
   // every limit is keyed on the call's identifier, given as the key part from the app's code
   const route = {
     ...compiled,
@@ -78,7 +80,10 @@ export function limiter(options: LimiterOptions): Limiter {
       throw new TypeError("limiter(): cost must be a positive whole number");
     const scope = callScope(config, options, c, { code: identifier, cost });
     scope.route = route;
-    return resultOf((await decideLimits(scope, route, peek))?.decision);
+    const decided = await decideLimits(scope, route, peek);
+    return decided
+      ? { ...resultOf(decided.decision), ...(decided.degraded ? { degraded: true } : {}) }
+      : degradedResult();
   };
   return {
     limit: (c, identifier, opts) => run(c, identifier, false, opts?.cost),
@@ -122,10 +127,31 @@ function connectionOf(options: LimiterOptions, c: LimiterContext, env: Env, conf
   return () => connection;
 }
 
+/**
+ * A limit a call can be decided against: a concurrency slot or a cost from a response would need
+ * the end of a request to settle, which a call does not have.
+ */
+function callable(limit: Limit, index: number): void {
+  if (limit.algorithm === "concurrency")
+    throw new ConfigError(
+      `limiter(): limits[${index}].algorithm`,
+      "concurrency needs a request to end: use rateLimit()",
+    );
+  if (limit.responseCost)
+    throw new ConfigError(
+      `limiter(): limits[${index}].cost`,
+      "a cost from the response needs a response: use rateLimit()",
+    );
+}
+
+/** Redis did not answer and the deployment fails open: admitted, nothing decided. */
+function degradedResult(): LimiterResult {
+  return { success: true, limit: 0, remaining: 0, reset: Date.now(), retryAfterMs: 0, degraded: true };
+}
+
 /** The answer: the binding limit's figures (a refusal's blocking limit, else the one with the fewest calls left). */
-function resultOf(decision: Decision | undefined): LimiterResult {
+function resultOf(decision: Decision): LimiterResult {
   const now = Date.now();
-  if (!decision) return { success: true, limit: 0, remaining: 0, reset: now, retryAfterMs: 0, degraded: true };
   const enforced = decision.outcomes.filter((o) => !o.limit.shadow);
   const binding =
     decision.verdict === "reject"
