@@ -34,6 +34,7 @@ rmSync(dist, { recursive: true, force: true });
 const ENTRIES = [
   { in: "src/index.ts", out: "index" },
   { in: "src/middleware/rate-limit.ts", out: "rate-limit" },
+  { in: "src/middleware/limiter.ts", out: "limiter" },
   { in: "src/middleware/idempotency.ts", out: "idempotency" },
   { in: "src/middleware/session.ts", out: "session" },
   { in: "src/middleware/breaker.ts", out: "breaker" },

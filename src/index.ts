@@ -18,6 +18,13 @@ export { ConfigError } from "./config/load.js";
 export { Problem } from "./problem.js";
 export { Runtime } from "./runtime.js";
 export { rateLimit, type LimitOptions, type RateLimitOptions } from "./middleware/rate-limit.js";
+export {
+  limiter,
+  type Limiter,
+  type LimiterContext,
+  type LimiterOptions,
+  type LimiterResult,
+} from "./middleware/limiter.js";
 export { idempotency, type IdempotencyOptions } from "./middleware/idempotency.js";
 export { session, type SessionOptions } from "./middleware/session.js";
 export { breaker, type BreakerOptions } from "./middleware/breaker.js";

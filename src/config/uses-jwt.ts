@@ -6,7 +6,7 @@ export function usesJwt(
 ): boolean {
   const session = route.session ? [route.session.key, ...route.session.principal] : [];
   const principal = route.idempotency?.principal ?? [];
-  const priority = route.priority ?? "";
+  const priority = typeof route.priority === "string" ? route.priority : "";
   return [...route.limits.flatMap((l) => [...l.key, l.tier ?? ""]), ...session, ...principal, priority].some((p) =>
     p.startsWith("jwt:"),
   );

@@ -1,3 +1,5 @@
+import type { Context } from "hono";
+
 /** What a limit's key parts are read from; built once per request. */
 export interface RequestFacts {
   /** From `CF-Connecting-IP`, the only client address Cloudflare vouches for. */
@@ -7,7 +9,16 @@ export interface RequestFacts {
   url: URL;
   /** The claims of the request's verified JWT, when a route keys on one and it carried one. */
   claims?: Record<string, unknown>;
+  /** The request's Hono context, in an app (what a key function of the app's code reads). */
+  context?: Context;
+  /** The identifier the app's code gave (a key function's result, `limiter().limit()`'s identifier). */
+  code?: string;
+  /** The cost the app's code gave (`limiter().limit(c, id, { cost })`), over every limit's own. */
+  cost?: number;
 }
+
+/** The key part of an identifier from the app's own code: only sluice sets it, never a configuration. */
+export const CODE_PART = "code";
 
 /** The identifier of a bucket, or what to do when the request does not carry the identity. */
 export type Identity = { kind: "id"; id: string } | { kind: "skip" } | { kind: "missing"; part: string };
@@ -40,6 +51,7 @@ export function readPart(part: string, facts: RequestFacts): string | undefined 
   if (part === "ip") return facts.ip;
   if (part === "global") return "*";
   if (part === "path") return facts.matchPath;
+  if (part === CODE_PART) return facts.code;
   const colon = part.indexOf(":");
   const source = part.slice(0, colon);
   const name = part.slice(colon + 1);

@@ -155,6 +155,7 @@ function optionsScope(config: Config, options: SharedOptions, matchRoutes: boole
     if (matchRoutes && !scope.target && !scope.methodOverridden) c.req.raw = withoutOverride(c.req.raw);
     const claims = c.get("jwtPayload" as never) as unknown;
     if (claims && typeof claims === "object") scope.facts.claims = claims as Record<string, unknown>;
+    scope.facts.context = c;
     return scope;
   };
 }

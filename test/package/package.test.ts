@@ -24,6 +24,7 @@ const VALUES = [
   "breaker",
   "accessLists",
   "verifyJwt",
+  "limiter",
   "sluice",
   "Runtime",
   "Problem",
@@ -38,6 +39,8 @@ const TYPES = [
   "SharedOptions",
   "LimitOptions",
   "RateLimitOptions",
+  "LimiterOptions",
+  "LimiterResult",
   "IdempotencyOptions",
   "SessionOptions",
   "BreakerOptions",
@@ -47,6 +50,7 @@ const TYPES = [
 /** The subpaths of package.json's `exports` and the values each gives (the root gives all but the gateway's). */
 const SUBPATHS: Record<string, string[]> = {
   "sluice/rate-limit": ["rateLimit"],
+  "sluice/limiter": ["limiter"],
   "sluice/idempotency": ["idempotency"],
   "sluice/session": ["session"],
   "sluice/breaker": ["breaker"],
@@ -225,7 +229,7 @@ describe("the npm package", () => {
     const entries = (await run("tar", ["-tzf", tarball], { cwd: root })).trim().split("\n");
     expect(entries).toContain("package/dist/index.js");
     expect(entries).toContain("package/dist/index.d.ts");
-    for (const name of ["rate-limit", "idempotency", "session", "breaker", "access", "gateway"])
+    for (const name of ["rate-limit", "limiter", "idempotency", "session", "breaker", "access", "gateway"])
       expect(entries).toContain(`package/dist/${name}.js`);
     expect(entries).toContain("package/dist/middleware/rate-limit.d.ts");
     expect(entries).toContain("package/package.json");

@@ -56,6 +56,14 @@ describe("rateLimit() with reserve and priority", () => {
     expect(await statuses(app, "sheddable", 11)).toEqual([...Array<number>(10).fill(200), 429]);
   });
 
+  it("a priority from the app's code: critical takes the reserve, an unknown name is default", async () => {
+    // the app's code reads the header itself here; any state on the context would do
+    const { app } = appWith({ priority: (c) => c.req.header("x-priority") });
+    expect(await statuses(app, "sheddable", 7)).toEqual([200, 200, 200, 200, 200, 200, 429]);
+    expect(await statuses(app, "urgent", 3)).toEqual([200, 200, 429]);
+    expect(await statuses(app, "critical", 3)).toEqual([200, 200, 429]);
+  });
+
   it("reserving for sheddable is a field-named error", () => {
     expect(() => rateLimit(rig.options({ limits: [{ ...LIMITS[0]!, reserve: { sheddable: 0.1 } }] }))).toThrow(
       /limits\[0\]\.reserve\.sheddable/,

@@ -1,4 +1,6 @@
+import type { Context } from "hono";
 import * as z from "zod/mini";
+import { CODE_PART } from "../../identity/identify.js";
 import { deferred, lazy } from "../../config/lazy.js";
 import { booleanOrDuration, duration, keyPart, name, tierRate } from "../../config/primitives.js";
 import { banSettings, bannable } from "../access/schema.js";
@@ -48,10 +50,14 @@ export const reserve = lazy(() =>
   ),
 );
 
-/** A route's `priority`: one of the names, or where a request carries one (a header, a verified JWT claim). */
+/** A route's priority from the app's own code (middleware options only): the request's context in, a priority's name out. */
+export type PriorityFunction = (c: Context) => string | undefined;
+
+/** A route's `priority`: one of the names, or where a request carries one (a header, a verified JWT claim), or a function. */
 export const priority = lazy(() =>
   z.union([
     z.enum(PRIORITIES),
+    z.custom<PriorityFunction>((v) => typeof v === "function"),
     z
       .string()
       .check(
@@ -122,11 +128,21 @@ function responseCostProblems(l: {
   return problems;
 }
 
+/** A limit's key from the app's own code: the request's context in, the identifier (or `undefined`: missing) out. */
+export type KeyFunction = (c: Context) => string | undefined;
+
+const keyFunction = () =>
+  z.custom<KeyFunction>((v) => typeof v === "function", "must be key parts or a function of the context");
+
 /** A limit's figures: its name, identity, algorithm, rate and cost. */
 function figureFields() {
   return {
     name: name(),
-    key: z._default(z.union([keyPart(), z.array(keyPart()).check(z.minLength(1), z.maxLength(8))]), "ip"),
+    /** Key parts, or (middleware options only) a function of the request's context giving the identifier. */
+    key: z._default(
+      z.union([keyPart(), z.array(keyPart()).check(z.minLength(1), z.maxLength(8)), keyFunction()]),
+      "ip",
+    ),
     algorithm: z._default(z.enum(ALGORITHM_NAMES), "token_bucket"),
     /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/features/rate-limit/algorithms/figures.ts). */
     rate: z.optional(tokens()),
@@ -210,7 +226,9 @@ function compiledLimit(l: z.output<ReturnType<typeof limitFields>>) {
   return {
     ...l,
     ...compiledFigures(l),
-    key: Array.isArray(l.key) ? l.key : [l.key],
+    // a key from the app's code is read as the one part "code" (src/identity/identify.ts)
+    key: typeof l.key === "function" ? [CODE_PART] : Array.isArray(l.key) ? l.key : [l.key],
+    keyOf: typeof l.key === "function" ? l.key : undefined,
     cost: typeof l.cost === "number" ? l.cost : (fromResponse?.reserve ?? 1),
     costHeader,
     responseCost,

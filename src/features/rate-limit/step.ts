@@ -101,7 +101,7 @@ function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, el
  * The decision, or `undefined` when Redis failed and the deployment fails open. Redis failing
  * under `on_store_error = "local"` is decided by this isolate alone; under `closed` it is a 503.
  */
-async function decideLimits(scope: Scope, limited: Route, peek: boolean): Promise<LimitRun | undefined> {
+export async function decideLimits(scope: Scope, limited: Route, peek: boolean): Promise<LimitRun | undefined> {
   const { config, region, stores, facts, runtime } = scope;
   const mode = peek ? "peek" : "take";
   let buckets: Bucket[] = [];

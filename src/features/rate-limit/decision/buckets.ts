@@ -7,7 +7,7 @@ import { StoreError } from "../../../store/deadline.js";
 import { bucketKey, shareKeys } from "../../../store/layout.js";
 import type { Store } from "../../../store/redis.js";
 import type { Bucket, BucketParams } from "../types.js";
-import { floorOf, priorityOf, type Priority } from "./priority.js";
+import { floorOf, isPriority, priorityOf, type Priority } from "./priority.js";
 
 export interface RegionStores {
   region: string;
@@ -78,10 +78,10 @@ export async function keyedBuckets(
   config: Config,
   region: string,
 ): Promise<KeyedBucket[]> {
-  const priority = priorityOf(route.priority ?? "default", facts);
+  const priority = requestPriority(route, facts);
   const buckets = await Promise.all(
     route.limits.map(async (limit): Promise<KeyedBucket | undefined> => {
-      const identity = identify(limit.key, facts, limit.missing);
+      const identity = identify(limit.key, limitFacts(limit, facts), limit.missing);
       if (identity.kind === "skip") return undefined;
       if (identity.kind === "missing")
         throw new BadLimitInput(
@@ -97,6 +97,19 @@ export async function keyedBuckets(
     }),
   );
   return buckets.filter((b): b is KeyedBucket => b !== undefined);
+}
+
+/** The request's priority: as the route's setting names it, or as the app's code tells (a name it does not know: default). */
+function requestPriority(route: Route, facts: RequestFacts): Priority {
+  const setting = route.priority ?? "default";
+  if (typeof setting === "string") return priorityOf(setting, facts);
+  const named = facts.context ? setting(facts.context)?.trim().toLowerCase() : undefined;
+  return isPriority(named) ? named : "default";
+}
+
+/** The facts a limit reads: with a key from the app's code, that key's value for this request (`undefined`: missing). */
+function limitFacts(limit: Limit, facts: RequestFacts): RequestFacts {
+  return limit.keyOf && facts.context ? { ...facts, code: limit.keyOf(facts.context) } : facts;
 }
 
 /**
@@ -133,6 +146,7 @@ function paramsFor(limit: Limit, facts: RequestFacts, priority: Priority): Bucke
 }
 
 function costOf(limit: Limit, facts: RequestFacts): number {
+  if (facts.cost !== undefined) return facts.cost;
   if (!limit.costHeader) return limit.cost;
   const text = facts.headers.get(limit.costHeader);
   if (text === null) return 1;

@@ -18,7 +18,7 @@ export const RESERVABLE = ["critical", "default"] as const;
 
 export type Reserve = Partial<Record<(typeof RESERVABLE)[number], number>>;
 
-function isPriority(value: string | undefined): value is Priority {
+export function isPriority(value: string | undefined): value is Priority {
   return (PRIORITIES as readonly string[]).includes(value ?? "");
 }
 

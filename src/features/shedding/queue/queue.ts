@@ -58,7 +58,7 @@ export async function toJob(
   const keep = new Set([
     ...route.queue.headers,
     // the headers the limits key on, and the priority's: the consumer decides the job as the live request was
-    ...[...route.limits.flatMap((l) => l.key), route.priority].flatMap((k) =>
+    ...[...route.limits.flatMap((l) => l.key), typeof route.priority === "string" ? route.priority : ""].flatMap((k) =>
       k.startsWith("header:") ? [k.slice(7).toLowerCase()] : k.startsWith("cookie:") ? ["cookie"] : [],
     ),
   ]);

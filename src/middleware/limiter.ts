@@ -1,0 +1,171 @@
+/**
+ * `sluice/limiter`: the rate limits called from the app's own code, for work that is not a request
+ * of the app (a queue consumer, a cron job, a WebSocket message, a Durable Object) or a key only
+ * the handler knows. Same script, same one round trip, same leases and outage policy as `rateLimit()`.
+ *
+ * @example
+ * import { limiter } from "sluice/limiter";
+ * const jobs = limiter({ name: "jobs", limits: [{ name: "per-user", rate: 10, period: "1m" }] });
+ * const { success, retryAfterMs } = await jobs.limit(c, userId);
+ */
+import type { Context } from "hono";
+import { ConfigError, type Config } from "../config/load.js";
+import type { Limit } from "../config/index.js";
+import { plainConfigSchema } from "../config/settings.js";
+import type { Scope } from "../context.js";
+import type { Env } from "../env.js";
+import { CODE_PART } from "../identity/identify.js";
+import { deferrer } from "../pipeline/scope.js";
+import { chooseRegion, envConnections, type Connect } from "../region/index.js";
+import { isolateRuntime } from "../runtime.js";
+import type { RedisConnection } from "../store/redis.js";
+import { decideLimits } from "../features/rate-limit/step.js";
+import type { Decision } from "../features/rate-limit/types.js";
+import type { LimitOptions } from "./rate-limit.js";
+import { compileOptions, type SharedOptions } from "./standalone.js";
+
+/** Where a call runs: a Hono context, or a Worker's `env` and `ExecutionContext` (queue, cron, Durable Object). */
+export type LimiterContext = Context | { env?: unknown; executionCtx?: { waitUntil(work: Promise<unknown>): void } };
+
+export interface LimiterOptions extends Omit<SharedOptions, "redis"> {
+  /** The limits every call is decided against, all or nothing; their key is the call's identifier. */
+  limits: Omit<LimitOptions, "key" | "missing">[];
+  /** Names the buckets in Redis (`{key_prefix}:{name}:{limit}:{hash}`); default "limiter". */
+  name?: string;
+  /** The Redis, or a function of the call's context giving one; default: `env`'s `UPSTASH_REDIS_REST_URL` / `_TOKEN`. */
+  redis?: RedisConnection | ((c: LimiterContext) => RedisConnection);
+}
+
+/** What a call decided, shaped like `@upstash/ratelimit`'s answer. */
+export interface LimiterResult {
+  success: boolean;
+  /** The binding limit's capacity (its burst: the most a full bucket holds). */
+  limit: number;
+  /** Whole tokens left in the binding limit's bucket (after this call's charge, when admitted). */
+  remaining: number;
+  /** When the binding limit's bucket is full again, as epoch milliseconds (as `@upstash/ratelimit`). */
+  reset: number;
+  /** When refused: milliseconds until the call could pass (-1: never, its cost exceeds the capacity); 0 when admitted. */
+  retryAfterMs: number;
+  /** Redis did not answer: under `on_store_error = "open"` nothing was decided; under `local` this isolate decided alone. */
+  degraded?: boolean;
+}
+
+export interface Limiter {
+  /** Spends `cost` (default each limit's own) from the identifier's buckets, all or nothing. */
+  limit(c: LimiterContext, identifier: string, options?: { cost?: number }): Promise<LimiterResult>;
+  /** The identifier's buckets as they stand, nothing spent. */
+  peek(c: LimiterContext, identifier: string): Promise<LimiterResult>;
+}
+
+/**
+ * A limiter the app calls itself: each call decides every limit for `identifier` (hashed before it
+ * reaches Redis, like every identifier) in one Redis call. A bad option throws a `ConfigError` now.
+ */
+export function limiter(options: LimiterOptions): Limiter {
+  const { name = "limiter", limits } = options;
+  const config = compileOptions("limiter", options, { name, limits }, { schema: plainConfigSchema });
+  const compiled = config.routes[0];
+  if (!compiled) throw new Error("limiter(): the options compiled to no route");
+  compiled.limits.forEach(callable);
+  // every limit is keyed on the call's identifier, given as the key part from the app's code
+  const route = {
+    ...compiled,
+    limits: compiled.limits.map((l) => ({ ...l, key: [CODE_PART], missing: "reject" as const })),
+  };
+  const run = async (c: LimiterContext, identifier: string, peek: boolean, cost?: number) => {
+    if (typeof identifier !== "string" || identifier === "")
+      throw new TypeError("limiter(): the identifier must be a non-empty string");
+    if (cost !== undefined && !(Number.isInteger(cost) && cost > 0))
+      throw new TypeError("limiter(): cost must be a positive whole number");
+    const scope = callScope(config, options, c, { code: identifier, cost });
+    scope.route = route;
+    const decided = await decideLimits(scope, route, peek);
+    return decided
+      ? { ...resultOf(decided.decision), ...(decided.degraded ? { degraded: true } : {}) }
+      : degradedResult();
+  };
+  return {
+    limit: (c, identifier, opts) => run(c, identifier, false, opts?.cost),
+    peek: (c, identifier) => run(c, identifier, true),
+  };
+}
+
+/** The scope of one call: the facts are the identifier (and cost) the app gave; no request is read. */
+function callScope(
+  config: Config,
+  options: LimiterOptions,
+  c: LimiterContext,
+  given: { code: string; cost?: number },
+): Scope {
+  const runtime = options.runtime ?? isolateRuntime();
+  const env = (c.env ?? {}) as Env;
+  const request = "req" in c ? c.req.raw : undefined;
+  const region = chooseRegion(config, request?.cf as { colo?: string; continent?: string } | undefined);
+  const url = new URL(request?.url ?? "http://limiter.invalid/");
+  return {
+    runtime,
+    config,
+    region,
+    stores: runtime.stores(connectionOf(options, c, env, config), config),
+    facts: { ip: "", matchPath: "/", headers: new Headers(), url, ...given },
+    defer: "req" in c ? deferrer(c) : (work) => c.executionCtx?.waitUntil(work),
+    env,
+    forwardPath: "/",
+    method: "POST",
+    methodOverridden: false,
+    decision: "allow",
+    allowListed: false,
+    sluiceHeaders: {},
+  };
+}
+
+function connectionOf(options: LimiterOptions, c: LimiterContext, env: Env, config: Config): Connect {
+  const given = options.redis;
+  if (given === undefined) return envConnections(env, config.home_region);
+  const connection = typeof given === "function" ? given(c) : given;
+  return () => connection;
+}
+
+/**
+ * A limit a call can be decided against: a concurrency slot or a cost from a response would need
+ * the end of a request to settle, which a call does not have.
+ */
+function callable(limit: Limit, index: number): void {
+  if (limit.algorithm === "concurrency")
+    throw new ConfigError(
+      `limiter(): limits[${index}].algorithm`,
+      "concurrency needs a request to end: use rateLimit()",
+    );
+  if (limit.responseCost)
+    throw new ConfigError(
+      `limiter(): limits[${index}].cost`,
+      "a cost from the response needs a response: use rateLimit()",
+    );
+}
+
+/** Redis did not answer and the deployment fails open: admitted, nothing decided. */
+function degradedResult(): LimiterResult {
+  return { success: true, limit: 0, remaining: 0, reset: Date.now(), retryAfterMs: 0, degraded: true };
+}
+
+/** The answer: the binding limit's figures (a refusal's blocking limit, else the one with the fewest calls left). */
+function resultOf(decision: Decision): LimiterResult {
+  const now = Date.now();
+  const enforced = decision.outcomes.filter((o) => !o.limit.shadow);
+  const binding =
+    decision.verdict === "reject"
+      ? decision.blocking
+      : enforced.reduce<(typeof enforced)[number] | undefined>(
+          (a, b) => (a === undefined || b.remaining / b.cost < a.remaining / a.cost ? b : a),
+          undefined,
+        );
+  if (!binding) return { success: true, limit: 0, remaining: 0, reset: now, retryAfterMs: 0 };
+  return {
+    success: decision.verdict !== "reject",
+    limit: binding.limit.burst,
+    remaining: Math.max(0, binding.remaining),
+    reset: now + Math.max(0, binding.resetMs),
+    retryAfterMs: decision.verdict === "reject" ? binding.retryAfterMs : 0,
+  };
+}
