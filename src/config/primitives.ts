@@ -1,6 +1,8 @@
+import type { Context } from "hono";
 import * as z from "zod/mini";
 import { parseDuration } from "./duration.js";
 import { lazy } from "./lazy.js";
+import { CODE_PART } from "../identity/identify.js";
 import { AUTO_PRINCIPAL } from "../identity/principal.js";
 
 // The shared pieces of the configuration's schemas: names, durations, key parts, rates, methods
@@ -86,29 +88,55 @@ export const method = lazy(() =>
   ),
 );
 
+/** A principal from the app's own code: the request's context in, the principal (or `undefined`: missing) out. */
+export type PrincipalFunction = (c: Context) => string | undefined;
+
 /**
  * Whose idempotency keys or session locks: `auto` (the verified JWT's sub, else a hash of the
- * Authorization header, else the IP; src/identity/principal.ts), or an identity in the key syntax of
- * limits. `auto` stands alone: combined with other parts it would not say which credential it is.
+ * Authorization header, else the IP; src/identity/principal.ts), an identity in the key syntax of
+ * limits, or (in the middleware's options only) a function of the Hono context. `auto` stands
+ * alone: combined with other parts it would not say which credential it is.
  */
 export const principal = lazy(() =>
-  z._default(z.union([z.string(), z.array(z.string()).check(z.minLength(1), z.maxLength(4))]), AUTO_PRINCIPAL).check(
-    z.superRefine((p, ctx) => {
-      if (p === AUTO_PRINCIPAL) return;
-      const parts = Array.isArray(p) ? p : [p];
-      parts.forEach((part, i) => {
-        const checked = keyPart().safeParse(part);
-        const at = Array.isArray(p) ? [i] : [];
-        if (part === AUTO_PRINCIPAL)
-          ctx.addIssue({
-            code: "custom",
-            path: at,
-            message: '"auto" stands alone: it cannot be combined with other parts',
-          });
-        else if (!checked.success)
-          for (const issue of checked.error.issues)
-            ctx.addIssue({ code: "custom", path: at, message: `${issue.message}, or "auto"` });
-      });
-    }),
-  ),
+  z
+    ._default(
+      z.union([
+        z.string(),
+        z.array(z.string()).check(z.minLength(1), z.maxLength(4)),
+        z.custom<PrincipalFunction>((v) => typeof v === "function", 'must be key parts, "auto" or a function'),
+      ]),
+      AUTO_PRINCIPAL,
+    )
+    .check(
+      z.superRefine((p, ctx) => {
+        if (p === AUTO_PRINCIPAL || typeof p === "function") return;
+        const parts = Array.isArray(p) ? p : [p];
+        parts.forEach((part, i) => {
+          const checked = keyPart().safeParse(part);
+          const at = Array.isArray(p) ? [i] : [];
+          if (part === AUTO_PRINCIPAL)
+            ctx.addIssue({
+              code: "custom",
+              path: at,
+              message: '"auto" stands alone: it cannot be combined with other parts',
+            });
+          else if (!checked.success)
+            for (const issue of checked.error.issues)
+              ctx.addIssue({ code: "custom", path: at, message: `${issue.message}, or "auto"` });
+        });
+      }),
+    ),
 );
+
+/**
+ * A principal as the features read it: its key parts, and the app's function when it is one. A
+ * function is read as the one part "code" (src/identity/identify.ts), so its result is hashed like
+ * every identifier and a missing one (`undefined`) falls back to the IP as a missing part does.
+ */
+export function compiledPrincipal(p: string | string[] | PrincipalFunction): {
+  principal: string[];
+  principalOf: PrincipalFunction | undefined;
+} {
+  if (typeof p === "function") return { principal: [CODE_PART], principalOf: p };
+  return { principal: Array.isArray(p) ? p : [p], principalOf: undefined };
+}

@@ -1,19 +1,26 @@
 import { hashIdentifier } from "./hash.js";
-import { headerValue, identify, readPart, type RequestFacts } from "./identify.js";
+import type { Context } from "hono";
+import { CODE_PART, headerValue, identify, readPart, type RequestFacts } from "./identify.js";
 
 /** The principal that follows the caller's credential rather than its address (docs/idempotency-and-sessions.md, Idempotency: principals). */
 export const AUTO_PRINCIPAL = "auto";
 
 /**
  * Whose idempotency keys and session locks these are: the configured key parts (a part the
- * request lacks falls back to the IP), or for `auto` the caller's credential (see
+ * request lacks falls back to the IP; `fromCode`, the app's function, gives the part "code"), or for `auto` the caller's credential (see
  * {@link autoPrincipal}). The result only ever reaches Redis hashed.
  *
  * @example await principalOf(["header:x-user"], facts) // '[["header:x-user","u1"]]'
  */
-export async function principalOf(parts: readonly string[], facts: RequestFacts): Promise<string> {
+export async function principalOf(
+  parts: readonly string[],
+  facts: RequestFacts,
+  fromCode?: (c: Context) => string | undefined,
+): Promise<string> {
   if (parts.length === 1 && parts[0] === AUTO_PRINCIPAL) return autoPrincipal(facts);
-  const who = identify(parts, facts, "ip");
+  // a function's principal is read as the part "code": `undefined` is a missing part (the IP, tagged)
+  const read = fromCode && facts.context ? { ...facts, code: fromCode(facts.context) } : facts;
+  const who = identify(parts, read, "ip");
   return who.kind === "id" ? who.id : facts.ip;
 }
 

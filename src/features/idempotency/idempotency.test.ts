@@ -1,7 +1,8 @@
+import { Hono, type Context } from "hono";
 import { describe, expect, it } from "vitest";
 import { flushedTotals } from "../../../test/support/flushed-totals.js";
 import { background, countedApp, gate, middlewareRig } from "../../../test/support/middleware-rig.js";
-import { idempotency, type IdempotencyOptions } from "../../index.js";
+import { idempotency, type IdempotencyOptions, type SluiceEnv } from "../../index.js";
 import type { MetricsBuffer } from "../../metrics/index.js";
 import { asHash } from "../../store/replies.js";
 
@@ -253,6 +254,51 @@ describe("idempotency() principals and derived keys", () => {
     const again = await app.request("/orders", from("203.0.113.32", "mw-2", "{}", refreshed), env);
     expect(again.headers.get("Idempotent-Replayed")).toBe("true");
     expect(calls.n).toBe(1);
+  });
+
+  it("takes the principal from a function of the context: the app's own auth, hashed into the key", async () => {
+    const opts = options({ principal: (c: Context) => c.get("user") as string | undefined });
+    // the app's own auth: an API key names the user; sluice reads the user the app set
+    const users: Record<string, string> = { "key-ann": "user-ann", "key-bob": "user-bob" };
+    const app = new Hono<SluiceEnv>();
+    const calls: string[] = [];
+    app.use("/orders", async (c, next) => {
+      const user = users[c.req.header("x-api-key") ?? ""];
+      if (user) c.set("user" as never, user as never);
+      await next();
+    });
+    app.use("/orders", idempotency(opts));
+    app.post("/orders", (c) => {
+      calls.push(c.get("user" as never));
+      return c.json({ n: calls.length }, 201);
+    });
+    const as = (apiKey: string, ip: string) => {
+      const init = post("same-key", "{}", ip);
+      return { ...init, headers: { ...(init.headers as Record<string, string>), "x-api-key": apiKey } };
+    };
+    const bg = background();
+    for (const [apiKey, ip] of [
+      ["key-ann", "198.51.100.41"],
+      ["key-bob", "198.51.100.41"],
+    ] as const) {
+      const res = await app.request("/orders", as(apiKey, ip), {}, bg.ctx);
+      expect(res.headers.get("Idempotent-Replayed")).toBeNull();
+      await res.text();
+    }
+    await bg.settled();
+    // each user's duplicate (from another address: the principal is the user, not the IP) is a replay
+    for (const [apiKey, n] of [
+      ["key-ann", 1],
+      ["key-bob", 2],
+    ] as const) {
+      const again = await app.request("/orders", as(apiKey, "203.0.113.41"));
+      expect(again.headers.get("Idempotent-Replayed")).toBe("true");
+      expect(await again.json()).toEqual({ n });
+    }
+    expect(calls).toEqual(["user-ann", "user-bob"]);
+    const keys = (await rig.db.redis.keys(`${opts.key_prefix}:*`)) as string[];
+    expect(keys.filter((k) => k.startsWith(`${opts.key_prefix}:idem:app:`)).length).toBeGreaterThanOrEqual(2);
+    expect(keys.join(" ")).not.toMatch(/user-|key-ann|key-bob/);
   });
 
   it("derives the key from body fields, whatever Idempotency-Key comes, and names a missing field", async () => {

@@ -1,6 +1,6 @@
 import * as z from "zod/mini";
 import { lazy } from "../../config/lazy.js";
-import { duration, method, principal, tierRate } from "../../config/primitives.js";
+import { compiledPrincipal, duration, method, principal, tierRate } from "../../config/primitives.js";
 import { isJsonPointer } from "./json-pointer.js";
 import { enLocale } from "../../config/messages.js";
 
@@ -103,7 +103,7 @@ export const idempotencySettings = lazy(() =>
       idempotencyFields(),
       z.transform((i: z.output<ReturnType<typeof idempotencyFields>>) => ({
         ...i,
-        principal: Array.isArray(i.principal) ? i.principal : [i.principal],
+        ...compiledPrincipal(i.principal),
         wait: i.wait ?? 0,
         ttl: i.ttl ?? (typeof i.derive === "object" ? i.derive.window : 86_400_000),
       })),

@@ -24,7 +24,7 @@ export async function claimSubject(scope: Scope, route: Route, settings: Idempot
     route: route.name,
     path: scope.forwardPath,
     query: scope.facts.url.search,
-    principal: await principalOf(settings.principal, scope.facts),
+    principal: await principalOf(settings.principal, scope.facts, settings.principalOf),
   };
 }
 

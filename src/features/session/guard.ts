@@ -47,7 +47,13 @@ export async function holdSession(
   const who = identify([settings.key], facts, "skip");
   if (who.kind !== "id") return { kind: "none" };
   const ref = {
-    ...(await sessionRef(place.store, place.prefix, place.route, await principalOf(settings.principal, facts), who.id)),
+    ...(await sessionRef(
+      place.store,
+      place.prefix,
+      place.route,
+      await principalOf(settings.principal, facts, settings.principalOf),
+      who.id,
+    )),
     ledgerLength: place.ledgerLength,
   };
   const owner = crypto.randomUUID();

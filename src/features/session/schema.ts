@@ -1,6 +1,6 @@
 import * as z from "zod/mini";
 import { lazy } from "../../config/lazy.js";
-import { duration, keyPart, method, principal } from "../../config/primitives.js";
+import { compiledPrincipal, duration, keyPart, method, principal } from "../../config/primitives.js";
 
 export const sessionSettings = lazy(() =>
   z.pipe(
@@ -22,7 +22,7 @@ export const sessionSettings = lazy(() =>
     }),
     z.transform((s) => ({
       ...s,
-      principal: Array.isArray(s.principal) ? s.principal : [s.principal],
+      ...compiledPrincipal(s.principal),
       wait: s.wait ?? 0,
     })),
   ),
