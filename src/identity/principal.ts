@@ -1,6 +1,6 @@
 import { hashIdentifier } from "./hash.js";
 import type { Context } from "hono";
-import { CODE_PART, headerValue, identify, readPart, type RequestFacts } from "./identify.js";
+import { headerValue, identify, readPart, type RequestFacts } from "./identify.js";
 
 /** The principal that follows the caller's credential rather than its address (docs/idempotency-and-sessions.md, Idempotency: principals). */
 export const AUTO_PRINCIPAL = "auto";

@@ -1,6 +1,7 @@
+import { Hono, type Context } from "hono";
 import { describe, expect, it } from "vitest";
 import { countedApp, gate, middlewareRig, type Gate } from "../../../test/support/middleware-rig.js";
-import { session, type SessionOptions } from "../../index.js";
+import { session, type SessionOptions, type SluiceEnv } from "../../index.js";
 
 /** session() in an app of its own, in Node, against a real Redis behind the Upstash-REST bridge. */
 const rig = middlewareRig("ses");
@@ -86,6 +87,41 @@ describe("session()", () => {
     g.open();
     expect((await owner).status).toBe(200);
     expect((await other).status).toBe(200);
+  });
+
+  it("takes the principal from a function of the context: one lock per user, by hash", async () => {
+    const g = gate();
+    const opts = options({ principal: (c: Context) => c.get("user") as string | undefined });
+    // the app's own auth names the user; both users come from one address with one session id
+    const app = new Hono<SluiceEnv>();
+    let calls = 0;
+    app.use("/tool", async (c, next) => {
+      c.set("user" as never, c.req.header("x-user-token")?.replace("token-", "user-") as never);
+      await next();
+    });
+    app.use("/tool", session(opts));
+    app.post("/tool", async (c) => {
+      calls++;
+      await g.wait();
+      return c.text("ok");
+    });
+    const as = (token: string): RequestInit => {
+      const init = call("s-users");
+      return { ...init, headers: { ...(init.headers as Record<string, string>), "x-user-token": token } };
+    };
+    const ann = app.request("/tool", as("token-ann"));
+    await g.reached(1);
+    const bob = app.request("/tool", as("token-bob"));
+    await Promise.race([g.reached(2), bob]);
+    expect(calls).toBe(2);
+    // the same user's second call meets its own lock
+    expect((await app.request("/tool", as("token-ann"))).status).toBe(409);
+    const keys = (await rig.db.redis.keys(`${opts.key_prefix}:session:*`)) as string[];
+    expect(keys.filter((k) => !k.endsWith(":fence")).length).toBe(2);
+    expect(keys.join(" ")).not.toMatch(/user-|token-/);
+    g.open();
+    expect((await ann).status).toBe(200);
+    expect((await bob).status).toBe(200);
   });
 
   it("frees the lock after the response, also when the handler fails", async () => {
