@@ -1,4 +1,5 @@
 import fc from "fast-check";
+import type { Context } from "hono";
 import { describe, expect, it } from "vitest";
 import type { RequestFacts } from "../../src/identity/identify.js";
 import { principalOf } from "../../src/identity/principal.js";
@@ -58,5 +59,20 @@ describe('principal = "auto"', () => {
       await principalOf(["header:authorization"], facts("1.2.3.4", { authorization: "1.2.3.4" })),
     ]);
     expect(values.size).toBe(4);
+  });
+});
+
+describe("a principal from the app's code", () => {
+  const inApp = (ip: string): RequestFacts => ({ ...facts(ip), context: {} as Context });
+  const of = (user: string | undefined, ip: string) => principalOf(["code"], inApp(ip), () => user);
+
+  it("is the function's result, whatever the address; undefined falls back to the IP, tagged", async () => {
+    expect(await of("u1", "198.51.100.1")).toBe(await of("u1", "203.0.113.1"));
+    expect(await of("u1", "198.51.100.1")).not.toBe(await of("u2", "198.51.100.1"));
+    const missing = await of(undefined, "198.51.100.1");
+    expect(missing).toContain("198.51.100.1");
+    // a user whose id is an address never shares the fallback's principal, nor the `ip` principal's
+    expect(missing).not.toBe(await of("198.51.100.1", "198.51.100.1"));
+    expect(missing).not.toBe(await principalOf(["ip"], facts("198.51.100.1")));
   });
 });
