@@ -39,6 +39,7 @@ const ENTRIES = [
   { in: "src/middleware/session.ts", out: "session" },
   { in: "src/middleware/breaker.ts", out: "breaker" },
   { in: "src/middleware/access.ts", out: "access" },
+  { in: "src/middleware/admin-api.ts", out: "admin" },
   { in: "src/gateway/app.ts", out: "gateway" },
 ];
 

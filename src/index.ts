@@ -1,7 +1,7 @@
 /**
  * sluice as middleware for a Hono app of your own. Each middleware is also a subpath of its own
  * (`sluice/rate-limit`, `sluice/idempotency`, `sluice/session`, `sluice/breaker`,
- * `sluice/access`), and the gateway
+ * `sluice/access`, `sluice/admin`), and the gateway
  * Worker's app is `sluice/gateway`: a bundler keeps only what the app imports.
  *
  * @example
@@ -30,3 +30,4 @@ export { session, type SessionOptions } from "./middleware/session.js";
 export { breaker, type BreakerOptions } from "./middleware/breaker.js";
 export { accessLists, verifyJwt, type VerifyJwtOptions } from "./middleware/access.js";
 export { sluice } from "./middleware/sluice.js";
+export { adminApi, type AdminApiOptions } from "./middleware/admin-api.js";

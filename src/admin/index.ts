@@ -1,4 +1,4 @@
-import { Hono, type Context } from "hono";
+import { Hono, type Context, type MiddlewareHandler } from "hono";
 import type { Config } from "../config/index.js";
 import { HTTPException } from "hono/http-exception";
 import { Problem, problem } from "../problem.js";
@@ -32,17 +32,19 @@ export type { AdminEnv } from "../operator/context.js";
  * configured. JSON in and out; every error is a problem (RFC 9457).
  *
  * Takes the isolate's `runtime`: its configuration cache, stores, override copies and metrics are
- * the ones the gateway uses, so a metrics scrape flushes the counts the gateway made.
+ * the ones the gateway uses, so a metrics scrape flushes the counts the gateway made. `load` puts
+ * the configuration and stores on the context: the Worker's `SLUICE` by default, the options of
+ * `adminApi()` in a user's app (src/middleware/admin-api.ts).
  *
  * @example
  * const admin = adminApp(runtime);
  * admin.fetch(new Request(url, c.req.raw), c.env, ctx);
  */
-export function adminApp(runtime: Runtime): Hono<AdminEnv> {
+export function adminApp(runtime: Runtime, load: MiddlewareHandler<AdminEnv> = withConfig(runtime)): Hono<AdminEnv> {
   const admin = new Hono<AdminEnv>().basePath("/__sluice");
   // before the guard: the pages problem types link to are documentation for any client
   admin.route("/problems", problemsApp(runtime));
-  admin.use("*", withConfig(runtime), guard(runtime.own(AuthThrottle)));
+  admin.use("*", load, guard(runtime.own(AuthThrottle)));
   admin.route("/", dashboardApp(runtime.own(AuthThrottle)));
   admin.route("/health", healthApp());
   admin.route("/config", configApp());

@@ -117,7 +117,7 @@ export function tableFields(fields: Record<string, unknown>): Record<string, unk
 }
 
 /** How a middleware reaches Redis: what it was given, else the Worker's secrets. */
-function connectionOf(options: SharedOptions, c: Context, config: Config): Connect {
+export function connectionOf(options: SharedOptions, c: Context, config: Config): Connect {
   const given = options.redis;
   if (given === undefined) return envConnections((c.env ?? {}) as Env, config.home_region);
   const connection = typeof given === "function" ? given(c) : given;

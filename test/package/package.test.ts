@@ -29,6 +29,7 @@ const VALUES = [
   "Runtime",
   "Problem",
   "ConfigError",
+  "adminApi",
 ];
 const TYPES = [
   "SluiceEnv",
@@ -45,6 +46,7 @@ const TYPES = [
   "SessionOptions",
   "BreakerOptions",
   "VerifyJwtOptions",
+  "AdminApiOptions",
 ];
 
 /** The subpaths of package.json's `exports` and the values each gives (the root gives all but the gateway's). */
@@ -55,6 +57,7 @@ const SUBPATHS: Record<string, string[]> = {
   "sluice/session": ["session"],
   "sluice/breaker": ["breaker"],
   "sluice/access": ["accessLists", "verifyJwt"],
+  "sluice/admin": ["adminApi"],
   "sluice/gateway": ["createApp"],
 };
 
@@ -229,7 +232,7 @@ describe("the npm package", () => {
     const entries = (await run("tar", ["-tzf", tarball], { cwd: root })).trim().split("\n");
     expect(entries).toContain("package/dist/index.js");
     expect(entries).toContain("package/dist/index.d.ts");
-    for (const name of ["rate-limit", "limiter", "idempotency", "session", "breaker", "access", "gateway"])
+    for (const name of ["rate-limit", "limiter", "idempotency", "session", "breaker", "access", "admin", "gateway"])
       expect(entries).toContain(`package/dist/${name}.js`);
     expect(entries).toContain("package/dist/middleware/rate-limit.d.ts");
     expect(entries).toContain("package/package.json");

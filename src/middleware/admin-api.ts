@@ -1,0 +1,75 @@
+/**
+ * `sluice/admin`: the admin API and dashboard in an app of your own.
+ *
+ * @example
+ * import { adminApi } from "sluice/admin";
+ * app.use("/api/*", rateLimit({ key_prefix: "shop", limits }));
+ * app.route("/", adminApi({ key_prefix: "shop", config: { routes } }));
+ */
+import { Hono, type Context, type ExecutionContext, type MiddlewareHandler } from "hono";
+import { adminApp } from "../admin/index.js";
+import { ConfigError, loadConfig, type Config } from "../config/index.js";
+import type { SluiceInput } from "../config/schema.js";
+import type { AdminEnv } from "../operator/context.js";
+import { isolateRuntime, type Runtime } from "../runtime.js";
+import { connectionOf, SHARED_FIELDS, type SharedOptions } from "./standalone.js";
+
+export type { SharedOptions } from "./standalone.js";
+
+export interface AdminApiOptions extends SharedOptions {
+  /**
+   * The deployment as `sluice(config)` takes it (and `[vars.SLUICE]` spells it): the routes, limits
+   * and lists the admin API shows and manages. The shared options (`key_prefix`, `regions`, ...)
+   * given beside it win, so they can be the very object given to `rateLimit()`.
+   */
+  config?: SluiceInput;
+}
+
+/**
+ * The gateway's admin API and dashboard (the same routes, the same auth: `Authorization: Bearer
+ * <SLUICE_ADMIN_TOKEN>` from the app's env, compared in constant time, or a dashboard session) as
+ * a Hono app serving `/__sluice/*`, for `app.route("/", adminApi(...))`. Its pages link to
+ * `/__sluice/…`, so it is mounted at the root, never under another path. It reads and writes the
+ * Redis keys the middleware use when given the same `key_prefix` and `redis`, so a deny entry put
+ * through it is enforced by `accessLists()`. A bad option throws a `ConfigError` naming the field.
+ */
+export function adminApi(options: AdminApiOptions = {}): Hono<AdminEnv> {
+  const config = compileAdminOptions(options);
+  const runtime = options.runtime ?? isolateRuntime();
+  const admin = adminApp(runtime, withOptions(config, options, runtime));
+  const app = new Hono<AdminEnv>();
+  // handed on whole, so its own not-found and error answers (problems) apply as in the gateway
+  const handOn = (c: Context<AdminEnv>) => admin.fetch(c.req.raw, c.env, executionCtxOf(c));
+  app.all("/__sluice", handOn);
+  app.all("/__sluice/*", handOn);
+  return app;
+}
+
+/** The options validated with the gateway's schema; errors name the field as the options spell it. */
+function compileAdminOptions(options: AdminApiOptions): Config {
+  const shared = Object.fromEntries(SHARED_FIELDS.flatMap((f) => (options[f] === undefined ? [] : [[f, options[f]]])));
+  const loaded = loadConfig({ SLUICE: { ...options.config, ...shared }, originOptional: true });
+  if (loaded.ok) return loaded.config;
+  const field = loaded.error.field.replace(/^SLUICE\.?/, "");
+  const named = shared[field.split(/[.[]/)[0] ?? ""] !== undefined || !field ? field : `config.${field}`;
+  throw new ConfigError(`adminApi(): ${named || "options"}`, loaded.error.problem);
+}
+
+/** The admin's configuration and stores from the options, where the gateway reads the Worker's `SLUICE`. */
+function withOptions(config: Config, options: SharedOptions, runtime: Runtime): MiddlewareHandler<AdminEnv> {
+  return async (c, next) => {
+    c.set("config", config);
+    c.set("stores", runtime.stores(connectionOf(options, c, config), config));
+    c.set("authorised", false);
+    await next();
+  };
+}
+
+/** The request's execution context, if the runtime gave one (Hono throws when asked for a missing one). */
+function executionCtxOf(c: Context<AdminEnv>): ExecutionContext | undefined {
+  try {
+    return c.executionCtx;
+  } catch {
+    return undefined;
+  }
+}
