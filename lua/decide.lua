@@ -39,7 +39,8 @@ Algorithms (ARGV algo):
                     last slot expires. Never leased.
                     value "c:{id}@{expiry_us},{id}@{expiry_us},..." (the live slots, in the order
                     taken; at most 1000 of them, the configuration's cap)
-  6 sliding_log     exact: at most `rate` cost units admitted in any sliding `period` (now - period, now].
+  6 sliding_log     exact: at most `rate` cost units admitted in any sliding `period` (now - period, now],
+                    or in any period + margin when p2 gives a margin (µs).
                     The key is a sorted set, not a string (MGET reads it as nil): one member
                     "{entry}:{j}" per cost unit of each admitted request, scored by its time (µs),
                     `entry` the request's id (p1; required in "take" and "refund", which removes
@@ -111,7 +112,7 @@ ARGV     then per limit i one value for each column of COLUMNS (below, by these 
            p1, p2      token_bucket: warmup_us, 0 (in "settle": 0, the delta); leaky_bucket: max_delay_us, nodelay;
                    concurrency: the request's slot id (1-64 of A-Z a-z 0-9 - _; required but in
                    "peek"), 0; sliding_log: the request's entry id (likewise; required in "take"
-                   and "refund"), 0; else 0, 0
+                   and "refund"), margin_us (the log counts over period + margin); else 0, 0
            override_all, override_own  the values of the hash fields "{limit}:*" and
                    "{limit}:{bucket hash}" as the caller knows them ("" for none; ignored when the
                    script reads the hash). The client's own wins over everybody's; one whose until_ms
@@ -521,7 +522,10 @@ local slog = {}
 local LOG_CHUNK = 500 -- members per ZADD/ZREM: unpack has a stack limit
 function slog.load(l, raw, key)
   l.key, l.entry, l.added = key, l.slot, false
-  l.cutoff = string.format('%d', now - l.period)
+  -- the log counts over the period and its margin: the spread of the delay between this decision
+  -- and the origin's arrival, so the origin sees at most `rate` in any period of its own
+  l.span = l.period + l.margin
+  l.cutoff = string.format('%d', now - l.span)
   -- a string there is another algorithm's state (the limit was reconfigured): an empty log, replaced on write
   l.foreign = raw and true or false
   l.count = l.foreign and 0 or redis.call('ZCOUNT', key, '(' .. l.cutoff, '+inf')
@@ -532,7 +536,7 @@ function slog.check(l)
   if l.cost > l.rate then l.retry = -1 return end
   -- room comes when the (count + cost - rate)-th oldest live unit leaves the period
   local at = redis.call('ZRANGEBYSCORE', l.key, '(' .. l.cutoff, '+inf', 'WITHSCORES', 'LIMIT', l.count + l.cost - l.rate - 1, 1)
-  l.retry = ceil_ms(tonumber(at[2]) + l.period - now)
+  l.retry = ceil_ms(tonumber(at[2]) + l.span - now)
 end
 -- take (sign > 0): adds the request's units at now; refund: removes them. Returns whether it wrote.
 function slog.commit(l, sign)
@@ -562,7 +566,7 @@ function slog.report(l)
     -- scored later, from a clock that has since gone backwards, expires with the key: early by
     -- at most that clock error)
     local newest = l.added and now or tonumber(redis.call('ZRANGE', l.key, -1, -1, 'WITHSCORES')[2])
-    reset = ceil_ms(math.max(0, newest + l.period - now))
+    reset = ceil_ms(math.max(0, newest + l.span - now))
   end
   return math.max(0, l.rate - l.count), reset, reset, nil, l.count == 0
 end
@@ -662,7 +666,7 @@ for i = 1, n do
   local demand_idx = tonumber(arg(i, 'demand_idx'))
   l.split = tonumber(arg(i, 'share_idx')) > 0 or demand_idx > 0
   -- p2 is also the token bucket's delta in "settle"
-  l.warmup, l.max_delay, l.nodelay = tonumber(arg(i, 'p1')), tonumber(arg(i, 'p1')), tonumber(arg(i, 'p2'))
+  l.warmup, l.max_delay, l.nodelay, l.margin = tonumber(arg(i, 'p1')), tonumber(arg(i, 'p1')), tonumber(arg(i, 'p2')), tonumber(arg(i, 'p2'))
   l.slot = arg(i, 'p1')
   l.floor = tonumber(arg(i, 'floor'))
   local capacity = (l.algo == token or l.algo == leaky) and l.burst or l.rate

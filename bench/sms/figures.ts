@@ -55,7 +55,7 @@ export interface ProviderFigures {
 
 export interface SmsResult {
   options: SmsOptions;
-  limit: { rate: number; period: string; algorithm: string; scope: string };
+  limit: { rate: number; period: string; algorithm: string; scope: string; margin: string };
   regions: Record<string, number>;
   /** The gateway's answers to the offers: `status decision` → count. */
   answers: Record<string, number>;
@@ -120,7 +120,7 @@ export function renderSmsSection(out: string[], r: SmsResult): void {
   const o = r.options;
   out.push(
     "",
-    `13. The SMS case: ${o.messages} messages offered at once (${o.concurrency} in flight) to a queue route, ${r.limit.rate}/${r.limit.period} ${r.limit.algorithm} ${r.limit.scope},`,
+    `13. The SMS case: ${o.messages} messages offered at once (${o.concurrency} in flight) to a queue route, ${r.limit.rate}/${r.limit.period} ${r.limit.algorithm} (margin ${r.limit.margin}) ${r.limit.scope},`,
     `   two regions, two databases (${Object.entries(r.regions)
       .map(([k, n]) => `${k} ${n}`)
       .join(
@@ -138,7 +138,7 @@ export function renderSmsMarkdown(r: SmsResult, meta: { date: string; revision: 
   const o = r.options;
   const line = (cells: string[]) => `| ${cells.join(" | ")} |`;
   return [
-    `${o.messages} messages offered at once to a \`queue\` route limited to ${r.limit.rate} per ${r.limit.period} (\`${r.limit.algorithm}\`, \`scope = "${r.limit.scope}"\`), from two regions with a database each (one Worker per region); queue consumer \`max_batch_size = ${o.maxBatchSize}\`, \`max_batch_timeout = ${o.maxBatchTimeoutS}\` (seconds).`,
+    `${o.messages} messages offered at once to a \`queue\` route limited to ${r.limit.rate} per ${r.limit.period} (\`${r.limit.algorithm}\`, \`margin = "${r.limit.margin}"\`, \`scope = "${r.limit.scope}"\`), from two regions with a database each (one Worker per region); queue consumer \`max_batch_size = ${o.maxBatchSize}\`, \`max_batch_timeout = ${o.maxBatchTimeoutS}\` (seconds).`,
     "",
     line(HEAD.map((h) => h || "measure")),
     line(["---", "---:", "---:"]),

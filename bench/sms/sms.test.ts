@@ -49,7 +49,7 @@ const RESULT: SmsResult = {
     maxBatchTimeoutS: 1,
     deadlineMs: 40_000,
   },
-  limit: { rate: 400, period: "1s", algorithm: "sliding_log", scope: "global" },
+  limit: { rate: 400, period: "1s", algorithm: "sliding_log", scope: "global", margin: "50ms" },
   regions: { us: 1_000, eu: 1_000 },
   answers: { "200 allow": 600, "202 queued": 1_400 },
   sluice: {
@@ -72,6 +72,7 @@ describe("the section's tables", () => {
     renderSmsSection(out, RESULT);
     const text = out.join("\n");
     expect(text).toMatch(/^13\. The SMS case: 2000 messages/m);
+    expect(text).toContain("400/1s sliding_log (margin 50ms) global");
     expect(text).toMatch(/worst 1 s at the provider \(limit 400\)\s+│\s+2000\s+│\s+401/);
     expect(text).toMatch(/first offer to last delivery\s+│\s+0\.8 s\s+│\s+5\.2 s/);
     expect(text).toContain("max_batch_size 100, max_batch_timeout 1 s");
@@ -93,6 +94,7 @@ describe("the section's tables", () => {
     expect(md).toContain("| answered 200 at once / queued (202) | — | 600 / 1400 |");
     expect(md).toContain("| worst 1 s admitted by the limit (Redis's clock) | — | 400 (of 2000 read) |");
     expect(md).toContain("Measured 2026-11-24 at abc1234 with `npm run bench`.");
+    expect(md).toContain('(`sliding_log`, `margin = "50ms"`, `scope = "global"`)');
     const doc = `# x\n${SMS_MARKERS.start}\nold\n${SMS_MARKERS.end}\n`;
     const once = replaceMarkedBlock(doc, md, SMS_MARKERS);
     expect(once).not.toContain("old");

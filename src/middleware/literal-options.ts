@@ -15,7 +15,7 @@ export type KeyPart =
 export type Key = KeyPart | readonly KeyPart[] | KeyPart[];
 
 /** The fields of an options type that are durations in it, narrowed to `Duration`. */
-type DurationFields = "period" | "warmup" | "max_delay" | "lease" | "ttl" | "wait" | "window" | "cooldown";
+type DurationFields = "period" | "warmup" | "max_delay" | "margin" | "lease" | "ttl" | "wait" | "window" | "cooldown";
 
 /**
  * `T` with its key and duration fields narrowed: `key` to `Key`, a duration to `Duration` (a

@@ -41,6 +41,7 @@ const modelFor = (l: Limit): AlgoModel =>
     burst: l.burst,
     maxDelayUs: l.max_delay * 1000,
     nodelay: l.nodelay,
+    marginUs: (l.margin ?? 0) * 1000,
   });
 
 let run = 0;
@@ -122,13 +123,24 @@ const windowDef = (algorithm: "fixed_window" | "sliding_window" | "sliding_log")
     rate: fc.integer({ min: 1, max: 30 }),
     period: fc.constantFrom(...PERIODS),
   });
-const anyDef = fc.oneof(
-  tokenDef,
-  leakyDef,
-  windowDef("fixed_window"),
-  windowDef("sliding_window"),
-  windowDef("sliding_log"),
+const MARGINS: Record<(typeof PERIODS)[number], string[]> = {
+  "1ms": ["1ms"],
+  "2ms": ["1ms", "2ms"],
+  "7ms": ["1ms", "3ms"],
+  "10ms": ["1ms", "5ms"],
+  "500ms": ["1ms", "50ms"],
+  "1s": ["50ms", "100ms"],
+  "1m": ["50ms", "5s"],
+  "1h": ["1s", "1m"],
+  "1d": ["1m", "1h"],
+};
+/** A sliding log, with a margin (at most its period) half the time. */
+const logDef = windowDef("sliding_log").chain((d) =>
+  fc
+    .option(fc.constantFrom(...MARGINS[d.period]), { nil: undefined })
+    .map((margin) => (margin === undefined ? d : { ...d, margin })),
 );
+const anyDef = fc.oneof(tokenDef, leakyDef, windowDef("fixed_window"), windowDef("sliding_window"), logDef);
 const withShadow = <T>(def: fc.Arbitrary<T>) => fc.tuple(def, fc.boolean()).map(([d, shadow]) => ({ ...d, shadow }));
 
 /**
@@ -254,7 +266,7 @@ describe("decide.lua's algorithms against their reference models", () => {
   single("leaky_bucket (nginx limit_req / GCRA, delays included)", leakyDef);
   single("fixed_window", windowDef("fixed_window"));
   single("sliding_window", windowDef("sliding_window"));
-  single("sliding_log (exact: costs admitted in (t − period, t] + cost ≤ rate)", windowDef("sliding_log"));
+  single("sliding_log (exact: costs admitted in (t − period − margin, t] + cost ≤ rate)", logDef);
 
   it("mixed routes (2-4 limits, any algorithms, some shadow) stay all-or-nothing in one call", async () => {
     const seen: Tally = { admitted: 0, refused: 0, spared: 0, shadowed: 0 };

@@ -33,8 +33,8 @@ const MS = 1000;
 let run = 0;
 const freshKey = () => `slog:${++run}`;
 
-const logLimit = (rate: number, period = "1s"): Limit =>
-  compileLimits([{ algorithm: "sliding_log", rate, period }])[0] as Limit;
+const logLimit = (rate: number, period = "1s", margin?: string): Limit =>
+  compileLimits([{ algorithm: "sliding_log", rate, period, ...(margin ? { margin } : {}) }])[0] as Limit;
 
 interface Call {
   key: string;
@@ -140,6 +140,22 @@ describe("the sliding log's key", () => {
     const ttl = await redis.pttl(key);
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(10_000);
+  });
+
+  it("with a margin, counts each unit for period + margin: retry-after, reset and TTL include it", async () => {
+    const l = logLimit(2, "1s", "200ms");
+    const key = freshKey();
+    expect((await decide(l, { key, t: T0, cost: 2, entry: "m" })).slice(0, 5)).toEqual([1, 1, 0, 0, 1_200]);
+    // a plain log would have room again at 1 s: this one waits out the margin too
+    expect((await decide(l, { key, t: T0 + 1_000 * MS, entry: "n" })).slice(0, 4)).toEqual([0, 0, 0, 200]);
+    expect((await decide(l, { key, t: T0 + 1_199 * MS, entry: "n" })).slice(0, 4)).toEqual([0, 0, 0, 1]);
+    expect((await decide(l, { key, t: T0 + 1_200 * MS, entry: "n" })).slice(0, 3)).toEqual([1, 1, 1]);
+    expect(await members(key)).toEqual(["n:1"]);
+    // on the real clock the key outlives the period by the margin
+    const real = freshKey();
+    const { keys, args } = argsOf(l, { key: real, t: 0, entry: "r" }, false);
+    await redis.evalsha(realSha, keys, args);
+    expect(await redis.pttl(real)).toBeGreaterThan(1_000);
   });
 
   it("reads another algorithm's value at its key as an empty log, and replaces it on the first take", async () => {

@@ -238,6 +238,20 @@ describe("the sliding log's entry", () => {
     expect(scriptCall([{ limit: log(), key: "p:r:l:h" }], "peek").args[3 + 8]).toBe("");
   });
 
+  it("takes a margin (sent as p2, in µs), refused on other algorithms and above the period, with the field named", () => {
+    const r = parse({ name: "l", algorithm: "sliding_log", rate: 10, period: "1s", margin: "50ms" });
+    if (!r.success) throw new Error(JSON.stringify(r.error.issues));
+    const l = r.data.routes[0]?.limits[0] as Limit;
+    expect(l.margin).toBe(50);
+    expect(scriptCall([{ limit: l, key: "p:r:l:h", entry: "e" }], "take").args.slice(3)[9]).toBe("50000");
+    const misplaced = parse({ name: "l", algorithm: "token_bucket", rate: 10, period: "1s", margin: "50ms" });
+    expect(misplaced.success).toBe(false);
+    expect(JSON.stringify(misplaced.error?.issues)).toMatch(/margin.*applies to sliding_log only/);
+    const tooLong = parse({ name: "l", algorithm: "sliding_log", rate: 10, period: "1s", margin: "2s" });
+    expect(tooLong.success).toBe(false);
+    expect(JSON.stringify(tooLong.error?.issues)).toMatch(/margin.*more than the period/);
+  });
+
   it("is 16 characters decide.lua accepts (it rides on every member), fresh each time", () => {
     const ids = Array.from({ length: 200 }, logEntryId);
     for (const id of ids) expect(id).toMatch(/^[A-Za-z0-9_-]{16}$/);

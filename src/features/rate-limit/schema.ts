@@ -76,6 +76,7 @@ const SETS: Record<AlgorithmSetting, (l: AlgorithmSettings) => boolean> = {
   warmup: (l) => l.warmup !== undefined,
   max_delay: (l) => l.max_delay !== DEFAULT_MAX_DELAY_MS,
   nodelay: (l) => l.nodelay,
+  margin: (l) => l.margin !== undefined,
 };
 
 /** Settings a limit sets that its algorithm does not read: of each other algorithm's, the first it sets. */
@@ -190,6 +191,11 @@ function settingFields() {
     max_delay: z.optional(duration()),
     /** leaky_bucket: let the queued burst through at once (nginx nodelay); slots still refill at the rate. */
     nodelay: z.optional(z.boolean()),
+    /**
+     * sliding_log: count over the period plus this much, the spread of the delay between sluice's
+     * decision and the origin's arrival, so the origin itself sees at most `rate` in any period.
+     */
+    margin: z.optional(duration()),
     /** Take the rate from a table keyed by this identity's value, e.g. "jwt:plan". */
     tier: z.optional(keyPart()),
     rates: z.optional(deferred(() => z.record(z.string().check(z.minLength(1), z.maxLength(64)), tierRate()))),
@@ -267,6 +273,11 @@ function limitProblems(l: CompiledLimit, ctx: z.core.$RefinementCtx<CompiledLimi
     );
   const align = l.align === undefined ? undefined : alignProblem(l.align, l.algorithm, l.period);
   if (align) issue("align", align);
+  if (l.margin !== undefined && l.margin > l.period)
+    issue(
+      "margin",
+      `${l.margin} ms is more than the period (${l.period} ms): the limit would admit less than half its rate`,
+    );
   if (l.ban && !bannable(l.key))
     issue(
       "ban",

@@ -43,6 +43,8 @@ export interface AlgoFigures {
   nodelay?: boolean;
   /** fixed_window of whole days: windows start at local midnight in this IANA zone (./zone-window.ts). */
   align?: string;
+  /** sliding_log: the log counts over periodUs + marginUs. */
+  marginUs?: number;
 }
 
 export interface AlgoState {
@@ -299,7 +301,7 @@ export class SlidingLog implements AlgoModel {
   constructor(private readonly l: AlgoFigures) {}
 
   peek(t: number, cost: number): AlgoOutcome {
-    const P = this.l.periodUs;
+    const P = this.l.periodUs + (this.l.marginUs ?? 0);
     this.entries = this.entries.filter(([at]) => at > t - P);
     const live = this.entries;
     const used = live.reduce((sum, [, c]) => sum + c, 0);

@@ -28,13 +28,15 @@ export interface ExactnessProblem {
 }
 
 /** Settings of a limit that only some algorithms read. */
-export type AlgorithmSetting = "warmup" | "max_delay" | "nodelay";
+export type AlgorithmSetting = "warmup" | "max_delay" | "nodelay" | "margin";
 
 /** A limit's algorithm-specific settings, as the schema gives them (durations in ms, defaults filled). */
 export interface AlgorithmSettings {
   warmup?: number;
   max_delay: number;
   nodelay: boolean;
+  /** sliding_log: how much longer than the period the log counts (ms), for the spread of delay between decision and origin. */
+  margin?: number;
 }
 
 /** What one call of decide.lua says of one bucket beyond its limit's settings. */
@@ -151,10 +153,10 @@ export const ALGORITHMS = {
   },
   sliding_log: {
     code: 6,
-    // the request's entry id: its members in the log, which a refund removes
-    scriptArgs: (_, call) => [call.entry ?? "", 0],
+    // the request's entry id: its members in the log, which a refund removes; the margin in µs
+    scriptArgs: (l, call) => [call.entry ?? "", (l.margin ?? 0) * 1000],
     capacity: "rate",
-    settings: [],
+    settings: ["margin"],
     // room comes only as members leave the period, at the time the refusal names (or a refund)
     refusalHolds: () => true,
     // no lease: a leased unit would have to sit in the log with a time it was not spent at

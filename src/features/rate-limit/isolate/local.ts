@@ -156,6 +156,7 @@ function modelFor(b: LocalBucket): AlgoModel {
     maxDelayUs: l.max_delay * 1000,
     nodelay: l.nodelay,
     align: l.align,
+    marginUs: (l.margin ?? 0) * 1000,
   });
 }
 
@@ -167,5 +168,5 @@ function modelFor(b: LocalBucket): AlgoModel {
 function stateKey(b: LocalBucket): string {
   const { rate, period, burst } = figures(b);
   const l = b.limit;
-  return `${b.key}#${l.algorithm}:${rate}:${period}:${burst}:${l.max_delay}:${l.nodelay ? 1 : 0}:${l.align ?? ""}`;
+  return `${b.key}#${l.algorithm}:${rate}:${period}:${burst}:${l.max_delay}:${l.nodelay ? 1 : 0}:${l.align ?? ""}:${l.margin ?? 0}`;
 }

@@ -28,6 +28,7 @@ import type { MetricsBuffer } from "../../../metrics/index.js";
 import { countQueue, observeDelivery } from "../../../metrics/queue.js";
 import { leaveQueue } from "./depth.js";
 import { callBack, type CallbackOutcome } from "./callback.js";
+import { forEachConcurrently } from "../../../util/concurrently.js";
 
 /**
  * What the consumer takes of the isolate's runtime (the Worker passes its `Runtime`, which stands
@@ -45,6 +46,13 @@ export interface ConsumerIsolate {
 
 /** Refusals shorter than this are waited out in the consumer; longer ones go back to the queue. */
 const PACE_MAX_WAIT_MS = 2_000;
+
+/**
+ * Jobs of one batch delivered at once: one at a time, a consumer delivers at 1 / (decision + origin
+ * round trip), far below a limit of hundreds a second; each job holds one connection at a time (its
+ * decision, then its delivery), and six is what a Worker invocation may hold open at once.
+ */
+const DELIVERIES_AT_ONCE = 6;
 
 /**
  * The queue consumer: delivers shed requests to the origin through the same limits as live
@@ -66,14 +74,14 @@ export async function onQueue(
   const stores = runtime.stores(envConnections(env, config.home_region), config);
   const consumer: Consumer = { config, env, stores, runtime, defer };
   const home = stores.offPath();
-  for (const message of batch.messages) {
+  await forEachConcurrently(batch.messages, DELIVERIES_AT_ONCE, async (message) => {
     try {
       await deliverOne(message, consumer, home);
     } catch (e) {
       logError("queue_error", e, { job: message.body.id });
       message.retry({ delaySeconds: 5 });
     }
-  }
+  });
   runtime.metrics.flush(config, stores, defer);
 }
 
