@@ -1,21 +1,64 @@
 import { Hono } from "hono";
-import { idempotency, rateLimit, type SluiceEnv } from "sluice";
+import { accessLists, adminApi, idempotency, limiter, rateLimit, type SluiceEnv } from "sluice";
 
-/** The Worker's secrets; sluice reads these two by default (no `redis` option needed). */
+/** A queued report: who asked for it. */
+type ReportJob = { userId: string };
+
+/** The Worker's bindings (see wrangler.toml). */
 type Bindings = {
+  // sluice reads these two by default (no `redis` option needed)
   UPSTASH_REDIS_REST_URL: string;
   UPSTASH_REDIS_REST_TOKEN: string;
+  // adminApi() answers only a request that bears it; without it, the admin API is off (404)
+  SLUICE_ADMIN_TOKEN?: string;
+  REPORTS: Queue<ReportJob>;
 };
 
-const app = new Hono<SluiceEnv & { Bindings: Bindings }>();
+/** What the app's own middleware puts on the context, beside sluice's own variables. */
+type Variables = { userId?: string };
+
+const app = new Hono<SluiceEnv & { Bindings: Bindings; Variables: Variables }>();
+
+// Stand-in for your real auth: it believes the X-Demo-User header. A real app verifies a session
+// cookie or a token (sluice's verifyJwt() can) and sets the user id it proved, never one the
+// client just names.
+app.use("*", async (c, next) => {
+  const user = c.req.header("X-Demo-User");
+  if (user) c.set("userId", user);
+  await next();
+});
+
+// A client on the deny list gets a 403 before anything else runs. accessLists() and the admin API
+// below both use the default key_prefix, so they read the same Redis keys: a deny entry put
+// through the admin API is enforced here.
+app.use("/api/*", accessLists());
 
 // Five reads a minute per client IP (CF-Connecting-IP); the sixth is a 429 problem with
-// Retry-After and RateLimit headers, answered before the handler runs.
-app.use("/api/*", rateLimit({ name: "api", limits: [{ name: "per-ip", key: "ip", rate: 5, period: "1m" }] }));
+// Retry-After and RateLimit headers, answered before the handler runs. (The admin API below is
+// given the same limits; `as const` keeps the literals that both options' types ask for.)
+const apiLimits = [{ name: "per-ip", key: "ip" as const, rate: 5, period: "1m" as const }];
+app.use("/api/*", rateLimit({ name: "api", limits: apiLimits }));
 
 app.get("/api/items", (c) => {
   const [perIp] = c.get("sluice").limits;
   return c.json({ items: ["apple", "pear", "plum"], remaining: perIp?.remaining });
+});
+
+// Three profile reads an hour per signed-in user, wherever they come from: the key is a function
+// of the context, so it can be anything your own middleware found (its result is hashed before it
+// reaches Redis). A request with no user has no key: `missing: "reject"` answers it 400 (the
+// default, "ip", would count it per client IP instead).
+app.use(
+  "/me/*",
+  rateLimit({
+    name: "me",
+    limits: [{ name: "per-user", key: (c) => c.get("userId"), missing: "reject", rate: 3, period: "1h" }],
+  }),
+);
+
+app.get("/me/profile", (c) => {
+  const [perUser] = c.get("sluice").limits;
+  return c.json({ user: c.get("userId"), remaining: perUser?.remaining });
 });
 
 // An order is created once per Idempotency-Key: a retry of the same request gets the first
@@ -28,4 +71,58 @@ app.post("/orders", idempotency({ name: "orders", required: true }), async (c) =
   return c.json({ id: crypto.randomUUID(), item, fence }, 201);
 });
 
-export default app;
+// Reports are costly: five an hour per user, whether made at once or queued. limiter() is called
+// from the app's own code, with an identifier only the handler knows. `lease: false` has every
+// call decided in Redis, so the quota route sees each report at once; leases trade that for fewer
+// round trips (sluice's docs/regions-and-leases.md).
+const reports = limiter({ name: "reports", limits: [{ name: "per-user", rate: 5, period: "1h", lease: false }] });
+
+app.post("/reports", async (c) => {
+  const userId = c.get("userId");
+  if (!userId) return c.json({ error: "sign in first" }, 401);
+  const { success, remaining, retryAfterMs } = await reports.limit(c, userId);
+  if (!success) {
+    // the app answers the refusal its own way; retryAfterMs is -1 only for a cost above the capacity
+    c.header("Retry-After", String(Math.ceil(Math.max(retryAfterMs, 0) / 1000)));
+    return c.json({ error: "too many reports", retryAfterMs }, 429);
+  }
+  return c.json({ report: `report for ${userId}`, remaining }, 201);
+});
+
+// What is left of the user's reports, spending nothing.
+app.get("/reports/quota", async (c) => {
+  const userId = c.get("userId");
+  if (!userId) return c.json({ error: "sign in first" }, 401);
+  const { remaining, limit, reset } = await reports.peek(c, userId);
+  return c.json({ remaining, limit, reset });
+});
+
+// Queued reports are made by queue() below, which spends from the same budget.
+app.post("/reports/queued", async (c) => {
+  const userId = c.get("userId");
+  if (!userId) return c.json({ error: "sign in first" }, 401);
+  await c.env.REPORTS.send({ userId });
+  return c.json({ queued: true }, 202);
+});
+
+// The admin API and dashboard at /__sluice/* (mounted at the root: its pages link there).
+// GET /__sluice/health is open; the rest needs `Authorization: Bearer <SLUICE_ADMIN_TOKEN>`.
+// `config` tells it the routes and limits the middleware above apply, to show and manage them.
+app.route("/", adminApi({ config: { routes: [{ name: "api", match: "/api/*", limits: apiLimits }] } }));
+
+/** The queue consumer: a request has no part in it, so limiter() takes the Worker's env and context. */
+async function queue(batch: MessageBatch<ReportJob>, env: Bindings, ctx: ExecutionContext): Promise<void> {
+  for (const message of batch.messages) {
+    const { success, retryAfterMs } = await reports.limit({ env, executionCtx: ctx }, message.body.userId);
+    if (success) {
+      // ...make the report here...
+      message.ack();
+    } else {
+      // over the user's budget: delivered again once a report is free
+      message.retry({ delaySeconds: Math.max(1, Math.ceil(retryAfterMs / 1000)) });
+    }
+  }
+}
+
+// A Worker with a queue consumer exports both handlers (an app with routes only may export `app`).
+export default { fetch: app.fetch, queue } satisfies ExportedHandler<Bindings, ReportJob>;

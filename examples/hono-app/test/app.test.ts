@@ -10,34 +10,52 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Miniflare } from "miniflare";
+import { Miniflare, type MiniflareOptions } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const url = process.env.UPSTASH_REDIS_REST_URL;
 const token = process.env.UPSTASH_REDIS_REST_TOKEN;
 const appDir = fileURLToPath(new URL("..", import.meta.url));
 
-/** A client address of its own per run: a Redis that outlives the run (Upstash) still has last run's buckets. */
+/**
+ * Client addresses and user ids of their own per run: a Redis that outlives the run (Upstash)
+ * still has last run's buckets and lists.
+ */
 const hex = () => Math.floor(Math.random() * 0x10000).toString(16);
+const run = `${hex()}${hex()}`;
 const clientIp = `2001:db8:${hex()}:${hex()}::1`;
+const user = (name: string) => `${name}-${run}`;
+const adminToken = `admin-${run}`;
+
+type Call = {
+  method?: string;
+  ip?: string;
+  user?: string;
+  headers?: Record<string, string>;
+  body?: string;
+};
 
 describe.skipIf(!url || !token)("the example Worker, with sluice as installed from its tarball", () => {
+  /** The Worker with its Redis, queue and admin token, as deployed. */
   let mf: Miniflare | undefined;
+  /** The same bundle deployed without the Upstash secrets. */
+  let bare: Miniflare | undefined;
   let outdir: string | undefined;
 
-  const call = async (
-    path: string,
-    init: { method?: string; ip?: string; headers?: Record<string, string>; body?: string } = {},
-  ) => {
-    if (!mf) throw new Error("the Worker did not start");
-    const res = await mf.dispatchFetch(`http://example.test${path}`, {
+  const callOn = async (worker: Miniflare | undefined, path: string, init: Call = {}) => {
+    if (!worker) throw new Error("the Worker did not start");
+    const headers: Record<string, string> = { "CF-Connecting-IP": init.ip ?? clientIp, ...init.headers };
+    // the example's stand-in for real auth
+    if (init.user) headers["X-Demo-User"] = init.user;
+    const res = await worker.dispatchFetch(`http://example.test${path}`, {
       method: init.method ?? "GET",
-      headers: { "CF-Connecting-IP": init.ip ?? clientIp, ...init.headers },
+      headers,
       body: init.body,
     });
     const text = await res.text();
     return { status: res.status, headers: res.headers, json: () => JSON.parse(text) as Record<string, unknown>, text };
   };
+  const call = (path: string, init?: Call) => callOn(mf, path, init);
 
   beforeAll(async () => {
     outdir = mkdtempSync(join(tmpdir(), "sluice-example-"));
@@ -51,19 +69,30 @@ describe.skipIf(!url || !token)("the example Worker, with sluice as installed fr
     const compatibilityDate = /^compatibility_date\s*=\s*"([^"]+)"/m.exec(
       readFileSync(join(appDir, "wrangler.toml"), "utf8"),
     )?.[1];
-    mf = new Miniflare({
+    const worker: MiniflareOptions = {
       modules: true,
       scriptPath: join(outdir, "index.js"),
       // module names are paths relative to this; the default (the working directory) is not above outdir
       modulesRoot: outdir,
       compatibilityDate,
-      bindings: { UPSTASH_REDIS_REST_URL: url ?? "", UPSTASH_REDIS_REST_TOKEN: token ?? "" },
+    };
+    mf = new Miniflare({
+      ...worker,
+      bindings: {
+        UPSTASH_REDIS_REST_URL: url ?? "",
+        UPSTASH_REDIS_REST_TOKEN: token ?? "",
+        SLUICE_ADMIN_TOKEN: adminToken,
+      },
+      // as wrangler.toml's [[queues.producers]] and [[queues.consumers]]
+      queueProducers: { REPORTS: { queueName: "sluice-example-reports" } },
+      queueConsumers: { "sluice-example-reports": { maxBatchSize: 10, maxBatchTimeout: 1 } },
     });
-    await mf.ready;
+    bare = new Miniflare(worker);
+    await Promise.all([mf.ready, bare.ready]);
   }, 60_000);
 
   afterAll(async () => {
-    await mf?.dispose();
+    await Promise.all([mf?.dispose(), bare?.dispose()]);
     if (outdir) rmSync(outdir, { recursive: true, force: true });
   });
 
@@ -113,5 +142,109 @@ describe.skipIf(!url || !token)("the example Worker, with sluice as installed fr
   it("POST /orders without an Idempotency-Key is a 400 (required: true)", async () => {
     const res = await call("/orders", { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
     expect(res.status, res.text).toBe(400);
+  });
+
+  it("GET /me/profile: three an hour per user from the app's own auth, whatever the IP; no user is a 400", async () => {
+    const alice = user("alice");
+    // one user from three addresses: one budget
+    const seen = [];
+    for (const ip of [clientIp, `${clientIp}2`, `${clientIp}3`]) {
+      const res = await call("/me/profile", { ip, user: alice });
+      expect(res.status, res.text).toBe(200);
+      seen.push(res.json());
+    }
+    expect(seen).toEqual([0, 1, 2].map((i) => ({ user: alice, remaining: 2 - i })));
+    const refused = await call("/me/profile", { ip: `${clientIp}4`, user: alice });
+    expect(refused.status, refused.text).toBe(429);
+    expect(refused.headers.get("RateLimit")).toMatch(/"per-user";r=0;t=\d+/);
+    // another user on alice's first address has a budget of her own
+    const bob = await call("/me/profile", { user: user("bob") });
+    expect(bob.status, bob.text).toBe(200);
+    expect(bob.json()).toEqual({ user: user("bob"), remaining: 2 });
+    // a request without a user has no key: missing = "reject"
+    const anonymous = await call("/me/profile");
+    expect(anonymous.status, anonymous.text).toBe(400);
+    expect(anonymous.headers.get("Content-Type")).toContain("application/problem+json");
+  });
+
+  it("POST /reports: limiter().limit() from a route, five then the app's own 429; the quota route spends nothing", async () => {
+    const dana = user("dana");
+    const quota = async () => (await call("/reports/quota", { user: dana })).json();
+    expect(await quota()).toMatchObject({ remaining: 5, limit: 5 });
+    expect(await quota()).toMatchObject({ remaining: 5 });
+    for (let left = 4; left >= 0; left--) {
+      const res = await call("/reports", { method: "POST", user: dana });
+      expect(res.status, res.text).toBe(201);
+      expect(res.json().remaining).toBe(left);
+    }
+    const refused = await call("/reports", { method: "POST", user: dana });
+    expect(refused.status, refused.text).toBe(429);
+    expect(refused.json().retryAfterMs).toBeGreaterThan(0);
+    expect(Number(refused.headers.get("Retry-After"))).toBeGreaterThan(0);
+    expect(await quota()).toMatchObject({ remaining: 0 });
+    // per user: another one's reports are untouched
+    expect(await (await call("/reports/quota", { user: user("erin") })).json()).toMatchObject({ remaining: 5 });
+    expect((await call("/reports", { method: "POST" })).status).toBe(401);
+  });
+
+  it("POST /reports/queued: the queue consumer's limiter().limit() spends from the same budget", async () => {
+    const carol = user("carol");
+    const queued = 3;
+    for (let i = 0; i < queued; i++) {
+      const res = await call("/reports/queued", { method: "POST", user: carol });
+      expect(res.status, res.text).toBe(202);
+    }
+    // the consumer runs when the batch is delivered (within max_batch_timeout): wait for it, bounded
+    const deadline = Date.now() + 15_000;
+    let remaining = Number((await call("/reports/quota", { user: carol })).json().remaining);
+    while (remaining > 5 - queued && Date.now() < deadline) {
+      await new Promise((done) => setTimeout(done, 200));
+      remaining = Number((await call("/reports/quota", { user: carol })).json().remaining);
+    }
+    // one report spent per message, each exactly once
+    expect(remaining).toBe(5 - queued);
+    // and the route's own call spends from what the consumer left
+    expect((await call("/reports", { method: "POST", user: carol })).json().remaining).toBe(5 - queued - 1);
+  }, 30_000);
+
+  it("/__sluice/*: adminApi() answers only the admin token, and a deny entry it puts is enforced on /api/*", async () => {
+    expect((await call("/__sluice/health")).status).toBe(200);
+    const refused = await call("/__sluice/config");
+    expect(refused.status, refused.text).toBe(401);
+    expect((await call("/__sluice/config", { headers: { Authorization: "Bearer wrong" } })).status).toBe(401);
+    const bearer = { Authorization: `Bearer ${adminToken}` };
+    const config = await call("/__sluice/config", { headers: bearer });
+    expect(config.status, config.text).toBe(200);
+    expect(config.text).toContain('"per-ip"');
+
+    const abuser = `2001:db8:${hex()}:${hex()}::bad`;
+    expect((await call("/api/items", { ip: abuser })).status).toBe(200);
+    const put = await call("/__sluice/lists", {
+      method: "PUT",
+      headers: { ...bearer, "Content-Type": "application/json" },
+      body: JSON.stringify({ kind: "deny", entry: abuser, ttl: "1m" }),
+    });
+    expect(put.status, put.text).toBe(200);
+    // accessLists() caches the lists per isolate and reads them again once a decision reports the change
+    const statuses: number[] = [];
+    for (let i = 0; i < 3 && statuses.at(-1) !== 403; i++)
+      statuses.push((await call("/api/items", { ip: abuser })).status);
+    expect(statuses.at(-1)).toBe(403);
+    expect((await call("/api/items", { ip: `${abuser}0` })).status).toBe(200);
+  });
+
+  it("without the Upstash secrets, a guarded route answers 500 naming UPSTASH_REDIS_REST_URL", async () => {
+    for (const [path, init] of [
+      ["/api/items", {}],
+      ["/me/profile", { user: user("frank") }],
+    ] as const) {
+      const res = await callOn(bare, path, init);
+      expect(res.status, `${path}: ${res.text}`).toBe(500);
+      expect(res.headers.get("Content-Type")).toContain("application/problem+json");
+      expect(res.json()).toMatchObject({ title: "Redis not configured", missing: "UPSTASH_REDIS_REST_URL" });
+      expect(res.json().detail).toContain("UPSTASH_REDIS_REST_URL");
+    }
+    // a route sluice does not guard still answers
+    expect((await callOn(bare, "/__sluice/health")).status).toBe(200);
   });
 });
