@@ -10,11 +10,19 @@ import { Hono, type Context, type ExecutionContext, type MiddlewareHandler } fro
 import { adminApp } from "../admin/index.js";
 import { ConfigError, loadConfig, type Config } from "../config/index.js";
 import type { SluiceInput } from "../config/schema.js";
+import type { LimitOptions } from "./rate-limit.js";
 import type { AdminEnv } from "../operator/context.js";
 import { isolateRuntime, type Runtime } from "../runtime.js";
 import { connectionOf, SHARED_FIELDS, type SharedOptions } from "./standalone.js";
 
 export type { SharedOptions } from "./standalone.js";
+
+type RouteInput = NonNullable<SluiceInput["routes"]>[number];
+
+/** `config` with its routes' limits as `rateLimit()` takes them, so one `LimitOptions[]` can serve both. */
+export type AdminConfigInput = Omit<SluiceInput, "routes"> & {
+  routes?: Array<Omit<RouteInput, "limits"> & { limits?: readonly LimitOptions[] }>;
+};
 
 export interface AdminApiOptions extends SharedOptions {
   /**
@@ -22,7 +30,7 @@ export interface AdminApiOptions extends SharedOptions {
    * and lists the admin API shows and manages. The shared options (`key_prefix`, `regions`, ...)
    * given beside it win, so they can be the very object given to `rateLimit()`.
    */
-  config?: SluiceInput;
+  config?: SluiceInput | AdminConfigInput;
 }
 
 /**

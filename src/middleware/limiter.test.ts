@@ -136,6 +136,18 @@ describe("limiter()", () => {
     expect(spent.every((r) => r.degraded)).toBe(true);
   });
 
+  it("throws a ConfigError naming the variable when no Redis is configured, never deciding in the isolate", async () => {
+    const { redis: _redis, ...rest } = options();
+    const jobs = limiter({ ...rest, on_store_error: "local", limits });
+    await expect(jobs.limit({ env: {} }, "u4")).rejects.toThrow(
+      /^env\.UPSTASH_REDIS_REST_URL: .*set UPSTASH_REDIS_REST_URL/,
+    );
+    await expect(jobs.peek({ env: { UPSTASH_REDIS_REST_URL: "https://x.example" } }, "u4")).rejects.toMatchObject({
+      name: "ConfigError",
+      field: "env.UPSTASH_REDIS_REST_TOKEN",
+    });
+  });
+
   it("refuses bad options at construction and a bad identifier or cost at the call", async () => {
     expect(() => limiter({ limits: [{ name: "l", rate: 0, period: "1s" }] })).toThrow(
       /^limiter\(\): limits\[0\]\.rate/,

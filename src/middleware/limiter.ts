@@ -16,6 +16,7 @@ import type { Scope } from "../context.js";
 import type { Env } from "../env.js";
 import { CODE_PART } from "../identity/identify.js";
 import { deferrer } from "../pipeline/scope.js";
+import { redisNotConfigured } from "../pipeline/redis-required.js";
 import { chooseRegion, envConnections, type Connect } from "../region/index.js";
 import { isolateRuntime } from "../runtime.js";
 import type { RedisConnection } from "../store/redis.js";
@@ -52,7 +53,11 @@ export interface LimiterResult {
 }
 
 export interface Limiter {
-  /** Spends `cost` (default each limit's own) from the identifier's buckets, all or nothing. */
+  /**
+   * Spends `cost` (default each limit's own) from the identifier's buckets, all or nothing. Throws a
+   * `ConfigError` naming the variable when no Redis is configured (no `redis` option and no
+   * `UPSTASH_REDIS_REST_URL` / `_TOKEN` in `env`): a misconfiguration, not an outage.
+   */
   limit(c: LimiterContext, identifier: string, options?: { cost?: number }): Promise<LimiterResult>;
   /** The identifier's buckets as they stand, nothing spent. */
   peek(c: LimiterContext, identifier: string): Promise<LimiterResult>;
@@ -80,6 +85,9 @@ export function limiter(options: LimiterOptions): Limiter {
       throw new TypeError("limiter(): cost must be a positive whole number");
     const scope = callScope(config, options, c, { code: identifier, cost });
     scope.route = route;
+    // missing configuration is no outage: never a quiet per-isolate decision (`on_store_error` is for outages)
+    const unconfigured = redisNotConfigured(scope);
+    if (unconfigured) throw new ConfigError(`env.${String(unconfigured.extensions?.missing)}`, unconfigured.detail);
     const decided = await decideLimits(scope, route, peek);
     return decided
       ? { ...resultOf(decided.decision), ...(decided.degraded ? { degraded: true } : {}) }

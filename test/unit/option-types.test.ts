@@ -4,7 +4,7 @@
  * ever accepted it; at run time the schema refuses the same values for JavaScript callers.
  */
 import { describe, expect, it } from "vitest";
-import { ConfigError, idempotency, rateLimit, session, type LimitOptions } from "../../src/index.js";
+import { adminApi, ConfigError, idempotency, rateLimit, session, type LimitOptions } from "../../src/index.js";
 
 describe("literal option types", () => {
   it("accept every key and duration form the schema accepts", () => {
@@ -17,6 +17,9 @@ describe("literal option types", () => {
       { name: "f", key: "jwt:org", algorithm: "concurrency", limit: 2, lease: "2s" },
     ];
     expect(() => rateLimit({ limits })).not.toThrow();
+    // the same typed array serves the admin API's `config` (before, its plain types refused a readonly key list)
+    const shared: LimitOptions[] = [{ name: "per-ip", key: ["ip", "path"] as const, rate: 5, period: "1m" }];
+    expect(() => adminApi({ config: { routes: [{ name: "api", match: "/api/*", limits: shared }] } })).not.toThrow();
     expect(() => idempotency({ ttl: "1h", lease: "30s" })).not.toThrow();
     expect(() => session({ key: "header:x-session-id", lease: "10s" })).not.toThrow();
   });

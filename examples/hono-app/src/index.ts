@@ -1,5 +1,14 @@
 import { Hono } from "hono";
-import { accessLists, adminApi, idempotency, limiter, rateLimit, type SluiceEnv } from "sluice";
+import {
+  accessLists,
+  adminApi,
+  ConfigError,
+  idempotency,
+  limiter,
+  rateLimit,
+  type LimitOptions,
+  type SluiceEnv,
+} from "sluice";
 
 /** A queued report: who asked for it. */
 type ReportJob = { userId: string };
@@ -35,8 +44,8 @@ app.use("/api/*", accessLists());
 
 // Five reads a minute per client IP (CF-Connecting-IP); the sixth is a 429 problem with
 // Retry-After and RateLimit headers, answered before the handler runs. (The admin API below is
-// given the same limits; `as const` keeps the literals that both options' types ask for.)
-const apiLimits = [{ name: "per-ip", key: "ip" as const, rate: 5, period: "1m" as const }];
+// given the same limits.)
+const apiLimits: LimitOptions[] = [{ name: "per-ip", key: "ip", rate: 5, period: "1m" }];
 app.use("/api/*", rateLimit({ name: "api", limits: apiLimits }));
 
 app.get("/api/items", (c) => {
@@ -109,6 +118,13 @@ app.post("/reports/queued", async (c) => {
 // GET /__sluice/health is open; the rest needs `Authorization: Bearer <SLUICE_ADMIN_TOKEN>`.
 // `config` tells it the routes and limits the middleware above apply, to show and manage them.
 app.route("/", adminApi({ config: { routes: [{ name: "api", match: "/api/*", limits: apiLimits }] } }));
+
+// limiter() throws a ConfigError when the Worker has no Redis configured (it names the missing
+// secret): a misconfiguration, answered as one rather than limited per isolate.
+app.onError((err, c) => {
+  if (err instanceof ConfigError) return c.json({ error: "misconfigured", field: err.field, detail: err.problem }, 500);
+  return c.json({ error: "internal error" }, 500);
+});
 
 /** The queue consumer: a request has no part in it, so limiter() takes the Worker's env and context. */
 async function queue(batch: MessageBatch<ReportJob>, env: Bindings, ctx: ExecutionContext): Promise<void> {

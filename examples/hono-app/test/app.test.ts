@@ -233,7 +233,7 @@ describe.skipIf(!url || !token)("the example Worker, with sluice as installed fr
     expect((await call("/api/items", { ip: `${abuser}0` })).status).toBe(200);
   });
 
-  it("without the Upstash secrets, a guarded route answers 500 naming UPSTASH_REDIS_REST_URL", async () => {
+  it("without the Upstash secrets, a guarded route and limiter() answer 500 naming UPSTASH_REDIS_REST_URL", async () => {
     for (const [path, init] of [
       ["/api/items", {}],
       ["/me/profile", { user: user("frank") }],
@@ -244,6 +244,10 @@ describe.skipIf(!url || !token)("the example Worker, with sluice as installed fr
       expect(res.json()).toMatchObject({ title: "Redis not configured", missing: "UPSTASH_REDIS_REST_URL" });
       expect(res.json().detail).toContain("UPSTASH_REDIS_REST_URL");
     }
+    // limiter() from a route throws a ConfigError naming the variable, which the app's onError answers
+    const report = await callOn(bare, "/reports", { method: "POST", user: user("frank") });
+    expect(report.status, report.text).toBe(500);
+    expect(report.json()).toMatchObject({ error: "misconfigured", field: "env.UPSTASH_REDIS_REST_URL" });
     // a route sluice does not guard still answers
     expect((await callOn(bare, "/__sluice/health")).status).toBe(200);
   });
