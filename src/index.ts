@@ -30,4 +30,4 @@ export { session, type SessionOptions } from "./middleware/session.js";
 export { breaker, type BreakerOptions } from "./middleware/breaker.js";
 export { accessLists, verifyJwt, type VerifyJwtOptions } from "./middleware/access.js";
 export { sluice } from "./middleware/sluice.js";
-export { adminApi, type AdminApiOptions } from "./middleware/admin-api.js";
+export { adminApi, type AdminApiOptions, type AdminConfigInput } from "./middleware/admin-api.js";

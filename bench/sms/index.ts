@@ -41,9 +41,10 @@ export const SMS_QUICK: SmsOptions = { ...SMS_FULL, messages: 400, rate: 100 };
 const PATH = "/sms";
 /**
  * The limit's margin: the spread of the delay between a decision and the provider's arrival that it
- * absorbs (up to about 60 ms at the 99th percentile on this 2-core machine under the burst).
+ * absorbs (2 to 60 ms at the 99th percentile on this 2-core machine under the burst, up to 95 ms;
+ * 50 ms let 402 into the provider's worst second in one run of five).
  */
-const SMS_MARGIN = "50ms";
+const SMS_MARGIN = "100ms";
 const KEY_PREFIX = "bench-sms";
 const US: Place = { continent: "NA", colo: "IAD" };
 const EU: Place = { continent: "EU", colo: "FRA" };

@@ -19,9 +19,14 @@ export type { SharedOptions } from "./standalone.js";
 
 type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 
-/** `config` with its routes' limits as `rateLimit()` takes them, so one `LimitOptions[]` can serve both. */
+type PlainLimit = NonNullable<RouteInput["limits"]>[number];
+
+/**
+ * `config` as `sluice(config)` takes it, whose routes' limits may also be written as `rateLimit()`
+ * takes them, so one `LimitOptions[]` can serve both (route by route, limit by limit).
+ */
 export type AdminConfigInput = Omit<SluiceInput, "routes"> & {
-  routes?: Array<Omit<RouteInput, "limits"> & { limits?: readonly LimitOptions[] }>;
+  routes?: Array<Omit<RouteInput, "limits"> & { limits?: ReadonlyArray<PlainLimit | LimitOptions> }>;
 };
 
 export interface AdminApiOptions extends SharedOptions {
@@ -30,7 +35,7 @@ export interface AdminApiOptions extends SharedOptions {
    * and lists the admin API shows and manages. The shared options (`key_prefix`, `regions`, ...)
    * given beside it win, so they can be the very object given to `rateLimit()`.
    */
-  config?: SluiceInput | AdminConfigInput;
+  config?: AdminConfigInput;
 }
 
 /**

@@ -146,6 +146,9 @@ describe("limiter()", () => {
       name: "ConfigError",
       field: "env.UPSTASH_REDIS_REST_TOKEN",
     });
+    // a `redis` function that gives nothing is named as such, not as the env variables it replaced
+    const given = limiter({ ...rest, redis: () => undefined as never, limits });
+    await expect(given.limit({ env: {} }, "u4")).rejects.toMatchObject({ field: "limiter(): redis" });
   });
 
   it("refuses bad options at construction and a bad identifier or cost at the call", async () => {

@@ -56,10 +56,11 @@ export interface Limiter {
   /**
    * Spends `cost` (default each limit's own) from the identifier's buckets, all or nothing. Throws a
    * `ConfigError` naming the variable when no Redis is configured (no `redis` option and no
-   * `UPSTASH_REDIS_REST_URL` / `_TOKEN` in `env`): a misconfiguration, not an outage.
+   * `UPSTASH_REDIS_REST_URL` / `_TOKEN` in `env`; the home region's is needed too, as on the
+   * gateway): a misconfiguration, not an outage.
    */
   limit(c: LimiterContext, identifier: string, options?: { cost?: number }): Promise<LimiterResult>;
-  /** The identifier's buckets as they stand, nothing spent. */
+  /** The identifier's buckets as they stand, nothing spent; throws the same `ConfigError` as `limit` without Redis. */
   peek(c: LimiterContext, identifier: string): Promise<LimiterResult>;
 }
 
@@ -87,6 +88,8 @@ export function limiter(options: LimiterOptions): Limiter {
     scope.route = route;
     // missing configuration is no outage: never a quiet per-isolate decision (`on_store_error` is for outages)
     const unconfigured = redisNotConfigured(scope);
+    if (unconfigured && options.redis !== undefined)
+      throw new ConfigError("limiter(): redis", "the function given as `redis` returned no connection");
     if (unconfigured) throw new ConfigError(`env.${String(unconfigured.extensions?.missing)}`, unconfigured.detail);
     const decided = await decideLimits(scope, route, peek);
     return decided

@@ -16,6 +16,17 @@ describe("forEachConcurrently", () => {
     expect(most).toBe(3);
   });
 
+  it("runs every item even when one fails, then rejects with the first failure", async () => {
+    const done: number[] = [];
+    const run = forEachConcurrently([0, 1, 2, 3, 4], 2, async (i) => {
+      await new Promise((resolve) => setTimeout(resolve, 2));
+      if (i === 1 || i === 3) throw new Error(`item ${i}`);
+      done.push(i);
+    });
+    await expect(run).rejects.toThrow("item 1");
+    expect(done.sort()).toEqual([0, 2, 4]);
+  });
+
   it("does nothing for no items", async () => {
     let called = false;
     await forEachConcurrently([], 4, async () => {

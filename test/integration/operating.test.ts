@@ -11,6 +11,11 @@ const SLUICE: SluiceInput = {
     { name: "api", match: "/api/*", limits: [{ name: "per-ip", rate: 2, period: "1h" }] },
     { name: "trial", match: "/trial", shadow: true, limits: [{ name: "per-ip", rate: 1, period: "1h" }] },
     { name: "open", match: "/open" },
+    {
+      name: "log",
+      match: "/log",
+      limits: [{ name: "provider", key: "global", rate: 5, period: "1s", algorithm: "sliding_log", margin: "200ms" }],
+    },
   ],
 };
 
@@ -77,7 +82,10 @@ describe("the admin API's door", () => {
 
   it("shows the effective configuration with secrets redacted", async () => {
     const r = await admin("/config");
-    expect(r.json()).toMatchObject({ key_prefix: "o", routes: [{ name: "api" }, { name: "trial" }, { name: "open" }] });
+    expect(r.json()).toMatchObject({
+      key_prefix: "o",
+      routes: [{ name: "api" }, { name: "trial" }, { name: "open" }, { name: "log" }],
+    });
     expect(r.text).not.toContain(ADMIN);
     expect(r.text).not.toContain("test-token");
   });
@@ -136,6 +144,19 @@ describe("buckets and overrides", () => {
     expect((await admin("/overrides", "PUT", { route: "api", limit: "per-ip", rate: -1, ttl: "1m" })).status).toBe(400);
     expect((await admin("/lists", "PUT", { kind: "deny", entry: "not an ip", ttl: "1m" })).status).toBe(400);
     expect((await admin("/overrides", "PUT", { route: "nope", limit: "x", rate: 1, ttl: "1m" })).status).toBe(404);
+    // a sliding log's margin is added to the override's period too: a period shorter than it is refused
+    const short = await admin("/overrides", "PUT", {
+      route: "log",
+      limit: "provider",
+      rate: 5,
+      period: "100ms",
+      ttl: "1m",
+    });
+    expect(short.status, short.text).toBe(400);
+    expect(short.json().detail).toContain("margin (200 ms)");
+    const ok = { route: "log", limit: "provider", rate: 5, period: "500ms", ttl: "1m" };
+    expect((await admin("/overrides", "PUT", ok)).status).toBe(200);
+    expect((await admin("/overrides", "DELETE", { route: "log", limit: "provider" })).status).toBe(200);
   });
 });
 

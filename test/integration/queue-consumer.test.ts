@@ -203,3 +203,30 @@ describe("completion callbacks", () => {
     expect(hooks).toEqual([]);
   });
 });
+
+describe("a batch", () => {
+  it("is delivered several jobs at once, never more than 6 (what a Worker invocation holds open)", async () => {
+    const env: Env = {
+      ORIGIN_URL: rig.origin.url,
+      SLUICE,
+      UPSTASH_REDIS_REST_URL: rig.stack.bridge.url,
+      UPSTASH_REDIS_REST_TOKEN: TOKEN,
+      SLUICE_QUEUE: recordingQueue().queue,
+    };
+    // each delivery is held a second at the origin: one at a time, 8 jobs would take 8 s
+    const jobs = Array.from({ length: 8 }, () => jobFor("plain", "?delay=1000"));
+    const played = jobs.map(messageOf);
+    const batch = { queue: "sluice-shed", messages: played.map((p) => p.message), ackAll() {}, retryAll() {} };
+    const work: Array<Promise<unknown>> = [];
+    await onQueue(batch as unknown as MessageBatch<JobMessage>, env, (p) => void work.push(p), new Runtime());
+    await Promise.all(work);
+    expect(played.every((p) => p.outcome.acked)).toBe(true);
+    const ids = new Set(jobs.map((j) => j.id));
+    const arrivals = rig.origin.seen.filter((s) => ids.has(String(s.headers["sluice-job-id"]))).map((s) => s.at);
+    expect(arrivals).toHaveLength(8);
+    // how many were at the origin at once: each stays 1 s from its arrival
+    const most = Math.max(...arrivals.map((t) => arrivals.filter((u) => u <= t && t < u + 1_000).length));
+    expect(most).toBeGreaterThan(1);
+    expect(most).toBeLessThanOrEqual(6);
+  });
+});

@@ -47,6 +47,7 @@ const TYPES = [
   "BreakerOptions",
   "VerifyJwtOptions",
   "AdminApiOptions",
+  "AdminConfigInput",
 ];
 
 /** The subpaths of package.json's `exports` and the values each gives (the root gives all but the gateway's). */

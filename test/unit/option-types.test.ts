@@ -20,6 +20,13 @@ describe("literal option types", () => {
     // the same typed array serves the admin API's `config` (before, its plain types refused a readonly key list)
     const shared: LimitOptions[] = [{ name: "per-ip", key: ["ip", "path"] as const, rate: 5, period: "1m" }];
     expect(() => adminApi({ config: { routes: [{ name: "api", match: "/api/*", limits: shared }] } })).not.toThrow();
+    // and beside a route written as wrangler.toml spells it (plain strings)
+    const plain = { name: "p", key: "global", rate: 1, period: "1s" as string };
+    const mixed = [
+      { name: "api", match: "/api/*", limits: shared },
+      { name: "other", match: "/other/*", limits: [plain, ...shared] },
+    ];
+    expect(() => adminApi({ config: { routes: mixed } })).not.toThrow();
     expect(() => idempotency({ ttl: "1h", lease: "30s" })).not.toThrow();
     expect(() => session({ key: "header:x-session-id", lease: "10s" })).not.toThrow();
   });

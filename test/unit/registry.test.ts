@@ -19,6 +19,7 @@ import {
   refusalCacheable,
 } from "../../src/features/rate-limit/algorithms/registry.js";
 import { scriptCall } from "../../src/features/rate-limit/decision/script-call.js";
+import { allowance } from "../../src/features/rate-limit/headers.js";
 import { logEntryId } from "../../src/features/rate-limit/decision/buckets.js";
 import type { Store } from "../../src/store/redis.js";
 
@@ -243,6 +244,8 @@ describe("the sliding log's entry", () => {
     if (!r.success) throw new Error(JSON.stringify(r.error.issues));
     const l = r.data.routes[0]?.limits[0] as Limit;
     expect(l.margin).toBe(50);
+    // a refused client is told the margin is part of what it is limited over
+    expect(allowance(l)).toBe("allows 10 per 1000 ms + a 50 ms margin (burst 10)");
     expect(scriptCall([{ limit: l, key: "p:r:l:h", entry: "e" }], "take").args.slice(3)[9]).toBe("50000");
     const misplaced = parse({ name: "l", algorithm: "token_bucket", rate: 10, period: "1s", margin: "50ms" });
     expect(misplaced.success).toBe(false);
@@ -250,6 +253,17 @@ describe("the sliding log's entry", () => {
     const tooLong = parse({ name: "l", algorithm: "sliding_log", rate: 10, period: "1s", margin: "2s" });
     expect(tooLong.success).toBe(false);
     expect(JSON.stringify(tooLong.error?.issues)).toMatch(/margin.*more than the period/);
+    // a tier's shorter period counts too
+    const tiers = { tier: "header:x-plan", rates: { fast: "10/100ms" } };
+    const tierTooShort = parse({
+      name: "l",
+      algorithm: "sliding_log",
+      rate: 10,
+      period: "1s",
+      margin: "500ms",
+      ...tiers,
+    });
+    expect(JSON.stringify(tierTooShort.error?.issues)).toMatch(/margin.*more than the period \(100 ms, a tier's\)/);
   });
 
   it("is 16 characters decide.lua accepts (it rides on every member), fresh each time", () => {

@@ -1,4 +1,5 @@
 import { Hono } from "hono";
+import { HTTPException } from "hono/http-exception";
 import {
   accessLists,
   adminApi,
@@ -20,6 +21,8 @@ type Bindings = {
   UPSTASH_REDIS_REST_TOKEN: string;
   // adminApi() answers only a request that bears it; without it, the admin API is off (404)
   SLUICE_ADMIN_TOKEN?: string;
+  // "1" turns on the demo's stand-in auth below (tests and `wrangler dev`); never set it in production
+  DEMO_AUTH?: string;
   REPORTS: Queue<ReportJob>;
 };
 
@@ -28,11 +31,11 @@ type Variables = { userId?: string };
 
 const app = new Hono<SluiceEnv & { Bindings: Bindings; Variables: Variables }>();
 
-// Stand-in for your real auth: it believes the X-Demo-User header. A real app verifies a session
-// cookie or a token (sluice's verifyJwt() can) and sets the user id it proved, never one the
-// client just names.
+// Stand-in for your real auth: it believes the X-Demo-User header, and only when DEMO_AUTH is "1"
+// (a client that names its own user id could take a fresh budget with every request). A real app
+// verifies a session cookie or a token (sluice's verifyJwt() can) and sets the user id it proved.
 app.use("*", async (c, next) => {
-  const user = c.req.header("X-Demo-User");
+  const user = c.env.DEMO_AUTH === "1" ? c.req.header("X-Demo-User") : undefined;
   if (user) c.set("userId", user);
   await next();
 });
@@ -119,9 +122,11 @@ app.post("/reports/queued", async (c) => {
 // `config` tells it the routes and limits the middleware above apply, to show and manage them.
 app.route("/", adminApi({ config: { routes: [{ name: "api", match: "/api/*", limits: apiLimits }] } }));
 
-// limiter() throws a ConfigError when the Worker has no Redis configured (it names the missing
-// secret): a misconfiguration, answered as one rather than limited per isolate.
+// sluice's own answers (a 503 problem with Retry-After when Redis is down and the deployment fails
+// closed) are HTTPExceptions: passed on as they are. limiter() throws a ConfigError when the Worker
+// has no Redis configured (it names the missing secret): a misconfiguration, answered as one.
 app.onError((err, c) => {
+  if (err instanceof HTTPException) return err.getResponse();
   if (err instanceof ConfigError) return c.json({ error: "misconfigured", field: err.field, detail: err.problem }, 500);
   return c.json({ error: "internal error" }, 500);
 });
@@ -134,8 +139,11 @@ async function queue(batch: MessageBatch<ReportJob>, env: Bindings, ctx: Executi
       // ...make the report here...
       message.ack();
     } else {
-      // over the user's budget: delivered again once a report is free
-      message.retry({ delaySeconds: Math.max(1, Math.ceil(retryAfterMs / 1000)) });
+      // over the user's budget: sent again for when a report is free, and this copy acked. Not
+      // message.retry(): each retry counts towards the consumer's max_retries (3 by default), so a
+      // report waiting its turn would be dropped after three deferrals
+      await env.REPORTS.send(message.body, { delaySeconds: Math.max(1, Math.ceil(retryAfterMs / 1000)) });
+      message.ack();
     }
   }
 }

@@ -129,6 +129,9 @@ function limitOf(config: Config, route: string, limit: string, detail: string): 
  * not have is named as the rate it came from.
  */
 function checkExact(limit: Limit, o: OverrideBody, periodMs: number): void {
+  // a sliding log's margin is added to the period it counts over: no longer than the period itself
+  if (limit.margin !== undefined && limit.margin > periodMs)
+    throw badRequest(`period: ${periodMs} ms is shorter than the limit's margin (${limit.margin} ms)`);
   const inexact = exactnessProblem({ algorithm: limit.algorithm, rate: o.rate, burst: o.burst ?? o.rate, periodMs });
   if (!inexact) return;
   throw badRequest(

@@ -2,9 +2,10 @@ import type { Limit } from "../../config/index.js";
 import type { LimitOutcome } from "./types.js";
 
 /** What a limit allows, in words, for a refusal's detail: "allows 100 per 1000 ms (burst 50)", "allows 3 in flight at once". */
-export function allowance(l: Pick<Limit, "algorithm" | "rate" | "period" | "burst">): string {
+export function allowance(l: Pick<Limit, "algorithm" | "rate" | "period" | "burst" | "margin">): string {
   if (l.algorithm === "concurrency") return `allows ${l.rate} in flight at once (slots held at most ${l.period} ms)`;
-  return `allows ${l.rate} per ${l.period} ms (burst ${l.burst})`;
+  const margin = l.margin ? ` + a ${l.margin} ms margin` : "";
+  return `allows ${l.rate} per ${l.period} ms${margin} (burst ${l.burst})`;
 }
 
 /**

@@ -273,10 +273,11 @@ function limitProblems(l: CompiledLimit, ctx: z.core.$RefinementCtx<CompiledLimi
     );
   const align = l.align === undefined ? undefined : alignProblem(l.align, l.algorithm, l.period);
   if (align) issue("align", align);
-  if (l.margin !== undefined && l.margin > l.period)
+  const shortest = Math.min(l.period, ...Object.values(l.rates ?? {}).map((t) => t.period));
+  if (l.margin !== undefined && l.margin > shortest)
     issue(
       "margin",
-      `${l.margin} ms is more than the period (${l.period} ms): the limit would admit less than half its rate`,
+      `${l.margin} ms is more than the period (${shortest} ms${shortest < l.period ? ", a tier's" : ""}): the limit would admit less than half its rate`,
     );
   if (l.ban && !bannable(l.key))
     issue(

@@ -292,8 +292,8 @@ export class SlidingWindow implements AlgoModel {
 
 /**
  * The exact sliding log: a request of cost c at t passes iff the costs admitted in (t − P, t] plus
- * c are at most `rate`. Retry-after: until enough of the oldest entries have left the period
- * (an entry admitted at s leaves at s + P); reset: until the newest has.
+ * c are at most `rate`, P the period plus the margin (`marginUs`). Retry-after: until enough of the
+ * oldest entries have left (an entry admitted at s leaves at s + P); reset: until the newest has.
  */
 export class SlidingLog implements AlgoModel {
   /** [time µs, cost] of each admitted request, oldest first. */

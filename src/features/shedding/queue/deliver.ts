@@ -49,8 +49,10 @@ const PACE_MAX_WAIT_MS = 2_000;
 
 /**
  * Jobs of one batch delivered at once: one at a time, a consumer delivers at 1 / (decision + origin
- * round trip), far below a limit of hundreds a second; each job holds one connection at a time (its
- * decision, then its delivery), and six is what a Worker invocation may hold open at once.
+ * round trip), far below a limit of hundreds a second. Six is what a Worker invocation may hold
+ * open at once; a job mostly holds one connection (its decision, then its delivery) and sometimes
+ * two (a decision on two Redis, a callback beside the backlog update). Connections past six wait
+ * for one to close, they do not fail.
  */
 const DELIVERIES_AT_ONCE = 6;
 
@@ -74,15 +76,18 @@ export async function onQueue(
   const stores = runtime.stores(envConnections(env, config.home_region), config);
   const consumer: Consumer = { config, env, stores, runtime, defer };
   const home = stores.offPath();
-  await forEachConcurrently(batch.messages, DELIVERIES_AT_ONCE, async (message) => {
-    try {
-      await deliverOne(message, consumer, home);
-    } catch (e) {
-      logError("queue_error", e, { job: message.body.id });
-      message.retry({ delaySeconds: 5 });
-    }
-  });
-  runtime.metrics.flush(config, stores, defer);
+  try {
+    await forEachConcurrently(batch.messages, DELIVERIES_AT_ONCE, async (message) => {
+      try {
+        await deliverOne(message, consumer, home);
+      } catch (e) {
+        logError("queue_error", e, { job: message.body.id });
+        message.retry({ delaySeconds: 5 });
+      }
+    });
+  } finally {
+    runtime.metrics.flush(config, stores, defer);
+  }
 }
 
 /** What the consumer delivers with. */
