@@ -39,11 +39,23 @@ const rig = useStack({ sluice: SLUICE });
 /** The `t` of a RateLimit header, in seconds. */
 const resetOf = (h: { get(name: string): string | null }) => Number(/;t=(\d+)$/.exec(h.get("RateLimit") ?? "")?.[1]);
 
+/**
+ * Waits out the last seconds before a window edge (Beijing's midnight, 16:00 UTC, and UTC's): the
+ * test reads the real clock, and its calls must all fall in one window of each.
+ */
+async function clearOfEdges(marginMs = 5_000): Promise<void> {
+  const edges = [16 * 3_600_000, DAY_MS];
+  const sinceMidnight = Date.now() % DAY_MS;
+  const next = edges.find((edge) => edge > sinceMidnight) ?? DAY_MS;
+  if (next - sinceMidnight < marginMs) await new Promise((done) => setTimeout(done, next - sinceMidnight + 100));
+}
+
 /** Seconds from `ms` to the end of its window, as the headers round them. */
 const toEnd = (end: number, ms: number) => Math.ceil((end - ms) / 1000);
 
 describe("a day aligned to Asia/Shanghai, through the Worker", () => {
   it("resets and refuses until local midnight in Beijing (16:00 UTC), not UTC midnight", async () => {
+    await clearOfEdges();
     const merchant = { "x-merchant": `m-${Date.now()}` };
     const before = Date.now();
     const first = await call(rig.mf, "/promos", { headers: merchant });
