@@ -9,7 +9,8 @@ import { adminApp } from "../../src/admin/index.js";
 import { loadConfig } from "../../src/config/index.js";
 import type { Env } from "../../src/env.js";
 import { DEFAULT_PROBLEM_BASE, problem } from "../../src/problem.js";
-import { PROBLEM_TYPES, PROBLEMS, problemSlug } from "../../src/problem-types.js";
+import { PROBLEMS, problemSlug } from "../../src/problem-types.js";
+import { PROBLEM_TYPES } from "../../src/problem-pages.js";
 import { Runtime } from "../../src/runtime.js";
 
 const SLUICE = { key_prefix: "u", routes: [] };
