@@ -288,27 +288,18 @@ function report(
 /** `--only anchor`: section 12 alone, its own JSON, and (unless `--quick`) the docs' table. */
 async function runAnchorOnly(cleanup: Cleanup, quick: boolean, started: Date, step: (what: string) => void) {
   const anchor = await measureAnchor(cleanup, new IpSource(), quick ? ANCHOR_QUICK : ANCHOR_FULL, step);
-  const finished = new Date();
-  const env = environment("(section 12's own redis-server)");
-  const result = {
-    name: quick ? "bench-anchor-quick" : "bench-anchor",
-    started_at: started.toISOString(),
-    finished_at: finished.toISOString(),
-    duration_s: round((finished.getTime() - started.getTime()) / 1000, 1),
-    quick,
-    environment: env,
-    anchor,
-    problems: anchor.problems,
-  };
   const out: string[] = [];
   renderAnchorSection(out, anchor);
-  out.push("", anchor.problems.length === 0 ? "checks: every request allowed, no stray requests" : "PROBLEMS:");
-  out.push(...anchor.problems.map((p) => `  - ${p}`));
-  console.log(out.join("\n"));
-  console.log(`\nresults: ${relative(process.cwd(), writeResults(result.name, started, result, false))}`);
-  if (!quick)
-    docsWritten(publishAnchor(anchor, { started, revision: env.git, command: "npm run bench -- --only anchor" }));
-  return 0;
+  return reportSectionAlone({
+    section: "anchor",
+    redis: "(section 12's own redis-server)",
+    quick,
+    started,
+    payload: anchor,
+    out,
+    passed: "checks: every request allowed, no stray requests",
+    publish: (meta) => publishAnchor(anchor, meta),
+  });
 }
 
 /** `--only sms`: section 13 alone (the Worker built first), its own JSON, and (unless `--quick`) its docs table. */
@@ -318,28 +309,55 @@ async function runSmsOnly(cleanup: Cleanup, quick: boolean, started: Date, step:
   const bundle = await buildWorker(cleanup);
   step(`13 the SMS case: ${o.messages} messages at once to a queue route, ${o.rate}/s global, two regions`);
   const sms = await measureSms(bundle, cleanup, o);
-  const finished = new Date();
-  const env = environment("(section 13's own redis-servers)");
-  const result = {
-    name: quick ? "bench-sms-quick" : "bench-sms",
-    started_at: started.toISOString(),
-    finished_at: finished.toISOString(),
-    duration_s: round((finished.getTime() - started.getTime()) / 1000, 1),
-    quick,
-    environment: env,
-    sms,
-    problems: sms.problems,
-  };
   const out: string[] = [];
   renderSmsSection(out, sms);
-  out.push(
-    "",
-    sms.problems.length === 0 ? "checks: every message delivered once, no second over the limit" : "PROBLEMS:",
-  );
-  out.push(...sms.problems.map((p) => `  - ${p}`));
-  console.log(out.join("\n"));
-  console.log(`\nresults: ${relative(process.cwd(), writeResults(result.name, started, result, false))}`);
-  if (!quick) docsWritten(publishSms(sms, { started, revision: env.git, command: "npm run bench -- --only sms" }));
+  return reportSectionAlone({
+    section: "sms",
+    redis: "(section 13's own redis-servers)",
+    quick,
+    started,
+    payload: sms,
+    out,
+    passed: "checks: every message delivered once, no second over the limit",
+    publish: (meta) => publishSms(sms, meta),
+  });
+}
+
+/** What one section run alone (`--only <section>`) has measured and printed. */
+interface SectionAlone {
+  section: "anchor" | "sms";
+  /** The Redis the environment record names. */
+  redis: string;
+  quick: boolean;
+  started: Date;
+  payload: { problems: string[] };
+  /** The section's table, as printed; the checks' line and the problems are added. */
+  out: string[];
+  passed: string;
+  publish: (meta: { started: Date; revision: string; command: string }) => string[];
+}
+
+/** Prints the section with its checks, writes its own JSON (never latest.json) and, unless quick, its docs table. */
+function reportSectionAlone(r: SectionAlone): number {
+  const finished = new Date();
+  const env = environment(r.redis);
+  const name = `bench-${r.section}${r.quick ? "-quick" : ""}`;
+  const result = {
+    name,
+    started_at: r.started.toISOString(),
+    finished_at: finished.toISOString(),
+    duration_s: round((finished.getTime() - r.started.getTime()) / 1000, 1),
+    quick: r.quick,
+    environment: env,
+    [r.section]: r.payload,
+    problems: r.payload.problems,
+  };
+  r.out.push("", r.payload.problems.length === 0 ? r.passed : "PROBLEMS:");
+  r.out.push(...r.payload.problems.map((p) => `  - ${p}`));
+  console.log(r.out.join("\n"));
+  console.log(`\nresults: ${relative(process.cwd(), writeResults(name, r.started, result, false))}`);
+  if (!r.quick)
+    docsWritten(r.publish({ started: r.started, revision: env.git, command: `npm run bench -- --only ${r.section}` }));
   return 0;
 }
 
