@@ -105,7 +105,7 @@ describe('the "divert" switch on a route with idempotency and sessions', () => {
 
     // two tries of another key while the divert origin works on the first
     const body = '{"order":"mdg-2"}';
-    const first = post("/orders/2?status=201", body, { "idempotency-key": "mdg-2", "x-demo-delay": "1500" });
+    const first = post("/orders/2?status=201", body, { "idempotency-key": "mdg-2", "x-demo-delay": "3000" });
     for (let i = 0; i < 200 && seen(replica, "/replica/orders/2", "mdg-2").length === 0; i++) await sleep(20);
     const second = await post("/orders/2?status=201", body, { "idempotency-key": "mdg-2" });
     expect(second.status, second.text).toBe(409);
@@ -136,7 +136,7 @@ describe('the "divert" switch on a route with idempotency and sessions', () => {
     await setMode("calls", { mode: "divert", ttl: "10m" });
     await untilApplied("/calls/probe", "diverted");
     const session = { "x-session-id": "mdg-s1" };
-    const slow = post("/calls/1", '{"call":"mdg-s-first"}', { ...session, "x-demo-delay": "1500" });
+    const slow = post("/calls/1", '{"call":"mdg-s-first"}', { ...session, "x-demo-delay": "3000" });
     for (let i = 0; i < 200 && seen(replica, "/replica/calls/1", "mdg-s-first").length === 0; i++) await sleep(20);
     const next = await post("/calls/1", '{"call":"mdg-s-second"}', session);
     expect(next.status, next.text).toBe(409);
@@ -160,7 +160,7 @@ describe("the other modes keep the guards", () => {
     }
     expect([probe.status, probe.headers.get("ratelimit")]).toEqual([200, null]);
     const body = '{"order":"mdg-4"}';
-    const first = post("/orders/4", body, { "idempotency-key": "mdg-4", "x-demo-delay": "1000" });
+    const first = post("/orders/4", body, { "idempotency-key": "mdg-4", "x-demo-delay": "3000" });
     for (let i = 0; i < 200 && seen(rig.origin, "/orders/4", "mdg-4").length === 0; i++) await sleep(20);
     expect((await post("/orders/4", body, { "idempotency-key": "mdg-4" })).status).toBe(409);
     expect((await first).status).toBe(200);

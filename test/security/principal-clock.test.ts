@@ -77,10 +77,10 @@ describe('principal = "auto" with JWTs verified', () => {
     const token = await bearer({ sub: "clock-alice", exp });
     const body = '{"order":"clock-1"}';
     const key = { authorization: token, "idempotency-key": "clock-1" };
-    // the origin answers a second and a half after the token expires
+    // the origin answers four seconds after the token expires: room for the retry on a loaded machine
     const first = post("/orders", "198.51.100.1", body, {
       ...key,
-      "x-demo-delay": String(exp * 1000 - Date.now() + 1_500),
+      "x-demo-delay": String(exp * 1000 - Date.now() + 4_000),
     });
     await until(() => seenAt("/orders", "clock-1").length === 1 && Date.now() >= exp * 1000 + 100);
     // the token has expired: the retry while the first runs meets its claim
@@ -112,7 +112,7 @@ describe('principal = "auto" with JWTs verified', () => {
     const expired = await bearer({ sub: "clock-carol", exp: nowS() - 60 });
     const slow = post("/sess", "198.51.100.3", '{"call":"clock-s-first"}', {
       authorization: live,
-      "x-demo-delay": "2000",
+      "x-demo-delay": "3000",
       ...session,
     });
     await until(() => seenAt("/sess", "clock-s-first").length === 1);
