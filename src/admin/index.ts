@@ -50,8 +50,8 @@ export function adminApp(runtime: Runtime, load: MiddlewareHandler<AdminEnv> = w
   admin.route("/config", configApp());
   admin.route("/buckets", bucketsApp());
   admin.route("/overrides", overridesApp());
-  admin.route("/lists", listsApp());
-  admin.route("/routes", routesApp());
+  admin.route("/lists", listsApp(runtime.lists));
+  admin.route("/routes", routesApp(runtime.lists));
   admin.route("/metrics", metricsApp(runtime.metrics));
   admin.route("/ledger", ledgerApp());
   admin.route("/idempotency", idempotencyApp());

@@ -9,6 +9,12 @@ export interface RequestFacts {
   url: URL;
   /** The claims of the request's verified JWT, when a route keys on one and it carried one. */
   claims?: Record<string, unknown>;
+  /**
+   * The claims of a bearer token whose signature, issuer and audience verified but whose time
+   * claims refused it (expired, not yet valid): who the caller is, for an `auto` principal, never
+   * a key part or an admission.
+   */
+  signedClaims?: Record<string, unknown>;
   /** The request's Hono context, in an app (what a key function of the app's code reads). */
   context?: Context;
   /** The identifier the app's code gave (a key function's result, `limiter().limit()`'s identifier). */

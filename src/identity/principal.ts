@@ -25,15 +25,18 @@ export async function principalOf(
 }
 
 /**
- * `principal = "auto"`: the verified JWT's `sub` when the request's token was verified (the
- * route verifies JWTs, or `verifyJwt()` ran before), else a hash of the `Authorization` header
- * when the request has one, else the IP. Agents' egress addresses rotate; their credentials do
+ * `principal = "auto"`: the JWT's `sub` when the request's token was verified (the route verifies
+ * JWTs, or `verifyJwt()` ran before), else a hash of the `Authorization` header when the request
+ * has one, else the IP. A token whose signature, issuer and audience verified is its `sub`
+ * whatever its time claims say (`signedClaims`): a token that expires during a slow call, or whose
+ * `iat` is a second ahead of this isolate's clock, names the same principal on its retry, so the
+ * retry meets the first call's claim; a token whose signature does not verify never names a `sub`. Agents' egress addresses rotate; their credentials do
  * not. The JWT and IP forms are spelled as `principal = "jwt:sub"` and `"ip"` are, so moving
  * between them keeps the keys; the header is hashed here so that no credential is held, logged
  * or hashed into a key in the clear.
  */
 export async function autoPrincipal(facts: RequestFacts): Promise<string> {
-  const sub = readPart("jwt:sub", facts);
+  const sub = readPart("jwt:sub", facts) ?? readPart("jwt:sub", { ...facts, claims: facts.signedClaims });
   if (sub !== undefined) return JSON.stringify([["jwt:sub", sub]]);
   const authorization = headerValue(facts.headers, "authorization");
   if (authorization !== undefined)

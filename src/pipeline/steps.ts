@@ -7,17 +7,18 @@ import { sessionStep } from "../features/session/step.js";
 import { keepFallbackCopies, shed } from "../features/shedding/step.js";
 import { verifyJwtStep } from "../features/jwt/step.js";
 import { jobStatus } from "../features/shedding/queue/enqueue.js";
-import { routeModeStep } from "../features/mode/step.js";
+import { modeDivertStep, routeModeStep } from "../features/mode/step.js";
 
 /** The steps of the request path, in the order a request meets them (the gateway's and `sluice()`'s). */
 export const PIPELINE_STEPS: Step[] = [
   jobStatus, //           GET /__sluice-jobs/{id}: a queued request's status
   accessListsStep, //     deny list → 403 (a jwt: entry verifies the token first); an allow-listed client skips the limits
-  routeModeStep, //       the operator's degrade switch: answers as fallback/reject/divert would, or `open` skips the limits
+  routeModeStep, //       the operator's degrade switch: answers as fallback/reject would; `open` and `divert` skip the limits
   verifyJwtStep, //       claims, for routes keyed on the JWT
   breakerStep, //         open → fallback or 503; records the origin's outcome after the response
   rateLimitStep(shed), // one Redis call decides every limit; a refusal is shed as on_limit says
   idempotencyStep, //     one side effect per key; duplicates get the replay; settles after the response
   sessionStep, //         one call per session at a time; released after the response
+  modeDivertStep, //      the `divert` switch: the divert origin answers, under the claim and session just taken
   keepFallbackCopies, //  keeps the last good copy of a fallback route's page after the response
 ];

@@ -76,3 +76,15 @@ describe("a principal from the app's code", () => {
     expect(missing).not.toBe(await principalOf(["ip"], facts("198.51.100.1")));
   });
 });
+
+describe('principal = "auto" and the clock', () => {
+  it("a token refused only by its time claims is still its sub: one token, one principal", async () => {
+    const header = { authorization: "Bearer t-expired" };
+    const verified = await principalOf(["auto"], facts("198.51.100.1", header, { sub: "alice" }));
+    const expired = await principalOf(["auto"], { ...facts("203.0.113.9", header), signedClaims: { sub: "alice" } });
+    expect(expired).toBe(verified);
+    // verified claims win over signed ones, as they are the request's own
+    const both = { ...facts("203.0.113.9", header, { sub: "alice" }), signedClaims: { sub: "bob" } };
+    expect(await principalOf(["auto"], both)).toBe(verified);
+  });
+});

@@ -9,6 +9,20 @@ import { adminHandlers, required, type AdminEnv } from "../../operator/context.j
 import { ledgerAdminAction } from "../../operator/ledger.js";
 import { duration, jsonBody } from "../../operator/validate.js";
 import { PROBLEMS } from "../../problem-types.js";
+import type { Store } from "../../store/redis.js";
+import type { ListCache } from "./lists.js";
+
+/**
+ * This isolate's copy of the lists (the gateway's): a write through the admin API is read back
+ * into it at once, so the writing isolate applies an entry from its next request on; the others
+ * apply it once a decision of theirs has reported the change counter the write moved.
+ */
+export type ListsCopy = Pick<ListCache, "reread">;
+
+/** Reads the lists back into this isolate's copy after a write of `home`. */
+export async function rereadHere(lists: ListsCopy, prefix: string, home: Store): Promise<void> {
+  await lists.reread({ prefix, store: home });
+}
 
 const listBody = z
   .object({
@@ -22,22 +36,28 @@ const listBody = z
 
 const removalBody = z.object({ kind: z.enum(["deny", "allow"]), entry: z.string() }).strict();
 
-const addEntry = adminHandlers.createHandlers(jsonBody(listBody), async (c) => {
-  const b = c.req.valid("json");
-  const home = required(c.get("stores").offPath(), PROBLEMS.storeUnavailable, "no Redis for the home region");
-  const until = Date.now() + (parseDuration(b.ttl) as number);
-  const entry: ListEntry = {
-    kind: b.kind,
-    entry: b.entry,
-    until,
-    ...(b.routes ? { routes: b.routes } : {}),
-    ...(b.note ? { note: b.note } : {}),
-  };
-  await writeEntry(home, c.get("config").key_prefix, entry);
-  await announce(c.get("config"), c.get("stores"), home);
-  await ledgerAdminAction(c, b.kind === "deny" ? "admin_ban" : "admin_allow", { ...entry, ttl: b.ttl });
-  return c.json({ ok: true, ...entry, note: "isolates apply it once their next decision has reported the change" });
-});
+const addEntry = (lists: ListsCopy) =>
+  adminHandlers.createHandlers(jsonBody(listBody), async (c) => {
+    const b = c.req.valid("json");
+    const home = required(c.get("stores").offPath(), PROBLEMS.storeUnavailable, "no Redis for the home region");
+    const until = Date.now() + (parseDuration(b.ttl) as number);
+    const entry: ListEntry = {
+      kind: b.kind,
+      entry: b.entry,
+      until,
+      ...(b.routes ? { routes: b.routes } : {}),
+      ...(b.note ? { note: b.note } : {}),
+    };
+    await writeEntry(home, c.get("config").key_prefix, entry);
+    await rereadHere(lists, c.get("config").key_prefix, home);
+    await announce(c.get("config"), c.get("stores"), home);
+    await ledgerAdminAction(c, b.kind === "deny" ? "admin_ban" : "admin_allow", { ...entry, ttl: b.ttl });
+    return c.json({ ok: true, ...entry, note: APPLIED });
+  });
+
+/** What a write's answer says of when it applies. */
+export const APPLIED =
+  "in force on this isolate from its next request; on each other isolate once a decision of its has reported the change and its read of the lists has landed";
 
 const listEntries = adminHandlers.createHandlers(async (c) =>
   c.json({ entries: await entriesInForce(c.get("config"), c.get("stores")) }),
@@ -66,25 +86,28 @@ export async function entriesInForce(config: Config, stores: Stores): Promise<Li
   }));
 }
 
-const removeEntry = adminHandlers.createHandlers(jsonBody(removalBody), async (c) => {
-  const b = c.req.valid("json");
-  const home = c.get("stores").offPath();
-  // nothing to remove where no Redis is configured: the answer is the same
-  const removed = home ? await removeListEntry(home, c.get("config").key_prefix, b) : false;
-  if (home) await announce(c.get("config"), c.get("stores"), home);
-  await ledgerAdminAction(c, b.kind === "deny" ? "admin_unban" : "admin_unallow", { ...b, removed });
-  return c.json({ ok: true });
-});
+const removeEntry = (lists: ListsCopy) =>
+  adminHandlers.createHandlers(jsonBody(removalBody), async (c) => {
+    const b = c.req.valid("json");
+    const home = c.get("stores").offPath();
+    // nothing to remove where no Redis is configured: the answer is the same
+    const removed = home ? await removeListEntry(home, c.get("config").key_prefix, b) : false;
+    if (home) await rereadHere(lists, c.get("config").key_prefix, home);
+    if (home) await announce(c.get("config"), c.get("stores"), home);
+    await ledgerAdminAction(c, b.kind === "deny" ? "admin_unban" : "admin_unallow", { ...b, removed });
+    return c.json({ ok: true });
+  });
 
 /**
  * `/__sluice/lists`, the deny and allow lists in the home region's Redis: `PUT` adds an entry (an
  * IP, a CIDR range or `<key part>=<value>`) until its `ttl`, `GET` lists the entries in force,
- * `DELETE` removes one. Each write bumps every Redis's change counter: an isolate reads the lists
- * again once a decision of its has reported the change.
+ * `DELETE` removes one. Each write is read back into `lists`, this isolate's copy, before the
+ * answer, and bumps every Redis's change counter: another isolate reads the lists again once a
+ * decision of its has reported the change.
  */
-export function listsApp(): Hono<AdminEnv> {
+export function listsApp(lists: ListsCopy): Hono<AdminEnv> {
   return new Hono<AdminEnv>()
-    .put("/", ...addEntry)
+    .put("/", ...addEntry(lists))
     .get("/", ...listEntries)
-    .delete("/", ...removeEntry);
+    .delete("/", ...removeEntry(lists));
 }

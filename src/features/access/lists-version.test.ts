@@ -101,3 +101,58 @@ describe("the isolate's copy of the lists", () => {
     expect(state.reads).toBe(3);
   });
 });
+
+describe("a write of this isolate's own (the admin API)", () => {
+  it("is read back at once: the writer's next request meets it, with no decision reporting the counter", async () => {
+    const versions = new StoreVersions();
+    const lists = new ListCache(versions);
+    const { store, state } = fakeHome();
+    const source = { prefix: "p", store };
+    expect(await lists.verdict(source, facts("198.51.100.5"), "api", () => undefined)).toBeUndefined();
+    state.entries = ["198.51.100.5"];
+    state.version = 2;
+    await lists.reread(source);
+    expect(await lists.verdict(source, facts("198.51.100.5"), "api", () => undefined)).toBe("deny");
+    expect(state.reads).toBe(2);
+  });
+
+  it("waits for a read in flight: the older read cannot land over it", async () => {
+    const versions = new StoreVersions();
+    const lists = new ListCache(versions);
+    const { store, state } = fakeHome();
+    const source = { prefix: "p", store };
+    await lists.verdict(source, facts("198.51.100.6"), "api", () => undefined);
+    // a background read starts (a decision reported a change) and its answer is held back
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((r) => (release = r));
+    const slow = {
+      ...store,
+      pipeline: async () => {
+        const before = [String(state.version), []];
+        await gate;
+        return before;
+      },
+    } as unknown as typeof store;
+    versions.observe("home", 1);
+    versions.observe("home", 2);
+    const deferred: Array<Promise<unknown>> = [];
+    await lists.verdict({ prefix: "p", store: slow }, facts("198.51.100.6"), "api", (p) => void deferred.push(p));
+    expect(deferred).toHaveLength(1);
+    // the admin's write, and its read back, while that read is in flight
+    state.entries = ["198.51.100.6"];
+    state.version = 3;
+    const reread = lists.reread(source);
+    release();
+    await Promise.all([reread, ...deferred]);
+    expect(await lists.verdict(source, facts("198.51.100.6"), "api", () => undefined)).toBe("deny");
+  });
+
+  it("is nothing to do before the lists were first read: that first read finds the write", async () => {
+    const lists = new ListCache(new StoreVersions());
+    const { store, state } = fakeHome();
+    await lists.reread({ prefix: "p", store });
+    expect(state.reads).toBe(0);
+    state.entries = ["198.51.100.7"];
+    expect(await lists.verdict({ prefix: "p", store }, facts("198.51.100.7"), "api", () => undefined)).toBe("deny");
+  });
+});

@@ -40,7 +40,10 @@ interface Held {
   behind: boolean;
   /** The last read failed: the next is not tried before `RETRY_MS`. */
   failed?: boolean;
+  /** The read in flight: one at a time, so an older read never lands over a newer one. */
   loading?: Promise<void>;
+  /** The copy's first read: every request waits for it, not only the one that started it. */
+  first: Promise<void>;
 }
 
 /** Where the lists are read from: the home region's store, under the deployment's key prefix. */
@@ -115,23 +118,51 @@ export class ListCache {
     c.entries = [...c.entries.filter((e) => listField(e) !== field), compileEntry(entry)];
   }
 
+  /**
+   * Reads the lists (and the degrade switches) again now, after this isolate wrote them (the admin
+   * API): the writer's own copy holds its write from its next request on, instead of once one of its
+   * decisions has reported the change counter the write moved. Waits for a read in flight first, so
+   * that read, started before the write, cannot land over this one. Nothing to do before the lists
+   * were first read: that first read finds the write.
+   */
+  async reread(source: ListSource): Promise<void> {
+    const c = this.cache;
+    if (!c || c.prefix !== source.prefix) return;
+    while (c.loading) await c.loading;
+    await this.load(c, source);
+  }
+
   private async entries(source: ListSource, defer: Defer): Promise<Compiled[]> {
     return (await this.held(source, defer)).entries;
   }
 
   /** The copy held, read first if there is none yet, and read again in the background when due. */
   private async held(source: ListSource, defer: Defer): Promise<Held> {
-    const now = Date.now();
     let c = this.cache;
     if (!c || c.prefix !== source.prefix) {
-      this.cache = c = { prefix: source.prefix, at: 0, entries: [], modes: [], behind: false };
-      await refresh(c, source);
-    } else if (!c.loading && this.due(c, now, this.lastCheck)) {
-      const held = c;
-      held.loading = refresh(held, source).finally(() => (held.loading = undefined));
-      defer(held.loading);
+      const held: Held = {
+        prefix: source.prefix,
+        at: 0,
+        entries: [],
+        modes: [],
+        behind: false,
+        first: Promise.resolve(),
+      };
+      this.cache = c = held;
+      held.first = this.load(held, source);
     }
+    await c.first;
+    if (!c.loading && this.due(c, Date.now(), this.lastCheck)) defer(this.load(c, source));
     return c;
+  }
+
+  /** One read of the lists into `c`, marked as the read in flight until it lands. */
+  private load(c: Held, source: ListSource): Promise<void> {
+    const loading = refresh(c, source).finally(() => {
+      if (c.loading === loading) c.loading = undefined;
+    });
+    c.loading = loading;
+    return loading;
   }
 
   /** Whether the lists held should be read again at `now`; `lastCheck`: when the previous request asked. */

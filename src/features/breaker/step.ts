@@ -18,7 +18,8 @@ import { breakerKey } from "../../store/layout.js";
  */
 export const breakerStep: Step = async (c, scope, next) => {
   const route = scope.route;
-  if (!route?.breaker) return next();
+  // the operator's divert switch sends the request elsewhere: the origin's breaker has no say
+  if (!route?.breaker || scope.forcedMode?.mode === "divert") return next();
   const share = shareOf(scope, route);
   const breaker = breakersOf(scope).of(route, share);
   const admission = breaker?.admit(Date.now());

@@ -44,8 +44,10 @@ function replyOf(
   scope: Scope,
   started: number,
 ): (OriginReply & { latencyMs: number }) | undefined {
-  // failover: the divert origin's answer is what was done, and what duplicates replay
-  if (scope.target) return scope.diverted ?? scope.reply;
+  // failover (or the operator's divert switch, in an app too): the divert origin's answer is what
+  // was done, and what duplicates replay
+  if (scope.diverted) return scope.diverted;
+  if (scope.target) return scope.reply;
   if (c.error instanceof Problem) return undefined;
   return { response: c.res, outcome: "answered", sent: c.req.raw.headers, latencyMs: Date.now() - started };
 }

@@ -2,7 +2,14 @@ import { decode, verify, verifyWithJwks } from "hono/jwt";
 import type { Config } from "../../config/index.js";
 import { logFailure } from "../../util/log.js";
 
-export type Verified = { ok: true; claims?: Record<string, unknown> } | { ok: false; detail: string };
+/**
+ * A bearer token's verification. `signed`, on a refusal: the claims of a token whose signature,
+ * issuer and audience verified but whose time claims (`exp`, `nbf`, `iat`) refuse it at this
+ * moment. They say who the caller is (an `auto` principal's `sub`: one token is one principal
+ * whenever it is checked), never that the request is admitted.
+ */
+export type Verified =
+  { ok: true; claims?: Record<string, unknown> } | { ok: false; detail: string; signed?: Record<string, unknown> };
 
 type JwtSettings = NonNullable<Config["jwt"]>;
 type Jwk = NonNullable<Parameters<typeof verifyWithJwks>[1]["keys"]>[number];
@@ -11,9 +18,11 @@ const JWKS_TTL_MS = 10 * 60_000;
 
 /**
  * Verifies the request's bearer token with hono's JWT helpers, against the HMAC secret in
- * `secret_env` or the keys at `jwks_url` (fetched at most every ten minutes per isolate). No
+ * `secret_env` or the keys at `jwt.jwks_url` (fetched at most every ten minutes per isolate). No
  * token: no claims (the limits' `missing` policy applies). A token that does not verify is an
- * error, never a silent fallback to another identity.
+ * error, never a silent fallback to another identity. The time claims are checked apart, after
+ * the signature, issuer and audience: a token refused only by the clock still tells its `signed`
+ * claims (see {@link Verified}).
  */
 export async function verifyBearer(
   request: Request,
@@ -27,20 +36,50 @@ export async function verifyBearer(
   if (!m) return { ok: false, detail: "the Authorization header is not a bearer token" };
   const token = m[1] as string;
   const s = settings ?? { secret_env: "SLUICE_JWT_SECRET", alg: "HS256" as const };
-  const verification = { ...(s.issuer ? { iss: s.issuer } : {}), ...(s.audience ? { aud: s.audience } : {}) };
+  const verification = {
+    ...(s.issuer ? { iss: s.issuer } : {}),
+    ...(s.audience ? { aud: s.audience } : {}),
+    // checked below, once the signature has been: the clock decides admission, never identity
+    exp: false,
+    nbf: false,
+    iat: false,
+  };
+  let claims: Record<string, unknown>;
   try {
     if (s.jwks_url) {
       const keys = await jwks.keys(s.jwks_url, kidOf(token));
-      const claims = await verifyWithJwks(token, { keys, verification, allowedAlgorithms: [s.alg as "RS256"] });
-      return { ok: true, claims: claims as Record<string, unknown> };
+      claims = await verifyWithJwks(token, { keys, verification, allowedAlgorithms: [s.alg as "RS256"] });
+    } else {
+      if (typeof secret !== "string" || secret === "")
+        return { ok: false, detail: `no ${s.secret_env} to verify tokens with` };
+      claims = await verify(token, secret, { alg: s.alg, ...verification });
     }
-    if (typeof secret !== "string" || secret === "")
-      return { ok: false, detail: `no ${s.secret_env} to verify tokens with` };
-    const claims = await verify(token, secret, { alg: s.alg, ...verification });
-    return { ok: true, claims: claims as Record<string, unknown> };
   } catch (e) {
     return { ok: false, detail: `the bearer token did not verify: ${(e as Error).message}` };
   }
+  const untimely = timeRefusal(claims, Math.floor(Date.now() / 1000));
+  if (untimely) return { ok: false, detail: `the bearer token did not verify: ${untimely}`, signed: claims };
+  return { ok: true, claims };
+}
+
+/**
+ * Why the token's time claims refuse it at `now` (seconds since the epoch), or nothing: the
+ * checks hono's `verify` makes (RFC 7519 §4.1.4-6), made here after the signature's. A time claim
+ * that is present but not a finite number refuses the token.
+ */
+export function timeRefusal(claims: Record<string, unknown>, now: number): string | undefined {
+  const at = (name: string): number | null | undefined => {
+    const v = claims[name];
+    if (v === undefined) return undefined;
+    return typeof v === "number" && Number.isFinite(v) ? v : null;
+  };
+  const nbf = at("nbf");
+  if (nbf === null || (nbf !== undefined && nbf > now)) return "the token is not valid yet (nbf)";
+  const exp = at("exp");
+  if (exp === null || (exp !== undefined && exp <= now)) return "the token has expired (exp)";
+  const iat = at("iat");
+  if (iat === null || (iat !== undefined && iat > now)) return "the token was issued in the future (iat)";
+  return undefined;
 }
 
 /**

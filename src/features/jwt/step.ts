@@ -61,7 +61,8 @@ export function jwtSecret(scope: Pick<Scope, "config" | "env">): unknown {
  * idempotency principals): a token that does not verify is a 401, never a silent fallback to
  * another identity; no token means no claims. The claims go to the request's facts. Where the
  * deployment has a `jwt` table and the route's only reader of claims is an `auto` principal, the
- * token is verified too, but one that does not verify leaves the principal to the next rule.
+ * token is verified too, but one that does not verify leaves the principal to the next rule, unless
+ * only its time claims refused it: its `sub` stays the principal.
  */
 export const verifyJwtStep: Step = async (c, scope, next) => {
   const route = scope.route;
@@ -71,9 +72,11 @@ export const verifyJwtStep: Step = async (c, scope, next) => {
     scope.facts.claims = await bearerClaims(c, scope);
   } else if (scope.config.jwt && followsCaller(route, scope.method)) {
     // nothing here reads claims but `auto`, which falls back to the Authorization header's hash:
-    // a token that does not verify is the origin's to refuse, and names no one else's principal
+    // a token that does not verify is the origin's to refuse, and names no one else's principal;
+    // one refused only by its time claims is still its signer's `sub` (one token, one principal)
     const verified = await verifiedBearer(c, scope);
     if (verified.ok) scope.facts.claims = verified.claims;
+    else scope.facts.signedClaims = verified.signed;
   }
   await next();
 };

@@ -8,6 +8,7 @@ import { adminActor, ledgerAdminAction } from "../../operator/ledger.js";
 import { badRequest, duration, jsonBody } from "../../operator/validate.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { announce, readEntriesAt, removeField, writeField } from "../access/lists-store.js";
+import { APPLIED, rereadHere, type ListsCopy } from "../access/admin.js";
 import { FORCED_MODES, modeField, modeInForce, type RouteMode } from "./store.js";
 
 const modeBody = z
@@ -20,43 +21,46 @@ const modeBody = z
   .strict()
   .refine((b) => b.mode === "normal" || b.ttl !== undefined, { message: "is required", path: ["ttl"] });
 
-const setMode = adminHandlers.createHandlers(jsonBody(modeBody), async (c) => {
-  const b = c.req.valid("json");
-  const config = c.get("config");
-  const name = c.req.param("name") ?? "";
-  const route = config.routes.find((r) => r.name === name);
-  if (!route) throw badRequest(`route: no route named "${name}"`);
-  if (b.mode === "divert" && !route.divertUrl) throw badRequest(`mode: route "${name}" has no divert_url`);
-  const home = required(c.get("stores").offPath(), PROBLEMS.storeUnavailable, "no Redis for the home region");
-  if (b.mode === "normal") {
-    const removed = await removeField(home, config.key_prefix, modeField(name));
+const setMode = (lists: ListsCopy) =>
+  adminHandlers.createHandlers(jsonBody(modeBody), async (c) => {
+    const b = c.req.valid("json");
+    const config = c.get("config");
+    const name = c.req.param("name") ?? "";
+    const route = config.routes.find((r) => r.name === name);
+    if (!route) throw badRequest(`route: no route named "${name}"`);
+    if (b.mode === "divert" && !route.divertUrl) throw badRequest(`mode: route "${name}" has no divert_url`);
+    const home = required(c.get("stores").offPath(), PROBLEMS.storeUnavailable, "no Redis for the home region");
+    if (b.mode === "normal") {
+      const removed = await removeField(home, config.key_prefix, modeField(name));
+      await rereadHere(lists, config.key_prefix, home);
+      await announce(config, c.get("stores"), home);
+      await ledgerAdminAction(c, "admin_route_mode", { route: name, mode: "normal", removed, note: b.note });
+      return c.json({ ok: true, route: name, mode: "normal" });
+    }
+    const set: RouteMode = {
+      kind: "mode",
+      route: name,
+      mode: b.mode,
+      until: Date.now() + (parseDuration(b.ttl ?? "") as number),
+      by: await adminActor(c),
+      ...(b.note ? { note: b.note } : {}),
+    };
+    await writeField(home, config.key_prefix, modeField(name), set);
+    await rereadHere(lists, config.key_prefix, home);
     await announce(config, c.get("stores"), home);
-    await ledgerAdminAction(c, "admin_route_mode", { route: name, mode: "normal", removed, note: b.note });
-    return c.json({ ok: true, route: name, mode: "normal" });
-  }
-  const set: RouteMode = {
-    kind: "mode",
-    route: name,
-    mode: b.mode,
-    until: Date.now() + (parseDuration(b.ttl ?? "") as number),
-    by: await adminActor(c),
-    ...(b.note ? { note: b.note } : {}),
-  };
-  await writeField(home, config.key_prefix, modeField(name), set);
-  await announce(config, c.get("stores"), home);
-  await ledgerAdminAction(c, "admin_route_mode", {
-    route: name,
-    mode: b.mode,
-    ttl: b.ttl,
-    until: set.until,
-    note: b.note,
+    await ledgerAdminAction(c, "admin_route_mode", {
+      route: name,
+      mode: b.mode,
+      ttl: b.ttl,
+      until: set.until,
+      note: b.note,
+    });
+    return c.json({
+      ok: true,
+      ...modeRow(set),
+      applied: APPLIED,
+    });
   });
-  return c.json({
-    ok: true,
-    ...modeRow(set),
-    applied: "isolates apply it once their next decision has reported the change",
-  });
-});
 
 /** A route as `GET /__sluice/routes` shows it: its name, and its degrade switch while one is in force. */
 export interface RouteRow {
@@ -89,9 +93,10 @@ const listModes = adminHandlers.createHandlers(async (c) =>
 /**
  * `/__sluice/routes`: `GET` lists the routes and their degrade switches; `PUT /{name}/mode` sets
  * one (`fallback`, `reject`, `divert`, `open`) until its `ttl`, or removes it (`normal`). The
- * switch is a field of the access lists' hash, so the write bumps every Redis's change counter
- * and an isolate applies it once a decision of its has reported the change.
+ * switch is a field of the access lists' hash: the write is read back into `lists`, this
+ * isolate's copy, before the answer, and bumps every Redis's change counter, so another isolate
+ * applies it once a decision of its has reported the change.
  */
-export function routesApp(): Hono<AdminEnv> {
-  return new Hono<AdminEnv>().get("/", ...listModes).put("/:name/mode", ...setMode);
+export function routesApp(lists: ListsCopy): Hono<AdminEnv> {
+  return new Hono<AdminEnv>().get("/", ...listModes).put("/:name/mode", ...setMode(lists));
 }

@@ -8,11 +8,16 @@ import { fallbackFor } from "../shedding/fallback/answer.js";
 import { divert } from "../shedding/divert.js";
 import { countDivert } from "../../metrics/diverts.js";
 import type { RouteMode } from "./store.js";
+import { failover } from "../shedding/failover.js";
 
 /**
  * The route's degrade switch, set by an operator (`PUT /__sluice/routes/{name}/mode`) and read
  * with the access lists (no Redis call of its own). `open` lets every request past the route's
- * limits (the deny list has already run; the JWT, idempotency and sessions still apply); the other modes answer every request of the route before its limits are asked. Only
+ * limits (the deny list has already run; the JWT, idempotency and sessions still apply). `divert`
+ * skips the limits too and goes on to the guards: the divert origin is asked after them
+ * ({@link modeDivertStep}), so a duplicate is replayed or refused as on any day and a first arrival
+ * is diverted holding its claim and session. `fallback` and `reject` answer every request of the
+ * route before its limits are asked: nothing reaches any origin, so nothing needs guarding. Only
  * in the gateway's and `sluice()`'s pipeline: the standalone middlewares know no switch.
  */
 export const routeModeStep: Step = async (c, scope, next) => {
@@ -22,11 +27,28 @@ export const routeModeStep: Step = async (c, scope, next) => {
   const forced = await scope.runtime.lists.modeOf(source, route.name, scope.defer);
   if (!forced) return next();
   if (scope.meta) scope.meta.limit = `mode:${forced.mode}`;
-  if (forced.mode === "open") {
+  if (forced.mode === "open" || (forced.mode === "divert" && route.divertUrl)) {
     // not allowListed: that also spares the JWT's verification, which idempotency and sessions may key on
     scope.routeOpen = true;
+    scope.forcedMode = forced;
     return next();
   }
+  return answerForced(c, scope, route, forced);
+};
+
+/**
+ * The `divert` switch, after idempotency and sessions: the request goes to the route's divert
+ * origin in place of its origin. One that holds a claim or a session lock (the guards told it a
+ * fencing token) is sent as failover sends it, with its fencing token, key and session, and the
+ * divert origin's answer, whatever it is, is the client's and what its claim settles with
+ * (duplicates replay it). One that holds neither gets the divert origin's answer when it gave one
+ * worth relaying, else the fallback or the 503, as before.
+ */
+export const modeDivertStep: Step = async (c, scope, next) => {
+  const route = scope.route;
+  const forced = scope.forcedMode;
+  if (!route || forced?.mode !== "divert") return next();
+  if (scope.sluiceHeaders["sluice-fencing-token"] !== undefined) return failover(scope, c.req.raw, "mode");
   return answerForced(c, scope, route, forced);
 };
 

@@ -38,10 +38,11 @@ export function sendToDivert(
 }
 
 /**
- * Sends a refused request to the route's `divert_url` instead of answering it 429. Nothing sluice
- * tells the origin (fencing token, Idempotency-Key, session) goes with it: no claim was taken for
- * it, since the limits run before idempotency and sessions (and the schema gives a route that
- * diverts refusals neither).
+ * Sends a request that holds no guard to the route's `divert_url`: a refusal, instead of its 429,
+ * or under the operator's `divert` switch a request that took no claim or session lock. Nothing
+ * sluice tells the origin (fencing token, Idempotency-Key, session) goes with it: no claim was
+ * taken for it (the limits run before idempotency and sessions, and the schema gives a route that
+ * diverts refusals neither; the switch sends a guarded request through `failover`).
  *
  * Returns the divert origin's response, or `undefined` when it gave none worth relaying
  * (unreachable, too slow, a 5xx, no final response): the refusal then falls back.

@@ -47,11 +47,11 @@ export function failoverReason(scope: Scope, reply: OriginReply): DivertReason |
 
 /**
  * Sends the request to the route's divert origin, once, with the guards it holds (fencing token,
- * Idempotency-Key, session): its answer, whatever it is, is the client's (`Sluice-Decision:
+ * Idempotency-Key, session), for a failure `reason` or the operator's `divert` switch (`mode`): its answer, whatever it is, is the client's (`Sluice-Decision:
  * diverted`); a divert origin that fails too is not diverted again. The main origin's reply, if
  * it was asked, stays in `scope.reply` (its breaker and adaptive limit watch the main origin).
  */
-export async function failover(scope: Scope, request: Request, reason: DivertReason): Promise<Response> {
+export async function failover(scope: Scope, request: Request, reason: DivertReason | "mode"): Promise<Response> {
   const route = scope.route;
   const divertUrl = route?.divertUrl;
   if (!route || !divertUrl) throw new Error("failover on a route without a divert_url");
