@@ -26,7 +26,7 @@ import { requestOf, type JobMessage } from "./queue.js";
 import { log, logError, settleQuietly } from "../../../util/log.js";
 import type { MetricsBuffer } from "../../../metrics/index.js";
 import { countQueue, observeDelivery } from "../../../metrics/queue.js";
-import { leaveQueue } from "./depth.js";
+import { countedJob, leaveQueue } from "./depth.js";
 import { callBack, type CallbackOutcome } from "./callback.js";
 import { forEachConcurrently } from "../../../util/concurrently.js";
 
@@ -279,7 +279,7 @@ async function done(
   const told = callBack(m, route, outcome);
   if (m.counted)
     await settleQuietly(
-      leaveQueue(home, consumer.config.key_prefix, route, m.enqueuedAt),
+      leaveQueue(home, consumer.config.key_prefix, route, m.enqueuedAt, countedJob(m)),
       "queue_depth_release_failed",
       { job: m.id, route: route.name },
     );

@@ -28,6 +28,8 @@ export interface JobMessage {
   callback?: string;
   /** Counted in the route's backlog (depth.ts) when queued, so taken off it once done with. */
   counted?: true;
+  /** The hash of the client whose `max_per_client` share the job takes (depth.ts), given back with it. */
+  client?: string;
   /** Set on the copy sent to the dead-letter queue, so the consumer can tell it apart. */
   deadLetter?: true;
   /** The idempotency claim the job holds (hashes and owner only), settled by the consumer. */
