@@ -142,7 +142,8 @@ const PAGES: { readonly [K in keyof typeof PROBLEMS]: ProblemPage } = {
     read: [],
   },
   requestTooLargeToQueue: {
-    means: "The request was refused by a limit and would have been queued, but its body is too large to queue.",
+    means:
+      "The request was refused by a limit and would have been queued, but its body (or the whole job, with the headers and claims it keeps) is too large to queue.",
     todo: "Retry later with the same request, or send a smaller body.",
     read: [],
   },

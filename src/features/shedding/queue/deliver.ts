@@ -171,7 +171,14 @@ async function paced(
 ): Promise<{ releaseSlots(): Promise<void> } | undefined> {
   const { config, stores, runtime, defer, env } = consumer;
   const m = message.body;
-  const facts: RequestFacts = { ip: m.ip, matchPath: m.matchPath, headers: request.headers, url: new URL(request.url) };
+  // the claims sluice verified at enqueue: the job is decided on the buckets, tier and priority of the live request
+  const facts: RequestFacts = {
+    ip: m.ip,
+    matchPath: m.matchPath,
+    headers: request.headers,
+    url: new URL(request.url),
+    ...(m.claims ? { claims: m.claims } : {}),
+  };
   const buckets = await bucketsFor(route, facts, config, {
     region: m.region,
     regional: stores.decision(m.region),

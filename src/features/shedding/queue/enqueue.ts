@@ -6,7 +6,7 @@ import { PROBLEMS } from "../../../problem-types.js";
 import { claimSideEffect } from "../../idempotency/side-effect.js";
 import type { Store } from "../../../store/redis.js";
 import { JOB_ID, readJob, writeJob } from "./jobs.js";
-import { accepted, JOBS_PATH, toJob, type JobMessage } from "./queue.js";
+import { accepted, checkJobSize, JOBS_PATH, toJob, type JobMessage } from "./queue.js";
 import { logError, orElse, settleQuietly } from "../../../util/log.js";
 import { clientOf, enterQueue, leaveQueue, type CountedJob, type Full } from "./depth.js";
 import type { LimitOutcome } from "../../rate-limit/types.js";
@@ -61,6 +61,7 @@ export async function enqueue(
     message = { ...message, id, claim: effect.claim, session: effect.session, sluiceHeaders: effect.sluiceHeaders };
     if (place.counted) message = { ...message, enqueuedAt: place.at, counted: true, ...sharing(place.job) };
     if (callback) message = { ...message, callback };
+    checkJobSize(message);
     await queue.send(message, { contentType: "json", delaySeconds: sendDelaySeconds(retryAfterMs) });
   } catch (e) {
     await Promise.all([effect.abandon(), place.counted ? givePlaceBack(scope, route, place.at, place.job) : undefined]);
