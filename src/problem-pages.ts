@@ -142,13 +142,14 @@ const PAGES: { readonly [K in keyof typeof PROBLEMS]: ProblemPage } = {
     read: [],
   },
   requestTooLargeToQueue: {
-    means: "The request was refused by a limit and would have been queued, but its body is too large to queue.",
+    means:
+      "The request was refused by a limit and would have been queued, but its body (or the whole job, with the headers and claims it keeps) is too large to queue.",
     todo: "Retry later with the same request, or send a smaller body.",
     read: [],
   },
   queueFull: {
     means:
-      "The request was refused by a limit and would have been queued, but the route's queue already holds as many jobs as it may, or the wait would be longer than a job may be kept.",
+      "The request was refused by a limit and would have been queued, but the route's queue already holds as many jobs as it may, or as many of this client's as one client may have waiting (reason max_per_client), or the wait would be longer than a job may be kept.",
     todo: "Retry after Retry-After (or retry_after_ms); the queue drains at the route's limit.",
     read: [RETRY, RATELIMIT, "reason and retry_after_ms (body)"],
   },

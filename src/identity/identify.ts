@@ -82,7 +82,8 @@ export function trimHttpWhitespace(text: string): string {
   return text.replace(/^[ \t]+|[ \t]+$/g, "");
 }
 
-function claimText(v: unknown): string | undefined {
+/** A claim's value as a key part reads it: a string as it is, anything else as its JSON. */
+export function claimText(v: unknown): string | undefined {
   if (v === undefined || v === null) return undefined;
   return typeof v === "string" ? v : JSON.stringify(v);
 }

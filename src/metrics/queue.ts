@@ -8,11 +8,11 @@
 import type { FieldCounter } from "./idempotency.js";
 
 /**
- * `shed_depth` / `shed_age`: shed requests answered with the overflow (the queue full, the wait
- * past `max_age`). `expired`: jobs dropped unsent because they were older than `max_age`.
- * `delivered` / `failed`: jobs done with.
+ * `shed_depth` / `shed_client` / `shed_age`: shed requests answered with the overflow (the queue
+ * full, the client's `max_per_client` share full, the wait past `max_age`). `expired`: jobs
+ * dropped unsent because they were older than `max_age`. `delivered` / `failed`: jobs done with.
  */
-export const QUEUE_OUTCOMES = ["shed_depth", "shed_age", "expired", "delivered", "failed"] as const;
+export const QUEUE_OUTCOMES = ["shed_depth", "shed_client", "shed_age", "expired", "delivered", "failed"] as const;
 export type QueueOutcome = (typeof QUEUE_OUTCOMES)[number];
 
 export const QUEUE_FIELD = "queue:";
@@ -86,7 +86,7 @@ export function queueLines(total: Record<string, string | number>, backlogs: rea
     "# HELP sluice_queue_oldest_job_age_ms Age of the oldest job that may still wait (an upper bound), by route.",
     "# TYPE sluice_queue_oldest_job_age_ms gauge",
     ...backlogs.map((b) => `sluice_queue_oldest_job_age_ms{route="${esc(b.route)}"} ${Math.round(b.oldestAgeMs)}`),
-    "# HELP sluice_queue_jobs_total Queue outcomes by route: shed (full, too long a wait), expired, delivered, failed.",
+    "# HELP sluice_queue_jobs_total Queue outcomes by route: shed (full, a client's share full, too long a wait), expired, delivered, failed.",
     "# TYPE sluice_queue_jobs_total counter",
   ];
   for (const [route, f] of figures)

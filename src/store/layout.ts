@@ -78,6 +78,13 @@ export const LAYOUT = {
       "hash: a queue route's jobs waiting (`depth`: +1 at enqueue, −1 when a job is delivered, failed or dropped, one script call each) and the enqueue time (ms) of the oldest job that may be waiting (`head_at`)",
     ttl: "the route's `queue.status_ttl`, renewed on every enqueue and every job done",
   },
+  queueClient: {
+    patterns: ["{key_prefix}:queue:{sha256(route)}:client:{sha256(client)}"],
+    store: "home",
+    holds:
+      "sorted set: one client's jobs waiting in a queue route with `queue.max_per_client` (job id → when its entry lapses: `max_age`, else `status_ttl`, after its enqueue), added and removed in the backlog's script calls",
+    ttl: "the entries' lifetime, renewed on every enqueue of the client; deleted when its last job is done",
+  },
   breaker: {
     patterns: ["{key_prefix}:{route}:breaker"],
     store: "region",
@@ -247,6 +254,14 @@ export function jobLeaseKey(prefix: string, idHash: KeyHash): string {
  */
 export function queueDepthKey(prefix: string, routeHash: KeyHash): string {
   return `${prefix}:queue:${routeHash}`;
+}
+
+/**
+ * One client's jobs waiting in a queue route (home), counted against its `queue.max_per_client`.
+ * The client (the identity the refusing limit keys on, or the IP) reaches it hashed.
+ */
+export function queueClientKey(prefix: string, routeHash: KeyHash, clientHash: KeyHash): string {
+  return `${queueDepthKey(prefix, routeHash)}:client:${clientHash}`;
 }
 
 /** A route's shared breaker: its open-until time, in the region's Redis. */

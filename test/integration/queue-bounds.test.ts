@@ -15,8 +15,17 @@ const ADMIN = "admin-token-for-queue-bounds-0123456789";
 const hourly = [{ name: "hourly", key: "global", rate: 1, period: "1h" }];
 const SLUICE: SluiceInput = {
   key_prefix: "qb",
+  // a loaded machine's Redis round trip must not turn a decision local (admitted) under the default 50 ms
+  timeout_ms: 2_000,
   routes: [
-    { name: "bounded", match: "/bounded", on_limit: "queue", queue: { max_depth: 3 }, limits: hourly },
+    // one client fills it here: its share is the whole queue (by default a client holds a tenth)
+    {
+      name: "bounded",
+      match: "/bounded",
+      on_limit: "queue",
+      queue: { max_depth: 3, max_per_client: 3 },
+      limits: hourly,
+    },
     {
       name: "cushioned",
       match: "/cushioned",

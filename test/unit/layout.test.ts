@@ -21,6 +21,7 @@ import {
   overrideField,
   overridesKey,
   overridesKeyOfBucket,
+  queueClientKey,
   queueDepthKey,
   rebalanceLockKey,
   routeKeyPrefix,
@@ -51,6 +52,7 @@ const h = {
   entry: asKeyHash("77777777777777777777777777777777"),
   session: asKeyHash("88888888888888888888888888888888"),
   route: asKeyHash("99999999999999999999999999999999"),
+  client: asKeyHash("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
 };
 
 /** Each kind's key(s) for the sample input, from its layout.ts function. */
@@ -63,6 +65,7 @@ const built: Record<LayoutKind, string[]> = {
   job: [jobKey(prefix, h.id)],
   jobLease: [jobLeaseKey(prefix, h.id)],
   queueDepth: [queueDepthKey(prefix, h.route)],
+  queueClient: [queueClientKey(prefix, h.route, h.client)],
   breaker: [breakerKey(prefix, route)],
   overrides: [overridesKey(prefix, route)],
   version: [versionKeyOfBucket(bucketKey(prefix, route, limit, h.bucket))],
@@ -99,6 +102,7 @@ const placeholders: Record<string, string> = {
   "{sha256(entry)}": h.entry,
   "{sha256(session)}": h.session,
   "{sha256(route)}": h.route,
+  "{sha256(client)}": h.client,
 };
 
 function fill(pattern: string): string {
@@ -127,6 +131,7 @@ describe("Redis layout: every key as documented", () => {
       job: ["sluice:job:11111111111111111111111111111111"],
       jobLease: ["sluice:job:11111111111111111111111111111111:lease"],
       queueDepth: ["sluice:queue:99999999999999999999999999999999"],
+      queueClient: ["sluice:queue:99999999999999999999999999999999:client:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"],
       breaker: ["sluice:checkout:breaker"],
       overrides: ["sluice:checkout:overrides"],
       version: ["sluice:version"],
@@ -232,6 +237,7 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       jobLeaseKey(prefix, hash),
       queueDepthKey(prefix, hash),
       adminAuthKey(prefix, hash),
+      queueClientKey(prefix, h.route, hash),
       adminSessionKey(prefix, hash),
       banRefusalsKey(prefix, route, limit, hash),
       banLevelKey(prefix, route, limit, hash),
@@ -264,13 +270,15 @@ describe("Redis layout: client input reaches a key only hashed", () => {
         "job",
         "jobLease",
         "queueDepth",
+        "queueClient",
         "sessionLock",
       ].sort(),
     );
     for (const kind of hashedKinds) {
       const [key] = built[kind];
       const used = Object.values(h).filter((x) => key?.includes(x));
-      expect(used, kind).toHaveLength(1);
+      // a client's share of a queue is keyed under its route's hash: two hashes, each in its slot
+      expect(used, kind).toHaveLength(kind === "queueClient" ? 2 : 1);
     }
   });
 
@@ -303,8 +311,10 @@ describe("Redis layout: client input reaches a key only hashed", () => {
       () => sessionLockKey(prefix, raw),
       // @ts-expect-error a client value is not a KeyHash
       () => overrideField(limit, raw),
+      // @ts-expect-error a client value is not a KeyHash
+      () => queueClientKey(prefix, h.route, raw),
     ];
-    expect(refused).toHaveLength(13);
+    expect(refused).toHaveLength(14);
   });
 
   it("accepts text as a hash only when it is one (32 hex digits)", () => {

@@ -58,7 +58,25 @@ describe("queue bounds and retry schedule in the configuration", () => {
     expect(q.max_age).toBeUndefined();
   });
 
+  it("gives each client a tenth of max_depth by default (at least one), or the max_per_client it is given", () => {
+    expect(routeOf({ max_depth: 10 }).queue.max_per_client).toBe(1);
+    expect(routeOf({ max_depth: 3 }).queue.max_per_client).toBe(1);
+    expect(routeOf({ max_depth: 101 }).queue.max_per_client).toBe(11);
+    expect(routeOf({ max_depth: 100_000 }).queue.max_per_client).toBe(10_000);
+    expect(routeOf({ max_depth: 10, max_per_client: 10 }).queue.max_per_client).toBe(10);
+    // a share without a bound on the queue: each client is bounded, the queue is not
+    expect(routeOf({ max_per_client: 5 }).queue).toMatchObject({ max_per_client: 5 });
+    expect(routeOf({}).queue.max_per_client).toBeUndefined();
+  });
+
   it.each([
+    [
+      "a client's share larger than the queue",
+      { max_depth: 10, max_per_client: 11 },
+      "routes[0].queue.max_per_client",
+      /more than max_depth/,
+    ],
+    ["max_per_client 0", { max_per_client: 0 }, "routes[0].queue.max_per_client", /too small|>=1/],
     ["max_depth 0", { max_depth: 0 }, "routes[0].queue.max_depth", /too small|>=1/],
     ["a fractional max_depth", { max_depth: 2.5 }, "routes[0].queue.max_depth", /integer|int/],
     ["max_age under a second", { max_age: "500ms" }, "routes[0].queue.max_age", /at least 1s/],

@@ -74,6 +74,12 @@ function queueFields() {
       ),
       /** Jobs waiting at most: past it a shed request gets the overflow answer (503, or the route's `fallback`). */
       max_depth: z.optional(z.int().check(z.minimum(1), z.maximum(100_000_000))),
+      /**
+       * Jobs one client may have waiting at most (the identity the refusing limit keys on, or the
+       * IP): past it that client gets the overflow answer while others still queue. Default: a
+       * tenth of `max_depth`, rounded up (none without `max_depth`).
+       */
+      max_per_client: z.optional(z.int().check(z.minimum(1), z.maximum(100_000_000))),
       /** A job older than this is dropped (to the dead-letter queue), never delivered late; at enqueue, a wait past it is overflow. */
       max_age: z.optional(z.pipe(duration(), z.number().check(z.minimum(1_000, "must be at least 1s")))),
       /** How long a job's status can be read. */
@@ -84,22 +90,53 @@ function queueFields() {
     .check(z.superRefine(retryProblems));
 }
 
-/** `retry_delays` are the retries: a `max_retries` beside them must count them. */
-function retryProblems(q: { retry_delays?: number[]; max_retries?: number }, ctx: z.core.$RefinementCtx) {
+/** The queue's fields that must agree with each other. */
+interface QueueAgreement {
+  retry_delays?: number[];
+  max_retries?: number;
+  max_depth?: number;
+  max_per_client?: number;
+}
+
+/** `retry_delays` are the retries: a `max_retries` beside them must count them. A client's share fits in the queue. */
+function retryProblems(q: QueueAgreement, ctx: z.core.$RefinementCtx) {
   if (q.retry_delays && q.max_retries !== undefined && q.max_retries !== q.retry_delays.length)
     ctx.addIssue({
       code: "custom",
       path: ["retry_delays"],
       message: `has ${q.retry_delays.length} entries but max_retries is ${q.max_retries}: give one of them (the entries are the retries)`,
     });
+  if (q.max_depth !== undefined && q.max_per_client !== undefined && q.max_per_client > q.max_depth)
+    ctx.addIssue({
+      code: "custom",
+      path: ["max_per_client"],
+      message: `is ${q.max_per_client}, more than max_depth (${q.max_depth}): a client's share is part of the queue`,
+    });
+}
+
+/**
+ * The share of `max_depth` one client may hold when the route does not say: a tenth, rounded up,
+ * so that no fewer than ten clients fill the queue. Without `max_depth`, no share.
+ */
+export const DEFAULT_CLIENT_SHARE = 0.1;
+
+function clientShare(maxDepth: number | undefined, maxPerClient: number | undefined): number | undefined {
+  if (maxPerClient !== undefined || maxDepth === undefined) return maxPerClient;
+  return Math.max(1, Math.ceil(maxDepth * DEFAULT_CLIENT_SHARE));
 }
 
 export const queueSettings = lazy(() =>
   z.pipe(
     queueFields(),
-    z.transform(({ max_retries, retry_delays, ...rest }: z.output<ReturnType<typeof queueFields>>) => {
+    z.transform(({ max_retries, retry_delays, max_per_client, ...rest }: z.output<ReturnType<typeof queueFields>>) => {
       const delays = retry_delays ?? backoff(max_retries ?? DEFAULT_MAX_RETRIES);
-      return { ...rest, max_retries: delays.length, retry_delays: delays };
+      const share = clientShare(rest.max_depth, max_per_client);
+      return {
+        ...rest,
+        ...(share !== undefined ? { max_per_client: share } : {}),
+        max_retries: delays.length,
+        retry_delays: delays,
+      };
     }),
   ),
 );

@@ -25,7 +25,7 @@ const STRATEGIES: Record<Route["on_limit"], Strategy> = {
     return withHeaders(copy, rateLimitHeaders([refusal.blocking]));
   },
   queue: async (c, scope, refusal) => {
-    const queued = await enqueue(c.req.raw, scope, refusal.blocking.retryAfterMs);
+    const queued = await enqueue(c.req.raw, scope, refusal.blocking);
     if ("overflow" in queued) return overflowAnswer(c, scope, routeOf(scope), refusal, queued.overflow);
     scope.decision = queued.decision;
     return queued.response;

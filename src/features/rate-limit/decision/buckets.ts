@@ -108,7 +108,7 @@ function requestPriority(route: Route, facts: RequestFacts): Priority {
 }
 
 /** The facts a limit reads: with a key from the app's code, that key's value for this request (`undefined`: missing). */
-function limitFacts(limit: Limit, facts: RequestFacts): RequestFacts {
+export function limitFacts(limit: Limit, facts: RequestFacts): RequestFacts {
   return limit.keyOf && facts.context ? { ...facts, code: limit.keyOf(facts.context) } : facts;
 }
 

@@ -26,7 +26,7 @@ import { requestOf, type JobMessage } from "./queue.js";
 import { log, logError, settleQuietly } from "../../../util/log.js";
 import type { MetricsBuffer } from "../../../metrics/index.js";
 import { countQueue, observeDelivery } from "../../../metrics/queue.js";
-import { leaveQueue } from "./depth.js";
+import { countedJob, leaveQueue } from "./depth.js";
 import { callBack, type CallbackOutcome } from "./callback.js";
 import { forEachConcurrently } from "../../../util/concurrently.js";
 
@@ -171,7 +171,14 @@ async function paced(
 ): Promise<{ releaseSlots(): Promise<void> } | undefined> {
   const { config, stores, runtime, defer, env } = consumer;
   const m = message.body;
-  const facts: RequestFacts = { ip: m.ip, matchPath: m.matchPath, headers: request.headers, url: new URL(request.url) };
+  // the claims sluice verified at enqueue: the job is decided on the buckets, tier and priority of the live request
+  const facts: RequestFacts = {
+    ip: m.ip,
+    matchPath: m.matchPath,
+    headers: request.headers,
+    url: new URL(request.url),
+    ...(m.claims ? { claims: m.claims } : {}),
+  };
   const buckets = await bucketsFor(route, facts, config, {
     region: m.region,
     regional: stores.decision(m.region),
@@ -279,7 +286,7 @@ async function done(
   const told = callBack(m, route, outcome);
   if (m.counted)
     await settleQuietly(
-      leaveQueue(home, consumer.config.key_prefix, route, m.enqueuedAt),
+      leaveQueue(home, consumer.config.key_prefix, route, m.enqueuedAt, countedJob(m)),
       "queue_depth_release_failed",
       { job: m.id, route: route.name },
     );

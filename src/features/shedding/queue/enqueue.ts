@@ -1,18 +1,25 @@
 import type { Context } from "hono";
-import type { Config, Route } from "../../../config/index.js";
+import type { Config, Limit, Route } from "../../../config/index.js";
 import type { Scope, SluiceEnv } from "../../../context.js";
 import { Problem } from "../../../problem.js";
 import { PROBLEMS } from "../../../problem-types.js";
 import { claimSideEffect } from "../../idempotency/side-effect.js";
 import type { Store } from "../../../store/redis.js";
 import { JOB_ID, readJob, writeJob } from "./jobs.js";
-import { accepted, JOBS_PATH, toJob, type JobMessage } from "./queue.js";
+import { accepted, checkJobSize, JOBS_PATH, toJob, type JobMessage } from "./queue.js";
 import { logError, orElse, settleQuietly } from "../../../util/log.js";
-import { enterQueue, leaveQueue } from "./depth.js";
+import { clientOf, enterQueue, leaveQueue, type CountedJob, type Full } from "./depth.js";
+import type { LimitOutcome } from "../../rate-limit/types.js";
 import { callbackOf } from "./callback.js";
 
-/** Why a shed request was not queued: the queue holds `max_depth` jobs, or the wait is past `max_age`. */
-export type Overflow = "depth" | "age";
+/**
+ * Why a shed request was not queued: the queue holds `max_depth` jobs, its client holds its
+ * `max_per_client` of them, or the wait is past `max_age`.
+ */
+export type Overflow = Full | "age";
+
+/** What the refusal that sends a request to the queue says: the limit that refused, and when it frees. */
+export type Refused = Pick<LimitOutcome, "limit" | "retryAfterMs">;
 
 /**
  * Sends a shed request to the queue and answers 202 with where its status can be read. A
@@ -26,7 +33,7 @@ export type Overflow = "depth" | "age";
 export async function enqueue(
   request: Request,
   scope: Scope,
-  retryAfterMs: number,
+  refused: Refused,
 ): Promise<{ response: Response; decision: "queued" | "replay" } | { overflow: Overflow }> {
   const route = scope.route as Route;
   const queue = scope.env.SLUICE_QUEUE;
@@ -35,25 +42,29 @@ export async function enqueue(
       type: PROBLEMS.queueNotBound,
       detail: "this route sheds to a queue but the Worker has no SLUICE_QUEUE binding",
     });
+  const { retryAfterMs } = refused;
   // the queue never delivers before the limit's retry-after: past max_age, the job would only be dropped
   if (route.queue.max_age !== undefined && retryAfterMs > route.queue.max_age) return { overflow: "age" };
   const callback = callbackOf(request, route);
   const effect = await claimSideEffect(request, scope, route, queuedClaimLease(route));
   if ("kind" in effect) return { response: effect.response, decision: "replay" };
-  const place = await takePlace(scope, route);
+  // the job's id is its entry in its client's share: known before the place is taken
+  const id = crypto.randomUUID();
+  const place = await takePlace(scope, route, id, refused.limit);
   if (!place.admitted) {
     await effect.abandon();
-    return { overflow: "depth" };
+    return { overflow: place.full ?? "depth" };
   }
   let message: JobMessage;
   try {
     message = await toJob(effect.request, route, scope.facts, scope.region, scope.forwardPath, scope.method);
-    message = { ...message, claim: effect.claim, session: effect.session, sluiceHeaders: effect.sluiceHeaders };
-    if (place.counted) message = { ...message, enqueuedAt: place.at, counted: true };
+    message = { ...message, id, claim: effect.claim, session: effect.session, sluiceHeaders: effect.sluiceHeaders };
+    if (place.counted) message = { ...message, enqueuedAt: place.at, counted: true, ...sharing(place.job) };
     if (callback) message = { ...message, callback };
+    checkJobSize(message);
     await queue.send(message, { contentType: "json", delaySeconds: sendDelaySeconds(retryAfterMs) });
   } catch (e) {
-    await Promise.all([effect.abandon(), place.counted ? givePlaceBack(scope, route, place.at) : undefined]);
+    await Promise.all([effect.abandon(), place.counted ? givePlaceBack(scope, route, place.at, place.job) : undefined]);
     throw e;
   }
   deferQueuedStatus(scope, route, message.id);
@@ -65,28 +76,44 @@ function sendDelaySeconds(retryAfterMs: number): number {
   return Math.min(60, Math.max(0, Math.ceil(retryAfterMs / 1000)));
 }
 
+/** A place taken in the route's queue: whether it was (else which bound was full), counted or not, when, and as what job. */
+interface Place {
+  admitted: boolean;
+  full?: Full;
+  counted: boolean;
+  at: number;
+  job: CountedJob;
+}
+
+/** What a counted job carries of its client's share: the client's hash, to give the place back with. */
+function sharing(job: CountedJob): { client?: string } {
+  return job.client ? { client: job.client } : {};
+}
+
 /**
- * A place in the route's queue (src/features/shedding/queue/depth.ts). When Redis cannot count
- * it, the job is queued uncounted (the queue itself is durable; a Redis outage sheds nothing
- * more), and it is never taken off the count either.
+ * A place in the route's queue, and in its client's share (src/features/shedding/queue/depth.ts).
+ * When Redis cannot count it, the job is queued uncounted (the queue itself is durable; a Redis
+ * outage sheds nothing more), and it is never taken off the count either.
  */
-async function takePlace(scope: Scope, route: Route): Promise<{ admitted: boolean; counted: boolean; at: number }> {
+async function takePlace(scope: Scope, route: Route, id: string, refusing: Limit): Promise<Place> {
   const at = Date.now();
   const home = scope.stores.offPath();
-  if (!home) return { admitted: true, counted: false, at };
+  // the client's share is counted only where the route has one: its jobs then carry the client's hash
+  const job: CountedJob = route.queue.max_per_client ? { id, client: await clientOf(refusing, scope.facts) } : { id };
+  if (!home) return { admitted: true, counted: false, at, job };
   try {
-    const entered = await enterQueue(home, scope.config.key_prefix, route, at);
-    return { admitted: entered.admitted, counted: entered.admitted, at };
+    const entered = await enterQueue(home, scope.config.key_prefix, route, at, job);
+    return { admitted: entered.admitted, full: entered.full, counted: entered.admitted, at, job };
   } catch (e) {
     logError("queue_depth_unavailable", e, { route: route.name });
-    return { admitted: true, counted: false, at };
+    return { admitted: true, counted: false, at, job };
   }
 }
 
-function givePlaceBack(scope: Scope, route: Route, at: number): Promise<undefined> {
+function givePlaceBack(scope: Scope, route: Route, at: number, job: CountedJob): Promise<undefined> {
   const home = scope.stores.offPath();
   return settleQuietly(
-    home ? leaveQueue(home, scope.config.key_prefix, route, at) : Promise.resolve(),
+    home ? leaveQueue(home, scope.config.key_prefix, route, at, job) : Promise.resolve(),
     "queue_depth_release_failed",
     { route: route.name },
   );

@@ -12,7 +12,7 @@ import type { Overflow } from "./enqueue.js";
 type Refusal = Extract<Decision, { verdict: "reject" }>;
 
 /**
- * A shed request the queue cannot take (full, or the wait past `max_age`): counted, then the
+ * A shed request the queue cannot take (full, its client's share full, or the wait past `max_age`): counted, then the
  * route's `fallback` page, as the breaker and a failed divert fall back, else a 503 problem. Its
  * Retry-After is the limit's: the consumer drains the queue at the limit's rate, so a place frees
  * about when a token does.
@@ -24,7 +24,7 @@ export async function overflowAnswer(
   refusal: Refusal,
   reason: Overflow,
 ): Promise<Response> {
-  countQueue(scope.runtime.metrics, route.name, reason === "depth" ? "shed_depth" : "shed_age");
+  countQueue(scope.runtime.metrics, route.name, SHED[reason]);
   const limits = rateLimitHeaders([refusal.blocking]);
   const fallback = await fallbackFor(c, scope);
   if (fallback) {
@@ -33,14 +33,21 @@ export async function overflowAnswer(
     return fallback;
   }
   const { retryAfterMs } = refusal.blocking;
-  const why =
-    reason === "depth"
-      ? `holds queue.max_depth = ${route.queue.max_depth} jobs`
-      : `would keep the job ${retryAfterMs} ms, past queue.max_age = ${route.queue.max_age} ms`;
   throw new Problem({
     type: PROBLEMS.queueFull,
-    detail: `the queue of route "${route.name}" ${why}; retry in ${retryAfterMs} ms`,
-    extensions: { reason: reason === "depth" ? "max_depth" : "max_age", retry_after_ms: retryAfterMs },
+    detail: `the queue of route "${route.name}" ${why(route, reason, retryAfterMs)}; retry in ${retryAfterMs} ms`,
+    extensions: { reason: REASON[reason], retry_after_ms: retryAfterMs },
     headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)), ...limits },
   });
+}
+
+/** Each overflow as counted, and as the problem's `reason` names it (the setting it hit). */
+const SHED = { depth: "shed_depth", client: "shed_client", age: "shed_age" } as const;
+const REASON = { depth: "max_depth", client: "max_per_client", age: "max_age" } as const;
+
+function why(route: Route, reason: Overflow, retryAfterMs: number): string {
+  if (reason === "depth") return `holds queue.max_depth = ${route.queue.max_depth} jobs`;
+  if (reason === "client")
+    return `holds this client's share, queue.max_per_client = ${route.queue.max_per_client} jobs (other clients may still queue)`;
+  return `would keep the job ${retryAfterMs} ms, past queue.max_age = ${route.queue.max_age} ms`;
 }

@@ -1,7 +1,7 @@
 import type { Route } from "../../../config/index.js";
-import type { RequestFacts } from "../../../identity/identify.js";
 import type { ClaimTicket } from "../../idempotency/records.js";
 import type { SessionTicket } from "../../session/guard.js";
+import { claimText, type RequestFacts } from "../../../identity/identify.js";
 import { fromBase64, toBase64 } from "../../../util/base64.js";
 import { declaresMoreThan, readCapped } from "../../../util/body.js";
 import { Problem } from "../../../problem.js";
@@ -18,6 +18,18 @@ export interface JobMessage {
   matchPath: string;
   search: string;
   ip: string;
+  /**
+   * The host and scheme the client asked for, told to the origin as on the live path
+   * (`X-Forwarded-Host`, `X-Forwarded-Proto`, `Forwarded`). Absent in jobs queued before they were kept.
+   */
+  host?: string;
+  proto?: "http" | "https";
+  /**
+   * The verified JWT claims the route's decision reads (limit keys, tiers, priority), as the
+   * decision reads them (text), and no others. Trusted because sluice wrote them after verifying
+   * the token: the queue is sluice's own (docs/security.md).
+   */
+  claims?: Record<string, string>;
   headers: Array<[string, string]>;
   /** Base64 of the body, or null. */
   body: string | null;
@@ -28,6 +40,8 @@ export interface JobMessage {
   callback?: string;
   /** Counted in the route's backlog (depth.ts) when queued, so taken off it once done with. */
   counted?: true;
+  /** The hash of the client whose `max_per_client` share the job takes (depth.ts), given back with it. */
+  client?: string;
   /** Set on the copy sent to the dead-letter queue, so the consumer can tell it apart. */
   deadLetter?: true;
   /** The idempotency claim the job holds (hashes and owner only), settled by the consumer. */
@@ -41,8 +55,10 @@ export interface JobMessage {
 export const JOBS_PATH = "/__sluice-jobs/";
 
 /**
- * Turns a shed request into a job message: method, path, query, the route's chosen headers (and
- * any header its limits key on, so the consumer finds the same buckets), and the body up to
+ * Turns a shed request into a job message: method, path, query, host and scheme, the route's
+ * chosen headers, what its decision reads (the headers and cookies its limits key on or take
+ * their tier or cost from, and its priority's; the verified claims of those it reads from the
+ * JWT), so that the consumer decides it exactly as the live request was, and the body up to
  * `max_body`, counted as it is read (larger is a 413 problem: nothing is queued that cannot be
  * delivered whole).
  */
@@ -55,10 +71,11 @@ export async function toJob(
   // the method the guards decided on (an honoured override's): a delivery forwards no override header
   method = request.method,
 ): Promise<JobMessage> {
+  const parts = decisionParts(route);
+  // the headers the decision reads: the consumer decides the job as the live request was
   const keep = new Set([
     ...route.queue.headers,
-    // the headers the limits key on, and the priority's: the consumer decides the job as the live request was
-    ...[...route.limits.flatMap((l) => l.key), typeof route.priority === "string" ? route.priority : ""].flatMap((k) =>
+    ...parts.flatMap((k) =>
       k.startsWith("header:") ? [k.slice(7).toLowerCase()] : k.startsWith("cookie:") ? ["cookie"] : [],
     ),
   ]);
@@ -67,6 +84,8 @@ export async function toJob(
     : await readCapped(request.body, route.queue.max_body);
   if (!read.whole) throw tooLarge(route.queue.max_body);
   const bytes = read.bytes;
+  const url = facts.url;
+  const claims = claimsRead(parts, facts.claims);
   return {
     id: crypto.randomUUID(),
     route: route.name,
@@ -76,6 +95,9 @@ export async function toJob(
     matchPath: facts.matchPath,
     search: facts.url.search,
     ip: facts.ip,
+    host: url.host,
+    proto: url.protocol === "http:" ? "http" : "https",
+    ...(claims ? { claims } : {}),
     headers: [...request.headers].filter(([h]) => keep.has(h.toLowerCase())),
     body: bytes.length > 0 ? toBase64(bytes) : null,
     failures: 0,
@@ -97,13 +119,80 @@ export function accepted(id: string, retryAfterMs: number): Response {
   });
 }
 
-/** The job's request, rebuilt for forwarding. */
+/**
+ * The key parts the route's decision reads: each limit's key, tier and cost header, and the
+ * priority's key. What a job must carry to be decided as its live request was.
+ */
+export function decisionParts(route: Route): string[] {
+  const priority = typeof route.priority === "string" ? [route.priority] : [];
+  return [
+    ...route.limits.flatMap((l) => [
+      ...l.key,
+      ...(l.tier ? [l.tier] : []),
+      ...(l.costHeader ? [`header:${l.costHeader}`] : []),
+    ]),
+    ...priority,
+  ];
+}
+
+/**
+ * The verified claims the decision reads, as text (what `readPart` reads a key as), or undefined
+ * when it reads none or the request had none of them. Claims the route does not read stay out of
+ * the job: it carries what its decision needs, nothing of the token besides.
+ */
+export function claimsRead(
+  parts: readonly string[],
+  claims: Record<string, unknown> | undefined,
+): Record<string, string> | undefined {
+  if (!claims) return undefined;
+  const read = parts.flatMap((part): Array<[string, string]> => {
+    if (!part.startsWith("jwt:")) return [];
+    const text = claimText(claims[part.slice(4)]);
+    return text === undefined ? [] : [[part.slice(4), text]];
+  });
+  // own properties of the job, whatever a claim is named (`__proto__` too)
+  return read.length > 0 ? Object.fromEntries(read) : undefined;
+}
+
+/**
+ * The most a job may weigh, as the JSON the queue is sent: the Queues limit on a message is
+ * 128 KB; 1 KB of it is left for what the consumer adds to its copies (failures, dead-letter mark).
+ */
+export const MAX_JOB_BYTES = 127_000;
+
+/** A job larger than a queue message may be (a body near `max_body` grows by a third in base64): 413, not queued. */
+export function checkJobSize(m: JobMessage): void {
+  const size = new TextEncoder().encode(JSON.stringify(m)).byteLength;
+  if (size > MAX_JOB_BYTES)
+    throw new Problem({
+      type: PROBLEMS.requestTooLargeToQueue,
+      detail: `the job would be ${size} bytes (body in base64, kept headers and claims), past the ${MAX_JOB_BYTES} a queue message may hold`,
+    });
+}
+
+/**
+ * The job's request, rebuilt for forwarding: at the host and scheme the client asked for, so the
+ * origin is told them as on the live path. A job without them (queued before they were kept) uses
+ * a placeholder host.
+ */
 export function requestOf(m: JobMessage): Request {
-  return new Request(`https://queued.sluice${m.path}${m.search}`, {
+  return new Request(`${baseOf(m)}${m.path}${m.search}`, {
     method: m.method,
     headers: m.headers,
     body: m.body === null ? null : fromBase64(m.body),
   });
+}
+
+function baseOf(m: JobMessage): string {
+  if (!m.host || (m.proto !== "http" && m.proto !== "https")) return "https://queued.sluice";
+  const base = `${m.proto}://${m.host}`;
+  try {
+    // a host that would read as more than one (a path, credentials) is not the one sluice kept
+    if (new URL(base).host === m.host) return base;
+  } catch {
+    // not a host at all: the placeholder
+  }
+  return "https://queued.sluice";
 }
 
 function tooLarge(max: number): Problem {
