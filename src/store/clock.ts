@@ -1,4 +1,4 @@
-import { log, logFailure, messageOf } from "../util/log.js";
+import { log, messageOf } from "../util/log.js";
 
 /**
  * Where a database's scripts take their clock from. Every script that reads the time (lua/: decide,
@@ -87,7 +87,7 @@ export class ScriptClock {
     this.mode = "isolate";
     this.since = nowMs;
     this.refusal = messageOf(error);
-    logFailure("store_clock", {
+    log("store_clock", {
       store,
       clock: "isolate",
       detail: `Redis refuses TIME in scripts: the isolate's clock is passed instead, held monotone per key; TIME is tried again in ${TIME_RETRY_MS / 1000} s`,
