@@ -13,6 +13,7 @@ Clock    Redis's TIME, read once at the top. A Redis that refuses TIME in script
            concurrency                  a new slot expires no earlier than a slot already held
            sliding_log                  with a passed clock only: the log's newest score
                                         (+1 ZRANGE); Redis's own TIME is the log's reference
+         Wherever this contract says Redis time or Redis's clock, read: the script's clock.
 
 Algorithms (ARGV algo):
   1 token_bucket    continuous refill of `rate` per `period` up to `burst`. Tokens are integers in
