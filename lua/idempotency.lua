@@ -30,7 +30,7 @@ ARGV[3]  route name, ARGV[4] key hash (for the ledger), ARGV[5] ledger max lengt
 ARGV[6..] per op, then, always last (but for a passed clock), the ledger context: JSON { trace, principal,
   session, latency_ms } (the request's traceparent, hashes, the origin's latency), written beside
   each ledger entry of this call; what does not decode as such an object adds nothing.
-ARGV[6..#ARGV-1] per op:
+ARGV[6..argc-1] per op (argc: #ARGV, less the clock when one is passed):
   claim           fp, lease_ms, ttl_ms, replay_interval_us, replay_burst
   renew           lease_ms: the holder's claim cannot be taken over for that long from now
   complete        status, headers (JSON), body (base64), stored (1|0), ttl_ms
