@@ -293,6 +293,93 @@ describe("scripts", () => {
   });
 });
 
+describe("scripts on a Redis that refuses TIME in scripts (scriptTime: refuse)", () => {
+  /** A bridge of its own in refuse mode, on the file's Redis. */
+  async function refusing(run: (b: Bridge) => Promise<void>): Promise<void> {
+    const own = await startBridge({ redisUrl: redisProcess.url, token: TOKEN, scriptTime: "refuse" });
+    try {
+      await run(own);
+    } finally {
+      await own.close();
+    }
+  }
+  const timed = () =>
+    `#!lua flags=allow-key-locking\n-- ${randomUUID()}\nredis.call('SET', KEYS[1], 'before')\nlocal t = redis.call("time")\nreturn t[1]`;
+
+  it("fails a script at its TIME call with ElastiCache Serverless's error, naming the SHA the client sent and the line", async () => {
+    await refusing(async (b) => {
+      const source = timed();
+      const k = key("t");
+      expect(await raw("/", ["eval", source, 1, k], {}, b)).toMatchObject({
+        status: 400,
+        json: {
+          error: `ERR This Redis command is not allowed from script script: ${sha1(source)}, on @user_script:4.`,
+        },
+      });
+      expect(await directGet(k)).toBe("before"); // what ran before the call stays done, as in Redis
+      // the same through EVALSHA once the body is known, and through a pipeline
+      expect((await raw("/pipeline", [["evalsha", sha1(source), 1, k]], {}, b)).json).toEqual([
+        { error: expect.stringMatching(/not allowed from script script: [0-9a-f]{40}, on @user_script:4\.$/) },
+      ]);
+      // redis.pcall gets the refusal as an error reply, as in Redis
+      const caught = `-- ${randomUUID()}\nlocal r = redis.pcall('TIME')\nreturn r.err`;
+      expect((await raw("/", ["eval", caught, 0], {}, b)).json).toEqual({
+        result: "ERR This Redis command is not allowed from script",
+      });
+    });
+  });
+
+  it("runs scripts that do not call TIME, and never the unrewritten copy of one that does", async () => {
+    await refusing(async (b) => {
+      expect((await raw("/", ["eval", `-- ${randomUUID()}\nreturn ARGV[1]`, 0, "x"], {}, b)).json).toEqual({
+        result: "x",
+      });
+      // Redis holds the script as sent (another client loaded it): the refusing bridge still answers NOSCRIPT
+      const source = timed();
+      expect(
+        replyToJs(await direct.send(["SCRIPT", "LOAD", source.replace("#!lua flags=allow-key-locking", "#!lua")])),
+      ).toBeTypeOf("string");
+      const plain = source.replace("#!lua flags=allow-key-locking", "#!lua");
+      expect(await raw("/", ["evalsha", sha1(plain), 1, key("t")], {}, b)).toMatchObject({
+        status: 400,
+        json: { error: expect.stringMatching(/^NOSCRIPT/) },
+      });
+    });
+  });
+
+  it("switches from code and over HTTP at /__bridge/script-time; allowed again, TIME answers", async () => {
+    await refusing(async (b) => {
+      const source = timed();
+      expect((await raw("/", ["eval", source, 1, key("t")], {}, b)).status).toBe(400);
+      const res = await fetch(`${b.url}/__bridge/script-time`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}` },
+        body: JSON.stringify({ time: "allow" }),
+      });
+      expect(await res.json()).toEqual({ result: { time: "allow" } });
+      expect(b.scriptTime).toBe("allow");
+      // the client's EVALSHA meets NOSCRIPT (Redis holds only the rewritten copy), and its EVAL runs
+      expect((await raw("/", ["evalsha", sha1(source), 1, key("t")], {}, b)).json).toEqual({
+        error: expect.stringMatching(/^NOSCRIPT/),
+      });
+      const allowed = await raw("/", ["eval", source, 1, key("t")], {}, b);
+      expect(allowed.status).toBe(200);
+      expect(Number((allowed.json as { result: string }).result)).toBeGreaterThan(1_700_000_000);
+      b.setScriptTime("refuse");
+      expect((await raw("/", ["evalsha", sha1(source), 1, key("t")], {}, b)).status).toBe(400);
+      for (const bad of [{ time: "sometimes" }, {}, { time: "allow", extra: 1 }]) {
+        const refused = await fetch(`${b.url}/__bridge/script-time`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${TOKEN}` },
+          body: JSON.stringify(bad),
+        });
+        expect(refused.status, JSON.stringify(bad)).toBe(400);
+      }
+      expect(() => b.setScriptTime("never" as "allow")).toThrow(RangeError);
+    });
+  });
+});
+
 describe("HTTP behaviour", () => {
   it("rejects a wrong or missing token with 401 Unauthorized", async () => {
     await expect(new Redis({ url: bridge.url, token: "wrong", enableTelemetry: false }).get("k")).rejects.toThrow(

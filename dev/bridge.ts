@@ -2,8 +2,9 @@
  * The Upstash REST protocol (see shared/notes/upstash-rest.md) in front of a real redis-server,
  * so @upstash/redis, Miniflare and the tests talk to a local Redis exactly as to Upstash.
  * It can also play a Redis that is far away, hung or gone (latency and `BridgeMode`, switched
- * from code or over HTTP at `/__bridge/delay`), and counts what it receives (`counts()`), so
- * tests and the bench can put a number on every Redis request a decision makes.
+ * from code or over HTTP at `/__bridge/delay`), or one that refuses `TIME` inside scripts
+ * (`ScriptTime`), and counts what it receives (`counts()`), so tests and the bench can put a
+ * number on every Redis request a decision makes.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -19,6 +20,8 @@ export type BridgeOptions = {
   latencyMs?: number;
   /** How the bridge starts; see `BridgeMode`. */
   mode?: BridgeMode;
+  /** Whether scripts may call TIME ("allow", the default); see `ScriptTime`. */
+  scriptTime?: ScriptTime;
 };
 
 /**
@@ -28,6 +31,16 @@ export type BridgeOptions = {
  * (`/__bridge/...`) answers in every mode, so a test can always switch back.
  */
 export type BridgeMode = "normal" | "hang" | "refuse";
+
+/**
+ * allow: scripts run as sent. refuse: a script's `redis.call('TIME')` (or `pcall`, any case or
+ * quotes) fails as on a Redis that refuses TIME in scripts, ElastiCache Serverless for one:
+ * "ERR This Redis command is not allowed from script script: <sha>, on @user_script:<line>.".
+ * The bridge rewrites the call, on its line, into one of a command stock Redis refuses in scripts
+ * (MULTI), so the real Redis raises that very error at that very line; the SHA in the message is
+ * the one the client sent. Everything else in the script runs as sent.
+ */
+export type ScriptTime = "allow" | "refuse";
 
 /** The fault the bridge plays right now. */
 export interface BridgeFault {
@@ -55,6 +68,9 @@ export type Bridge = {
   port: number;
   setLatency(ms: number): void;
   setMode(mode: BridgeMode): void;
+  /** Scripts may call TIME, or meet the refusal of a Redis that refuses it (`ScriptTime`). */
+  setScriptTime(time: ScriptTime): void;
+  readonly scriptTime: ScriptTime;
   readonly fault: BridgeFault;
   /** HTTP requests for Redis received since start (`counts().requests`). */
   readonly requests: number;
@@ -140,6 +156,10 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
       state.fault.latencyMs = checkedLatency(ms);
     },
     setMode: (mode) => state.setMode(mode),
+    setScriptTime: (time) => void (state.scriptTime = checkedScriptTime(time)),
+    get scriptTime() {
+      return state.scriptTime;
+    },
     get fault() {
       return { ...state.fault };
     },
@@ -163,6 +183,7 @@ type Answer = { status: number; body: unknown };
 class BridgeState {
   readonly redis: RespClient;
   readonly fault: BridgeFault;
+  scriptTime: ScriptTime;
   readonly counts: BridgeCounts = { requests: 0, refused: 0, hung: 0, commands: {}, requestsWith: {} };
   private readonly scripts = new ScriptShas();
   private readonly expectedAuth: Buffer;
@@ -174,6 +195,7 @@ class BridgeState {
     this.redis = RespClient.fromUrl(opts.redisUrl);
     this.expectedAuth = digest(`Bearer ${opts.token}`);
     this.fault = { mode: opts.mode ?? "normal", latencyMs: checkedLatency(opts.latencyMs ?? 0) };
+    this.scriptTime = checkedScriptTime(opts.scriptTime ?? "allow");
   }
 
   setMode(mode: BridgeMode): void {
@@ -258,30 +280,34 @@ class BridgeState {
   }
 
   private async single(command: RespArg[], encode: (reply: RespReply) => unknown): Promise<Answer> {
-    const reply = await this.redis.send(this.scripts.translate(command));
-    if (reply instanceof RespError) return { status: 400, body: { error: reply.message } };
+    const reply = await this.redis.send(this.scripts.translate(command, this.scriptTime));
+    if (reply instanceof RespError) return { status: 400, body: { error: this.scripts.error(reply.message) } };
     return { status: 200, body: { result: encode(this.scripts.answer(command, reply)) } };
   }
 
   private async many(path: string, commands: RespArg[][], encode: (reply: RespReply) => unknown): Promise<Answer> {
-    const translated = commands.map((c) => this.scripts.translate(c));
+    const translated = commands.map((c) => this.scripts.translate(c, this.scriptTime));
     const replies =
       path === "/pipeline" ? await this.redis.sendMany(translated) : await transaction(this.redis, translated);
     return {
       status: 200,
       body: replies.map((reply, i) =>
         reply instanceof RespError
-          ? { error: reply.message }
+          ? { error: this.scripts.error(reply.message) }
           : { result: encode(this.scripts.answer(commands[i] ?? [], reply)) },
       ),
     };
   }
 
-  /** `/__bridge/delay` (GET reads, POST sets `{ "ms": 80 }` and/or `{ "mode": "hang" }`) and `/__bridge/counts`. */
+  /**
+   * `/__bridge/delay` (GET reads, POST sets `{ "ms": 80 }` and/or `{ "mode": "hang" }`),
+   * `/__bridge/script-time` (GET reads, POST sets `{ "time": "refuse" }` or `"allow"`) and `/__bridge/counts`.
+   */
   private async control(req: IncomingMessage): Promise<Answer> {
     this.authorise(req);
     const what = pathOf(req).slice(CONTROL_PREFIX.length);
     if (what === "counts" && req.method === "GET") return { status: 200, body: { result: snapshot(this.counts) } };
+    if (what === "script-time") return this.scriptTimeSwitch(req);
     if (what !== "delay") throw new HttpError(404, `ERR unknown control endpoint ${pathOf(req)}`);
     if (req.method === "POST") {
       const change = toFaultChange(parseJson(await readBody(req)));
@@ -291,6 +317,19 @@ class BridgeState {
       throw new HttpError(405, "ERR GET or POST");
     }
     return { status: 200, body: { result: { mode: this.fault.mode, ms: this.fault.latencyMs } } };
+  }
+
+  /** `/__bridge/script-time`: GET reads, POST `{ "time": "allow" | "refuse" }` sets (`ScriptTime`). */
+  private async scriptTimeSwitch(req: IncomingMessage): Promise<Answer> {
+    if (req.method === "POST") {
+      const { time, ...rest } = (parseJson(await readBody(req)) ?? {}) as Record<string, unknown>;
+      if (Object.keys(rest).length > 0 || !SCRIPT_TIMES.includes(time as ScriptTime))
+        throw new HttpError(400, `ERR expected { "time": ${SCRIPT_TIMES.map((t) => `"${t}"`).join(" | ")} }`);
+      this.scriptTime = time as ScriptTime;
+    } else if (req.method !== "GET") {
+      throw new HttpError(405, "ERR GET or POST");
+    }
+    return { status: 200, body: { result: { time: this.scriptTime } } };
   }
 
   private respond(res: ServerResponse, status: number, body: unknown, delayMs: number): void {
@@ -326,6 +365,12 @@ function checkedLatency(ms: number): number {
 }
 
 const MODES: readonly BridgeMode[] = ["normal", "hang", "refuse"];
+const SCRIPT_TIMES: readonly ScriptTime[] = ["allow", "refuse"];
+
+function checkedScriptTime(time: ScriptTime): ScriptTime {
+  if (!SCRIPT_TIMES.includes(time)) throw new RangeError(`scriptTime must be "allow" or "refuse", got ${String(time)}`);
+  return time;
+}
 
 /** The body of `POST /__bridge/delay`: `{ "ms": 80 }`, `{ "mode": "hang" }`, or both. */
 function toFaultChange(value: unknown): { latencyMs?: number; mode?: BridgeMode } {
@@ -433,26 +478,40 @@ export function stripUnknownFlags(source: string): string | undefined {
   return shebang + source.slice(match[0].length);
 }
 
+/** A SHA no script has: EVALSHA of it is Redis's own NOSCRIPT. */
+const NO_SUCH_SHA = "0".repeat(40);
+
+/** Each `redis.call('TIME')` (or `pcall`, any case or quotes) as the same call of MULTI, which Redis refuses in scripts. */
+export function refuseTime(source: string): string {
+  return source.replace(/redis\.(p?call)\(\s*(['"])time\2\s*\)/gi, "redis.$1($2MULTI$2)");
+}
+
 /**
  * Scripts as Upstash runs them: a script whose shebang carries Upstash-only flags is stored
  * stripped, yet EVALSHA keeps answering to the SHA-1 the client computed from what it sent.
  * An unknown SHA passes through untouched, so Redis's NOSCRIPT reaches the client, which then
- * falls back to EVAL.
+ * falls back to EVAL. While scripts may not call TIME (`ScriptTime`), they are stored with the
+ * call rewritten (`refuseTime`) under SHAs of their own, and a SHA the bridge has not rewritten
+ * is Redis's NOSCRIPT (the client's body comes next, and is rewritten), never the script as sent.
+ * Errors name the script by the SHA the client sent.
  */
 class ScriptShas {
-  private readonly strippedSha = new Map<string, string>();
+  /** Per `ScriptTime`: the SHA the client sent → the SHA of what Redis holds. */
+  private readonly redisShas: Record<ScriptTime, Map<string, string>> = { allow: new Map(), refuse: new Map() };
+  /** What Redis holds → the SHA the client sent, for error messages. */
+  private readonly clientShas = new Map<string, string>();
 
-  translate(command: RespArg[]): RespArg[] {
+  translate(command: RespArg[], time: ScriptTime): RespArg[] {
     const [name = "", first = "", ...rest] = command;
     const lower = String(name).toLowerCase();
     const sub = String(first).toLowerCase();
     if ((lower === "eval" || lower === "eval_ro") && command.length > 1)
-      return [name, this.strip(String(first)), ...rest];
+      return [name, this.prepare(String(first), time), ...rest];
     if ((lower === "evalsha" || lower === "evalsha_ro") && command.length > 1)
-      return [name, this.redisSha(first), ...rest];
+      return [name, this.redisSha(first, time), ...rest];
     if (lower === "script" && sub === "load" && rest.length > 0)
-      return [name, first, this.strip(String(rest[0])), ...rest.slice(1)];
-    if (lower === "script" && sub === "exists") return [name, first, ...rest.map((sha) => this.redisSha(sha))];
+      return [name, first, this.prepare(String(rest[0]), time), ...rest.slice(1)];
+    if (lower === "script" && sub === "exists") return [name, first, ...rest.map((sha) => this.redisSha(sha, time))];
     return command;
   }
 
@@ -463,15 +522,29 @@ class ScriptShas {
     return isLoad && source !== undefined && Buffer.isBuffer(reply) ? Buffer.from(sha1(String(source))) : reply;
   }
 
-  /** The SHA under which Redis holds the script the client calls `sha` (the same one unless it was stripped). */
-  private redisSha(sha: RespArg): RespArg {
-    return this.strippedSha.get(String(sha).toLowerCase()) ?? sha;
+  /** An error reply, naming the script ("script: <sha>") by the SHA the client sent. */
+  error(message: string): string {
+    return message.replace(/\bscript: ([0-9a-f]{40})\b/g, (whole, sha: string) => {
+      const sent = this.clientShas.get(sha);
+      return sent ? `script: ${sent}` : whole;
+    });
   }
 
-  private strip(source: string): string {
-    const stripped = stripUnknownFlags(source);
-    if (stripped === undefined) return source;
-    this.strippedSha.set(sha1(source), sha1(stripped));
-    return stripped;
+  /** The SHA under which Redis holds the script the client calls `sha`. */
+  private redisSha(sha: RespArg, time: ScriptTime): RespArg {
+    const held = this.redisShas[time].get(String(sha).toLowerCase());
+    if (held) return held;
+    return time === "refuse" ? NO_SUCH_SHA : sha;
+  }
+
+  /** What Redis is sent for `source`: flags it would reject dropped, and TIME refused when it is. */
+  private prepare(source: string, time: ScriptTime): string {
+    const stripped = stripUnknownFlags(source) ?? source;
+    const prepared = time === "refuse" ? refuseTime(stripped) : stripped;
+    const sent = sha1(source);
+    const held = sha1(prepared);
+    this.redisShas[time].set(sent, held);
+    if (held !== sent) this.clientShas.set(held, sent);
+    return prepared;
   }
 }

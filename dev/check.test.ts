@@ -1,10 +1,13 @@
 /** `npm run check`: its warnings about regions without a database of their own and shared quotas kept per region. */
-import { execFileSync, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { execFile, execFileSync, spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { startBridge } from "./bridge.js";
 import { configWarnings, dotenvNames, regionsWithoutDatabase } from "./region-databases.js";
+import { startRedis } from "./redis-process.js";
+import { dotenvValues } from "./store-clock.js";
 import { checkWranglerConfig } from "./wrangler-config.js";
 import { loadConfig, type Config } from "../src/config/index.js";
 
@@ -153,5 +156,77 @@ describe("shared quotas kept per region", () => {
       if (!r.ok) throw r.error;
       expect(r.warnings, scope).toEqual([]);
     }
+  });
+});
+
+describe("npm run check -- --store: each database's clock", () => {
+  /** check.ts run apart (the bridge answers from this process meanwhile), with only the variables given. */
+  const check = (toml: string, env: Record<string, string>) =>
+    new Promise<{ status: number; stdout: string; stderr: string }>((resolve) => {
+      const clean = Object.fromEntries(
+        Object.entries(process.env).filter(([name]) => !name.startsWith("UPSTASH_REDIS_REST_")),
+      );
+      execFile(
+        process.execPath,
+        ["--import", "tsx", "dev/check.ts", "--config", toml, "--store"],
+        { env: { ...clean, ...env }, encoding: "utf8" },
+        (error, stdout, stderr) => resolve({ status: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
+      );
+    });
+  const config = (name: string, devVars?: string) => {
+    const sub = join(dir, name);
+    rmSync(sub, { recursive: true, force: true });
+    mkdirSync(sub, { recursive: true });
+    const toml = join(sub, "wrangler.toml");
+    writeFileSync(toml, ['name = "t"', "[vars]", 'ORIGIN_URL = "https://origin.example"', "[vars.SLUICE]"].join("\n"));
+    if (devVars !== undefined) writeFileSync(join(sub, ".dev.vars"), devVars);
+    return toml;
+  };
+
+  it("reads a .dev.vars' values, quoted or not", () => {
+    expect(dotenvValues("# A=1\nUPSTASH_REDIS_REST_URL=\"http://x\"\nexport B = two words \nC='q'\n")).toEqual({
+      UPSTASH_REDIS_REST_URL: "http://x",
+      B: "two words",
+      C: "q",
+    });
+  });
+
+  it("says a Redis that accepts TIME runs on its own clock, and one that refuses it on the isolates' (a warning); exit 0", async () => {
+    const redis = await startRedis();
+    const normal = await startBridge({ redisUrl: redis.url, token: "t" });
+    const refusing = await startBridge({ redisUrl: redis.url, token: "t", scriptTime: "refuse" });
+    try {
+      const ok = await check(
+        config("normal", `UPSTASH_REDIS_REST_URL=${normal.url}\nUPSTASH_REDIS_REST_TOKEN=t\n`),
+        {},
+      );
+      expect(ok.status, ok.stderr).toBe(0);
+      expect(ok.stdout).toMatch(/store of "home": reachable; clock: redis/);
+      expect(ok.stderr).not.toMatch(/TIME/);
+      // the environment wins over .dev.vars (a deployed database's secrets, exported)
+      const toml = config("refusing", `UPSTASH_REDIS_REST_URL=${normal.url}\nUPSTASH_REDIS_REST_TOKEN=t\n`);
+      const refused = await check(toml, { UPSTASH_REDIS_REST_URL: refusing.url, UPSTASH_REDIS_REST_TOKEN: "t" });
+      expect(refused.status, refused.stderr).toBe(0);
+      expect(refused.stdout).toMatch(/store of "home": reachable; clock: isolate \(Redis refuses TIME in scripts\)/);
+      expect(refused.stderr).toMatch(
+        /warning: store of "home" refuses TIME in scripts \(ERR This Redis command is not allowed from script/,
+      );
+    } finally {
+      await refusing.close();
+      await normal.close();
+      await redis.stop();
+    }
+  });
+
+  it("a database not configured or not reachable is an error (exit 1)", async () => {
+    const none = await check(config("none"), {});
+    expect(none.status).toBe(1);
+    expect(none.stdout).toMatch(/store of "home": no Redis configured/);
+    const gone = await check(
+      config("gone", "UPSTASH_REDIS_REST_URL=http://127.0.0.1:9\nUPSTASH_REDIS_REST_TOKEN=t\n"),
+      {},
+    );
+    expect(gone.status).toBe(1);
+    expect(gone.stdout).toMatch(/store of "home": not reachable/);
   });
 });

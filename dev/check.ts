@@ -1,10 +1,15 @@
-// `npm run check [-- --config file]`: validates the sluice configuration in a wrangler config,
-// and warns (exit code 0) about what a valid one may cost, such as a region without its own database
-// or a shared quota (a `global` key) kept per region, which the origin sees once per region.
+// `npm run check [-- --config file] [-- --store]`: validates the sluice configuration in a wrangler
+// config, and warns (exit code 0) about what a valid one may cost, such as a region without its own
+// database or a shared quota (a `global` key) kept per region, which the origin sees once per region.
+// With --store it also reaches each database (dev/store-clock.ts) and says where its scripts take
+// their clock from: exit code 1 when one is not configured or not reachable.
+import { readFileSync } from "node:fs";
 import { configWarnings, visibleVariables } from "./region-databases.js";
+import { storeClocks, workerVariables } from "./store-clock.js";
 import { checkWranglerConfig, configPathFromArgs } from "./wrangler-config.js";
 
-const path = configPathFromArgs(process.argv.slice(2));
+const argv = process.argv.slice(2);
+const path = configPathFromArgs(argv);
 try {
   const result = checkWranglerConfig(path);
   if (!result.ok) {
@@ -18,6 +23,13 @@ try {
   for (const warning of configWarnings(result.config, visibleVariables(path)))
     console.warn(`${path}: warning: ${warning}`);
   for (const warning of result.warnings) console.warn(`${path}: warning: ${warning.field}: ${warning.message}`);
+  if (argv.includes("--store")) {
+    const probe = readFileSync(new URL("../lua/clock.lua", import.meta.url), "utf8");
+    const stores = await storeClocks(result.config, workerVariables(path), probe);
+    for (const line of stores.lines) console.log(`${path}: ${line}`);
+    for (const warning of stores.warnings) console.warn(`${path}: warning: ${warning}`);
+    if (stores.failed) process.exit(1);
+  }
 } catch (e) {
   console.error(`${path}: ${(e as Error).message}`);
   process.exit(1);

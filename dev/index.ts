@@ -5,6 +5,7 @@
  * workspace's own programs (start.ts, check.ts) and are not exported.
  */
 export {
+  refuseTime,
   startBridge,
   stripUnknownFlags,
   type Bridge,
@@ -12,6 +13,7 @@ export {
   type BridgeFault,
   type BridgeMode,
   type BridgeOptions,
+  type ScriptTime,
 } from "./bridge.js";
 export { startOrigin, type DemoOrigin, type SeenRequest } from "./origin.js";
 export { freePort } from "./ports.js";

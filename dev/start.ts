@@ -4,7 +4,7 @@
 // Ctrl-C or SIGTERM stops every child.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { startBridge } from "./bridge.js";
+import { startBridge, type ScriptTime } from "./bridge.js";
 import { startOrigin } from "./origin.js";
 import { freePort } from "./ports.js";
 import { REDIS_MISSING, redisServerAvailable, startRedis } from "./redis-process.js";
@@ -63,6 +63,18 @@ function bridgeDelayMs(): number {
   return ms;
 }
 
+/**
+ * SLUICE_BRIDGE_SCRIPT_TIME=refuse: the bridge refuses TIME inside scripts as ElastiCache Serverless
+ * does, so the Worker's stores fall back to the isolate's clock (docs/deploy.md).
+ */
+function bridgeScriptTime(): ScriptTime {
+  const text = process.env.SLUICE_BRIDGE_SCRIPT_TIME;
+  if (text === undefined || text === "" || text === "allow") return "allow";
+  if (text === "refuse") return "refuse";
+  console.error(`SLUICE_BRIDGE_SCRIPT_TIME must be "allow" or "refuse", got ${text}`);
+  return process.exit(2);
+}
+
 async function main(): Promise<void> {
   const configPath = configPathFromArgs(process.argv.slice(2));
   const port = Number(process.env.PORT ?? 8787);
@@ -105,14 +117,18 @@ async function redisVars(): Promise<Record<string, string>> {
     redisUrl = redis.url;
   }
   const token = randomBytes(16).toString("hex");
-  const bridge = await startBridge({ redisUrl, token, port: await freePort(), latencyMs: bridgeDelayMs() });
+  const scriptTime = bridgeScriptTime();
+  const bridge = await startBridge({ redisUrl, token, port: await freePort(), latencyMs: bridgeDelayMs(), scriptTime });
   stops.push(() => bridge.close());
   console.log(`redis   ${redisUrl}${process.env.REDIS_URL ? " (REDIS_URL)" : " (spawned)"}`);
   console.log(
-    `bridge  ${bridge.url} (Upstash REST, token ${token}, ${bridge.fault.latencyMs} ms added per round trip)`,
+    `bridge  ${bridge.url} (Upstash REST, token ${token}, ${bridge.fault.latencyMs} ms added per round trip${scriptTime === "refuse" ? ", TIME refused in scripts" : ""})`,
   );
   console.log(
     `        place Redis far away, hang or refuse it: curl -X POST -H 'authorization: Bearer ${token}' -d '{"ms":80}' ${bridge.url}/__bridge/delay  ({"mode":"hang"|"refuse"|"normal"})`,
+  );
+  console.log(
+    `        refuse TIME in scripts (ElastiCache Serverless): same with -d '{"time":"refuse"}' ${bridge.url}/__bridge/script-time  ("allow" undoes it)`,
   );
   return { UPSTASH_REDIS_REST_URL: bridge.url, UPSTASH_REDIS_REST_TOKEN: token };
 }

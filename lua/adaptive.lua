@@ -1,7 +1,11 @@
 #!lua flags=allow-key-locking
 --[[
 adaptive.lua: an adaptive route's in-flight limit in one region (docs/algorithms.md, Adaptive limit).
-The clock is Redis's own (TIME, read once), never the caller's.
+The clock is Redis's own (TIME, read once), unless the caller passes its own: a Redis that
+refuses TIME in scripts gets the isolate's clock as the last ARGV, "clock:{µs}"
+(src/store/clock.ts; lua/decide.lua, Clock). The state needs no floor: its window start (ws)
+only ever moves to a later clock (a window closes at ws + interval or later, a stale one is
+replaced at ws + 10 intervals), and the override's until with it.
 
 Each isolate reports, about twice per interval and off the request path, what the route's origin
 did since its last report: how many responses, how many failed (5xx, no answer), the most requests it
@@ -41,6 +45,7 @@ ARGV[2]  "initial:min:max:interval_ms:lease_ms:target_ms:quantile_permille:toler
 ARGV[3]  "count:errors:peak", this report's
 ARGV[4]  the report's histogram "i:count,...": bucket i holds latencies in (2^((i-1)/4), 2^(i/4)] ms
          (bucket 0: 1 ms or less)
+ARGV     last, optional: "clock:{µs}", the caller's clock, used instead of TIME
 Returns  { limit in force, short × 10, base × 10, 1 if a window closed (else 0) }  (short -1: none)
 Cost     EVALSHA + TIME + HGETALL + HSET + PEXPIRE = 5; a report that closes a window adds HSET
          and PTTL of the overrides hash (and PEXPIRE when its TTL is shorter than the state's) and
@@ -54,8 +59,14 @@ local ERROR_SHARE = 0.05
 local CLIMB = 0.5
 local STATE_TTL_MS = 600000
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- the clock (ms): the caller's when it passes one (the last ARGV), else Redis's TIME
+local now = tonumber(string.match(ARGV[#ARGV] or '', '^clock:(%d+)$'))
+if now then
+  now = math.floor(now / 1000)
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 
 local function numbers(text, pattern, what)
   local found = { string.match(text or '', pattern) }

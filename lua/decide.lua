@@ -1,7 +1,19 @@
 #!lua flags=allow-key-locking
 --[[
 decide.lua: the limits of one route that live in this Redis, decided in one call, all or nothing.
-The clock is Redis's own (TIME, read once), never the caller's.
+The clock is Redis's own (TIME, read once), unless the caller passes its own (see Clock).
+
+Clock    Redis's TIME, read once at the top. A Redis that refuses TIME in scripts (ElastiCache
+         Serverless) gets the calling isolate's clock instead, passed as the last ARGV,
+         "clock:{µs}" (src/store/clock.ts). Whichever clock it is, no key's state goes back in
+         time: each limit is decided at max(clock, the time its key last recorded), so a clock
+         behind another can delay a refill but never grant one twice:
+           token_bucket, leaky_bucket   the value's last_us
+           fixed_window, sliding_window the stored window: never an earlier one (below)
+           concurrency                  a new slot expires no earlier than a slot already held
+           sliding_log                  with a passed clock only: the log's newest score
+                                        (+1 ZRANGE); Redis's own TIME is the log's reference
+         Wherever this contract says Redis time or Redis's clock, read: the script's clock.
 
 Algorithms (ARGV algo):
   1 token_bucket    continuous refill of `rate` per `period` up to `burst`. Tokens are integers in
@@ -136,6 +148,7 @@ ARGV     then per limit i one value for each column of COLUMNS (below, by these 
                    Used while start_ms <= now_ms < end_ms and the period is not overridden; else
                    the script floors now_ms + offset_ms to the period (exact without DST, off by at
                    most the DST shift for a window spanning a change). The stored window is the index.
+ARGV     last, optional: "clock:{µs}", the caller's clock, used instead of TIME (see Clock)
 Returns  { admitted, then eight per limit: allowed, remaining, retry_after_ms, reset_ms, delay_ms,
            leased, lease_ms, lease_epoch, then the version }
            admitted        1 if no enforced (non-shadow) limit refused; then, and only then,
@@ -152,7 +165,7 @@ Returns  { admitted, then eight per limit: allowed, remaining, retry_after_ms, r
            lease_ms        how long the lease is valid, in Redis time from now
            lease_epoch     what to pass as lease_epoch when closing it
            version         the last KEY's value (0 when absent)
-Cost (Upstash bills every command a script runs, EVALSHA included): 1 TIME + 1 MGET of every
+Cost (Upstash bills every command a script runs, EVALSHA included; with a passed clock, no TIME): 1 TIME + 1 MGET of every
       bucket and share key and the version, + 1 SET (or DEL, a bucket back to its initial state)
       per bucket charged (take, when admitted), refunded, leased or closed; a peek or a refusal
       writes nothing. A lease granted in "take" rides on the request's own SET. `split` limits
@@ -167,9 +180,16 @@ Cost (Upstash bills every command a script runs, EVALSHA included): 1 TIME + 1 M
       ZRANGEBYSCORE + ZRANGE = 6.
 ]]
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- the clock (see Clock): the caller's when it passes one, else Redis's TIME
+local now = tonumber(string.match(ARGV[#ARGV] or '', '^clock:(%d+)$'))
+local passed = now ~= nil
+if not passed then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local now_ms = math.floor(now / 1000)
+-- the call's clock; `now` is each limit's own while it is decided (at least its key's last time)
+local clock, clock_ms = now, now_ms
 
 local mode = ARGV[1]
 local n = tonumber(ARGV[2])
@@ -238,8 +258,10 @@ end
 
 function token.load(l, raw)
   units(l)
-  l.warm, l.held, l.held_next, l.epoch = 0, 0, 0, math.floor(now / LEASE_US)
   local stored, stored_unit, last, rest = string.match(raw or '', '^(%-?%d+):(%d+):(%d+)(.*)$')
+  -- the clock's floor (see Clock): never before the bucket's last time
+  if last then now = math.max(now, tonumber(last)) end
+  l.warm, l.held, l.held_next, l.epoch = 0, 0, 0, math.floor(now / LEASE_US)
   local warm = string.match(rest or '', '^:(%d+)$') or ''
   local epoch, held, held_next = string.match(rest or '', '^:L(%d+):(%d+):(%d+)$')
   local cold = l.warmup > 0 and (not stored or now - tonumber(last) >= l.warmup)
@@ -343,6 +365,8 @@ function leaky.load(l, raw)
   l.level = 0
   local level, stored_unit, last = string.match(raw or '', '^l:(%d+):(%d+):(%d+)$')
   if level then
+    -- the clock's floor (see Clock): never before the bucket's last time
+    now = math.max(now, tonumber(last))
     level, stored_unit = tonumber(level), tonumber(stored_unit)
     -- reconfigured: whole queued requests, rounded up, in the new units
     if stored_unit ~= l.unit then level = math.ceil(level / stored_unit) * l.unit end
@@ -498,7 +522,12 @@ local function drop_slot(l)
 end
 function inflight.commit(l, sign)
   local dropped = drop_slot(l)
-  if sign > 0 then l.slots[#l.slots + 1] = { l.slot, now + l.period } end
+  if sign > 0 then
+    -- the clock's floor (see Clock): a slot taken now expires no earlier than one taken before it
+    local expiry = now + l.period
+    for _, slot in ipairs(l.slots) do expiry = math.max(expiry, slot[2]) end
+    l.slots[#l.slots + 1] = { l.slot, expiry }
+  end
   return sign > 0 or dropped
 end
 function inflight.report(l)
@@ -522,6 +551,11 @@ local slog = {}
 local LOG_CHUNK = 500 -- members per ZADD/ZREM: unpack has a stack limit
 function slog.load(l, raw, key)
   l.key, l.entry, l.added = key, l.slot, false
+  -- the clock's floor (see Clock), for a passed clock: never before the log's newest unit
+  if passed and not raw then
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+    if newest then now = math.max(now, tonumber(newest)) end
+  end
   -- the log counts over the period and its margin: the spread of the delay between this decision
   -- and the origin's arrival, so the origin sees at most `rate` in any period of its own
   l.span = l.period + l.margin
@@ -657,6 +691,8 @@ local deciding = mode == 'take' or mode == 'peek'
 local admitted = 1
 local limits = {}
 for i = 1, n do
+  -- each limit from the call's clock; its load may raise `now` to its key's last time
+  now, now_ms = clock, clock_ms
   local l = {
     algo = algorithms[tonumber(arg(i, 'algo'))],
     rate = tonumber(arg(i, 'rate')), period = tonumber(arg(i, 'period_us')), burst = tonumber(arg(i, 'burst')), cost = tonumber(arg(i, 'cost')),
@@ -681,6 +717,7 @@ for i = 1, n do
   end
   scale_floor(l, capacity)
   l.algo.load(l, stored[i], KEYS[i])
+  l.now, now_ms = now, math.floor(now / 1000)
   if deciding then
     check(l)
     if l.allowed == 0 and not l.shadow then admitted = 0 end
@@ -709,6 +746,7 @@ end
 local out = { admitted }
 for i = 1, n do
   local l = limits[i]
+  now, now_ms = l.now, math.floor(l.now / 1000)
   local write = false
   if mode == 'take' and admitted == 1 and l.allowed == 1 then
     l.algo.commit(l, 1)

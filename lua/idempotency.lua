@@ -2,7 +2,11 @@
 --[[
 idempotency.lua: one side effect per idempotency key. Claims, completions, releases and
 resolutions of a key, each one atomic call that checks who owns the claim; every outcome is
-appended to the ledger. The clock is Redis's own (TIME, read once).
+appended to the ledger. The clock is Redis's own (TIME, read once), unless the caller passes its
+own: a Redis that refuses TIME in scripts gets the isolate's clock as the last ARGV, "clock:{µs}"
+(src/store/clock.ts; lua/decide.lua, Clock). Whichever clock it is, no key's state goes back in
+time: a fencing token is max(last + 1, clock) (strictly rising whatever the clock does), a replay
+bucket is paid from max(paid, clock), and a renewal never moves lease_until earlier than it is.
 
 KEYS[1]  record   {key_prefix}:idem:{route}:{sha256(principal, key)}  hash:
                     state        inflight | completed | indeterminate
@@ -23,16 +27,17 @@ KEYS[4]  replays  {key_prefix}:idem:{route}:replays:{sha256(principal)}  (claim 
 ARGV[1]  op: claim | renew | complete | release | hold | resolve_release | resolve_replay | read
 ARGV[2]  owner (claim, renew, complete, release, hold)
 ARGV[3]  route name, ARGV[4] key hash (for the ledger), ARGV[5] ledger max length
-ARGV[6..] per op, then, always last, ARGV[#ARGV] the ledger context: JSON { trace, principal,
+ARGV[6..] per op, then, always last (but for a passed clock), the ledger context: JSON { trace, principal,
   session, latency_ms } (the request's traceparent, hashes, the origin's latency), written beside
   each ledger entry of this call; what does not decode as such an object adds nothing.
-ARGV[6..#ARGV-1] per op:
+ARGV[6..argc-1] per op (argc: #ARGV, less the clock when one is passed):
   claim           fp, lease_ms, ttl_ms, replay_interval_us, replay_burst
   renew           lease_ms: the holder's claim cannot be taken over for that long from now
   complete        status, headers (JSON), body (base64), stored (1|0), ttl_ms
   release, hold   origin status ("" for a network error)
   resolve_replay  status, headers, body, ttl_ms
   resolve_release ""
+then, optional, the very last: "clock:{µs}", the caller's clock, used instead of TIME
 Returns  claim:     { "claimed", fence, takeover (0|1) } | { "mismatch" } | { "inflight", lease_left_ms, fence }
                     | { "completed", status, headers, body, stored } | { "indeterminate", fence }
                     | { "replay_limited", retry_after_ms }  (completed, but the principal's replays are spent)
@@ -41,8 +46,14 @@ Returns  claim:     { "claimed", fence, takeover (0|1) } | { "mismatch" } | { "i
          read:      { state or "absent", fence, status, lease_left_ms }
 ]]
 
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- the clock: the caller's when it passes one (the last ARGV), else Redis's TIME
+local now_us = tonumber(string.match(ARGV[#ARGV] or '', '^clock:(%d+)$'))
+-- the caller's own ARGV, the clock aside
+local argc = now_us and #ARGV - 1 or #ARGV
+if not now_us then
+  local t = redis.call('TIME')
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local now = math.floor(now_us / 1000)
 
 local op, owner, route, keyhash, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
@@ -50,7 +61,7 @@ local rec = KEYS[1]
 
 local context = {}
 do
-  local ok, decoded = pcall(cjson.decode, ARGV[#ARGV])
+  local ok, decoded = pcall(cjson.decode, ARGV[argc])
   if ok and type(decoded) == 'table' then context = decoded end
 end
 
@@ -97,7 +108,7 @@ local function grant(fp, lease, ttl, event)
   return fence
 end
 
-local state, holder, fence = unpack(redis.call('HMGET', rec, 'state', 'owner', 'fence'))
+local state, holder, fence, lease_until = unpack(redis.call('HMGET', rec, 'state', 'owner', 'fence', 'lease_until'))
 
 if op == 'claim' then
   local fp, lease, ttl = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -143,7 +154,8 @@ if state ~= 'inflight' or holder ~= owner then
   return { 'not_owner' }
 end
 if op == 'renew' then
-  redis.call('HSET', rec, 'lease_until', now + tonumber(ARGV[6]))
+  -- never earlier than the lease already granted (a renewal on a clock behind the last one's)
+  redis.call('HSET', rec, 'lease_until', math.max(tonumber(lease_until) or 0, now + tonumber(ARGV[6])))
 elseif op == 'complete' then
   redis.call('HSET', rec, 'state', 'completed', 'status', ARGV[6], 'headers', ARGV[7], 'body', ARGV[8], 'stored', ARGV[9])
   redis.call('PEXPIRE', rec, tonumber(ARGV[10]))

@@ -2,7 +2,10 @@
 --[[
 session.lua: one side-effecting call per agent session at a time, fenced. Acquire, release and
 read a session's lock, each one atomic call that checks who owns it; every grant, release,
-takeover and refusal is appended to the ledger. The clock is Redis's own (TIME, read once).
+takeover and refusal is appended to the ledger. The clock is Redis's own (TIME, read once), unless
+the caller passes its own: a Redis that refuses TIME in scripts gets the isolate's clock as the
+last ARGV, "clock:{µs}" (src/store/clock.ts; lua/decide.lua, Clock). Whichever clock it is, the
+fencing token is max(last + 1, clock): strictly rising whatever the clock does.
 
 KEYS[1]  lock    {key_prefix}:session:{sha256([principal, session identity])}  hash: owner, fence,
                  lease_until (ms). TTL: the lease plus a minute (an abandoned lock disappears on its
@@ -17,12 +20,17 @@ ARGV[1]  op: acquire | release
 ARGV[2]  owner, ARGV[3] route, ARGV[4] lock hash (for the ledger), ARGV[5] ledger max length
 ARGV[6]  acquire: lease_ms
 ARGV[7]  acquire: 1 to record a refusal in the ledger (the caller's last try), 0 while it still waits
+ARGV     last, optional: "clock:{µs}", the caller's clock, used instead of TIME
 Returns  acquire: { "granted", fence, takeover (0|1) } | { "busy", lease_left_ms, fence }
          release: { "ok" } | { "not_owner" }
 ]]
 
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- the clock: the caller's when it passes one (the last ARGV), else Redis's TIME
+local now_us = tonumber(string.match(ARGV[#ARGV] or '', '^clock:(%d+)$'))
+if not now_us then
+  local t = redis.call('TIME')
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local now = math.floor(now_us / 1000)
 
 local op, owner, route, session, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])

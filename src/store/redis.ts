@@ -1,4 +1,5 @@
 import { StoreCircuit } from "./circuit.js";
+import { ScriptClock, type ClockReport } from "./clock.js";
 import type { RedisClient } from "./client.js";
 import {
   hashCommands,
@@ -17,6 +18,7 @@ import { RttEstimator, type BudgetBounds } from "./rtt.js";
 import { runScript, Script, type ScriptSender } from "./script.js";
 
 export type { Script } from "./script.js";
+export type { ClockMode, ClockReport } from "./clock.js";
 export type { RedisClient } from "./client.js";
 export type { BudgetBounds } from "./rtt.js";
 export type { Batch, HashCommands, KeyCommands, SetOptions, StreamCommands } from "./commands.js";
@@ -40,6 +42,8 @@ export interface Store {
   script(source: string): Script;
   /** The smoothed round trip this isolate has measured to the database (ms), or undefined before any reply. */
   roundTripMs(): number | undefined;
+  /** Where the database's scripts take their clock from, as this isolate knows it (clock.ts). */
+  clock(): ClockReport;
   /** Strings and key lifetimes (GET, SET, GETDEL, DEL, PTTL, PEXPIRE, EXPIRE). */
   readonly keys: KeyCommands;
   /** Hashes (HGETALL, HSET, HDEL, HLEN). */
@@ -79,6 +83,8 @@ interface Database {
   circuit: StoreCircuit;
   /** The scripts this isolate has seen the database run. */
   loaded: Set<Script>;
+  /** Redis's TIME in scripts, or the isolate's clock where the database refuses it. */
+  clock: ScriptClock;
 }
 
 /**
@@ -103,7 +109,7 @@ export class StoreRegistry {
   store(opts: StoreOptions): Store {
     const id = this.idOf(opts.connection);
     let db = this.databases.get(id);
-    if (!db) this.databases.set(id, (db = { rtt: new RttEstimator(), circuit: new StoreCircuit(), loaded: new Set() }));
+    if (!db) this.databases.set(id, (db = newDatabase()));
     const database = db;
     const bounds = opts.budget;
     const budgetMs = typeof bounds === "number" ? () => bounds : () => database.rtt.budget(bounds);
@@ -147,6 +153,10 @@ export class StoreRegistry {
   }
 }
 
+function newDatabase(): Database {
+  return { rtt: new RttEstimator(), circuit: new StoreCircuit(), loaded: new Set(), clock: new ScriptClock() };
+}
+
 /** A URL and token, not a client (a caller's client is known by its methods: no `instanceof` of a class sluice does not import). */
 function isCredentials(c: RedisConnection): c is { url: string; token: string } {
   const fields = c as { url?: unknown; token?: unknown; eval?: unknown };
@@ -178,6 +188,7 @@ function storeOf(
     id,
     script,
     roundTripMs: () => database.rtt.smoothed?.srttMs,
+    clock: () => database.clock.report(),
     run: (s, keys, args) => runOn(line, s, keys, args),
     keys: keyCommands(call),
     hash: hashCommands(call),
@@ -199,8 +210,9 @@ function runOn(line: Line, script: Script, keys: string[], args: Array<string | 
     evalRo: (source, k, a) => timed(database, () => client.evalRo(source, k, a)),
     evalshaRo: (sha, k, a) => timed(database, () => client.evalshaRo(sha, k, a)),
   };
+  const clock = { clock: database.clock, store: line.name };
   return guarded(line, "script", (abandoned) =>
-    runScript(send, database.loaded, script, keys, args.map(String), abandoned),
+    runScript(send, database.loaded, script, keys, args.map(String), abandoned, clock),
   );
 }
 

@@ -9,6 +9,7 @@ import {
   startRedis,
   type RedisProcess,
   RespClient,
+  type ScriptTime,
 } from "@sluice/dev";
 import type { SluiceInput } from "../../src/config/schema.js";
 
@@ -23,9 +24,10 @@ export interface RedisStack {
   stop(): Promise<void>;
 }
 
-export async function startRedisStack(): Promise<RedisStack> {
+/** `scriptTime: "refuse"`: the bridge refuses TIME inside scripts, as ElastiCache Serverless does. */
+export async function startRedisStack(opts: { scriptTime?: ScriptTime } = {}): Promise<RedisStack> {
   const redis = await startRedis();
-  const bridge = await startBridge({ redisUrl: redis.url, token: TOKEN });
+  const bridge = await startBridge({ redisUrl: redis.url, token: TOKEN, scriptTime: opts.scriptTime });
   const stack: RedisStack = {
     redis,
     bridge,
@@ -115,6 +117,8 @@ export interface UseStackOptions {
   origin?: Parameters<typeof startOrigin>[0] | false;
   /** Use this Redis stack (the file's, from an outer useStack) instead of starting one; it is left running. */
   stack?: () => RedisStack;
+  /** The bridge of the stack started here refuses TIME inside scripts ("refuse"), as ElastiCache Serverless does. */
+  scriptTime?: ScriptTime;
 }
 
 /** Anything `useStack` can shut down after the tests. */
@@ -209,7 +213,7 @@ export function useStack(
   beforeAll(async () => {
     // settled one by one, so that what did start is stopped in afterAll when the other fails
     const [s, o] = await Promise.allSettled([
-      opts.stack ? Promise.resolve(opts.stack()) : startRedisStack(),
+      opts.stack ? Promise.resolve(opts.stack()) : startRedisStack({ scriptTime: opts.scriptTime }),
       startAnOrigin(),
     ]);
     if (s.status === "fulfilled") stack = s.value;

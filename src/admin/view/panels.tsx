@@ -134,10 +134,15 @@ function RegionRow(props: { name: string; figures: RegionView | undefined; healt
       <td class="local-share">{f ? percent(f.local_share) : "—"}</td>
       <td class={f && f.degraded_seconds > 0 ? "degraded bad" : "degraded"}>{f ? seconds(f.degraded_seconds) : "—"}</td>
       <td class={h?.reachable ? "ok" : "bad"}>
-        {h ? (h.reachable ? `reachable, ${h.rtt_ms ?? "?"} ms` : "unreachable") : "—"}
+        {h ? (h.reachable ? `reachable, ${h.rtt_ms ?? "?"} ms${clockNote(h)}` : "unreachable") : "—"}
       </td>
     </tr>
   );
+}
+
+/** Said beside a reachable Redis that refuses TIME in scripts: its decisions run on the isolates' clocks. */
+function clockNote(h: HealthRow): string {
+  return h.clock?.mode === "isolate" ? ", TIME refused: isolate clock" : "";
 }
 
 /** What the metrics name in a limit's place when no limit decided (`-`: allowed by all) or something else refused. */

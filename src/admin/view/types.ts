@@ -37,6 +37,8 @@ export interface HealthRow {
   region: string;
   reachable: boolean;
   rtt_ms?: number;
+  /** Where its scripts take their clock from: "isolate" where it refuses TIME in scripts. */
+  clock?: { mode: string };
 }
 
 /** Everything the refreshed part of the page draws. */
