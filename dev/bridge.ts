@@ -2,8 +2,9 @@
  * The Upstash REST protocol (see shared/notes/upstash-rest.md) in front of a real redis-server,
  * so @upstash/redis, Miniflare and the tests talk to a local Redis exactly as to Upstash.
  * It can also play a Redis that is far away, hung or gone (latency and `BridgeMode`, switched
- * from code or over HTTP at `/__bridge/delay`), and counts what it receives (`counts()`), so
- * tests and the bench can put a number on every Redis request a decision makes.
+ * from code or over HTTP at `/__bridge/delay`), lose chosen requests (`dropNext`, from code), and
+ * counts what it receives (`counts()`), so tests and the bench can put a number on every Redis
+ * request a decision makes.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -35,6 +36,18 @@ export interface BridgeFault {
   latencyMs: number;
 }
 
+/**
+ * Which requests `dropNext` loses: those carrying a command `match` accepts (its name and
+ * arguments as text, e.g. `["EVALSHA", sha, "3", k1, k2, k3, "complete", …]`), the next `times`
+ * of them (1 by default), `before` Redis runs it (a write lost on its way, the default) or `after`
+ * (it ran, its reply is lost). Either way the client sees its connection reset.
+ */
+export interface DropRule {
+  match: (command: string[]) => boolean;
+  times?: number;
+  when?: "before" | "after";
+}
+
 /** What the bridge has received since it started (control requests not included). */
 export interface BridgeCounts {
   /** HTTP requests for Redis, whatever became of them. */
@@ -55,6 +68,8 @@ export type Bridge = {
   port: number;
   setLatency(ms: number): void;
   setMode(mode: BridgeMode): void;
+  /** Loses the next requests a rule matches (see `DropRule`); rules add up, each used up by its `times`. */
+  dropNext(rule: DropRule): void;
   readonly fault: BridgeFault;
   /** HTTP requests for Redis received since start (`counts().requests`). */
   readonly requests: number;
@@ -140,6 +155,7 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
       state.fault.latencyMs = checkedLatency(ms);
     },
     setMode: (mode) => state.setMode(mode),
+    dropNext: (rule) => state.drops.push({ ...rule, left: rule.times ?? 1 }),
     get fault() {
       return { ...state.fault };
     },
@@ -164,6 +180,7 @@ class BridgeState {
   readonly redis: RespClient;
   readonly fault: BridgeFault;
   readonly counts: BridgeCounts = { requests: 0, refused: 0, hung: 0, commands: {}, requestsWith: {} };
+  readonly drops: Array<DropRule & { left: number }> = [];
   private readonly scripts = new ScriptShas();
   private readonly expectedAuth: Buffer;
   /** Requests parked in hang mode, each with the function that drops it. */
@@ -254,7 +271,21 @@ class BridgeState {
       throw new Dropped();
     }
     this.syncToken++; // moves on every parsed request, writes included
-    return path === "" ? this.single(commands[0] ?? [], encode) : this.many(path, commands, encode);
+    const drop = this.dropFor(commands);
+    if (drop === "before") throw new Dropped();
+    const answer = await (path === "" ? this.single(commands[0] ?? [], encode) : this.many(path, commands, encode));
+    if (drop === "after") throw new Dropped();
+    return answer;
+  }
+
+  /** Whether a `dropNext` rule takes this request, and when; a rule used up is removed. */
+  private dropFor(commands: RespArg[][]): "before" | "after" | undefined {
+    const texts = commands.map((c) => c.map((arg) => arg.toString()));
+    const i = this.drops.findIndex((rule) => texts.some((c) => rule.match(c)));
+    const rule = this.drops[i];
+    if (!rule) return undefined;
+    if (--rule.left <= 0) this.drops.splice(i, 1);
+    return rule.when ?? "before";
   }
 
   private async single(command: RespArg[], encode: (reply: RespReply) => unknown): Promise<Answer> {

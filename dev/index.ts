@@ -12,6 +12,7 @@ export {
   type BridgeFault,
   type BridgeMode,
   type BridgeOptions,
+  type DropRule,
 } from "./bridge.js";
 export { startOrigin, type DemoOrigin, type SeenRequest } from "./origin.js";
 export { freePort } from "./ports.js";
