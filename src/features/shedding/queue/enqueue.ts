@@ -10,6 +10,7 @@ import { accepted, JOBS_PATH, toJob, type JobMessage } from "./queue.js";
 import { logError, orElse, settleQuietly } from "../../../util/log.js";
 import { enterQueue, leaveQueue } from "./depth.js";
 import { callbackOf } from "./callback.js";
+import { jobGuardLease } from "./job-guards.js";
 
 /** Why a shed request was not queued: the queue holds `max_depth` jobs, or the wait is past `max_age`. */
 export type Overflow = "depth" | "age";
@@ -38,7 +39,7 @@ export async function enqueue(
   // the queue never delivers before the limit's retry-after: past max_age, the job would only be dropped
   if (route.queue.max_age !== undefined && retryAfterMs > route.queue.max_age) return { overflow: "age" };
   const callback = callbackOf(request, route);
-  const effect = await claimSideEffect(request, scope, route, queuedClaimLease(route));
+  const effect = await claimSideEffect(request, scope, route, jobGuardLease(route));
   if ("kind" in effect) return { response: effect.response, decision: "replay" };
   const place = await takePlace(scope, route);
   if (!place.admitted) {
@@ -110,14 +111,6 @@ function deferQueuedStatus(scope: Scope, route: Route, id: string): void {
       { job: id },
     ),
   );
-}
-
-/**
- * How long a queued request holds its idempotency claim: until its status expires (a job is not
- * delivered after that), and never past the record's own lifetime. The consumer settles it sooner.
- */
-function queuedClaimLease(route: Route): number | undefined {
-  return route.idempotency ? Math.min(route.queue.status_ttl, route.idempotency.ttl - 1) : undefined;
 }
 
 /** `GET /__sluice-jobs/{id}`: the status of a queued request. The id is its own capability. */
