@@ -467,6 +467,31 @@ describe("fault switch and counters", () => {
     return { status: res.status, json: (await res.json()) as unknown };
   }
 
+  it("dropNext loses the next requests a rule matches, before Redis runs them or after, then lets them through", async () => {
+    await withBridge(async (b) => {
+      const [lost, ran] = [key("lost"), key("ran")];
+      const reset = (body: unknown) =>
+        fetch(`${b.url}/`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${TOKEN}` },
+          body: JSON.stringify(body),
+        }).then(
+          () => "answered",
+          () => "reset",
+        );
+      b.dropNext({ match: (c) => c[0] === "set" && c[1] === lost });
+      b.dropNext({ match: (c) => c[0] === "set" && c[1] === ran, when: "after" });
+      expect(await raw("/", ["set", key("other"), "1"], {}, b)).toMatchObject({ status: 200 });
+      expect(await reset(["set", lost, "1"])).toBe("reset");
+      expect(await directGet(lost)).toBeNull(); // lost on its way: never ran
+      expect(await reset(["set", ran, "1"])).toBe("reset");
+      expect(await directGet(ran)).toBe("1"); // ran, its reply lost
+      // each rule was used up by its one match
+      expect(await raw("/", ["set", lost, "2"], {}, b)).toMatchObject({ status: 200 });
+      expect(await directGet(lost)).toBe("2");
+    });
+  });
+
   it("counts HTTP requests and the commands they carried, per name; the switch itself is not counted", async () => {
     await withBridge(async (b) => {
       const [k1, k2] = [key("c1"), key("c2")];

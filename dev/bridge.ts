@@ -2,9 +2,10 @@
  * The Upstash REST protocol (see shared/notes/upstash-rest.md) in front of a real redis-server,
  * so @upstash/redis, Miniflare and the tests talk to a local Redis exactly as to Upstash.
  * It can also play a Redis that is far away, hung or gone (latency and `BridgeMode`, switched
- * from code or over HTTP at `/__bridge/delay`), or one that refuses `TIME` inside scripts
- * (`ScriptTime`), and counts what it receives (`counts()`), so tests and the bench can put a
- * number on every Redis request a decision makes.
+ * from code or over HTTP at `/__bridge/delay`), one that refuses `TIME` inside scripts
+ * (`ScriptTime`), or one that loses chosen requests (`dropNext`, from code), and counts what it
+ * receives (`counts()`), so tests and the bench can put a number on every Redis request a
+ * decision makes.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -48,6 +49,18 @@ export interface BridgeFault {
   latencyMs: number;
 }
 
+/**
+ * Which requests `dropNext` loses: those carrying a command `match` accepts (its name and
+ * arguments as text, e.g. `["EVALSHA", sha, "3", k1, k2, k3, "complete", …]`), the next `times`
+ * of them (1 by default), `before` Redis runs it (a write lost on its way, the default) or `after`
+ * (it ran, its reply is lost). Either way the client sees its connection reset.
+ */
+export interface DropRule {
+  match: (command: string[]) => boolean;
+  times?: number;
+  when?: "before" | "after";
+}
+
 /** What the bridge has received since it started (control requests not included). */
 export interface BridgeCounts {
   /** HTTP requests for Redis, whatever became of them. */
@@ -71,6 +84,8 @@ export type Bridge = {
   /** Scripts may call TIME, or meet the refusal of a Redis that refuses it (`ScriptTime`). */
   setScriptTime(time: ScriptTime): void;
   readonly scriptTime: ScriptTime;
+  /** Loses the next requests a rule matches (see `DropRule`); rules add up, each used up by its `times`. */
+  dropNext(rule: DropRule): void;
   readonly fault: BridgeFault;
   /** HTTP requests for Redis received since start (`counts().requests`). */
   readonly requests: number;
@@ -160,6 +175,7 @@ export async function startBridge(opts: BridgeOptions): Promise<Bridge> {
     get scriptTime() {
       return state.scriptTime;
     },
+    dropNext: (rule) => state.drops.push({ ...rule, left: rule.times ?? 1 }),
     get fault() {
       return { ...state.fault };
     },
@@ -185,6 +201,7 @@ class BridgeState {
   readonly fault: BridgeFault;
   scriptTime: ScriptTime;
   readonly counts: BridgeCounts = { requests: 0, refused: 0, hung: 0, commands: {}, requestsWith: {} };
+  readonly drops: Array<DropRule & { left: number }> = [];
   private readonly scripts = new ScriptShas();
   private readonly expectedAuth: Buffer;
   /** Requests parked in hang mode, each with the function that drops it. */
@@ -276,7 +293,21 @@ class BridgeState {
       throw new Dropped();
     }
     this.syncToken++; // moves on every parsed request, writes included
-    return path === "" ? this.single(commands[0] ?? [], encode) : this.many(path, commands, encode);
+    const drop = this.dropFor(commands);
+    if (drop === "before") throw new Dropped();
+    const answer = await (path === "" ? this.single(commands[0] ?? [], encode) : this.many(path, commands, encode));
+    if (drop === "after") throw new Dropped();
+    return answer;
+  }
+
+  /** Whether a `dropNext` rule takes this request, and when; a rule used up is removed. */
+  private dropFor(commands: RespArg[][]): "before" | "after" | undefined {
+    const texts = commands.map((c) => c.map((arg) => arg.toString()));
+    const i = this.drops.findIndex((rule) => texts.some((c) => rule.match(c)));
+    const rule = this.drops[i];
+    if (!rule) return undefined;
+    if (--rule.left <= 0) this.drops.splice(i, 1);
+    return rule.when ?? "before";
   }
 
   private async single(command: RespArg[], encode: (reply: RespReply) => unknown): Promise<Answer> {

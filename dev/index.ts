@@ -14,6 +14,7 @@ export {
   type BridgeMode,
   type BridgeOptions,
   type ScriptTime,
+  type DropRule,
 } from "./bridge.js";
 export { startOrigin, type DemoOrigin, type SeenRequest } from "./origin.js";
 export { freePort } from "./ports.js";

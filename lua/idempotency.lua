@@ -10,12 +10,23 @@ bucket is paid from max(paid, clock), and a renewal never moves lease_until earl
 
 KEYS[1]  record   {key_prefix}:idem:{route}:{sha256(principal, key)}  hash:
                     state        inflight | completed | indeterminate
-                    owner        the id of the request that holds the claim
+                    owner        the id of the request that holds the claim; `job:…` for a queued job
                     fence        its fencing token
                     fp           the request fingerprint (method, path, query, principal, body hash)
-                    lease_until  ms (Redis time) when an in-flight claim may be taken over
+                    lease_until  ms (Redis time) until which the holder is known to be alive
+                    ttl          ms the key is kept once its outcome is known (the claim's ttl)
+                    sent         1 once a queued job's delivery started (op start); cleared by park
+                    lapsed       1 when the key became indeterminate because its lease lapsed
                     status, headers, body, stored   the origin's answer (completed)
-                  TTL: `ttl` once completed; `ttl` too while in flight (the lease, shorter, is a field)
+                  TTL: while in flight, the lease plus `ttl`, moved with every renewal: the record
+                  outlives its claim, so a claim whose holder vanished is found (and held
+                  indeterminate), never missing. Once the outcome is known (completed,
+                  indeterminate), `ttl` from then: a key is kept `ttl` after its answer.
+                  A lapsed lease (the holder stopped renewing: it died, or lost Redis) makes the key
+                  indeterminate, as the holder may have forwarded the request before it vanished;
+                  only a queued job's claim whose delivery never started (`job:` owner, no `sent`)
+                  is taken over, as its consumer delivers only after `start` (nothing reached the
+                  origin). The holder of a lapsed claim may still complete, release or hold it.
 KEYS[2]  fence    {key_prefix}:idem:{route}:fence  the route's last fencing token: every grant gets
                   max(last + 1, Redis time in µs), so tokens rise strictly however the key is shared,
                   and still rise after it expired (one key per route, whatever clients send).
@@ -24,15 +35,19 @@ KEYS[3]  ledger   {key_prefix}:ledger  stream, capped (MAXLEN ~)
 KEYS[4]  replays  {key_prefix}:idem:{route}:replays:{sha256(principal)}  (claim only) the principal's
                   replay bucket, GCRA: the Redis time in µs its replays are paid up to. Written only
                   when a claim answers from a completed key. TTL: until the bucket is full again.
-ARGV[1]  op: claim | renew | complete | release | hold | resolve_release | resolve_replay | read
-ARGV[2]  owner (claim, renew, complete, release, hold)
+ARGV[1]  op: claim | renew | start | park | complete | release | hold | resolve_release | resolve_replay | read
+ARGV[2]  owner (claim, renew, start, park, complete, release, hold)
 ARGV[3]  route name, ARGV[4] key hash (for the ledger), ARGV[5] ledger max length
 ARGV[6..] per op, then, always last (but for a passed clock), the ledger context: JSON { trace, principal,
   session, latency_ms } (the request's traceparent, hashes, the origin's latency), written beside
   each ledger entry of this call; what does not decode as such an object adds nothing.
 ARGV[6..argc-1] per op (argc: #ARGV, less the clock when one is passed):
   claim           fp, lease_ms, ttl_ms, replay_interval_us, replay_burst
-  renew           lease_ms: the holder's claim cannot be taken over for that long from now
+  renew           lease_ms: the holder's claim cannot lapse for that long from now
+  start           lease_ms: a queued job's delivery begins (refused once started: a redelivered
+                  copy never sends it twice); the lease becomes the delivery's, renewed as live ones
+  park            lease_ms: a job whose delivery failed without effect (5xx) waits for its retry:
+                  not started again, held that long
   complete        status, headers (JSON), body (base64), stored (1|0), ttl_ms
   release, hold   origin status ("" for a network error)
   resolve_replay  status, headers, body, ttl_ms
@@ -41,7 +56,10 @@ then, optional, the very last: "clock:{µs}", the caller's clock, used instead o
 Returns  claim:     { "claimed", fence, takeover (0|1) } | { "mismatch" } | { "inflight", lease_left_ms, fence }
                     | { "completed", status, headers, body, stored } | { "indeterminate", fence }
                     | { "replay_limited", retry_after_ms }  (completed, but the principal's replays are spent)
-         renew, complete, release, hold: { "ok" } | { "not_owner" } (renewals are not in the ledger)
+         renew, park, complete, release, hold: { "ok" } | { "not_owner" } (renewals are not in the ledger)
+                    (complete is "ok" again for the holder of a key it completed already: a retry
+                    of a completion whose reply was lost)
+         start:     { "ok" } | { "not_owner" } | { "sent" } (this job's delivery started already)
          resolve_*: { "ok" } | { "absent" }
          read:      { state or "absent", fence, status, lease_left_ms }
 ]]
@@ -99,13 +117,31 @@ local function pay_replay(interval, burst)
   return 0
 end
 
+-- an in-flight record outlives its lease by the key's ttl: a lapsed claim is still there to be found
+local function hold_for(lease, floor)
+  local held = math.max(floor or 0, now + lease) - now
+  redis.call('HSET', rec, 'lease_until', now + held)
+  local keep = tonumber(redis.call('HGET', rec, 'ttl'))
+  -- (a record claimed before `ttl` was a field keeps its TTL, at least the lease)
+  redis.call('PEXPIRE', rec, keep and held + keep or math.max(held, redis.call('PTTL', rec)))
+end
+
 local function grant(fp, lease, ttl, event)
   local fence = next_fence()
   redis.call('DEL', rec)
-  redis.call('HSET', rec, 'state', 'inflight', 'owner', owner, 'fence', int(fence), 'fp', fp, 'lease_until', now + lease)
-  redis.call('PEXPIRE', rec, ttl)
+  redis.call('HSET', rec, 'state', 'inflight', 'owner', owner, 'fence', int(fence), 'fp', fp, 'ttl', ttl)
+  hold_for(lease)
   ledger(event, int(fence), '')
   return fence
+end
+
+-- the holder vanished (it stopped renewing): it may have forwarded the request, so the key is
+-- indeterminate, not free; it is kept `ttl` from now, and its holder may still settle it
+local function lapse(fence, ttl)
+  redis.call('HSET', rec, 'state', 'indeterminate', 'lapsed', '1')
+  redis.call('PEXPIRE', rec, ttl)
+  ledger('lapsed', fence, '')
+  return { 'indeterminate', fence }
 end
 
 local state, holder, fence, lease_until = unpack(redis.call('HMGET', rec, 'state', 'owner', 'fence', 'lease_until'))
@@ -125,8 +161,11 @@ if op == 'claim' then
   if state == 'indeterminate' then return { 'indeterminate', fence } end
   local left = tonumber(redis.call('HGET', rec, 'lease_until')) - now
   if left > 0 then return { 'inflight', left, fence } end
-  -- the holder's lease ran out (it crashed, or the origin hung): the next request takes over
-  return { 'claimed', grant(fp, lease, ttl, 'takeover'), 1 }
+  -- a queued job whose delivery never started reached nobody: the next request takes over
+  if string.sub(holder, 1, 4) == 'job:' and not redis.call('HGET', rec, 'sent') then
+    return { 'claimed', grant(fp, lease, ttl, 'takeover'), 1 }
+  end
+  return lapse(fence, tonumber(redis.call('HGET', rec, 'ttl')) or ttl)
 end
 
 if op == 'read' then
@@ -147,15 +186,25 @@ if op == 'resolve_release' or op == 'resolve_replay' then
   return { 'ok' }
 end
 
--- renew, complete, release, hold: only the holder of the claim, and only while it is in flight
-if state ~= 'inflight' or holder ~= owner then
+-- a retry of a completion that landed (its reply was lost): done already
+if op == 'complete' and state == 'completed' and holder == owner then return { 'ok' } end
+-- renew, start, park, complete, release, hold: only the holder of the claim, while it is in
+-- flight; complete, release and hold also once its lease lapsed (nobody else has the key, and
+-- the holder's news of the outcome is better than indeterminate)
+local settles = op == 'complete' or op == 'release' or op == 'hold'
+local lapsed = state == 'indeterminate' and redis.call('HGET', rec, 'lapsed') == '1'
+if holder ~= owner or not (state == 'inflight' or (settles and lapsed)) then
   if op == 'renew' then return { 'not_owner' } end
-  ledger('stale_' .. op, fence, ARGV[6])
+  ledger('stale_' .. op, fence, settles and ARGV[6] or '')
   return { 'not_owner' }
 end
-if op == 'renew' then
-  -- never earlier than the lease already granted (a renewal on a clock behind the last one's)
-  redis.call('HSET', rec, 'lease_until', math.max(tonumber(lease_until) or 0, now + tonumber(ARGV[6])))
+if op == 'start' and redis.call('HGET', rec, 'sent') then return { 'sent' } end
+if op == 'renew' or op == 'start' or op == 'park' then
+  -- a renewal (or a park) never moves the lease earlier than granted already (a renewal on a clock
+  -- behind the last one's); `start` deliberately shortens a job's lease to its delivery's
+  hold_for(tonumber(ARGV[6]), op ~= 'start' and tonumber(lease_until) or nil)
+  if op == 'start' then redis.call('HSET', rec, 'sent', '1') end
+  if op == 'park' then redis.call('HDEL', rec, 'sent') end
 elseif op == 'complete' then
   redis.call('HSET', rec, 'state', 'completed', 'status', ARGV[6], 'headers', ARGV[7], 'body', ARGV[8], 'stored', ARGV[9])
   redis.call('PEXPIRE', rec, tonumber(ARGV[10]))
@@ -165,6 +214,9 @@ elseif op == 'release' then
   ledger('release', fence, ARGV[6])
 elseif op == 'hold' then
   redis.call('HSET', rec, 'state', 'indeterminate')
+  -- kept `ttl` from the outcome, as a completed key is
+  local keep = tonumber(redis.call('HGET', rec, 'ttl'))
+  if keep then redis.call('PEXPIRE', rec, keep) end
   ledger('indeterminate', fence, ARGV[6])
 end
 return { 'ok' }

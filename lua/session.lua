@@ -1,28 +1,30 @@
 #!lua flags=allow-key-locking
 --[[
-session.lua: one side-effecting call per agent session at a time, fenced. Acquire, release and
-read a session's lock, each one atomic call that checks who owns it; every grant, release,
+session.lua: one side-effecting call per agent session at a time, fenced. Acquire, renew and
+release a session's lock, each one atomic call that checks who owns it; every grant, release,
 takeover and refusal is appended to the ledger. The clock is Redis's own (TIME, read once), unless
 the caller passes its own: a Redis that refuses TIME in scripts gets the isolate's clock as the
 last ARGV, "clock:{µs}" (src/store/clock.ts; lua/decide.lua, Clock). Whichever clock it is, the
-fencing token is max(last + 1, clock): strictly rising whatever the clock does.
+fencing token is max(last + 1, clock): strictly rising whatever the clock does, and a renewal
+never moves a lease earlier than it was.
 
 KEYS[1]  lock    {key_prefix}:session:{sha256([principal, session identity])}  hash: owner, fence,
-                 lease_until (ms). TTL: the lease plus a minute (an abandoned lock disappears on its
-                 own; until then the next request takes it over, and the ledger says so)
+                 lease_until (ms). TTL: the lease plus a minute, moved with every renewal (an
+                 abandoned lock disappears on its own; until then the next request takes it over,
+                 and the ledger says so). A live call renews its lock until its outcome is known.
 KEYS[2]  fence   {key_prefix}:session:fence  the deployment's last session fencing token, one key
                  whatever the session and principal (invented session ids create no keys that last):
                  every grant gets max(last + 1, Redis time in µs), so tokens rise strictly across
                  every session, hence under each one, and still rise after the key expired.
                  TTL 30 days, renewed per grant.
 KEYS[3]  ledger  {key_prefix}:ledger  stream, capped (MAXLEN ~)
-ARGV[1]  op: acquire | release
+ARGV[1]  op: acquire | renew | release
 ARGV[2]  owner, ARGV[3] route, ARGV[4] lock hash (for the ledger), ARGV[5] ledger max length
-ARGV[6]  acquire: lease_ms
+ARGV[6]  acquire, renew: lease_ms (renew: the holder's lock cannot be taken over for that long from now)
 ARGV[7]  acquire: 1 to record a refusal in the ledger (the caller's last try), 0 while it still waits
 ARGV     last, optional: "clock:{µs}", the caller's clock, used instead of TIME
 Returns  acquire: { "granted", fence, takeover (0|1) } | { "busy", lease_left_ms, fence }
-         release: { "ok" } | { "not_owner" }
+         renew, release: { "ok" } | { "not_owner" } (renewals are not in the ledger)
 ]]
 
 -- the clock: the caller's when it passes one (the last ARGV), else Redis's TIME
@@ -64,6 +66,15 @@ if op == 'acquire' then
   redis.call('PEXPIRE', KEYS[1], lease + 60000)
   ledger(takeover == 1 and 'session_takeover' or 'session_grant', int(granted))
   return { 'granted', granted, takeover }
+end
+
+if op == 'renew' then
+  if holder ~= owner then return { 'not_owner' } end
+  -- never earlier than the lease already granted (a renewal on a clock behind the last one's)
+  local held = math.max(tonumber(lease_until) or 0, now + tonumber(ARGV[6])) - now
+  redis.call('HSET', KEYS[1], 'lease_until', now + held)
+  redis.call('PEXPIRE', KEYS[1], held + 60000)
+  return { 'ok' }
 end
 
 -- release: only the holder

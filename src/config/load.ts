@@ -91,6 +91,7 @@ function compile(schema: ConfigSchema, vars: ConfigVars): Config {
       'is "queue" but the Worker has no SLUICE_QUEUE producer binding ([[queues.producers]] binding = "SLUICE_QUEUE" in wrangler.toml)',
     );
   }
+  if (originUrl) s.routes.forEach(checkKeptThroughCall);
   const jwtRoute = s.routes.findIndex(usesJwt);
   const secretEnv = s.jwt?.secret_env ?? "SLUICE_JWT_SECRET";
   if (jwtRoute >= 0 && !s.jwt?.jwks_url && vars.hasSecret && !vars.hasSecret(secretEnv)) {
@@ -112,6 +113,24 @@ function compile(schema: ConfigSchema, vars: ConfigVars): Config {
       ),
     })),
   };
+}
+
+/**
+ * An idempotency key's `ttl` (its `derive.window` for keys derived from fields) is how long its
+ * answer is kept from when it comes; the claim itself is held as long as the call runs, whatever
+ * the ttl. A ttl shorter than the call it guards (`origin_timeout`, which the client waits for)
+ * would read as "a duplicate that long after the first is a new request", which is not what
+ * happens: refused. The wait for a late answer after the 504 does not count (it is fixed, 25 s,
+ * and the claim is held through it): only a route with an origin has a call to measure.
+ */
+function checkKeptThroughCall(r: RouteSettings, ri: number): void {
+  const i = r.idempotency;
+  if (!i || i.ttl >= r.origin_timeout) return;
+  const derived = typeof i.derive === "object";
+  throw new ConfigError(
+    `SLUICE.routes[${ri}].idempotency.${derived ? "derive.window" : "ttl"}`,
+    `must be at least the route's origin_timeout (${i.ttl} ms < ${r.origin_timeout} ms): it is kept from the answer, and a call may run origin_timeout before it answers, so a shorter one cannot mean "a duplicate this long after the first is new"; raise it or lower origin_timeout`,
+  );
 }
 
 /**

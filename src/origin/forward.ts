@@ -22,6 +22,14 @@ const NOT_FORWARDED = [
   "expect",
 ];
 
+/**
+ * How long after a timeout (the client has its 504) sluice keeps waiting for the origin's answer,
+ * for a guard that must learn what the origin did: an idempotency claim stores it for the retries,
+ * a session lock is held until it comes. Workers give `ctx.waitUntil` 30 s after the response; 5 s
+ * of those are left for storing the answer. No answer by then: the outcome is unknown.
+ */
+export const LATE_ANSWER_MS = 25_000;
+
 export interface ForwardTarget {
   origin: URL;
   /** The normalised path (see `normalisePath`): the origin sees the path sluice limited. */

@@ -18,7 +18,7 @@ export const PIPELINE_STEPS: Step[] = [
   breakerStep, //         open → fallback or 503; records the origin's outcome after the response
   rateLimitStep(shed), // one Redis call decides every limit; a refusal is shed as on_limit says
   idempotencyStep, //     one side effect per key; duplicates get the replay; settles after the response
-  sessionStep, //         one call per session at a time; released after the response
+  sessionStep, //         one call per session at a time; released once the call's outcome is known
   modeDivertStep, //      the `divert` switch: the divert origin answers, under the claim and session just taken
   keepFallbackCopies, //  keeps the last good copy of a fallback route's page after the response
 ];

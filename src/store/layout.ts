@@ -165,8 +165,8 @@ export const LAYOUT = {
   idempotencyRecord: {
     patterns: ["{key_prefix}:idem:{route}:{sha256(principal, key)}"],
     store: "home",
-    holds: "hash: state, owner, fence, fingerprint, lease, stored answer",
-    ttl: "`ttl`",
+    holds: "hash: state, owner, fence, fingerprint, lease, the key's ttl, started and lapsed marks, stored answer",
+    ttl: "in flight: the lease plus `ttl`, moved by every renewal; once settled, `ttl` from the outcome",
   },
   idempotencyFence: {
     patterns: ["{key_prefix}:idem:{route}:fence"],
@@ -184,7 +184,7 @@ export const LAYOUT = {
     patterns: ["{key_prefix}:session:{sha256([principal, identity])}"],
     store: "home",
     holds: "hash: owner, fence, lease",
-    ttl: "the lease plus a minute",
+    ttl: "the lease plus a minute, moved by every renewal",
   },
   sessionFence: {
     patterns: ["{key_prefix}:session:fence"],

@@ -22,3 +22,25 @@ export async function pollWhile<T>(
   }
   return t;
 }
+
+/**
+ * Runs `work` until it resolves, pausing after each failure (`startMs`, doubling up to `maxMs`)
+ * while the pauses fit in `budgetMs`; `failed` is told of each failure. Rejects with the last one.
+ *
+ * @example await retried(() => complete(ref, owner, ...), { startMs: 200, maxMs: 2000, budgetMs: 6000 }, log);
+ */
+export async function retried<T>(
+  work: () => Promise<T>,
+  o: { startMs: number; maxMs: number; budgetMs: number },
+  failed: (e: unknown) => void,
+): Promise<T> {
+  for (let pause = o.startMs, waited = 0; ; waited += pause, pause = Math.min(pause * 2, o.maxMs)) {
+    try {
+      return await work();
+    } catch (e) {
+      failed(e);
+      if (waited + pause > o.budgetMs) throw e;
+    }
+    await new Promise((r) => setTimeout(r, pause));
+  }
+}

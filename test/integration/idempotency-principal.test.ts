@@ -29,6 +29,8 @@ const SLUICE: SluiceInput = {
     {
       name: "create",
       match: "/orders/create",
+      // a window is at least the call it guards (the route's origin_timeout)
+      origin_timeout: "2s",
       idempotency: { derive: { fields: ["/user_id", "/sku", "/amount"], window: "2s" }, lease: "1s" },
     },
   ],

@@ -3,7 +3,9 @@ import type { AddressInfo } from "node:net";
 import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, sleep, useStack } from "./stack.js";
+import { startBridge } from "@sluice/dev";
+import { call, sleep, TOKEN, useStack } from "./stack.js";
+import { pollUntil, sessionLocks, untilRedisPast } from "../support/guard-records.js";
 
 const ADMIN = "session-admin-token-0123";
 const session = (extra: Record<string, unknown> = {}) => ({ key: "header:x-session-id", ...extra });
@@ -23,19 +25,29 @@ const SLUICE: SluiceInput = {
 /**
  * An origin that does what docs/idempotency-and-sessions.md tells origins to do with fencing tokens: remember the
  * highest token seen per session, and refuse a write that carries a lower one. It also records
- * overlapping calls per session, which must never happen.
+ * overlapping calls per session, which must never happen. `?hold=1` keeps a call until `release()`.
  */
 interface FencedOrigin {
   url: string;
   calls: Array<{ session: string; token: number; path: string; start: number; end: number; accepted: boolean }>;
   overlaps: number;
+  /** Calls kept by `?hold=1`, each answered by `release()`. */
+  held: Array<() => void>;
+  release(): void;
   server: Server;
 }
 
 async function startFencedOrigin(): Promise<FencedOrigin> {
   const highest = new Map<string, number>();
   const inFlight = new Map<string, number>();
-  const o: FencedOrigin = { url: "", calls: [], overlaps: 0, server: createServer() };
+  const o: FencedOrigin = {
+    url: "",
+    calls: [],
+    overlaps: 0,
+    held: [],
+    release: () => o.held.splice(0).forEach((answer) => answer()),
+    server: createServer(),
+  };
   o.server.on("request", (req, res) => {
     const url = new URL(req.url ?? "/", "http://o");
     const sessionId = String(req.headers["sluice-session"] ?? "");
@@ -45,18 +57,17 @@ async function startFencedOrigin(): Promise<FencedOrigin> {
       if ((inFlight.get(sessionId) ?? 0) > 0) o.overlaps++;
       inFlight.set(sessionId, (inFlight.get(sessionId) ?? 0) + 1);
     }
-    setTimeout(
-      () => {
-        // the documented check, at write time: a lower token than one already seen is stale
-        const accepted = token >= (highest.get(sessionId) ?? 0);
-        if (accepted) highest.set(sessionId, token);
-        if (sessionId) inFlight.set(sessionId, (inFlight.get(sessionId) ?? 1) - 1);
-        o.calls.push({ session: sessionId, token, path: url.pathname, start, end: Date.now(), accepted });
-        res.writeHead(accepted ? 200 : 409, { "content-type": "application/json" });
-        res.end(JSON.stringify({ accepted, token }));
-      },
-      Number(url.searchParams.get("delay") ?? 20),
-    );
+    const answer = () => {
+      // the documented check, at write time: a lower token than one already seen is stale
+      const accepted = token >= (highest.get(sessionId) ?? 0);
+      if (accepted) highest.set(sessionId, token);
+      if (sessionId) inFlight.set(sessionId, (inFlight.get(sessionId) ?? 1) - 1);
+      o.calls.push({ session: sessionId, token, path: url.pathname, start, end: Date.now(), accepted });
+      res.writeHead(accepted ? 200 : 409, { "content-type": "application/json" });
+      res.end(JSON.stringify({ accepted, token }));
+    };
+    if (url.searchParams.has("hold")) o.held.push(answer);
+    else setTimeout(answer, Number(url.searchParams.get("delay") ?? 20));
   });
   await new Promise<void>((r) => o.server.listen(0, "127.0.0.1", r));
   o.url = `http://127.0.0.1:${(o.server.address() as AddressInfo).port}`;
@@ -144,20 +155,43 @@ describe("exclusive sessions", () => {
   }, 60_000);
 
   it("an expired lease is taken over with a higher token; the stale owner cannot release; the origin's check refuses the stale write", async () => {
-    const stale = post(mf, "/short?delay=1600", "t-1");
-    await sleep(1_150);
-    const takeover = await post(workers[1]!, "/short?delay=20", "t-1");
-    expect(takeover.status).toBe(200);
-    const late = await stale;
-    expect(late.status).toBe(409); // the origin refused the write of the stale token
-    expect(late.json()).toMatchObject({ accepted: false });
-    const calls = origin.calls.filter((c) => c.session === "t-1");
-    expect(calls.map((c) => c.accepted).sort()).toEqual([false, true]);
-    const [first, second] = [...calls].sort((a, b) => a.start - b.start);
-    expect(second!.token).toBeGreaterThan(first!.token);
-    const events = (await ledger()).filter((e) => e.route === "short").map((e) => e.event);
-    expect(events).toContain("session_takeover");
-    expect(events).toContain("session_stale_release");
+    // the holder's isolate reaches Redis through a bridge of its own: cut, it can no longer renew
+    // its lock (a live call's lock is renewed: only a holder that died or lost Redis lets it lapse)
+    const cutOff = await startBridge({ redisUrl: rig.stack.redis.url, token: TOKEN });
+    try {
+      const holder = rig.worker({ sluice: SLUICE, redisRestUrl: cutOff.url, bindings: { SLUICE_ADMIN_TOKEN: ADMIN } });
+      const stale = post(holder, "/short?hold=1", "t-1");
+      await pollUntil(
+        async () => origin.held.length,
+        (n) => n === 1,
+      );
+      cutOff.setMode("refuse");
+      const [lock] = await sessionLocks(rig.redis, "ss");
+      await untilRedisPast(rig.redis, Number(lock?.fields.lease_until) + 1_500);
+      const takeover = await post(workers[1]!, "/short?delay=20", "t-1");
+      expect(takeover.status).toBe(200);
+      // Redis is back for the holder, once its isolate has tried it again (its store's circuit closed)
+      const passed = () => cutOff.counts().requests - cutOff.counts().refused;
+      const before = passed();
+      cutOff.setMode("normal");
+      await pollUntil(
+        async () => passed(),
+        (n) => n > before,
+      );
+      origin.release();
+      const late = await stale;
+      expect(late.status).toBe(409); // the origin refused the write of the stale token
+      expect(late.json()).toMatchObject({ accepted: false });
+      const calls = origin.calls.filter((c) => c.session === "t-1");
+      expect(calls.map((c) => c.accepted).sort()).toEqual([false, true]);
+      const [first, second] = [...calls].sort((a, b) => a.start - b.start);
+      expect(second!.token).toBeGreaterThan(first!.token);
+      const events = (await ledger()).filter((e) => e.route === "short").map((e) => e.event);
+      expect(events).toContain("session_takeover");
+      expect(events).toContain("session_stale_release");
+    } finally {
+      await cutOff.close();
+    }
   });
 
   it("with idempotency: a duplicate of the in-flight call is an idempotency 409, and a replay takes no lock", async () => {

@@ -5,6 +5,12 @@ export interface SickOrigin {
   url: string;
   /** Every request that reached it, in arrival order (recorded once its body is in). */
   seen: Array<{ method: string; path: string; headers: IncomingHttpHeaders; body: string }>;
+  /** Requests with a `hold` segment not answered yet. */
+  readonly holding: number;
+  /** Answers every request held so far (`hold`), as a `200` echo, and those that come later at once, until `hold()`. */
+  release(): void;
+  /** Holds `hold` requests again (as at the start). */
+  hold(): void;
   close(): Promise<void>;
 }
 
@@ -16,6 +22,8 @@ export interface SickOrigin {
  */
 export async function startSickOrigin(): Promise<SickOrigin> {
   const seen: SickOrigin["seen"] = [];
+  const held: Array<() => void> = [];
+  let released = false;
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
@@ -26,8 +34,12 @@ export async function startSickOrigin(): Promise<SickOrigin> {
       const segments = path.split("/");
       if (segments.includes("hang")) return;
       const status = segments.includes("fail") ? 503 : 200;
-      res.writeHead(status, { "content-type": "application/json", "x-origin": "sick" });
-      res.end(JSON.stringify({ origin: "sick", method: req.method, path, status, body }));
+      const answer = () => {
+        res.writeHead(status, { "content-type": "application/json", "x-origin": "sick" });
+        res.end(JSON.stringify({ origin: "sick", method: req.method, path, status, body }));
+      };
+      if (segments.includes("hold") && !released) held.push(answer);
+      else answer();
     });
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -35,6 +47,16 @@ export async function startSickOrigin(): Promise<SickOrigin> {
   return {
     url: `http://127.0.0.1:${port}`,
     seen,
+    get holding() {
+      return held.length;
+    },
+    release: () => {
+      released = true;
+      for (const answer of held.splice(0)) answer();
+    },
+    hold: () => {
+      released = false;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

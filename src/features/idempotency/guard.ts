@@ -1,8 +1,8 @@
 import type { Route } from "../../config/index.js";
-import { originDidNotAct, withLateAnswer, type OriginReply } from "../../origin/forward.js";
+import { LATE_ANSWER_MS, originDidNotAct, withLateAnswer, type OriginReply } from "../../origin/forward.js";
 import { fromBase64, toBase64 } from "../../util/base64.js";
 import { declaresMoreThan, readCapped } from "../../util/body.js";
-import { pollWhile } from "../../util/poll.js";
+import { pollWhile, retried } from "../../util/poll.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS, type ProblemKind } from "../../problem-types.js";
 import type { Store } from "../../store/redis.js";
@@ -11,6 +11,7 @@ import { canonicalBody, fingerprint, parseKey, sha256Hex } from "./key.js";
 import {
   claim,
   complete,
+  jobOwner,
   noteClaim,
   recordRef,
   settleFailure,
@@ -34,12 +35,14 @@ const REPLAYED_HEADERS = [
   "link",
   "retry-after",
 ];
+export { LATE_ANSWER_MS };
+
 /**
- * How long after a timeout (the client has its 504) sluice keeps waiting for the origin's answer,
- * to store it for the retries. Workers give `ctx.waitUntil` 30 s after the response; 5 s of those
- * are left for storing the answer. No answer by then: the key is indeterminate.
+ * How a known outcome is written when the write fails (a connection reset, a Redis that blips):
+ * again after 200 ms, doubling to 2 s, for up to 6 s of pauses, the claim renewed meanwhile. An
+ * outcome that never lands leaves the key held: indeterminate, never free.
  */
-export const LATE_ANSWER_MS = 25_000;
+const SETTLE_RETRY = { startMs: 200, maxMs: 2_000, budgetMs: 6_000 };
 
 /**
  * What became of a claim, once its request is done with:
@@ -128,7 +131,8 @@ export async function guard(
   const { key, body, canonical } = keyed;
   const ref = await recordRef(stores.claim, stores.prefix, subject.route, subject.principal, key, stores.trail);
   const fp = await fingerprint(request.method, subject.path, subject.query, subject.principal, canonical);
-  const owner = crypto.randomUUID();
+  // a queued job's claim says so: until its delivery starts, nothing of it reached the origin
+  const owner = leaseMs === undefined ? crypto.randomUUID() : jobOwner();
 
   // a duplicate of an in-flight request may wait (polling with backoff) for its answer
   const once = () => claim(ref, owner, fp, leaseMs ?? settings.lease, settings.ttl, settings.replays);
@@ -180,9 +184,16 @@ function held(
     // sluice itself decided not to forward (a busy session, a full queue): the key is free for the retry
     abandon: async () => {
       renewal?.stop();
-      await settleQuietly(settleFailure(ref, owner, "release", undefined), "idempotency_release_failed", {
-        route: ref.route,
-      });
+      // tried again after the response if the first try fails; one that never lands lets the lease
+      // lapse: the key is then indeterminate, not free
+      const { tried, firstTry } = firstTryOf();
+      const released = settleQuietly(
+        persisted(ref, () => settleFailure(ref, owner, "release", undefined), tried),
+        "idempotency_release_failed",
+        { route: ref.route },
+      );
+      defer(released);
+      await Promise.race([released, firstTry]);
     },
     lateAnswerMs: LATE_ANSWER_MS,
     ticket: { keyHash: ref.keyHash, fenceKey: ref.fenceKey, owner },
@@ -278,9 +289,20 @@ export async function settleClaim(
     const [toClient, toStore] = res.body ? res.body.tee() : [null, null];
     return { response: new Response(toClient, res), settled: storeAnswer(ref, owner, settings, res, toStore) };
   }
-  // settled before the client hears of it: a retry that follows finds the key released or held
-  const outcome = await settleFailed(ref, owner, originDidNotAct(reply) ? settings.on_origin_error : "hold", reply);
-  return { response: res, settled: Promise.resolve(outcome) };
+  // settled before the client hears of it: a retry that follows finds the key released or held (a
+  // store that fails the first try is tried again after the response, the claim renewed meanwhile)
+  const how = originDidNotAct(reply) ? settings.on_origin_error : "hold";
+  const { tried, firstTry } = firstTryOf();
+  const outcome = settleFailed(ref, owner, how, reply, tried);
+  await Promise.race([outcome, firstTry]);
+  return { response: res, settled: outcome };
+}
+
+/** What a caller waits for when only a write's first try is worth delaying a response for. */
+function firstTryOf(): { tried: () => void; firstTry: Promise<void> } {
+  let tried = (): void => undefined;
+  const firstTry = new Promise<void>((resolve) => (tried = resolve));
+  return { tried, firstTry };
 }
 
 /** The answer that came after the client's 504: stored as any answer would have been; none at all, indeterminate. */
@@ -301,24 +323,30 @@ async function settleLate(
   return stored === "completed" ? "late_answer" : stored;
 }
 
-/** Releases or holds the claim (the origin failed, or may have acted without an answer to keep). */
+/** Releases or holds the claim (the origin failed, or may have acted without an answer to keep: the reply, or the status it answered with). */
 async function settleFailed(
   ref: RecordRef,
   owner: string,
   how: "release" | "hold",
-  reply: OriginReply,
+  reply: OriginReply | number,
+  tried?: () => void,
 ): Promise<SettleOutcome> {
-  const status = reply.outcome === "answered" ? reply.response.status : undefined;
+  const status = typeof reply === "number" ? reply : reply.outcome === "answered" ? reply.response.status : undefined;
   try {
-    if (!(await settleFailure(ref, owner, how, status))) return "not_owner";
+    if (!(await persisted(ref, () => settleFailure(ref, owner, how, status), tried))) return "not_owner";
     return how === "release" ? "released" : "indeterminate";
-  } catch (e) {
-    logSettleError(ref, e);
+  } catch {
+    // never landed: the claim is no longer renewed, so its lease lapses into indeterminate
     return "store_error";
   }
 }
 
-/** Stores the origin's answer for replays, reading its body from a tee as the client reads its own copy. */
+/**
+ * Stores the origin's answer for replays, reading its body from a tee as the client reads its own
+ * copy. The answer is known: a failed write is tried again (`SETTLE_RETRY`), the claim renewed
+ * meanwhile; one that never lands holds the key indeterminate (or, with Redis gone, lets its lease
+ * lapse into it), so a retry is never run as if nothing had happened.
+ */
 async function storeAnswer(
   ref: RecordRef,
   owner: string,
@@ -330,21 +358,30 @@ async function storeAnswer(
     const v = res.headers.get(h);
     return v === null ? [] : [[h, v]];
   });
+  let read;
   try {
-    let read;
-    try {
-      read = await readCapped(body, settings.max_body);
-    } catch {
-      // the origin's body broke off after it answered: it acted, but there is no answer to replay
-      return (await settleFailure(ref, owner, "hold", res.status)) ? "indeterminate" : "not_owner";
-    }
-    const body64 = read.whole ? toBase64(read.bytes) : "";
-    const done = await complete(ref, owner, res.status, headers, body64, read.whole, settings.ttl);
+    read = await readCapped(body, settings.max_body);
+  } catch {
+    // the origin's body broke off after it answered: it acted, but there is no answer to replay
+    return settleFailed(ref, owner, "hold", res.status);
+  }
+  const body64 = read.whole ? toBase64(read.bytes) : "";
+  const whole = read.whole;
+  try {
+    const done = await persisted(ref, () => complete(ref, owner, res.status, headers, body64, whole, settings.ttl));
     return done ? "completed" : "not_owner";
-  } catch (e) {
-    logSettleError(ref, e);
+  } catch {
+    await settleQuietly(settleFailure(ref, owner, "hold", res.status), "idempotency_hold_failed", { route: ref.route });
     return "store_error";
   }
+}
+
+/** A write of a claim's outcome, tried again while it fails (`SETTLE_RETRY`); each failure is logged, the first told to `tried`. */
+function persisted<T>(ref: RecordRef, write: () => Promise<T>, tried?: () => void): Promise<T> {
+  return retried(write, SETTLE_RETRY, (e) => {
+    tried?.();
+    logSettleError(ref, e);
+  });
 }
 
 function logSettleError(ref: RecordRef, e: unknown): void {

@@ -123,6 +123,34 @@ export async function renew(r: RecordRef, owner: string, leaseMs: number): Promi
 }
 
 /**
+ * The owner a queued job's claim is held by: a claim whose delivery never started (`start`) reached
+ * nobody, so once its lease lapses it may be taken over (any other lapsed claim is indeterminate).
+ */
+export function jobOwner(): string {
+  return `job:${crypto.randomUUID()}`;
+}
+
+/**
+ * A queued job's delivery begins: only if the claim is still the job's and its delivery never
+ * started (`sent`: a copy of the job went this far before, and may have reached the origin). The
+ * claim is then held `leaseMs`, to be renewed as a live request's is.
+ */
+export async function startDelivery(
+  r: RecordRef,
+  owner: string,
+  leaseMs: number,
+): Promise<"ok" | "not_owner" | "sent"> {
+  const [result] = await call(r, "start", owner, [leaseMs]);
+  return result === "ok" || result === "sent" ? result : "not_owner";
+}
+
+/** A job's delivery failed without effect (a 5xx) and waits for its retry: held `leaseMs`, not started (false: not the job's). */
+export async function park(r: RecordRef, owner: string, leaseMs: number): Promise<boolean> {
+  const [result] = await call(r, "park", owner, [leaseMs]);
+  return result === "ok";
+}
+
+/**
  * Counts and logs what a request's (final) claim gave it (the ledger has it from the script); gives
  * it back. A replay refused by the replay bound is a 429 like the limits', counted among decisions.
  */

@@ -91,9 +91,10 @@ export interface ClaimedEffect {
 
 /**
  * One side effect per key, then one call per session at a time, for a request that goes to the
- * queue instead of the origin: claims its idempotency key (held `leaseMs`, until the consumer
- * settles it) and its session lock, where the route has them for this method. A replay is
- * returned as such; a refusal (duplicate in flight, busy session, store down) is thrown.
+ * queue instead of the origin: claims its idempotency key and takes its session lock, where the
+ * route has them for this method, both held `leaseMs` (the job's life) until the consumer takes
+ * them up. A replay is returned as such; a refusal (duplicate in flight, busy session, store down)
+ * is thrown.
  */
 export async function claimSideEffect(
   request: Request,
@@ -116,7 +117,7 @@ export async function claimSideEffect(
       if (guarded.kind === "replay") return guarded;
     }
     if (route.session?.methods.includes(scope.method))
-      session = await holdSession(route.session, scope.facts, sessionPlace(scope, route));
+      session = await holdSession(route.session, scope.facts, sessionPlace(scope, route), scope.defer, leaseMs);
   } catch (e) {
     if (guarded?.kind === "forward") await guarded.abandon();
     throw e instanceof StoreError ? coordinationUnavailable(e) : e;

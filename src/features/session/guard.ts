@@ -5,8 +5,10 @@ import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import type { Store } from "../../store/redis.js";
 import { pollWhile } from "../../util/poll.js";
-import { acquire, release, sessionRef, type Acquired } from "./lock.js";
-import { settleQuietly } from "../../util/log.js";
+import { acquire, release, renew, sessionRef, type Acquired, type SessionRef } from "./lock.js";
+import { logError, settleQuietly } from "../../util/log.js";
+import type { Defer } from "../../util/defer.js";
+import { keepRenewing, type Renewal } from "../../util/renewal.js";
 
 export type SessionSettings = NonNullable<Route["session"]>;
 
@@ -32,8 +34,11 @@ export interface SessionPlace {
 /**
  * Takes the request's session lock (routes keyed on the same session share it), waiting up to
  * `wait` for a busy one, polling with backoff. Held: the origin gets the grant's fencing token and
- * the session, and `release` gives the lock back (only if this request still holds it). Busy: a
- * 409 problem is thrown, naming the session as busy. No session identity: no lock.
+ * the session, the lock is renewed (`defer` keeps the renewals going) until `release` gives it
+ * back (only if this request still holds it), so a call longer than `lease` is never overlapped by
+ * the session's next one. A queued call passes `leaseMs` instead: held that long, for the job's
+ * life, unrenewed until its consumer takes it up. Busy: a 409 problem is thrown, naming the
+ * session as busy. No session identity: no lock.
  *
  * The lock is the principal's (`principal`, `auto` by default: the caller's credential): a session id is no secret (it
  * travels in headers, logs, URLs), and whoever knew another client's could otherwise hold that
@@ -43,6 +48,8 @@ export async function holdSession(
   settings: SessionSettings,
   facts: RequestFacts,
   place: SessionPlace,
+  defer: Defer,
+  leaseMs?: number,
 ): Promise<SessionHold> {
   const who = identify([settings.key], facts, "skip");
   if (who.kind !== "id") return { kind: "none" };
@@ -58,28 +65,46 @@ export async function holdSession(
   };
   const owner = crypto.randomUUID();
   // polls start at 20 ms and back off to 200 ms: a session's calls follow each other closely
+  const lease = leaseMs ?? settings.lease;
   const a: Acquired = await pollWhile(
-    await acquire(ref, owner, settings.lease, settings.wait < 20),
+    await acquire(ref, owner, lease, settings.wait < 20),
     (r) => r.kind === "busy",
-    (last) => acquire(ref, owner, settings.lease, last),
+    (last) => acquire(ref, owner, lease, last),
     { startMs: 20, maxMs: 200, budgetMs: settings.wait },
   );
-  if (a.kind === "busy") {
-    throw new Problem({
-      type: PROBLEMS.sessionBusy,
-      detail: `another side-effecting call of this session is in flight (fencing token ${a.fence}); calls of one session run one at a time`,
-      headers: { "Retry-After": String(Math.max(1, Math.ceil(Math.min(a.leftMs, 5_000) / 1000))) },
-      extensions: { lease_left_ms: a.leftMs },
-    });
-  }
+  if (a.kind === "busy") throw sessionBusy(a);
+  const renewal = leaseMs === undefined ? keepLocked(ref, owner, settings.lease) : undefined;
+  if (renewal) defer(renewal.done);
   return {
     kind: "held",
     headers: { "sluice-fencing-token": String(a.fence), "sluice-session": readPart(settings.key, facts) ?? "" },
     release: async () => {
+      renewal?.stop();
       await settleQuietly(release(ref, owner), "session_release_failed", { route: ref.route });
     },
     ticket: { hash: ref.hash, owner },
   };
+}
+
+function sessionBusy(a: { leftMs: number; fence: number }): Problem {
+  return new Problem({
+    type: PROBLEMS.sessionBusy,
+    detail: `another side-effecting call of this session is in flight (fencing token ${a.fence}); calls of one session run one at a time`,
+    headers: { "Retry-After": String(Math.max(1, Math.ceil(Math.min(a.leftMs, 5_000) / 1000))) },
+    extensions: { lease_left_ms: a.leftMs },
+  });
+}
+
+/**
+ * Keeps `owner`'s lock alive while its call runs (src/util/renewal.ts): only a holder that died
+ * lets the lease run out, and the session's next call takes it over then.
+ */
+export function keepLocked(ref: SessionRef, owner: string, leaseMs: number): Renewal {
+  return keepRenewing(
+    () => renew(ref, owner, leaseMs),
+    leaseMs,
+    (e) => logError("session_renew_error", e, { route: ref.route }),
+  );
 }
 
 /**

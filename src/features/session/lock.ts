@@ -40,7 +40,7 @@ export async function sessionRef(
 
 async function call(
   r: SessionRef,
-  op: "acquire" | "release",
+  op: "acquire" | "renew" | "release",
   owner: string,
   rest: Array<string | number>,
 ): Promise<unknown[]> {
@@ -65,6 +65,12 @@ export async function acquire(r: SessionRef, owner: string, leaseMs: number, las
   return kind === "granted"
     ? { kind, fence: Number(a), takeover: Number(b) === 1 }
     : { kind: "busy", leftMs: Number(a), fence: Number(b) };
+}
+
+/** Extends `owner`'s lease to `leaseMs` from now, only while it holds the lock (false: it does not). */
+export async function renew(r: SessionRef, owner: string, leaseMs: number): Promise<boolean> {
+  const [result] = await call(r, "renew", owner, [leaseMs]);
+  return result === "ok";
 }
 
 /** Releases the lock, only if `owner` still holds it. */

@@ -7,18 +7,15 @@ import type { Defer } from "../../../util/defer.js";
 import { heldSlots, releaseSlots } from "../../rate-limit/decision/in-flight.js";
 import type { OverrideCopies } from "../../rate-limit/decision/overrides.js";
 import {
+  LATE_ANSWER_MS,
   originFailed,
   outcomeUnknown,
   sendToOrigin,
   withLateAnswer,
   type OriginReply,
 } from "../../../origin/forward.js";
-import { LATE_ANSWER_MS, noteSettled, settleClaim } from "../../idempotency/guard.js";
-import { refFromTicket, settleFailure } from "../../idempotency/records.js";
-import { release } from "../../session/lock.js";
-import type { RecordTrail } from "../../idempotency/trail.js";
-import { newTraceparent } from "../../../util/traceparent.js";
-import { envConnections, SETTLE_TIMEOUT_MS, type Connect, type Stores } from "../../../region/index.js";
+import { giveBack, parkGuards, settleGuards, takeUpGuards, type TakenUp } from "./job-guards.js";
+import { envConnections, type Connect, type Stores } from "../../../region/index.js";
 import { ConfigCache } from "../../../config/cache.js";
 import type { Store } from "../../../store/redis.js";
 import { leaseJob, readJob, releaseJob, writeJob, type JobStatus } from "./jobs.js";
@@ -125,7 +122,7 @@ async function deliverOne(message: Message<JobMessage>, consumer: Consumer, home
   if (!route) {
     await status({ status: "failed", failures: m.failures });
     // the job never ran: its guards are given back
-    await releaseGuards(m, consumer);
+    await giveBack(m, consumer);
     return message.ack();
   }
   if (isStale(m, route)) return expire(message, route, consumer, status, home);
@@ -137,10 +134,31 @@ async function deliverOne(message: Message<JobMessage>, consumer: Consumer, home
     if (!(await leaseJob(home, config.key_prefix, m.id, route.origin_timeout + LATE_ANSWER_MS + 5_000)))
       return message.retry({ delaySeconds: 5 });
     if (!config.originUrl) return message.retry({ delaySeconds: 30 });
-    const reply = await deliver(request, m, route, config.originUrl);
-    await afterDelivery(message, route, reply, consumer, status, home);
+    await deliverGuarded(message, route, request, consumer, { status, home, origin: config.originUrl });
   } finally {
     await admitted.releaseSlots();
+  }
+}
+
+/**
+ * Takes up the job's guards (still its own: else it is not delivered), delivers it, and settles
+ * what the answer means, the guards renewed meanwhile.
+ */
+async function deliverGuarded(
+  message: Message<JobMessage>,
+  route: Route,
+  request: Request,
+  consumer: Consumer,
+  job: { status: Status; home: Store; origin: URL },
+): Promise<void> {
+  const m = message.body;
+  const guards = await takeUpGuards(m, route, consumer);
+  if (guards.refused) return notDelivered(message, route, consumer, job.status, job.home, guards.refused);
+  try {
+    const reply = await deliver(request, m, route, job.origin);
+    await afterDelivery(message, route, reply, consumer, job.status, job.home, guards);
+  } finally {
+    await guards.stop();
   }
 }
 
@@ -208,6 +226,7 @@ async function afterDelivery(
   consumer: Consumer,
   status: Status,
   home: Store,
+  guards: TakenUp,
 ): Promise<void> {
   const m = message.body;
   const originStatus = reply.response.status;
@@ -227,7 +246,9 @@ async function afterDelivery(
   }
   const failures = m.failures + 1;
   const delay = route.queue.retry_delays[failures - 1];
-  if (delay === undefined) {
+  // retried later with the same guards, parked: the key stays held, so duplicates still get 409
+  await guards.stop();
+  if (delay === undefined || !(await parkGuards(m, route, consumer))) {
     await settleGuards(m, route, consumer, reply);
     await status({ status: "failed", origin_status: originStatus, failures });
     await done({ ...m, failures }, route, consumer, home, { status: "failed", origin_status: originStatus });
@@ -235,11 +256,30 @@ async function afterDelivery(
       await consumer.env.SLUICE_DLQ.send({ ...m, failures, deadLetter: true }, { contentType: "json" });
     return message.ack();
   }
-  // retried later with the same claim: the key stays in flight, so duplicates still get 409
   await reply.response.body?.cancel();
   await status({ status: "queued", origin_status: originStatus, failures });
   await releaseLease(home, consumer.config, m.id);
   return later(message, consumer.env, { ...m, failures }, delay);
+}
+
+/**
+ * The job's guards are no longer its own (`lost`: its claim settled or taken over, its lock taken),
+ * or a copy of it started delivering it before (`sent`: it may have reached the origin): it is not
+ * delivered, now or later. Failed (`indeterminate` when it may have acted), and done with.
+ */
+async function notDelivered(
+  message: Message<JobMessage>,
+  route: Route,
+  consumer: Consumer,
+  status: Status,
+  home: Store,
+  why: "lost" | "sent",
+): Promise<void> {
+  const m = message.body;
+  log("queue_job_not_delivered", { job: m.id, route: route.name, reason: why });
+  await status({ status: "failed", failures: m.failures, ...(why === "sent" && { indeterminate: true }) });
+  await done(m, route, consumer, home, { status: "failed" });
+  message.ack();
 }
 
 /** Older than the route's `max_age`: not delivered late. */
@@ -259,7 +299,7 @@ async function expire(
   home: Store,
 ): Promise<void> {
   const m = message.body;
-  await releaseGuards(m, consumer);
+  await giveBack(m, consumer);
   const dlq = consumer.env.SLUICE_DLQ;
   await status({ status: "failed", failures: m.failures, expired: true });
   await done(m, route, consumer, home, { status: "failed", expired: true });
@@ -291,55 +331,6 @@ async function done(
       { job: m.id, route: route.name },
     );
   await told;
-}
-
-/**
- * The job is done with (delivered, or failed for good): its idempotency claim is settled with
- * what the origin did, exactly as on the live path (the answer stored for replays, or the key
- * released or held), and its session lock is given back.
- */
-async function settleGuards(m: JobMessage, route: Route, consumer: Consumer, reply: OriginReply): Promise<void> {
-  const { config, stores } = consumer;
-  const pending: Array<Promise<void>> = [];
-  if (m.claim && route.idempotency) {
-    const ref = refFromTicket(
-      stores.fixed(SETTLE_TIMEOUT_MS) as Store,
-      config.key_prefix,
-      route.name,
-      m.claim,
-      jobTrail(m, config),
-    );
-    const settlement = await settleClaim(ref, m.claim.owner, route.idempotency, reply);
-    pending.push(settlement.response.arrayBuffer().then(() => undefined));
-    pending.push(settlement.settled.then((o) => noteSettled(ref, o)));
-  } else {
-    pending.push(reply.response.body?.cancel() ?? Promise.resolve());
-  }
-  await Promise.all(pending);
-  await releaseGuards(m, consumer, Boolean(m.claim && route.idempotency));
-}
-
-/** Gives back what the job holds: its session lock, and its claim unless that was settled already. */
-async function releaseGuards(m: JobMessage, consumer: Consumer, claimSettled = false): Promise<void> {
-  const { config } = consumer;
-  const store = consumer.stores.fixed(SETTLE_TIMEOUT_MS) as Store;
-  if (m.claim && !claimSettled)
-    await settleFailure(
-      refFromTicket(store, config.key_prefix, m.route, m.claim, jobTrail(m, config)),
-      m.claim.owner,
-      "release",
-      undefined,
-    ).catch((e: unknown) => logError("job_claim_release_failed", e, { job: m.id }));
-  if (m.session)
-    await release(
-      { store, prefix: config.key_prefix, route: m.route, hash: m.session.hash, ledgerLength: config.ledger_length },
-      m.session.owner,
-    ).catch((e: unknown) => logError("job_session_release_failed", e, { job: m.id }));
-}
-
-/** The ledger's context of a job's claim: the trace it was queued with (forwarded to the origin too), the ledger's length. */
-function jobTrail(m: JobMessage, config: Config): RecordTrail {
-  return { trace: m.sluiceHeaders?.traceparent ?? newTraceparent(), ledgerLength: config.ledger_length };
 }
 
 /** Sends the job again after `ms` and acks this copy: deferrals are not failures. */

@@ -11,6 +11,7 @@ import { logError, orElse, settleQuietly } from "../../../util/log.js";
 import { clientOf, enterQueue, leaveQueue, type CountedJob, type Full } from "./depth.js";
 import type { LimitOutcome } from "../../rate-limit/types.js";
 import { callbackOf } from "./callback.js";
+import { jobGuardLease } from "./job-guards.js";
 
 /**
  * Why a shed request was not queued: the queue holds `max_depth` jobs, its client holds its
@@ -46,7 +47,7 @@ export async function enqueue(
   // the queue never delivers before the limit's retry-after: past max_age, the job would only be dropped
   if (route.queue.max_age !== undefined && retryAfterMs > route.queue.max_age) return { overflow: "age" };
   const callback = callbackOf(request, route);
-  const effect = await claimSideEffect(request, scope, route, queuedClaimLease(route));
+  const effect = await claimSideEffect(request, scope, route, jobGuardLease(route));
   if ("kind" in effect) return { response: effect.response, decision: "replay" };
   // the job's id is its entry in its client's share: known before the place is taken
   const id = crypto.randomUUID();
@@ -137,14 +138,6 @@ function deferQueuedStatus(scope: Scope, route: Route, id: string): void {
       { job: id },
     ),
   );
-}
-
-/**
- * How long a queued request holds its idempotency claim: until its status expires (a job is not
- * delivered after that), and never past the record's own lifetime. The consumer settles it sooner.
- */
-function queuedClaimLease(route: Route): number | undefined {
-  return route.idempotency ? Math.min(route.queue.status_ttl, route.idempotency.ttl - 1) : undefined;
 }
 
 /** `GET /__sluice-jobs/{id}`: the status of a queued request. The id is its own capability. */

@@ -1,0 +1,159 @@
+import type { Config, Route } from "../../../config/index.js";
+import type { OriginReply } from "../../../origin/forward.js";
+import { noteSettled, settleClaim } from "../../idempotency/guard.js";
+import { park, refFromTicket, settleFailure, startDelivery, type RecordRef } from "../../idempotency/records.js";
+import { keepClaimed } from "../../idempotency/renewal.js";
+import type { RecordTrail } from "../../idempotency/trail.js";
+import { keepLocked } from "../../session/guard.js";
+import { release, renew, type SessionRef } from "../../session/lock.js";
+import { SETTLE_TIMEOUT_MS, type Stores } from "../../../region/index.js";
+import type { Store } from "../../../store/redis.js";
+import type { Defer } from "../../../util/defer.js";
+import { logError } from "../../../util/log.js";
+import type { Renewal } from "../../../util/renewal.js";
+import { newTraceparent } from "../../../util/traceparent.js";
+import type { JobMessage } from "./queue.js";
+
+// A queued job's guards (its idempotency claim and session lock), taken when it was queued and
+// held unrenewed for the job's life: taken up by the consumer before it delivers (checked to be
+// still the job's, then renewed as a live call's), settled once the origin's outcome is known,
+// parked while the job waits for a retry, given back when it never ran.
+
+/** The leases of a guard the consumer holds while it delivers, when the route no longer names it. */
+const DEFAULT_LEASE_MS = 30_000;
+
+/**
+ * How long a queued request holds its idempotency claim and session lock unrenewed: the job's
+ * life, `max_age` (past it the job is dropped unsent), else `status_ttl`. The consumer takes them
+ * up when it delivers (renewed then as a live call's), and settles them sooner. A claim whose job
+ * outlives it (lost by the queue) may be taken over, as its delivery never started; a consumer
+ * that finds it so does not deliver (`takeUpGuards`).
+ */
+export function jobGuardLease(route: Route): number {
+  return route.queue.max_age ?? route.queue.status_ttl;
+}
+
+/** What the consumer works with. */
+export interface GuardPlace {
+  config: Config;
+  stores: Stores;
+  defer: Defer;
+}
+
+/** A job's guards, taken up for its delivery. */
+export interface TakenUp {
+  /** Why the job must not be delivered: its claim or lock is no longer its own (`lost`), or a copy of the job started delivering it before (`sent`). */
+  refused?: "lost" | "sent";
+  /** Stops renewing them, once the renewals under way have landed. */
+  stop(): Promise<void>;
+}
+
+function claimRef(m: JobMessage, place: GuardPlace): RecordRef | undefined {
+  const { config, stores } = place;
+  const store = stores.fixed(SETTLE_TIMEOUT_MS) as Store;
+  return m.claim && refFromTicket(store, config.key_prefix, m.route, m.claim, jobTrail(m, config));
+}
+
+function lockRef(m: JobMessage, place: GuardPlace): SessionRef | undefined {
+  const { config, stores } = place;
+  const store = stores.fixed(SETTLE_TIMEOUT_MS) as Store;
+  return (
+    m.session && {
+      store,
+      prefix: config.key_prefix,
+      route: m.route,
+      hash: m.session.hash,
+      ledgerLength: config.ledger_length,
+    }
+  );
+}
+
+/**
+ * Before the job goes to the origin: its session lock must still be its own (renewed to the
+ * route's lease), then its claim (`start`: still the job's, and never started by a copy of the
+ * job, which may have reached the origin). Refused, nothing is delivered, and what is still the
+ * job's and certainly unsent is given back. Taken up, both are renewed while the job runs.
+ */
+export async function takeUpGuards(m: JobMessage, route: Route, place: GuardPlace): Promise<TakenUp> {
+  const claim = claimRef(m, place);
+  const lock = lockRef(m, place);
+  const claimLease = route.idempotency?.lease ?? DEFAULT_LEASE_MS;
+  const lockLease = route.session?.lease ?? DEFAULT_LEASE_MS;
+  const none: TakenUp = { stop: async () => undefined };
+  if (lock && m.session && !(await renew(lock, m.session.owner, lockLease))) {
+    await giveBack(m, place, { claim: true, lock: false });
+    return { ...none, refused: "lost" };
+  }
+  const started = claim && m.claim ? await startDelivery(claim, m.claim.owner, claimLease) : "ok";
+  if (started !== "ok") {
+    // a copy that started it may still run, or have reached the origin: its lock stays until its lease runs out
+    if (started === "not_owner") await giveBack(m, place, { claim: false, lock: true });
+    return { ...none, refused: started === "sent" ? "sent" : "lost" };
+  }
+  const renewals: Renewal[] = [];
+  if (claim && m.claim) renewals.push(keepClaimed(claim, m.claim.owner, claimLease));
+  if (lock && m.session) renewals.push(keepLocked(lock, m.session.owner, lockLease));
+  for (const r of renewals) place.defer(r.done);
+  return {
+    stop: async () => {
+      for (const r of renewals) r.stop();
+      await Promise.all(renewals.map((r) => r.done));
+    },
+  };
+}
+
+/**
+ * The job is done with (delivered, or failed for good): its idempotency claim is settled with
+ * what the origin did, exactly as on the live path (the answer stored for replays, tried again
+ * while the store fails, or the key released or held), and its session lock is given back.
+ */
+export async function settleGuards(m: JobMessage, route: Route, place: GuardPlace, reply: OriginReply): Promise<void> {
+  const pending: Array<Promise<void>> = [];
+  const ref = claimRef(m, place);
+  if (ref && m.claim && route.idempotency) {
+    const settlement = await settleClaim(ref, m.claim.owner, route.idempotency, reply);
+    pending.push(settlement.response.arrayBuffer().then(() => undefined));
+    pending.push(settlement.settled.then((o) => noteSettled(ref, o)));
+  } else {
+    pending.push(reply.response.body?.cancel() ?? Promise.resolve());
+  }
+  await Promise.all(pending);
+  await giveBack(m, place, { claim: !route.idempotency, lock: true });
+}
+
+/**
+ * The job goes back to the queue for a retry after a failure that did not act (a 5xx): its claim
+ * is parked (held for the job's life again, and startable by the next copy) and its lock held as
+ * long. False: the claim is no longer the job's, so it must not be retried.
+ */
+export async function parkGuards(m: JobMessage, route: Route, place: GuardPlace): Promise<boolean> {
+  const claim = claimRef(m, place);
+  const lock = lockRef(m, place);
+  const lease = jobGuardLease(route);
+  if (claim && m.claim && !(await park(claim, m.claim.owner, lease))) return false;
+  if (lock && m.session) await renew(lock, m.session.owner, lease);
+  return true;
+}
+
+/** Gives back what the job holds and never used: its session lock, its claim (released: nothing was sent). */
+export async function giveBack(
+  m: JobMessage,
+  place: GuardPlace,
+  what: { claim: boolean; lock: boolean } = { claim: true, lock: true },
+): Promise<void> {
+  const claim = claimRef(m, place);
+  const lock = lockRef(m, place);
+  if (what.claim && claim && m.claim)
+    await settleFailure(claim, m.claim.owner, "release", undefined).catch((e: unknown) =>
+      logError("job_claim_release_failed", e, { job: m.id }),
+    );
+  if (what.lock && lock && m.session)
+    await release(lock, m.session.owner).catch((e: unknown) =>
+      logError("job_session_release_failed", e, { job: m.id }),
+    );
+}
+
+/** The ledger's context of a job's claim: the trace it was queued with (forwarded to the origin too), the ledger's length. */
+function jobTrail(m: JobMessage, config: Config): RecordTrail {
+  return { trace: m.sluiceHeaders?.traceparent ?? newTraceparent(), ledgerLength: config.ledger_length };
+}
