@@ -7,7 +7,7 @@ import { banLevelKey, banRefusalsKey } from "../../store/layout.js";
 import type { Store } from "../../store/redis.js";
 import { validEntry } from "../../identity/entry.js";
 import type { ListCache } from "./lists.js";
-import { announce, decodeEntries, readEntryIn, writeEntry, type ListEntry } from "./lists-store.js";
+import { announce, decodeEntries, MAX_BANS, readEntryIn, writeEntry, type ListEntry } from "./lists-store.js";
 import type { MetricsBuffer } from "../../metrics/index.js";
 import { log, settleQuietly } from "../../util/log.js";
 
@@ -131,8 +131,11 @@ async function escalate(ban: BanCount): Promise<void> {
   const level = Number(reply);
   const until = Date.now() + banDuration(ban.settings.for, level);
   const note = `ban by route "${ban.route}", limit "${ban.limit}", level ${level}`;
-  const entry: ListEntry = { ...deny(ban.entry), until, note };
-  await writeEntry(ban.store, ban.prefix, entry);
+  const entry: ListEntry = { ...deny(ban.entry), until, note, source: "ban" };
+  const dropped = await writeEntry(ban.store, ban.prefix, entry);
+  // the cap on bans in force made room (MAX_BANS): said once, by count (the entries name clients)
+  if (dropped.length > 0)
+    log("bans_dropped", { route: ban.route, limit: ban.limit, dropped: dropped.length, cap: MAX_BANS });
   await ban.announce();
   ban.lists.add(ban.prefix, entry);
   ban.metrics.countBan(ban.route, ban.limit);
