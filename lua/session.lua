@@ -1,8 +1,10 @@
 #!lua flags=allow-key-locking
 --[[
 session.lua: one side-effecting call per agent session at a time, fenced. Acquire, release and
-read a session's lock, each one atomic call that checks who owns it; every grant, release,
-takeover and refusal is appended to the ledger. The clock is Redis's own (TIME, read once).
+read a session's lock, each one atomic call that checks who owns it; every grant, release and
+takeover is appended to the ledger. A refusal is not: the caller counts it (a metric), so a
+client's refusals, as many as its limits let it cause, never fill the ledger. The clock is
+Redis's own (TIME, read once).
 
 KEYS[1]  lock    {key_prefix}:session:{sha256([principal, session identity])}  hash: owner, fence,
                  lease_until (ms). TTL: the lease plus a minute (an abandoned lock disappears on its
@@ -16,7 +18,6 @@ KEYS[3]  ledger  {key_prefix}:ledger  stream, capped (MAXLEN ~)
 ARGV[1]  op: acquire | release
 ARGV[2]  owner, ARGV[3] route, ARGV[4] lock hash (for the ledger), ARGV[5] ledger max length
 ARGV[6]  acquire: lease_ms
-ARGV[7]  acquire: 1 to record a refusal in the ledger (the caller's last try), 0 while it still waits
 Returns  acquire: { "granted", fence, takeover (0|1) } | { "busy", lease_left_ms, fence }
          release: { "ok" } | { "not_owner" }
 ]]
@@ -44,7 +45,6 @@ if op == 'acquire' then
   if holder then
     local left = tonumber(lease_until) - now
     if left > 0 then
-      if ARGV[7] == '1' then ledger('session_refused', fence) end
       return { 'busy', left, tonumber(fence) }
     end
     takeover = 1

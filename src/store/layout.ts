@@ -189,8 +189,15 @@ export const LAYOUT = {
   ledger: {
     patterns: ["{key_prefix}:ledger"],
     store: "home",
-    holds: "stream of idempotency and session events, and the admin changes (bans, overrides)",
+    holds: "stream of idempotency and session outcomes (a session's refusals are counted, not ledgered)",
     ttl: "capped at ~`ledger_length` entries (10 000)",
+  },
+  audit: {
+    patterns: ["{key_prefix}:audit"],
+    store: "home",
+    holds:
+      "stream of the operators' changes (bans, allow entries, overrides, route modes), apart from the ledger so client traffic never trims them",
+    ttl: "capped at ~10 000 entries; 366 days from the last change",
   },
 } as const satisfies Record<string, LayoutEntry>;
 
@@ -370,7 +377,12 @@ export function sessionFenceKey(prefix: string): string {
   return `${prefix}:session:fence`;
 }
 
-/** The stream every idempotency and session outcome, and every admin change, is appended to (home). */
+/** The stream every idempotency and session outcome is appended to (home); the operators' changes have their own (`auditKey`). */
 export function ledgerKey(prefix: string): string {
   return `${prefix}:ledger`;
+}
+
+/** The operators' audit trail (home), a stream of its own. */
+export function auditKey(prefix: string): string {
+  return `${prefix}:audit`;
 }

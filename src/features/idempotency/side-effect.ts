@@ -55,7 +55,13 @@ function claimTrail(scope: Scope): RecordTrail {
 
 export function sessionPlace(scope: Scope, route: Route): SessionPlace {
   const { prefix, claim } = claimStores(scope);
-  return { store: claim, prefix, route: route.name, ledgerLength: scope.config.ledger_length };
+  return {
+    store: claim,
+    prefix,
+    route: route.name,
+    ledgerLength: scope.config.ledger_length,
+    metrics: scope.runtime.metrics,
+  };
 }
 
 /**

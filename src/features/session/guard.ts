@@ -7,6 +7,8 @@ import type { Store } from "../../store/redis.js";
 import { pollWhile } from "../../util/poll.js";
 import { acquire, release, sessionRef, type Acquired } from "./lock.js";
 import { settleQuietly } from "../../util/log.js";
+import { countSessionRefusal } from "../../metrics/sessions.js";
+import type { FieldCounter } from "../../metrics/idempotency.js";
 
 export type SessionSettings = NonNullable<Route["session"]>;
 
@@ -27,6 +29,8 @@ export interface SessionPlace {
   route: string;
   /** The ledger's length (`ledger_length`). */
   ledgerLength?: number;
+  /** Where a refusal is counted (`sluice_session_refusals_total`): refusals are counted, not ledgered. */
+  metrics?: FieldCounter;
 }
 
 /**
@@ -59,12 +63,13 @@ export async function holdSession(
   const owner = crypto.randomUUID();
   // polls start at 20 ms and back off to 200 ms: a session's calls follow each other closely
   const a: Acquired = await pollWhile(
-    await acquire(ref, owner, settings.lease, settings.wait < 20),
+    await acquire(ref, owner, settings.lease),
     (r) => r.kind === "busy",
-    (last) => acquire(ref, owner, settings.lease, last),
+    () => acquire(ref, owner, settings.lease),
     { startMs: 20, maxMs: 200, budgetMs: settings.wait },
   );
   if (a.kind === "busy") {
+    if (place.metrics) countSessionRefusal(place.metrics, place.route);
     throw new Problem({
       type: PROBLEMS.sessionBusy,
       detail: `another side-effecting call of this session is in flight (fencing token ${a.fence}); calls of one session run one at a time`,

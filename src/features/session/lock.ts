@@ -57,11 +57,11 @@ async function call(
 }
 
 /**
- * One Lua call: the lock and the next fencing token, or how long the holder's lease has left.
- * `last` marks the caller's last try, whose refusal goes to the ledger (polls while waiting do not).
+ * One Lua call: the lock and the next fencing token, or how long the holder's lease has left. A
+ * refusal is not ledgered: the caller counts it (`countSessionRefusal`).
  */
-export async function acquire(r: SessionRef, owner: string, leaseMs: number, last: boolean): Promise<Acquired> {
-  const [kind, a, b] = await call(r, "acquire", owner, [leaseMs, last ? 1 : 0]);
+export async function acquire(r: SessionRef, owner: string, leaseMs: number): Promise<Acquired> {
+  const [kind, a, b] = await call(r, "acquire", owner, [leaseMs]);
   return kind === "granted"
     ? { kind, fence: Number(a), takeover: Number(b) === 1 }
     : { kind: "busy", leftMs: Number(a), fence: Number(b) };
