@@ -2,6 +2,7 @@
 // and warns (exit code 0) about what a valid one may cost, such as a region without its own database
 // or a shared quota (a `global` key) kept per region, which the origin sees once per region.
 import { configWarnings, visibleVariables } from "./region-databases.js";
+import { idKeyWarnings } from "./id-key.js";
 import { checkWranglerConfig, configPathFromArgs } from "./wrangler-config.js";
 
 const path = configPathFromArgs(process.argv.slice(2));
@@ -15,8 +16,10 @@ try {
   console.log(
     `${path}: ok (${routes.length} routes, ${routes.reduce((n, r) => n + r.limits.length, 0)} limits, origin ${result.config.originUrl?.href})`,
   );
-  for (const warning of configWarnings(result.config, visibleVariables(path)))
-    console.warn(`${path}: warning: ${warning}`);
+  const variables = visibleVariables(path);
+  for (const warning of configWarnings(result.config, variables)) console.warn(`${path}: warning: ${warning}`);
+  // a note, not a warning: the secrets of a deployment are mostly where this check cannot see them
+  for (const note of idKeyWarnings(variables)) console.warn(`${path}: note: ${note}`);
   for (const warning of result.warnings) console.warn(`${path}: warning: ${warning.field}: ${warning.message}`);
 } catch (e) {
   console.error(`${path}: ${(e as Error).message}`);

@@ -9,6 +9,7 @@ import { acquire, release, sessionRef, type Acquired } from "./lock.js";
 import { settleQuietly } from "../../util/log.js";
 import { countSessionRefusal } from "../../metrics/sessions.js";
 import type { FieldCounter } from "../../metrics/idempotency.js";
+import type { IdKey } from "../../identity/pseudonym.js";
 
 export type SessionSettings = NonNullable<Route["session"]>;
 
@@ -20,6 +21,8 @@ export type SessionHold =
 export interface SessionTicket {
   hash: string;
   owner: string;
+  /** What the ledger names the lock by (absent in a job queued before it was carried). */
+  ledgerId?: string;
 }
 
 /** Where session locks live: the home region's Redis, under the deployment's prefix, per route. */
@@ -31,6 +34,8 @@ export interface SessionPlace {
   ledgerLength?: number;
   /** Where a refusal is counted (`sluice_session_refusals_total`): refusals are counted, not ledgered. */
   metrics?: FieldCounter;
+  /** The deployment's key of the ids the ledger shows. */
+  idKey?: IdKey;
 }
 
 /**
@@ -57,6 +62,7 @@ export async function holdSession(
       place.route,
       await principalOf(settings.principal, facts, settings.principalOf),
       who.id,
+      place.idKey,
     )),
     ledgerLength: place.ledgerLength,
   };
@@ -83,7 +89,7 @@ export async function holdSession(
     release: async () => {
       await settleQuietly(release(ref, owner), "session_release_failed", { route: ref.route });
     },
-    ticket: { hash: ref.hash, owner },
+    ticket: { hash: ref.hash, owner, ledgerId: ref.ledgerId },
   };
 }
 

@@ -325,7 +325,15 @@ async function releaseGuards(m: JobMessage, consumer: Consumer, claimSettled = f
     ).catch((e: unknown) => logError("job_claim_release_failed", e, { job: m.id }));
   if (m.session)
     await release(
-      { store, prefix: config.key_prefix, route: m.route, hash: m.session.hash, ledgerLength: config.ledger_length },
+      {
+        store,
+        prefix: config.key_prefix,
+        route: m.route,
+        hash: m.session.hash,
+        // a job queued before the lock's id travelled with it: its release names no lock, never by the plain hash
+        ledgerId: m.session.ledgerId ?? "",
+        ledgerLength: config.ledger_length,
+      },
       m.session.owner,
     ).catch((e: unknown) => logError("job_session_release_failed", e, { job: m.id }));
 }
