@@ -9,6 +9,7 @@ import { configWarnings, dotenvNames, regionsWithoutDatabase } from "./region-da
 import { startRedis } from "./redis-process.js";
 import { dotenvValues } from "./store-clock.js";
 import { checkWranglerConfig } from "./wrangler-config.js";
+import { idKeyWarnings } from "./id-key.js";
 import { loadConfig, type Config } from "../src/config/index.js";
 
 const dir = mkdtempSync(join(tmpdir(), "sluice-check-"));
@@ -228,5 +229,32 @@ describe("npm run check -- --store: each database's clock", () => {
     );
     expect(gone.status).toBe(1);
     expect(gone.stdout).toMatch(/store of "home": not reachable/);
+  });
+});
+
+describe("the ids of clients", () => {
+  it("warns when no secret keys them (neither SLUICE_ID_KEY nor SLUICE_ADMIN_TOKEN), and not when one does", () => {
+    expect(idKeyWarnings(new Set(["ORIGIN_URL"]))).toEqual([expect.stringMatching(/pseudonyms only.*SLUICE_ID_KEY/)]);
+    expect(idKeyWarnings(new Set(["SLUICE_ID_KEY"]))).toEqual([]);
+    expect(idKeyWarnings(new Set(["SLUICE_ADMIN_TOKEN"]))).toEqual([]);
+  });
+});
+
+describe("npm run check on the ids of clients", () => {
+  it("notes that they are pseudonyms only when no secret keys them, and exits 0", () => {
+    const sub = mkdtempSync(join(tmpdir(), "sluice-check-ids-"));
+    try {
+      const toml = join(sub, "wrangler.toml");
+      writeFileSync(toml, ['name = "t"', "[vars]", 'ORIGIN_URL = "https://origin.example"'].join("\n"));
+      const check = () =>
+        spawnSync(process.execPath, ["--import", "tsx", "dev/check.ts", "--config", toml], { encoding: "utf8" });
+      const bare = check();
+      expect(bare.status, bare.stderr).toBe(0);
+      expect(bare.stderr).toMatch(/note: neither SLUICE_ID_KEY nor SLUICE_ADMIN_TOKEN is set/);
+      writeFileSync(join(sub, ".dev.vars"), "SLUICE_ID_KEY=k\n");
+      expect(check().stderr).not.toMatch(/SLUICE_ID_KEY/);
+    } finally {
+      rmSync(sub, { recursive: true, force: true });
+    }
   });
 });

@@ -6,6 +6,7 @@
 import { readFileSync } from "node:fs";
 import { configWarnings, visibleVariables } from "./region-databases.js";
 import { storeClocks, workerVariables } from "./store-clock.js";
+import { idKeyWarnings } from "./id-key.js";
 import { checkWranglerConfig, configPathFromArgs } from "./wrangler-config.js";
 
 const argv = process.argv.slice(2);
@@ -20,8 +21,10 @@ try {
   console.log(
     `${path}: ok (${routes.length} routes, ${routes.reduce((n, r) => n + r.limits.length, 0)} limits, origin ${result.config.originUrl?.href})`,
   );
-  for (const warning of configWarnings(result.config, visibleVariables(path)))
-    console.warn(`${path}: warning: ${warning}`);
+  const variables = visibleVariables(path);
+  for (const warning of configWarnings(result.config, variables)) console.warn(`${path}: warning: ${warning}`);
+  // a note, not a warning: the secrets of a deployment are mostly where this check cannot see them
+  for (const note of idKeyWarnings(variables)) console.warn(`${path}: note: ${note}`);
   for (const warning of result.warnings) console.warn(`${path}: warning: ${warning.field}: ${warning.message}`);
   if (argv.includes("--store")) {
     const probe = readFileSync(new URL("../lua/clock.lua", import.meta.url), "utf8");

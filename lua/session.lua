@@ -1,12 +1,13 @@
 #!lua flags=allow-key-locking
 --[[
 session.lua: one side-effecting call per agent session at a time, fenced. Acquire, renew and
-release a session's lock, each one atomic call that checks who owns it; every grant, release,
-takeover and refusal is appended to the ledger. The clock is Redis's own (TIME, read once), unless
-the caller passes its own: a Redis that refuses TIME in scripts gets the isolate's clock as the
-last ARGV, "clock:{µs}" (src/store/clock.ts; lua/decide.lua, Clock). Whichever clock it is, the
-fencing token is max(last + 1, clock): strictly rising whatever the clock does, and a renewal
-never moves a lease earlier than it was.
+release a session's lock, each one atomic call that checks who owns it; every grant, release and
+takeover is appended to the ledger. A refusal is not: the caller counts it (a metric), so a
+client's refusals, as many as its limits let it cause, never fill the ledger. The clock is Redis's
+own (TIME, read once), unless the caller passes its own: a Redis that refuses TIME in scripts gets
+the isolate's clock as the last ARGV, "clock:{µs}" (src/store/clock.ts; lua/decide.lua, Clock).
+Whichever clock it is, the fencing token is max(last + 1, clock): strictly rising whatever the
+clock does, and a renewal never moves a lease earlier than it was.
 
 KEYS[1]  lock    {key_prefix}:session:{sha256([principal, session identity])}  hash: owner, fence,
                  lease_until (ms). TTL: the lease plus a minute, moved with every renewal (an
@@ -21,7 +22,6 @@ KEYS[3]  ledger  {key_prefix}:ledger  stream, capped (MAXLEN ~)
 ARGV[1]  op: acquire | renew | release
 ARGV[2]  owner, ARGV[3] route, ARGV[4] lock hash (for the ledger), ARGV[5] ledger max length
 ARGV[6]  acquire, renew: lease_ms (renew: the holder's lock cannot be taken over for that long from now)
-ARGV[7]  acquire: 1 to record a refusal in the ledger (the caller's last try), 0 while it still waits
 ARGV     last, optional: "clock:{µs}", the caller's clock, used instead of TIME
 Returns  acquire: { "granted", fence, takeover (0|1) } | { "busy", lease_left_ms, fence }
          renew, release: { "ok" } | { "not_owner" } (renewals are not in the ledger)
@@ -54,7 +54,6 @@ if op == 'acquire' then
   if holder then
     local left = tonumber(lease_until) - now
     if left > 0 then
-      if ARGV[7] == '1' then ledger('session_refused', fence) end
       return { 'busy', left, tonumber(fence) }
     end
     takeover = 1

@@ -5,6 +5,8 @@ export interface Env {
   UPSTASH_REDIS_REST_URL?: string;
   UPSTASH_REDIS_REST_TOKEN?: string;
   SLUICE_ADMIN_TOKEN?: string;
+  /** The key of the ids shown for clients (ledger, logs, dashboard); `SLUICE_ADMIN_TOKEN` without it (src/identity/pseudonym.ts). */
+  SLUICE_ID_KEY?: string;
   /**
    * Producer binding of the queue that `on_limit = "queue"` routes shed into (consumed by this
    * Worker). Its messages are the shedding queue's `JobMessage` (src/features/shedding/queue/),

@@ -1,3 +1,4 @@
+import { ownValue } from "../util/own.js";
 import { ADAPTIVE_LIMIT } from "../features/adaptive/schema.js";
 import type { LimitSettings, SluiceSettings } from "./schema.js";
 
@@ -80,7 +81,7 @@ function writtenScope(written: unknown, routeIndex: number, limitIndex: number):
 }
 
 function field(value: unknown, name: string): unknown {
-  return typeof value === "object" && value !== null ? (value as Record<string, unknown>)[name] : undefined;
+  return typeof value === "object" && value !== null ? ownValue(value as Record<string, unknown>, name) : undefined;
 }
 
 const UNITS: ReadonlyArray<[string, number]> = [

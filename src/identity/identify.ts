@@ -1,4 +1,5 @@
 import type { Context } from "hono";
+import { ownValue } from "../util/own.js";
 
 /** What a limit's key parts are read from; built once per request. */
 export interface RequestFacts {
@@ -64,7 +65,7 @@ export function readPart(part: string, facts: RequestFacts): string | undefined 
   if (source === "header") return headerValue(facts.headers, name);
   if (source === "query") return facts.url.searchParams.get(name) ?? undefined;
   if (source === "cookie") return readCookie(facts.headers.get("cookie"), name);
-  if (source === "jwt") return claimText(facts.claims?.[name]);
+  if (source === "jwt") return claimText(ownValue(facts.claims, name));
   return undefined;
 }
 

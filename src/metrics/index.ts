@@ -8,6 +8,7 @@ import { latencyBucket } from "./histogram.js";
 import type { ClientLabel } from "./labels.js";
 import { idempotencyLines } from "./idempotency.js";
 import { divertLines } from "./diverts.js";
+import { sessionLines } from "./sessions.js";
 export { asHash } from "../store/replies.js";
 
 /** Counts go to Redis at most this often per isolate, the first time this long after the isolate started counting. */
@@ -272,6 +273,7 @@ export function prometheus(
   lines.push(...banLines(total));
   lines.push(...idempotencyLines(total, esc));
   lines.push(...divertLines(total, esc));
+  lines.push(...sessionLines(total, esc));
   const sum = Number(lastMinute.rtt_sum_ms ?? 0);
   const cnt = Number(lastMinute.rtt_count ?? 0);
   lines.push(

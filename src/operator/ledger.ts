@@ -1,7 +1,7 @@
 import type { Context } from "hono";
 import { getCookie } from "hono/cookie";
 import { sha256 } from "hono/utils/crypto";
-import { appendLedger } from "../store/ledger.js";
+import { appendAudit } from "../store/ledger.js";
 import { ADMIN_SESSION_COOKIE, type AdminEnv } from "./context.js";
 
 /**
@@ -19,11 +19,12 @@ export type AdminEvent =
   | "admin_route_mode";
 
 /**
- * Appends an operator's change to the ledger (`{key_prefix}:ledger`, the stream the idempotency
- * and session outcomes go to, capped alike): `event`, `who` (the admin session or `token`, see
- * `adminActor`), `at` (ms since epoch, as the scripts write it) and `detail` (JSON). Called by the
- * admin handlers once the change is made, so a change through the API is ledgered as one through
- * the dashboard is. Without a home Redis there is nothing to change nor to ledger.
+ * Appends an operator's change to the audit trail (`{key_prefix}:audit`, a stream of its own: the
+ * ledger's outcomes, which clients' traffic writes, can never trim it): `event`, `who` (the admin
+ * session or `token`, see `adminActor`), `at` (ms since epoch, as the scripts write it) and
+ * `detail` (JSON). Called by the admin handlers once the change is made, so a change through the
+ * API is recorded as one through the dashboard is. Without a home Redis there is nothing to change
+ * nor to record. `GET /__sluice/ledger` reads both trails, merged.
  */
 export async function ledgerAdminAction(
   c: Context<AdminEnv>,
@@ -33,7 +34,7 @@ export async function ledgerAdminAction(
   const home = c.get("stores").offPath();
   if (!home) return;
   const fields = { event, who: await adminActor(c), at: String(Date.now()), detail: JSON.stringify(detail) };
-  await appendLedger(home, c.get("config").key_prefix, fields, c.get("config").ledger_length);
+  await appendAudit(home, c.get("config").key_prefix, fields);
 }
 
 /**

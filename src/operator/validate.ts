@@ -8,6 +8,24 @@ import { PROBLEMS } from "../problem-types.js";
 /** A duration as the configuration writes them (`"500ms"`, `"10m"`, `"1d"`). */
 export const duration = z.string().refine((t) => parseDuration(t) !== undefined, 'must be a duration like "10m"');
 
+/**
+ * A status an answer can be replayed with: a final status (`new Response` refuses 1xx, and a
+ * `101` would switch protocols), and no more than HTTP has (599).
+ */
+export const replayableStatus = z.number().int().min(200, "must be a final status, 200 to 599").max(599);
+
+/** Statuses whose responses carry no content (RFC 9110 §15.3.5, §15.3.6, §15.4.5): a body with them cannot be sent. */
+export const BODILESS_STATUSES: ReadonlySet<number> = new Set([204, 205, 304]);
+
+/**
+ * A header value as a response can carry it: visible ASCII, spaces and tabs inside, nothing
+ * around (`new Response` refuses a line break or a character past one byte).
+ */
+export const headerValue = z
+  .string()
+  .max(200)
+  .regex(/^[\x21-\x7e]([\t\x20-\x7e]*[\x21-\x7e])?$/, "must be a header value: visible ASCII characters");
+
 /** The media types Hono's JSON validator parses (`application/json`, `application/*+json`). */
 const JSON_MEDIA_TYPE = /^application\/([\w.-]+\+)?json$/i;
 

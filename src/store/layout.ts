@@ -115,7 +115,8 @@ export const LAYOUT = {
   lists: {
     patterns: ["{key_prefix}:lists"],
     store: "home",
-    holds: "hash of deny/allow entries (JSON, each with its own expiry)",
+    holds:
+      "hash of deny/allow entries (JSON, each with its own expiry) and the routes' degrade switches; every read and write (`lua/lists.lua`) drops those that ran out first, and at most 1 000 automatic bans are in force (past it a ban drops the one that expires soonest)",
     ttl: "30 days, renewed on every change",
   },
   banRefusals: {
@@ -195,8 +196,15 @@ export const LAYOUT = {
   ledger: {
     patterns: ["{key_prefix}:ledger"],
     store: "home",
-    holds: "stream of idempotency and session events, and the admin changes (bans, overrides)",
+    holds: "stream of idempotency and session outcomes (a session's refusals are counted, not ledgered)",
     ttl: "capped at ~`ledger_length` entries (10 000)",
+  },
+  audit: {
+    patterns: ["{key_prefix}:audit"],
+    store: "home",
+    holds:
+      "stream of the operators' changes (bans, allow entries, overrides, route modes), apart from the ledger so client traffic never trims them",
+    ttl: "capped at ~10 000 entries; 366 days from the last change",
   },
 } as const satisfies Record<string, LayoutEntry>;
 
@@ -384,7 +392,12 @@ export function sessionFenceKey(prefix: string): string {
   return `${prefix}:session:fence`;
 }
 
-/** The stream every idempotency and session outcome, and every admin change, is appended to (home). */
+/** The stream every idempotency and session outcome is appended to (home); the operators' changes have their own (`auditKey`). */
 export function ledgerKey(prefix: string): string {
   return `${prefix}:ledger`;
+}
+
+/** The operators' audit trail (home), a stream of its own. */
+export function auditKey(prefix: string): string {
+  return `${prefix}:audit`;
 }

@@ -1,37 +1,46 @@
-import { ledgerKey } from "./layout.js";
+import { auditKey, ledgerKey } from "./layout.js";
 import type { Store } from "./redis.js";
 
 /**
- * The ledger (`{prefix}:ledger`), a stream capped at about `ledger_length` entries: the scripts
- * append the idempotency and session outcomes, the admin API the operator's changes
- * (`appendLedger`), and the admin API reads it back (`readLedgerPage`).
+ * The two trails, each a stream: the ledger (`{prefix}:ledger`, capped at about `ledger_length`
+ * entries), to which the scripts append the idempotency and session outcomes, and the audit trail
+ * (`{prefix}:audit`, capped at about `AUDIT_LENGTH`), to which the admin API appends the operators'
+ * changes (`appendAudit`): apart, so that no amount of client traffic can trim an operator's change
+ * away. The admin API reads both back (`readTrailPage`).
  */
 
-/** Appends one entry (its id given by Redis), keeping the stream at about `maxLen` entries. */
-export async function appendLedger(
-  store: Store,
-  prefix: string,
-  fields: Record<string, string>,
-  maxLen: number,
-): Promise<void> {
-  await store.stream.add(ledgerKey(prefix), fields, maxLen);
+/** Which trail: the idempotency and session outcomes, or the operators' changes. */
+export type Trail = "ledger" | "audit";
+
+/** The operators' changes kept: about this many, whatever the clients do (they write none). */
+export const AUDIT_LENGTH = 10_000;
+/** The audit trail lives this long after its last change (a year), so every key has a TTL. */
+export const AUDIT_TTL_S = 366 * 86_400;
+
+/** Appends an operator's change to the audit trail (its id given by Redis), and renews the trail's lifetime. */
+export async function appendAudit(store: Store, prefix: string, fields: Record<string, string>): Promise<void> {
+  const key = auditKey(prefix);
+  await store.stream.add(key, fields, AUDIT_LENGTH);
+  await store.keys.expire(key, AUDIT_TTL_S);
 }
 
 /** One ledger entry: its stream id and its fields. */
 export type LedgerEntry = Record<string, string> & { id: string };
 
 /**
- * Up to `count` ledger entries, newest first, from `end` (`+`, or `(id` for those before an id)
+ * Up to `count` entries of a trail, newest first, from `end` (`+`, or `(id` for those before an id)
  * down to `start` (`-`, or an id such as `{ms}-0`): one XREVRANGE.
  */
-export async function readLedgerPage(
+export async function readTrailPage(
   store: Store,
   prefix: string,
+  trail: Trail,
   end: string,
   start: string,
   count: number,
 ): Promise<LedgerEntry[]> {
-  return ledgerEntries(await store.stream.revRange(ledgerKey(prefix), end, start, count));
+  const key = trail === "audit" ? auditKey(prefix) : ledgerKey(prefix);
+  return ledgerEntries(await store.stream.revRange(key, end, start, count));
 }
 
 /** XREVRANGE as the client gives it without deserialisation: [[id, [field, value, ...]], ...]. */

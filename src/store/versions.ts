@@ -14,7 +14,7 @@ import type { Batch, Store } from "./redis.js";
  * So the counter outlives everything it counts: a counter that reads 0 (absent) means no list entry,
  * override or shared state exists in that Redis, which lets a fresh isolate skip reading them.
  */
-const VERSION_TTL_MS = 30 * 86_400_000;
+export const VERSION_TTL_MS = 30 * 86_400_000;
 
 /**
  * The bump, for a batch that sends the write first: after the write, so a copy read at the new

@@ -7,6 +7,7 @@ import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { hashIdentifier } from "../../src/identity/hash.js";
+import { idKeyOf, pseudonym } from "../../src/identity/pseudonym.js";
 import { call, sleep, type DemoOrigin, useStack } from "../integration/stack.js";
 
 const ADMIN = "policies-admin-token-0123456789";
@@ -115,7 +116,12 @@ describe("sessions: a session id does not reach another principal's lock", () =>
     expect(new Set(tokens).size).toBe(2);
     // two locks, one per principal (the lock hashes [principal, session]), each granted and released in the ledger
     const session = JSON.stringify([["header:x-session-id", "victim-s"]]);
-    const lockOf = (ip: string) => hashIdentifier(JSON.stringify([JSON.stringify([["ip", ip]]), session]));
+    // the ledger names a lock by the keyed id of its hash (issue 29, finding 14: the plain hash gave the IP back to guesses)
+    const lockOf = async (ip: string) =>
+      pseudonym(
+        idKeyOf({ SLUICE_ADMIN_TOKEN: ADMIN }),
+        await hashIdentifier(JSON.stringify([JSON.stringify([["ip", ip]]), session])),
+      );
     const entries = await ledger();
     for (const key of [await lockOf(VICTIM), await lockOf(ATTACKER)]) {
       const events = entries.filter((e) => e.route === "orders" && e.key === key).map((e) => e.event);

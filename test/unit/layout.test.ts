@@ -5,6 +5,7 @@ import {
   LAYOUT,
   adaptiveStateKey,
   adminAuthKey,
+  auditKey,
   adminSessionKey,
   banLevelKey,
   banRefusalsKey,
@@ -84,6 +85,7 @@ const built: Record<LayoutKind, string[]> = {
   sessionLock: [sessionLockKey(prefix, h.lock)],
   sessionFence: [sessionFenceKey(prefix)],
   ledger: [ledgerKey(prefix)],
+  audit: [auditKey(prefix)],
 };
 
 /** The documented placeholders, and what the sample input puts in them. */
@@ -150,6 +152,7 @@ describe("Redis layout: every key as documented", () => {
       sessionLock: ["sluice:session:55555555555555555555555555555555"],
       sessionFence: ["sluice:session:fence"],
       ledger: ["sluice:ledger"],
+      audit: ["sluice:audit"],
     });
     expect(idempotencyReplaysKey(prefix, route, "-")).toBe("sluice:idem:checkout:replays:-");
   });

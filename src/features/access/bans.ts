@@ -7,9 +7,10 @@ import { banLevelKey, banRefusalsKey } from "../../store/layout.js";
 import type { Store } from "../../store/redis.js";
 import { validEntry } from "../../identity/entry.js";
 import type { ListCache } from "./lists.js";
-import { announce, decodeEntries, readEntryIn, writeEntry, type ListEntry } from "./lists-store.js";
+import { announce, decodeEntries, MAX_BANS, readEntryIn, writeEntry, type ListEntry } from "./lists-store.js";
 import type { MetricsBuffer } from "../../metrics/index.js";
 import { log, settleQuietly } from "../../util/log.js";
+import { idKeyOf, pseudonym, type IdKey } from "../../identity/pseudonym.js";
 
 /** A limit's `ban` table, durations in ms. */
 export type BanSettings = NonNullable<Limit["ban"]>;
@@ -70,6 +71,8 @@ interface BanCount {
   settings: BanSettings;
   entry: string;
   hash: KeyHash;
+  /** The deployment's key of the ids shown for clients: the log names the client by its keyed id. */
+  idKey?: IdKey;
 }
 
 /**
@@ -99,6 +102,7 @@ export function countRefusal(scope: Scope, blocking: LimitOutcome): void {
       settings,
       entry,
       hash,
+      idKey: idKeyOf(scope.env),
     }),
   );
   scope.defer(settleQuietly(counted, "ban_count_failed", { route }));
@@ -131,13 +135,16 @@ async function escalate(ban: BanCount): Promise<void> {
   const level = Number(reply);
   const until = Date.now() + banDuration(ban.settings.for, level);
   const note = `ban by route "${ban.route}", limit "${ban.limit}", level ${level}`;
-  const entry: ListEntry = { ...deny(ban.entry), until, note };
-  await writeEntry(ban.store, ban.prefix, entry);
+  const entry: ListEntry = { ...deny(ban.entry), until, note, source: "ban" };
+  const dropped = await writeEntry(ban.store, ban.prefix, entry);
+  // the cap on bans in force made room (MAX_BANS): said once, by count (the entries name clients)
+  if (dropped.length > 0)
+    log("bans_dropped", { route: ban.route, limit: ban.limit, dropped: dropped.length, cap: MAX_BANS });
   await ban.announce();
   ban.lists.add(ban.prefix, entry);
   ban.metrics.countBan(ban.route, ban.limit);
   const at = new Date(until).toISOString();
-  log("ban", { route: ban.route, limit: ban.limit, level, until: at, id: ban.hash });
+  log("ban", { route: ban.route, limit: ban.limit, level, until: at, id: await pseudonym(ban.idKey, ban.hash) });
 }
 
 function deny(entry: string): Pick<ListEntry, "kind" | "entry"> {

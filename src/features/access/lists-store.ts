@@ -1,7 +1,8 @@
+import listsLua from "../../../lua/lists.lua";
 import { listsKey, versionKey } from "../../store/layout.js";
+import { StoreError } from "../../store/deadline.js";
 import type { Batch, Store } from "../../store/redis.js";
-import { asHash } from "../../store/replies.js";
-import { bumpVersionIn, bumpVersions, versionOf } from "../../store/versions.js";
+import { bumpVersions, VERSION_TTL_MS, versionOf } from "../../store/versions.js";
 import { everyStore, type Stores } from "../../region/index.js";
 import type { Config } from "../../config/index.js";
 import { decodeModes, type RouteMode } from "../mode/store.js";
@@ -12,8 +13,10 @@ import { decodeModes, type RouteMode } from "../mode/store.js";
  * degrade switch is set, `mode:{route}`, src/features/mode/), the hash living `LISTS_TTL_S` past
  * its last change (each entry has its own expiry inside). Every read and write of it is here: the
  * isolates' refresh (lists.ts), the admin API (src/features/access/admin.ts) and automatic bans (bans.ts).
- * Every write bumps the Redis's change counter (`{prefix}:version`) after it, in the same request,
- * which is how isolates learn that their copy is behind.
+ * Each is one call of lua/lists.lua, which first drops the fields that have run out (so no reader
+ * is handed a dead entry, and a thousand one-second bans leave nothing behind), bounds the live
+ * automatic bans at `MAX_BANS`, and bumps the Redis's change counter (`{prefix}:version`) after
+ * every write, which is how isolates learn that their copy is behind.
  */
 
 /** An entry of the deny or allow list: an IP, a CIDR range, or `<key part>=<value>` (e.g. `header:x-api-key=k1`). */
@@ -25,7 +28,18 @@ export interface ListEntry {
   /** allow entries: the routes whose limits are skipped (all when absent) */
   routes?: string[];
   note?: string;
+  /** `ban`: written by a limit's `ban` (bans.ts), which the cap may drop; absent: the operator's. */
+  source?: "ban";
 }
+
+/**
+ * The most automatic bans in force at once, for the whole deployment. Every isolate copies the
+ * lists whole and reads them again on every change, so invented clients banned one after another
+ * must not grow them without end: past the cap, a new ban drops the ban that expires soonest (its
+ * client is still limited by the limit that banned it, and its next ban escalates from its level).
+ * Operators' entries and the routes' switches are never dropped nor counted.
+ */
+export const MAX_BANS = 1_000;
 
 /** How long the lists hash outlives its last change (each entry has its own expiry inside). */
 export const LISTS_TTL_S = 30 * 86_400;
@@ -35,53 +49,63 @@ export function listField(entry: Pick<ListEntry, "kind" | "entry">): string {
   return `${entry.kind}:${entry.entry}`;
 }
 
-/** Every entry of the lists hash (run out or not); values that do not parse are passed over. */
+/** Every entry of the lists hash in force (lists.lua drops the rest); values that do not parse are passed over. */
 export async function readEntries(store: Store, prefix: string): Promise<ListEntry[]> {
   return (await readEntriesAt(store, prefix)).entries;
 }
 
 /**
- * Every entry, the routes' degrade switches (src/features/mode/), and the Redis's change counter
- * read just before them in the same request (GET, HGETALL): writers bump it after writing, so
- * every write made before the counter reached that value is in what was read.
+ * Every entry in force, the routes' degrade switches (src/features/mode/), and the Redis's change
+ * counter, read in the same atomic call (lists.lua `read`, which drops what has run out first):
+ * writers bump it after writing, so every write made before the counter reached that value is in
+ * what was read.
  */
 export async function readEntriesAt(
   store: Store,
   prefix: string,
 ): Promise<{ entries: ListEntry[]; modes: RouteMode[]; version: number }> {
-  const [version, hash] = await store.pipeline((b) => b.get(versionKey(prefix)).hgetall(listsKey(prefix)));
-  const values = Object.values(asHash(hash));
+  const [version, ...values] = await lists(store, prefix, ["read", Date.now()]);
   return { entries: decodeEntries(values), modes: decodeModes(values), version: versionOf(version) };
 }
 
-/** Writes one field of the lists hash (JSON) and renews the hash's lifetime, the change counter's bump last, in one request. */
-export async function writeField(store: Store, prefix: string, field: string, value: unknown): Promise<void> {
-  await store.pipeline((b) => writeFieldIn(b, prefix, field, value));
+/**
+ * Writes one field of the lists hash (JSON), renews the hash's lifetime and bumps the change
+ * counter, in one call that first drops what has run out. An automatic ban (`source: "ban"`)
+ * past `MAX_BANS` drops the bans that expire soonest: their fields are given back.
+ */
+export async function writeField(store: Store, prefix: string, field: string, value: unknown): Promise<string[]> {
+  const [, ...dropped] = await lists(store, prefix, [
+    "write",
+    Date.now(),
+    field,
+    JSON.stringify(value),
+    MAX_BANS,
+    VERSION_TTL_MS,
+    LISTS_TTL_S,
+  ]);
+  return dropped.map(String);
 }
 
-function writeFieldIn(batch: Batch, prefix: string, field: string, value: unknown): void {
-  const key = listsKey(prefix);
-  batch.hset(key, { [field]: JSON.stringify(value) }).expire(key, LISTS_TTL_S);
-  bumpVersionIn(batch, prefix);
-}
-
-/** Removes one field of the lists hash and bumps the change counter, in one request: whether it was there. */
+/** Removes one field of the lists hash and bumps the change counter, in one call: whether it was there (and in force). */
 export async function removeField(store: Store, prefix: string, field: string): Promise<boolean> {
-  const [removed] = await store.pipeline((b) => {
-    b.hdel(listsKey(prefix), field);
-    bumpVersionIn(b, prefix);
-  });
+  const [removed] = await lists(store, prefix, ["remove", Date.now(), field, "", 0, VERSION_TTL_MS]);
   return Number(removed) === 1;
 }
 
-/** Writes an entry (replacing the one of the same kind and entry) and renews the hash's lifetime, in one request. */
-export async function writeEntry(store: Store, prefix: string, entry: ListEntry): Promise<void> {
-  await store.pipeline((b) => writeEntryIn(b, prefix, entry));
+/** One call of lua/lists.lua (see its contract); its reply as a list. */
+async function lists(store: Store, prefix: string, args: Array<string | number>): Promise<unknown[]> {
+  const reply = await store.run(store.script(listsLua), [listsKey(prefix), versionKey(prefix)], args);
+  if (!Array.isArray(reply))
+    throw new StoreError("error", `unexpected reply from lists.lua: ${JSON.stringify(reply).slice(0, 200)}`);
+  return reply;
 }
 
-/** `writeEntry`'s commands (the change counter's bump last), for a batch that sends more. */
-export function writeEntryIn(batch: Batch, prefix: string, entry: ListEntry): void {
-  writeFieldIn(batch, prefix, listField(entry), entry);
+/**
+ * Writes an entry (replacing the one of the same kind and entry), as `writeField` does: the
+ * fields of the automatic bans the cap dropped to make room for it.
+ */
+export async function writeEntry(store: Store, prefix: string, entry: ListEntry): Promise<string[]> {
+  return writeField(store, prefix, listField(entry), entry);
 }
 
 /** Removes an entry and bumps the change counter, in one request: whether it was there. */

@@ -6,16 +6,17 @@ import { LISTS_FALLBACK_MS, LISTS_MAX_AGE_MS, ListCache } from "./lists.js";
 
 /**
  * A home store whose lists hash and change counter are whatever the test sets, answering the
- * lists' one read (GET of the counter, HGETALL of the hash, in one pipeline) and counting them.
+ * lists' one read (lua/lists.lua `read`: the counter, then the live values) and counting them.
  */
 function fakeHome() {
   const state = { version: 1, entries: [] as string[], reads: 0 };
   const store = {
     id: "home",
-    pipeline: async () => {
+    script: (source: string) => source,
+    run: async () => {
       state.reads++;
-      const hash = state.entries.flatMap((e) => [`deny:${e}`, JSON.stringify({ kind: "deny", entry: e, until: 9e15 })]);
-      return [String(state.version), hash];
+      const values = state.entries.map((e) => JSON.stringify({ kind: "deny", entry: e, until: 9e15 }));
+      return [String(state.version), ...values];
     },
   } as unknown as Store;
   return { store, state };

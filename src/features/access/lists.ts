@@ -1,18 +1,12 @@
-import { readPart, trimHttpWhitespace, type RequestFacts } from "../../identity/identify.js";
+import type { RequestFacts } from "../../identity/identify.js";
 import type { Defer } from "../../util/defer.js";
 import type { Store } from "../../store/redis.js";
 import { StoreVersions } from "../../store/versions.js";
-import { inCidr, parseCidr, parseIp, type Cidr } from "../../identity/cidr.js";
 import { listField, readEntriesAt, type ListEntry } from "./lists-store.js";
+import { compileEntry, EntryIndex } from "./list-index.js";
 import { modeInForce, type RouteMode } from "../mode/store.js";
 
 export type { ListEntry } from "./lists-store.js";
-
-interface Compiled extends ListEntry {
-  cidr?: Cidr;
-  part?: string;
-  value?: string;
-}
 
 /** A read that failed is tried again no sooner than this. */
 const RETRY_MS = 800;
@@ -30,7 +24,8 @@ interface Held {
   prefix: string;
   /** When the last read started (isolate clock). */
   at: number;
-  entries: Compiled[];
+  /** The entries in force when read (lists.lua prunes the rest), indexed by what names a client. */
+  index: EntryIndex;
   /** The routes' degrade switches read with the entries (src/features/mode/). */
   modes: RouteMode[];
   /** The home Redis's change counter the entries were read at, and that Redis. */
@@ -82,16 +77,16 @@ export class ListCache {
     defer: Defer,
     claimed?: Record<string, unknown>,
   ): Promise<"deny" | "allow" | undefined> {
-    const entries = await this.entries(source, defer);
+    const index = await this.index(source, defer);
     // once per request (namesClaims may have asked before): a decision after it reports a counter
     this.lastCheck = Date.now();
-    return verdictOf(entries, facts, route, claimed);
+    return verdictOf(index, facts, route, claimed);
   }
 
   /** Whether an entry in force names a JWT claim (`jwt:sub=…`): then the request's token must be read first. */
   async namesClaims(source: ListSource, defer: Defer): Promise<boolean> {
     const now = Date.now();
-    return (await this.entries(source, defer)).some((e) => e.until > now && e.part?.startsWith("jwt:"));
+    return (await this.index(source, defer)).claimEntries.some((e) => e.until > now);
   }
 
   /**
@@ -115,7 +110,9 @@ export class ListCache {
     const c = this.cache;
     if (!c || c.prefix !== prefix) return;
     const field = listField(entry);
-    c.entries = [...c.entries.filter((e) => listField(e) !== field), compileEntry(entry)];
+    const now = Date.now();
+    const kept = c.index.entries.filter((e) => listField(e) !== field && e.until > now);
+    c.index = new EntryIndex([...kept, compileEntry(entry)]);
   }
 
   /**
@@ -132,8 +129,8 @@ export class ListCache {
     await this.load(c, source);
   }
 
-  private async entries(source: ListSource, defer: Defer): Promise<Compiled[]> {
-    return (await this.held(source, defer)).entries;
+  private async index(source: ListSource, defer: Defer): Promise<EntryIndex> {
+    return (await this.held(source, defer)).index;
   }
 
   /** The copy held, read first if there is none yet, and read again in the background when due. */
@@ -143,7 +140,7 @@ export class ListCache {
       const held: Held = {
         prefix: source.prefix,
         at: 0,
-        entries: [],
+        index: new EntryIndex([]),
         modes: [],
         behind: false,
         first: Promise.resolve(),
@@ -182,21 +179,17 @@ export class ListCache {
 }
 
 function verdictOf(
-  entries: Compiled[],
+  index: EntryIndex,
   facts: RequestFacts,
   route: string | undefined,
   claimed?: Record<string, unknown>,
 ): "deny" | "allow" | undefined {
-  if (entries.length === 0) return undefined;
+  if (index.entries.length === 0) return undefined;
   const now = Date.now();
-  const ip = parseIp(facts.ip);
-  const hits = (e: Compiled, seen: RequestFacts) =>
-    e.until > now &&
-    (e.cidr ? ip !== undefined && inCidr(ip, e.cidr) : e.part !== undefined && readPart(e.part, seen) === e.value);
   const denyFacts = claimed && !facts.claims ? { ...facts, claims: claimed } : facts;
-  if (entries.some((e) => e.kind === "deny" && hits(e, denyFacts))) return "deny";
-  if (route && entries.some((e) => e.kind === "allow" && (!e.routes || e.routes.includes(route)) && hits(e, facts)))
-    return "allow";
+  if (index.matching(denyFacts).some((e) => e.kind === "deny" && e.until > now)) return "deny";
+  const allows = (e: ListEntry) => e.kind === "allow" && e.until > now && (!e.routes || e.routes.includes(route ?? ""));
+  if (route && index.matching(facts).some(allows)) return "allow";
   return undefined;
 }
 
@@ -207,7 +200,7 @@ async function refresh(c: Held, source: ListSource): Promise<void> {
   if (!source.store) return;
   try {
     const read = await readEntriesAt(source.store, source.prefix);
-    c.entries = read.entries.map(compileEntry);
+    c.index = new EntryIndex(read.entries.map(compileEntry));
     c.modes = read.modes;
     c.version = read.version;
     c.storeId = source.store.id;
@@ -217,13 +210,4 @@ async function refresh(c: Held, source: ListSource): Promise<void> {
     c.behind ||= wasBehind;
     c.failed = true;
   }
-}
-
-/** An entry as `verdictOf` matches it: its CIDR range, or its key part and value. */
-function compileEntry(e: ListEntry): Compiled {
-  const cidr = parseCidr(e.entry);
-  if (cidr) return { ...e, cidr };
-  const eq = e.entry.indexOf("=");
-  // values are compared as readPart gives them: without surrounding whitespace
-  return { ...e, part: e.entry.slice(0, eq), value: trimHttpWhitespace(e.entry.slice(eq + 1)) };
 }

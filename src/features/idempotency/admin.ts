@@ -5,7 +5,8 @@ import { asKeyHash } from "../../identity/hash.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { required, type AdminEnv } from "../../operator/context.js";
-import { jsonBody } from "../../operator/validate.js";
+import { BODILESS_STATUSES, badRequest, headerValue, jsonBody, replayableStatus } from "../../operator/validate.js";
+import { toBase64 } from "../../util/base64.js";
 
 const NO_HOME = "no Redis configured for the home region";
 
@@ -14,8 +15,8 @@ const resolveBody = z
     route: z.string().min(1).max(63),
     key: z.string().regex(/^[0-9a-f]{32}$/, "must be a key hash as the ledger shows it"),
     action: z.enum(["release", "replay"]),
-    status: z.number().int().min(100).max(599).optional(),
-    content_type: z.string().max(200).optional(),
+    status: replayableStatus.optional(),
+    content_type: headerValue.optional(),
     body: z
       .string()
       .max(1024 * 1024)
@@ -37,6 +38,7 @@ export function idempotencyApp(): Hono<AdminEnv> {
     if (!route?.idempotency) {
       throw new Problem({ type: PROBLEMS.noSuchRoute, detail: `no route "${b.route}" with idempotency` });
     }
+    if (b.action === "replay") checkReplayable(b, route.idempotency.methods);
     const store = required(c.get("stores").offPath(), PROBLEMS.storeUnavailable, NO_HOME);
     const ref = refFromHash(store, config.key_prefix, route.name, asKeyHash(b.key));
     const answer = b.action === "replay" ? replayAnswer(b, route.idempotency.ttl) : undefined;
@@ -51,8 +53,26 @@ export function idempotencyApp(): Hono<AdminEnv> {
   return app;
 }
 
-/** What duplicates are answered with after a `replay` resolution (the body stored as base64, as the gateway stores answers). */
-function replayAnswer(b: z.output<typeof resolveBody>, ttlMs: number) {
+type ResolveBody = z.output<typeof resolveBody>;
+
+/**
+ * A `replay` answer every duplicate can be given: a body only where the status allows one (not
+ * 204, 205 or 304), and not on a route whose keys are only ever HEAD requests (whose answers
+ * have none). Anything else would be stored, then fail as a `500` on every duplicate for `ttl`.
+ */
+function checkReplayable(b: ResolveBody, methods: readonly string[]): void {
+  if (!b.body) return;
+  const status = b.status ?? 200;
+  if (BODILESS_STATUSES.has(status)) throw badRequest(`body: a ${status} answer has no body`);
+  if (methods.every((m) => m === "HEAD")) throw badRequest("body: answers to HEAD requests have no body");
+}
+
+/**
+ * What duplicates are answered with after a `replay` resolution: the body's text as UTF-8 bytes,
+ * stored as base64 as the gateway stores an origin's answer (so `€` is stored and `café` replayed
+ * as they were given).
+ */
+function replayAnswer(b: ResolveBody, ttlMs: number) {
   const headers: Array<[string, string]> = [["content-type", b.content_type ?? "application/json"]];
-  return { status: b.status ?? 200, headers, body: btoa(b.body ?? ""), ttlMs };
+  return { status: b.status ?? 200, headers, body: toBase64(new TextEncoder().encode(b.body ?? "")), ttlMs };
 }

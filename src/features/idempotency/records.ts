@@ -1,5 +1,6 @@
 import idempotencyLua from "../../../lua/idempotency.lua";
 import { asKeyHash, hashIdentifier } from "../../identity/hash.js";
+import { pseudonym } from "../../identity/pseudonym.js";
 import { StoreError } from "../../store/deadline.js";
 import { idempotencyFenceKey, idempotencyRecordKey, idempotencyReplaysKey, ledgerKey } from "../../store/layout.js";
 import type { Store } from "../../store/redis.js";
@@ -17,7 +18,10 @@ export interface RecordRef {
   fenceKey: string;
   /** The principal's replay bucket (`"-"` for refs that never claim: no principal, never written). */
   replaysKey: string;
-  /** sha256(principal): what the ledger names the principal by (never the principal itself). */
+  /**
+   * What the ledger and the logs name the principal by: the keyed id of sha256(principal)
+   * (src/identity/pseudonym.ts), never the principal, nor a hash a guess could be tested against.
+   */
   principal?: string;
   /** The request's trace, session and latency for the ledger, and where its outcomes are counted. */
   trail?: RecordTrail;
@@ -53,8 +57,10 @@ export async function recordRef(
     keyHash: await hashIdentifier(JSON.stringify([principal, key])),
     fenceKey: idempotencyFenceKey(prefix, route),
     replaysKey: idempotencyReplaysKey(prefix, route, principalHash),
-    principal: principalHash,
-    trail: trail?.session ? { ...trail, session: await hashIdentifier(trail.session) } : trail,
+    principal: await pseudonym(trail?.idKey, principalHash),
+    trail: trail?.session
+      ? { ...trail, session: await pseudonym(trail.idKey, await hashIdentifier(trail.session)) }
+      : trail,
   };
 }
 

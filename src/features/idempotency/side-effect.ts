@@ -16,6 +16,7 @@ import {
 import { StoreError } from "../../store/deadline.js";
 import type { RecordTrail } from "./trail.js";
 import { readPart } from "../../identity/identify.js";
+import { idKeyOf } from "../../identity/pseudonym.js";
 import { traceparentOf } from "../../util/traceparent.js";
 
 /** What makes two requests the same request, for a route's idempotency keys. */
@@ -50,12 +51,20 @@ function claimTrail(scope: Scope): RecordTrail {
     session: sessionKey === undefined ? undefined : readPart(sessionKey, scope.facts),
     metrics: scope.runtime.metrics,
     ledgerLength: scope.config.ledger_length,
+    idKey: idKeyOf(scope.env),
   };
 }
 
 export function sessionPlace(scope: Scope, route: Route): SessionPlace {
   const { prefix, claim } = claimStores(scope);
-  return { store: claim, prefix, route: route.name, ledgerLength: scope.config.ledger_length };
+  return {
+    store: claim,
+    prefix,
+    route: route.name,
+    ledgerLength: scope.config.ledger_length,
+    metrics: scope.runtime.metrics,
+    idKey: idKeyOf(scope.env),
+  };
 }
 
 /**

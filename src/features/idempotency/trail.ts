@@ -10,6 +10,7 @@ import {
 } from "../../metrics/idempotency.js";
 import { originFailed, type OriginReply } from "../../origin/forward.js";
 import { log } from "../../util/log.js";
+import type { IdKey } from "../../identity/pseudonym.js";
 
 /** The header that tells the origin the request's trace. */
 export function traceHeader(trail: RecordTrail | undefined): Record<string, string> {
@@ -28,6 +29,8 @@ export interface RecordTrail {
   ledgerLength?: number;
   /** The origin's latency, once it answered (or failed): set before the claim is settled. */
   latencyMs?: number;
+  /** The deployment's key of the ids the ledger and the logs show (principal, session). */
+  idKey?: IdKey;
 }
 
 /** What idempotency.lua puts beside each ledger entry (its last argument, JSON). */

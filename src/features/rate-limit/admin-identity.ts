@@ -16,17 +16,19 @@ import { badRequest } from "../../operator/validate.js";
 export function factsFromParams(params: URLSearchParams): RequestFacts {
   const headers = new Headers();
   const url = new URL("https://admin.sluice/");
-  const claims: Record<string, unknown> = {};
+  // own members only, whatever the name (`jwt:__proto__` is a claim like any other)
+  const claims: Array<[string, string]> = [];
   const cookies: string[] = [];
   for (const [k, v] of params) {
     const [source, name] = [k.slice(0, k.indexOf(":")), k.slice(k.indexOf(":") + 1)];
     if (source === "header") headers.set(name, v);
     else if (source === "query") url.searchParams.set(name, v);
     else if (source === "cookie") cookies.push(`${name}=${v}`);
-    else if (source === "jwt") claims[name] = v;
+    else if (source === "jwt") claims.push([name, v]);
   }
   if (cookies.length) headers.set("cookie", cookies.join("; "));
-  return { ip: params.get("ip") ?? "unknown", matchPath: params.get("path") ?? "/", headers, url, claims };
+  const facts = { ip: params.get("ip") ?? "unknown", matchPath: params.get("path") ?? "/", headers, url };
+  return { ...facts, claims: Object.fromEntries(claims) };
 }
 
 /** A configured limit by its route's and its own name (as configured: names are case-sensitive). */

@@ -9,6 +9,9 @@ import { acquire, release, renew, sessionRef, type Acquired, type SessionRef } f
 import { logError, settleQuietly } from "../../util/log.js";
 import type { Defer } from "../../util/defer.js";
 import { keepRenewing, type Renewal } from "../../util/renewal.js";
+import { countSessionRefusal } from "../../metrics/sessions.js";
+import type { FieldCounter } from "../../metrics/idempotency.js";
+import type { IdKey } from "../../identity/pseudonym.js";
 
 export type SessionSettings = NonNullable<Route["session"]>;
 
@@ -20,6 +23,8 @@ export type SessionHold =
 export interface SessionTicket {
   hash: string;
   owner: string;
+  /** What the ledger names the lock by (absent in a job queued before it was carried). */
+  ledgerId?: string;
 }
 
 /** Where session locks live: the home region's Redis, under the deployment's prefix, per route. */
@@ -29,6 +34,10 @@ export interface SessionPlace {
   route: string;
   /** The ledger's length (`ledger_length`). */
   ledgerLength?: number;
+  /** Where a refusal is counted (`sluice_session_refusals_total`): refusals are counted, not ledgered. */
+  metrics?: FieldCounter;
+  /** The deployment's key of the ids the ledger shows. */
+  idKey?: IdKey;
 }
 
 /**
@@ -60,6 +69,7 @@ export async function holdSession(
       place.route,
       await principalOf(settings.principal, facts, settings.principalOf),
       who.id,
+      place.idKey,
     )),
     ledgerLength: place.ledgerLength,
   };
@@ -67,12 +77,15 @@ export async function holdSession(
   // polls start at 20 ms and back off to 200 ms: a session's calls follow each other closely
   const lease = leaseMs ?? settings.lease;
   const a: Acquired = await pollWhile(
-    await acquire(ref, owner, lease, settings.wait < 20),
+    await acquire(ref, owner, lease),
     (r) => r.kind === "busy",
-    (last) => acquire(ref, owner, lease, last),
+    () => acquire(ref, owner, lease),
     { startMs: 20, maxMs: 200, budgetMs: settings.wait },
   );
-  if (a.kind === "busy") throw sessionBusy(a);
+  if (a.kind === "busy") {
+    if (place.metrics) countSessionRefusal(place.metrics, place.route);
+    throw sessionBusy(a);
+  }
   const renewal = leaseMs === undefined ? keepLocked(ref, owner, settings.lease) : undefined;
   if (renewal) defer(renewal.done);
   return {
@@ -82,7 +95,7 @@ export async function holdSession(
       renewal?.stop();
       await settleQuietly(release(ref, owner), "session_release_failed", { route: ref.route });
     },
-    ticket: { hash: ref.hash, owner },
+    ticket: { hash: ref.hash, owner, ledgerId: ref.ledgerId },
   };
 }
 

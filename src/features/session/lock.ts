@@ -1,5 +1,6 @@
 import sessionLua from "../../../lua/session.lua";
 import { asKeyHash, hashIdentifier } from "../../identity/hash.js";
+import { pseudonym, type IdKey } from "../../identity/pseudonym.js";
 import { LEDGER_MAXLEN } from "../idempotency/records.js";
 import { StoreError } from "../../store/deadline.js";
 import { ledgerKey, sessionFenceKey, sessionLockKey } from "../../store/layout.js";
@@ -10,8 +11,13 @@ export interface SessionRef {
   store: Store;
   prefix: string;
   route: string;
-  /** The lock's: over [principal, session identity]. The ledger names the lock by it. */
+  /** The lock's: over [principal, session identity]: its key name. */
   hash: string;
+  /**
+   * What the ledger names the lock by: the keyed id of `hash` (src/identity/pseudonym.ts), never
+   * `hash` itself (a session id is no secret, so its hash would give the principal back to guesses).
+   */
+  ledgerId: string;
   /** The ledger's length (`ledger_length`; the default when absent). */
   ledgerLength?: number;
 }
@@ -34,8 +40,10 @@ export async function sessionRef(
   route: string,
   principal: string,
   identity: string,
+  idKey?: IdKey,
 ): Promise<SessionRef> {
-  return { store, prefix, route, hash: await hashIdentifier(JSON.stringify([principal, identity])) };
+  const hash = await hashIdentifier(JSON.stringify([principal, identity]));
+  return { store, prefix, route, hash, ledgerId: await pseudonym(idKey, hash) };
 }
 
 async function call(
@@ -49,7 +57,7 @@ async function call(
   const reply = await r.store.run(
     r.store.script(sessionLua),
     [lock, sessionFenceKey(r.prefix), ledgerKey(r.prefix)],
-    [op, owner, r.route, r.hash, r.ledgerLength ?? LEDGER_MAXLEN, ...rest],
+    [op, owner, r.route, r.ledgerId, r.ledgerLength ?? LEDGER_MAXLEN, ...rest],
   );
   if (!Array.isArray(reply))
     throw new StoreError("error", `unexpected reply from session.lua: ${JSON.stringify(reply).slice(0, 200)}`);
@@ -57,11 +65,11 @@ async function call(
 }
 
 /**
- * One Lua call: the lock and the next fencing token, or how long the holder's lease has left.
- * `last` marks the caller's last try, whose refusal goes to the ledger (polls while waiting do not).
+ * One Lua call: the lock and the next fencing token, or how long the holder's lease has left. A
+ * refusal is not ledgered: the caller counts it (`countSessionRefusal`).
  */
-export async function acquire(r: SessionRef, owner: string, leaseMs: number, last: boolean): Promise<Acquired> {
-  const [kind, a, b] = await call(r, "acquire", owner, [leaseMs, last ? 1 : 0]);
+export async function acquire(r: SessionRef, owner: string, leaseMs: number): Promise<Acquired> {
+  const [kind, a, b] = await call(r, "acquire", owner, [leaseMs]);
   return kind === "granted"
     ? { kind, fence: Number(a), takeover: Number(b) === 1 }
     : { kind: "busy", leftMs: Number(a), fence: Number(b) };

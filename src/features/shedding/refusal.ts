@@ -1,6 +1,7 @@
 import type { Context } from "hono";
 import type { Scope, SluiceEnv } from "../../context.js";
 import { clientLabel } from "../../metrics/labels.js";
+import { idKeyOf, pseudonym } from "../../identity/pseudonym.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { allowance, rateLimitHeaders, retryAfterSeconds } from "../rate-limit/headers.js";
@@ -15,11 +16,16 @@ export type Refusal = Extract<Decision, { verdict: "reject" }>;
  */
 export type Shed = (c: Context<SluiceEnv>, scope: Scope, refusal: Refusal) => Promise<Response>;
 
-/** The refusing limit and client, for the request's log line and the dashboard. */
-export function noteRefusal(scope: Scope, refusal: Refusal): void {
+/**
+ * The refusing limit and client, for the request's log line and the dashboard: the client by the
+ * keyed id of its bucket (`pseudonym`), never the bucket's plain hash, which a guess could be
+ * tested against.
+ */
+export async function noteRefusal(scope: Scope, refusal: Refusal): Promise<void> {
   if (!scope.meta) return;
   scope.meta.limit = refusal.blocking.limit.name;
-  scope.meta.blockedId = refusal.blocking.key.slice(refusal.blocking.key.lastIndexOf(":") + 1);
+  const hash = refusal.blocking.key.slice(refusal.blocking.key.lastIndexOf(":") + 1);
+  scope.meta.blockedId = await pseudonym(idKeyOf(scope.env), hash);
   scope.meta.label = clientLabel(refusal.blocking.limit, scope.facts, scope.config.labels);
 }
 
@@ -36,7 +42,7 @@ export function tooManyRequests(refusal: Refusal, route: string): Problem {
 
 /** `on_limit = "reject"`, the only way a refusal is answered outside the gateway: the 429 problem. */
 export const reject: Shed = async (_c, scope, refusal) => {
-  noteRefusal(scope, refusal);
+  await noteRefusal(scope, refusal);
   throw tooManyRequests(refusal, scope.route?.name ?? "-");
 };
 

@@ -41,8 +41,8 @@ const STRATEGIES: Record<Route["on_limit"], Strategy> = {
 };
 
 /** A refused request, as the route's `on_limit` says: 429, the last good copy, the queue, or the divert origin. */
-export const shed: Shed = (c, scope, refusal) => {
-  noteRefusal(scope, refusal);
+export const shed: Shed = async (c, scope, refusal) => {
+  await noteRefusal(scope, refusal);
   return STRATEGIES[routeOf(scope).on_limit](c, scope, refusal);
 };
 

@@ -7,6 +7,7 @@ import { StoreError } from "../../../store/deadline.js";
 import { bucketKey, shareKeys } from "../../../store/layout.js";
 import type { Store } from "../../../store/redis.js";
 import type { Bucket, BucketParams } from "../types.js";
+import { ownValue } from "../../../util/own.js";
 import { floorOf, isPriority, priorityOf, type Priority } from "./priority.js";
 
 export interface RegionStores {
@@ -137,7 +138,8 @@ export function bucketHash(limit: Pick<Limit, "scope">, identity: string, region
  */
 function paramsFor(limit: Limit, facts: RequestFacts, priority: Priority): BucketParams {
   const tierValue = limit.tier ? readPart(limit.tier, facts) : undefined;
-  const tier = tierValue !== undefined ? limit.rates?.[tierValue] : undefined;
+  // the tier's name comes from the request: only a configured tier counts, never an inherited member
+  const tier = tierValue !== undefined ? ownValue(limit.rates, tierValue) : undefined;
   const base = tier
     ? { rate: tier.rate, period: tier.period, burst: tier.rate }
     : { rate: limit.rate, period: limit.period, burst: limit.burst };

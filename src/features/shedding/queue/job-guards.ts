@@ -63,6 +63,8 @@ function lockRef(m: JobMessage, place: GuardPlace): SessionRef | undefined {
       prefix: config.key_prefix,
       route: m.route,
       hash: m.session.hash,
+      // a job queued before the lock's id travelled with it: its ledger entries name no lock, never by the plain hash
+      ledgerId: m.session.ledgerId ?? "",
       ledgerLength: config.ledger_length,
     }
   );
