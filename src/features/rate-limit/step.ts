@@ -154,8 +154,9 @@ function storeTrouble(e: StoreError, scope: Scope): void {
  * charge: it never reached the origin. A local decision charged nothing in Redis to give back.
  */
 function afterResponse(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, release?: Release): void {
-  // a replay told by this scope (the gateway), or by an idempotency() middleware of its own
-  if (scope.decision === "replay" || c.res.headers.get("Sluice-Decision") === "replay") {
+  // a replay told by this scope (the gateway), or by an idempotency() middleware of its own: what
+  // sluice's own step did, never a Sluice-Decision header an origin or a handler can send
+  if (scope.decision === "replay" || c.get("sluiceReplayed") === true) {
     // the refund frees the slots too; a local decision's are this isolate's to free
     if (!run.degraded)
       scope.defer(
