@@ -44,7 +44,8 @@ Algorithms (ARGV algo):
                     The key is a sorted set, not a string (MGET reads it as nil): one member
                     "{entry}*{cost}" per admitted request, whatever its cost, scored by its time
                     (µs), `entry` the request's id (p1; required in "take" and "refund", which
-                    removes the request's own member), and the member "#sum" scored by minus the
+                    removes the request's own member: named by its id and cost, so a refund passes
+                    the cost its take charged), and the member "#sum" scored by minus the
                     sum of the others' costs (the running total the count is read from). Members
                     that left the period are trimmed on every write (and subtracted from the sum),
                     so at most `rate` are kept (the configuration caps `rate` at 10000). A member
