@@ -17,6 +17,8 @@ export interface SplitScenario {
   rebalanceMs: number;
   /** From this second on, these regions cannot be reached by the rebalancer. */
   cutOff?: { region: string; fromSecond: number; demand?: number };
+  /** From this second on, this region offers `demand` a second (a client hammering refusals there). */
+  surge?: { region: string; fromSecond: number; demand: number };
 }
 
 export interface SplitResult {
@@ -24,6 +26,8 @@ export interface SplitResult {
   perSecond: number[];
   /** Admitted requests per region over the whole run. */
   admittedByRegion: Record<string, number>;
+  /** Admitted requests per region per whole second. */
+  perSecondByRegion: Record<string, number[]>;
   /** The most admitted in any window of one second (sliding, 10 ms steps). */
   worstSecond: number;
   /** Shares of the cut-off region over time (to check it never grows). */
@@ -64,8 +68,8 @@ export function simulateSplit(s: SplitScenario): SplitResult {
   const start = equalShare(s.rate, s.burst, regions.length);
   const buckets = Object.fromEntries(regions.map((r) => [r, new Bucket({ ...start })]));
   const attempts = Object.fromEntries(regions.map((r) => [r, 0]));
-  const admittedByRegion = Object.fromEntries(regions.map((r) => [r, 0]));
   const admitTimes: number[] = [];
+  const perSecondByRegion = Object.fromEntries(regions.map((r) => [r, Array.from({ length: s.seconds }, () => 0)]));
   const cutOffShares: Share[] = [];
 
   const events = arrivals(s, regions);
@@ -77,7 +81,7 @@ export function simulateSplit(s: SplitScenario): SplitResult {
     }
     attempts[e.region] = (attempts[e.region] as number) + 1;
     if ((buckets[e.region] as Bucket).take(e.t)) {
-      admittedByRegion[e.region] = (admittedByRegion[e.region] as number) + 1;
+      (perSecondByRegion[e.region] as number[])[Math.floor(e.t / US)]! += 1;
       admitTimes.push(e.t);
     }
   }
@@ -85,15 +89,31 @@ export function simulateSplit(s: SplitScenario): SplitResult {
   function rebalance(now: number): void {
     const cut = s.cutOff && now >= s.cutOff.fromSecond * US ? s.cutOff.region : undefined;
     const frozen = cut ? { [cut]: (buckets[cut] as Bucket).share } : {};
-    const shares = splitShares({ rate: s.rate, burst: s.burst, regions, demand: { ...attempts }, frozen });
+    // the attempts were counted over one interval: that many periods (of 1 s) of the rate
+    const periods = s.rebalanceMs / 1000;
+    const shares = splitShares({ rate: s.rate, burst: s.burst, regions, demand: { ...attempts }, periods, frozen });
     for (const r of regions) if (r !== cut) (buckets[r] as Bucket).share = shares[r] as Share;
     if (s.cutOff) cutOffShares.push({ ...(buckets[s.cutOff.region] as Bucket).share });
     for (const r of regions) attempts[r] = 0;
   }
 
-  const perSecond = Array.from({ length: s.seconds }, () => 0);
-  for (const t of admitTimes) perSecond[Math.floor(t / US)]! += 1;
-  return { perSecond, admittedByRegion, worstSecond: worstSecond(admitTimes, s.seconds), cutOffShares };
+  const { perSecond, admittedByRegion } = tally(perSecondByRegion, s.seconds);
+  const worst = worstSecond(admitTimes, s.seconds);
+  return { perSecond, admittedByRegion, perSecondByRegion, worstSecond: worst, cutOffShares };
+}
+
+/** Admissions per second, all regions together, and per region over the run. */
+function tally(
+  perSecondByRegion: Record<string, number[]>,
+  seconds: number,
+): Pick<SplitResult, "perSecond" | "admittedByRegion"> {
+  const perSecond = Array.from({ length: seconds }, (_, i) =>
+    Object.values(perSecondByRegion).reduce((a, counts) => a + (counts[i] as number), 0),
+  );
+  const admittedByRegion = Object.fromEntries(
+    Object.entries(perSecondByRegion).map(([r, counts]) => [r, counts.reduce((a, b) => a + b, 0)]),
+  );
+  return { perSecond, admittedByRegion };
 }
 
 /** Each region's requests evenly spaced, offset so regions do not move in lockstep, in time order. */
@@ -101,13 +121,19 @@ function arrivals(s: SplitScenario, regions: string[]): Array<{ t: number; regio
   const events: Array<{ t: number; region: string }> = [];
   regions.forEach((region, i) => {
     for (let sec = 0; sec < s.seconds; sec++) {
-      const cut = s.cutOff && s.cutOff.region === region && sec >= s.cutOff.fromSecond;
-      const perSecond = cut && s.cutOff?.demand !== undefined ? s.cutOff.demand : (s.demand[region] as number);
+      const perSecond = offered(s, region, sec);
       for (let k = 0; k < perSecond; k++)
         events.push({ t: sec * US + Math.floor(((k + (i + 1) / (regions.length + 1)) * US) / perSecond), region });
     }
   });
   return events.sort((a, b) => a.t - b.t);
+}
+
+/** What a region offers in second `sec`: its demand, or what a cut-off or a surge makes it from then on. */
+function offered(s: SplitScenario, region: string, sec: number): number {
+  if (s.surge?.region === region && sec >= s.surge.fromSecond) return s.surge.demand;
+  const cut = s.cutOff?.region === region && sec >= s.cutOff.fromSecond;
+  return cut && s.cutOff?.demand !== undefined ? s.cutOff.demand : (s.demand[region] as number);
 }
 
 /** The most admissions in any window of one second, sliding in 10 ms steps. */

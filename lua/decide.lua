@@ -54,14 +54,18 @@ Algorithms (ARGV algo):
   6 sliding_log     exact: at most `rate` cost units admitted in any sliding `period` (now - period, now],
                     or in any period + margin when p2 gives a margin (µs).
                     The key is a sorted set, not a string (MGET reads it as nil): one member
-                    "{entry}:{j}" per cost unit of each admitted request, scored by its time (µs),
-                    `entry` the request's id (p1; required in "take" and "refund", which removes
-                    the request's own members). Expired members are trimmed on every write, so at
-                    most `rate` are kept (the configuration caps `rate` at 10000). retry_after_ms:
-                    until the oldest unit that must leave to make room does; reset_ms (and the
-                    TTL): until the newest leaves. A string at the key (another algorithm's
-                    state, the limit reconfigured) is an empty log, replaced by the first take.
-                    Never leased.
+                    "{entry}*{cost}" per admitted request, whatever its cost, scored by its time
+                    (µs), `entry` the request's id (p1; required in "take" and "refund", which
+                    removes the request's own member: named by its id and cost, so a refund passes
+                    the cost its take charged), and the member "#sum" scored by minus the
+                    sum of the others' costs (the running total the count is read from). Members
+                    that left the period are trimmed on every write (and subtracted from the sum),
+                    so at most `rate` are kept (the configuration caps `rate` at 10000). A member
+                    "{entry}:{j}" is one cost unit of a log written before the sum was kept; a log
+                    without "#sum" is summed once, whole. retry_after_ms: until the oldest members
+                    holding the cost that must leave to make room do; reset_ms (and the TTL): until
+                    the newest leaves. A string at the key (another algorithm's state, the limit
+                    reconfigured) is an empty log, replaced by the first take. Never leased.
   Every key has a TTL: the time until it would be back to its initial state, so an expired key and
   a fresh limit are the same thing.
 
@@ -173,11 +177,14 @@ Cost (Upstash bills every command a script runs, EVALSHA included; with a passed
       included. A read of the override hash (no copy, or a copy behind the version) adds 1 HMGET.
       So one limit: EVALSHA + TIME + MGET + SET = 4; three limits: 6; a renewal or a return of one lease: 4. A "release" of one slot: 4 (3 when
       the slot had expired already); a refund of a slot likewise. A "settle" of one bucket: 4.
-      A sliding_log limit reads with 1 ZCOUNT (+1 ZRANGEBYSCORE when refused, +1 ZRANGE for
-      reset_ms unless it just took); a take writes 1 ZREMRANGEBYSCORE + 1 ZADD (per 500 cost
-      units) + 1 PEXPIRE instead of the SET: one limit taking is EVALSHA + TIME + MGET + ZCOUNT +
-      ZREMRANGEBYSCORE + ZADD + PEXPIRE = 7; refused, EVALSHA + TIME + MGET + ZCOUNT +
-      ZRANGEBYSCORE + ZRANGE = 6.
+      A sliding_log limit reads with 1 ZRANGEBYSCORE (the sum and the members that left the
+      period since the last write; +1 ZRANGE when the key has no sum: a fresh key, or a log from
+      before the sum was kept), +1 ZRANGEBYSCORE when refused, +1 ZRANGE for reset_ms unless it
+      just took; a take writes 1 ZADD (the member and the sum) + 1 PEXPIRE instead of the SET,
+      +1 ZREMRANGEBYSCORE when members left the period: one limit taking is EVALSHA + TIME + MGET
+      + ZRANGEBYSCORE + ZADD + PEXPIRE = 6 (7 on a fresh key, 7 when it trims); refused, EVALSHA
+      + TIME + MGET + ZRANGEBYSCORE + ZRANGEBYSCORE + ZRANGE = 6. Whatever the cost: a request is
+      one member.
 ]]
 
 -- the clock (see Clock): the caller's when it passes one, else Redis's TIME
@@ -541,17 +548,24 @@ function inflight.report(l)
 end
 
 -- sliding log -----------------------------------------------------------------------------
--- The bucket's key is a sorted set: one member per cost unit of every admitted request still in
--- the period, "{entry}:{j}" (j = 1..cost, `entry` the request's id, p1) scored by its time in µs.
--- Units rather than one weighted member per request: ZCOUNT counts them exactly, and the member
--- whose expiry makes room for a refused request is found by rank, both O(log n) with no sum kept
--- beside. Expired members are trimmed on every write; at most `rate` are live (the configuration
--- caps it), and the key expires with its newest member. A refund removes the request's own members.
+-- The bucket's key is a sorted set: one member per admitted request still in the period,
+-- "{entry}*{cost}" (`entry` the request's id, p1) scored by its time in µs, and beside them the
+-- running sum of every member's cost, the member SUM scored by minus that sum (<= 0, so below
+-- every time: the ranges of times start at "(0"). One member per request, whatever its cost: a
+-- request of cost 10,000 is one member, not 10,000 (issue 29, finding 6). The sum keeps a
+-- decision's reads bounded: the live cost is the sum less the members that have left the period
+-- since the last write (read with the sum in one ZRANGEBYSCORE, and trimmed by the next write),
+-- never a walk over the live ones. A member "{entry}:{j}" is one unit of a log written before
+-- the sum was kept (cost 1); a log without SUM is summed once, whole, and gets it on its next write.
+-- A refund removes the request's own member; the key expires with its newest member.
 local slog = {}
-local LOG_CHUNK = 500 -- members per ZADD/ZREM: unpack has a stack limit
+local SUM = '#sum'
+-- a member's cost: "{entry}*{cost}", or a unit of an older log
+local function member_cost(m) return tonumber(string.match(m, '%*(%d+)$')) or 1 end
 function slog.load(l, raw, key)
   l.key, l.entry, l.added = key, l.slot, false
-  -- the clock's floor (see Clock), for a passed clock: never before the log's newest unit
+  l.member = l.entry .. '*' .. l.cost
+  -- the clock's floor (see Clock), for a passed clock: never before the log's newest member
   if passed and not raw then
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
     if newest then now = math.max(now, tonumber(newest)) end
@@ -562,36 +576,67 @@ function slog.load(l, raw, key)
   l.cutoff = string.format('%d', now - l.span)
   -- a string there is another algorithm's state (the limit was reconfigured): an empty log, replaced on write
   l.foreign = raw and true or false
-  l.count = l.foreign and 0 or redis.call('ZCOUNT', key, '(' .. l.cutoff, '+inf')
+  l.count, l.gone, l.has_sum = 0, 0, false
+  if l.foreign then return end
+  -- SUM first (its score is the lowest), then the members that have left the period
+  local rows, sum, left = redis.call('ZRANGEBYSCORE', key, '-inf', l.cutoff, 'WITHSCORES'), nil, 0
+  for j = 1, #rows, 2 do
+    if rows[j] == SUM then sum = -tonumber(rows[j + 1])
+    else left, l.gone = left + member_cost(rows[j]), l.gone + 1 end
+  end
+  l.has_sum = sum ~= nil
+  if not sum then
+    -- no running sum (a fresh key, or a log from before it was kept): every member, once
+    sum = 0
+    local all = redis.call('ZRANGE', key, 0, -1)
+    for j = 1, #all do sum = sum + member_cost(all[j]) end
+  end
+  l.count = sum - left
 end
 function slog.check(l)
   l.allowed = (l.count + l.cost <= l.rate) and 1 or 0
   if l.allowed == 1 then return end
   if l.cost > l.rate then l.retry = -1 return end
-  -- room comes when the (count + cost - rate)-th oldest live unit leaves the period
-  local at = redis.call('ZRANGEBYSCORE', l.key, '(' .. l.cutoff, '+inf', 'WITHSCORES', 'LIMIT', l.count + l.cost - l.rate - 1, 1)
-  l.retry = ceil_ms(tonumber(at[2]) + l.span - now)
+  -- room comes when the oldest live members holding count + cost - rate have left the period:
+  -- each holds at least 1, so that many members at most
+  local must = l.count + l.cost - l.rate
+  local rows = redis.call('ZRANGEBYSCORE', l.key, '(' .. l.cutoff, '+inf', 'WITHSCORES', 'LIMIT', 0, must)
+  local freed, at = 0, now
+  for j = 1, #rows, 2 do
+    freed, at = freed + member_cost(rows[j]), tonumber(rows[j + 1])
+    if freed >= must then break end
+  end
+  l.retry = ceil_ms(math.max(0, at + l.span - now))
 end
--- take (sign > 0): adds the request's units at now; refund: removes them. Returns whether it wrote.
+-- take (sign > 0): adds the request's member at now; refund: removes it. Either trims the
+-- members that have left the period and keeps SUM equal to the cost of the members kept.
+-- Returns whether it wrote.
 function slog.commit(l, sign)
+  local wrote = false
   if l.foreign then
     if sign < 0 then return false end
     redis.call('DEL', l.key)
-  else
-    redis.call('ZREMRANGEBYSCORE', l.key, '-inf', l.cutoff)
+    l.has_sum = false
+  elseif l.gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', l.key, '(0', l.cutoff)
+    wrote = true
   end
-  local score, removed = string.format('%d', now), 0
-  for first = 1, l.cost, LOG_CHUNK do
-    local args = {}
-    for j = first, math.min(l.cost, first + LOG_CHUNK - 1) do
-      if sign > 0 then args[#args + 1] = score end
-      args[#args + 1] = l.entry .. ':' .. j
+  if sign > 0 and l.cost > 0 then
+    -- the member and the new sum in one ZADD; it answers how many members are new
+    local new = redis.call('ZADD', l.key, string.format('%d', now), l.member, string.format('%d', -(l.count + l.cost)), SUM)
+    l.added = true
+    if new == (l.has_sum and 1 or 2) then
+      l.count = l.count + l.cost
+      return true
     end
-    if sign > 0 then redis.call('ZADD', l.key, unpack(args)) else removed = removed + redis.call('ZREM', l.key, unpack(args)) end
+    -- the entry was live in the log already (an id used twice): moved to now, counted once
+    wrote = true
+  elseif sign < 0 and redis.call('ZREM', l.key, l.member) == 1 then
+    l.count, wrote = l.count - l.cost, true
   end
-  l.added = sign > 0
-  l.count = sign > 0 and l.count + l.cost or l.count - removed
-  return sign > 0 or removed > 0
+  -- the sum of what is kept (an empty log is deleted by the caller instead)
+  if wrote and l.count > 0 then redis.call('ZADD', l.key, string.format('%d', -l.count), SUM) end
+  return wrote or sign > 0
 end
 function slog.report(l)
   local reset = 0

@@ -35,6 +35,12 @@ KEYS[3]  ledger   {key_prefix}:ledger  stream, capped (MAXLEN ~)
 KEYS[4]  replays  {key_prefix}:idem:{route}:replays:{sha256(principal)}  (claim only) the principal's
                   replay bucket, GCRA: the Redis time in µs its replays are paid up to. Written only
                   when a claim answers from a completed key. TTL: until the bucket is full again.
+KEYS[5]  replays  {key_prefix}:idem:{route}:replays:{sha256(client address as principal "ip")}
+                  (claim only) the client address's replay bucket, the same GCRA at the same bound:
+                  a replay is paid from both buckets or from neither, so principals a client invents
+                  (`auto` takes any Authorization value) do not multiply its replays. The same key
+                  as KEYS[4] when the principal is the address (paid once); KEYS[4] again for the
+                  ops that never claim.
 ARGV[1]  op: claim | renew | start | park | complete | release | hold | resolve_release | resolve_replay | read
 ARGV[2]  owner (claim, renew, start, park, complete, release, hold)
 ARGV[3]  route name, ARGV[4] key hash (for the ledger), ARGV[5] ledger max length
@@ -107,13 +113,23 @@ local function next_fence()
   return fence
 end
 
--- GCRA: a replay is due `interval` µs after the last one paid; at most `burst` may be paid ahead
--- of now. Returns 0 (the replay is paid for) or the ms until the next one may be.
+-- GCRA over the replay buckets, the principal's (KEYS[4]) and the client address's (KEYS[5], when
+-- another key): a replay is due `interval` µs after the last one paid; at most `burst` may be paid
+-- ahead of now. Paid from both or neither. Returns 0 (the replay is paid for) or the ms until the
+-- next one may be (the longer of the two waits).
 local function pay_replay(interval, burst)
-  local paid = math.max(tonumber(redis.call('GET', KEYS[4])) or 0, now_us) + interval
-  local early = paid - now_us - burst * interval
+  local buckets = { KEYS[4] }
+  if KEYS[5] and KEYS[5] ~= KEYS[4] then buckets[2] = KEYS[5] end
+  local last, due, early = redis.call('MGET', unpack(buckets)), {}, 0
+  for i = 1, #buckets do
+    due[i] = math.max(tonumber(last[i]) or 0, now_us) + interval
+    early = math.max(early, due[i] - now_us - burst * interval)
+  end
   if early > 0 then return math.ceil(early / 1000) end
-  redis.call('SET', KEYS[4], int(paid), 'PX', int(math.ceil((paid - now_us) / 1000)))
+  for i, key in ipairs(buckets) do
+    local paid = due[i]
+    redis.call('SET', key, int(paid), 'PX', int(math.ceil((paid - now_us) / 1000)))
+  end
   return 0
 end
 

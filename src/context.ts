@@ -116,9 +116,22 @@ export interface Scope {
   bodyKept?: boolean;
 }
 
+/**
+ * What sluice's own middleware did to a request, on Hono's context so that every sluice middleware
+ * of an app sees it (each has a scope of its own). Never read from a response's headers, which an
+ * origin or a handler sets as it likes: an origin answering `Sluice-Decision: replay` must not be
+ * refunded, nor stop sluice from stamping its own decision.
+ */
+export interface SluiceMarks {
+  /** An idempotency step answered with the stored answer (a replay): the limits give back their charge. */
+  sluiceReplayed?: boolean;
+  /** A sluice mount stamped `Sluice-Decision` and `Sluice-Region`: a mount further out counts its decision only. */
+  sluiceStamped?: boolean;
+}
+
 /** Hono's environment for apps that use sluice: the variables it sets. */
 export interface SluiceEnv {
-  Variables: SluiceVariables & { sluiceScope: Scope };
+  Variables: SluiceVariables & SluiceMarks & { sluiceScope: Scope };
 }
 
 /**

@@ -28,7 +28,9 @@ export function watchAdmissions(cleanup: Cleanup, url: string, prefix: string): 
     for (const key of logs) {
       const flat = replyToJs(await resp.send(["ZRANGE", key, "0", "-1", "WITHSCORES"]));
       if (!Array.isArray(flat)) continue;
-      for (let i = 0; i + 1 < flat.length; i += 2) seen.set(`${key} ${String(flat[i])}`, Number(flat[i + 1]) / 1000);
+      // the running sum beside the members ("#sum", scored by minus the sum) is no admission
+      for (let i = 0; i + 1 < flat.length; i += 2)
+        if (Number(flat[i + 1]) > 0) seen.set(`${key} ${String(flat[i])}`, Number(flat[i + 1]) / 1000);
     }
   };
   const loop = (async () => {

@@ -250,6 +250,35 @@ describe("middleware composed in an app", () => {
     expect((await send("r-2")).headers.get("RateLimit")).toMatch(/^"per-ip";r=8;/);
   });
 
+  it("a handler's own Sluice-* headers (an upstream's, proxied) neither refund its request nor pass for sluice's stamp", async () => {
+    // issue 29, finding 12: the refund follows what sluice's idempotency step did, never a response header
+    const shared = options();
+    const app = new Hono<SluiceEnv>();
+    let calls = 0;
+    app.use("*", rateLimit({ ...shared, limits: [{ name: "per-ip", rate: 2, period: "1h", lease: false }] }));
+    app.get("/img/*", () => {
+      calls++;
+      return new Response("png", {
+        headers: { "Sluice-Decision": "replay", "Sluice-Region": "upstream", "Sluice-Delay-Ms": "9" },
+      });
+    });
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const bg = background();
+      const res = await app.request(url(`/img/${i}.png`), from("198.51.100.118"), {}, bg.ctx);
+      await res.text();
+      await bg.settled();
+      statuses.push(res.status);
+      if (res.status === 200) {
+        expect(res.headers.get("Sluice-Decision")).toBe("allow");
+        expect(res.headers.get("Sluice-Region")).not.toBe("upstream");
+        expect(res.headers.get("Sluice-Delay-Ms")).toBeNull();
+      }
+    }
+    expect(statuses).toEqual([200, 200, 429, 429, 429]);
+    expect(calls).toBe(2);
+  });
+
   it("names a bad option as the options spell it", () => {
     // idempotency(), session() and breaker() take their table's fields at the top level
     expect(() => idempotency({ lease: "1d", ttl: "1h" })).toThrow(/^idempotency\(\): lease: must be shorter than ttl/);

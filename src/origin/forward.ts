@@ -218,9 +218,21 @@ async function answerWithin(sending: Promise<Response>, timeoutMs?: number): Pro
   }
 }
 
+/**
+ * The origin's response as sluice relays it: a copy with mutable headers and none of `Sluice-*`.
+ * Those are sluice's to say (`Sluice-Decision`, `Sluice-Region`, `Sluice-Delay-Ms`); an origin
+ * passing an upstream's headers through (an image proxy, another sluice) must not say them for
+ * it, nor make sluice believe them.
+ */
+export function withoutSluiceHeaders(res: Response): Response {
+  const copy = new Response(res.body, res);
+  for (const h of [...copy.headers.keys()]) if (h.startsWith("sluice-")) copy.headers.delete(h);
+  return copy;
+}
+
 /** A late answer that can be kept: a final response; an interim one is none. */
 async function relayable(res: Response): Promise<Response | undefined> {
-  if (res.status >= 200) return new Response(res.body, res);
+  if (res.status >= 200) return withoutSluiceHeaders(res);
   await discardBody(res.body);
   return undefined;
 }
@@ -241,7 +253,7 @@ async function answered(
       `the origin answered with an interim ${res.status} and no final response`,
     );
   }
-  const response = new Response(res.body, res);
+  const response = withoutSluiceHeaders(res);
   return { outcome: "answered", sent: headers, response, ...(bodySentAt !== undefined && { bodySentAt }) };
 }
 

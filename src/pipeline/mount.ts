@@ -1,6 +1,7 @@
 import type { Context, MiddlewareHandler, Next } from "hono";
 import { every } from "hono/combine";
 import { publicDecision, type Scope, type SluiceEnv, type Step } from "../context.js";
+import { withoutSluiceHeaders } from "../origin/forward.js";
 import type { Answer } from "./answer.js";
 import { ScopedProblem, type ScopeSource } from "./scope.js";
 import { settle } from "./stamp.js";
@@ -27,8 +28,25 @@ export function mount(shell: Shell, steps: Step[]): MiddlewareHandler<SluiceEnv>
   return async (c, next) => {
     let scope: Scope | undefined;
     const scoping = scopeMaker(shell, (made) => (scope = made));
-    await every(scoping, ...stepHandlers)(c, next);
+    await every(scoping, ...stepHandlers)(c, handOn(c, next));
     settle(c, scope, shell.nested);
+  };
+}
+
+/**
+ * The mount's `next` (the app's handler, the gateway's origin, or a sluice mount nearer the
+ * handler), whose answer comes back without `Sluice-*` headers of its own: those are sluice's to
+ * say, and the steps' work after the response must not find them there (an origin's
+ * `Sluice-Decision: replay` refunded its own request). A nearer mount's stamp stays: it is sluice's.
+ */
+function handOn(c: Context<SluiceEnv>, next: Next): Next {
+  return async () => {
+    await next();
+    if (c.get("sluiceStamped") === true || ![...c.res.headers.keys()].some((h) => h.startsWith("sluice-"))) return;
+    const res = c.res;
+    // Hono's setter would carry the old response's headers over: cleared first
+    c.res = undefined;
+    c.res = withoutSluiceHeaders(res);
   };
 }
 

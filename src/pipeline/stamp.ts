@@ -35,6 +35,7 @@ export function stamp(c: Context<SluiceEnv>, scope: Scope | undefined): void {
     res.headers.set("Sluice-Decision", decision);
   }
   res.headers.set("Sluice-Region", region);
+  c.set("sluiceStamped", true);
 }
 
 /** A duplicate refused for its key is counted in `sluice_idempotency_total` instead (src/metrics/idempotency.ts). */
@@ -74,10 +75,11 @@ function countDecision(scope: Scope, meta: DecisionMeta, decision: DecisionHeade
 
 /**
  * What a pipeline does once its steps are done: stamps the decision. In an app, a sluice
- * middleware nearer the handler may have stamped it already: this one's decision is then counted
- * only (its route's metrics), the nearer one's headers stay.
+ * middleware nearer the handler may have stamped it already (as it noted on the context; a
+ * `Sluice-Decision` the handler's response carries is no sign of it): this one's decision is then
+ * counted only (its route's metrics), the nearer one's headers stay.
  */
 export function settle(c: Context<SluiceEnv>, scope: Scope | undefined, nested: boolean): void {
-  if (!nested || !c.res.headers.has("Sluice-Decision")) stamp(c, scope);
+  if (!nested || c.get("sluiceStamped") !== true) stamp(c, scope);
   else if (scope?.meta) record(scope, scope.meta, decisionOf(c, scope), countsAsDecision(c));
 }

@@ -9,6 +9,10 @@ import { logError, settleQuietly } from "../util/log.js";
 const REBALANCE_TIMEOUT_MS = 2_000;
 /** Shares outlive a long partition: a cut-off region keeps its last share rather than growing back to an equal split. */
 const SHARE_TTL_S = 7 * 24 * 3600;
+/** The field of a limit's share record that holds when it was last rebalanced (ms): never a region's name, which starts with a letter or digit. */
+const RAN_AT = "@ran_at";
+/** The demand counters expire an hour after they start (decide.lua): no window is longer. */
+const DEMAND_TTL_MS = 3_600_000;
 
 export interface RebalanceReport {
   ran: boolean;
@@ -43,8 +47,7 @@ export async function rebalance(config: Config, stores: Stores): Promise<Rebalan
   const byRegion = new Map(regions.map((r) => [r, stores.fixed(REBALANCE_TIMEOUT_MS, r) as Store]));
   for (const { route, limit } of split) {
     report.limits[`${route.name}/${limit.name}`] = await rebalanceLimit(
-      config.key_prefix,
-      route.name,
+      { prefix: config.key_prefix, route: route.name, everyMs: config.rebalance_every },
       limit,
       home,
       byRegion,
@@ -55,17 +58,20 @@ export async function rebalance(config: Config, stores: Stores): Promise<Rebalan
 
 /** One split limit: the regions' demand read (and reset), shares computed and written, the record kept. */
 async function rebalanceLimit(
-  prefix: string,
-  route: string,
-  limit: Pick<Limit, "name" | "rate" | "burst">,
+  { prefix, route, everyMs }: { prefix: string; route: string; everyMs: number },
+  limit: Pick<Limit, "name" | "rate" | "burst" | "period">,
   home: Store,
   byRegion: Map<string, Store>,
 ): Promise<RebalanceReport["limits"][string]> {
   const regions = [...byRegion.keys()];
   const recordKey = shareRecordKey(prefix, route, limit.name);
   const keysOf = (region: string) => shareKeys(prefix, route, limit.name, region);
-  const { demand, frozen } = await demandOf(home, recordKey, limit, byRegion, (r) => keysOf(r).demandKey);
-  const shares = splitShares({ rate: limit.rate, burst: limit.burst, regions, demand, frozen });
+  const now = Date.now();
+  const { demand, frozen, ranAt } = await demandOf(home, recordKey, limit, byRegion, (r) => keysOf(r).demandKey);
+  // the demand was counted since the last run (an interval when unknown): in periods, to weigh it against the rate
+  const windowMs = Math.min(Math.max(ranAt !== undefined ? now - ranAt : everyMs, 1), DEMAND_TTL_MS);
+  const periods = windowMs / limit.period;
+  const shares = splitShares({ rate: limit.rate, burst: limit.burst, regions, demand, periods, frozen });
   const failedWrites: string[] = [];
   const write = (r: string) =>
     (byRegion.get(r) as Store).keys
@@ -73,11 +79,12 @@ async function rebalanceLimit(
       .catch(() => failedWrites.push(r));
   await Promise.all(regions.filter((r) => !(r in frozen)).map(write));
   // the record says what each region holds now: a region whose write failed still holds its old share
-  const held = Object.fromEntries(
-    regions.filter((r) => !failedWrites.includes(r)).map((r) => [r, formatShare(shares[r] as Share)]),
-  );
+  const record = Object.fromEntries([
+    ...regions.filter((r) => !failedWrites.includes(r)).map((r) => [r, formatShare(shares[r] as Share)]),
+    [RAN_AT, String(now)],
+  ]);
   await home.hash
-    .set(recordKey, held)
+    .set(recordKey, record)
     .then(() => home.keys.expire(recordKey, SHARE_TTL_S))
     .catch((e: unknown) => logError("rebalance_record_failed", e, { route, limit: limit.name }));
   return { shares, unreachable: [...Object.keys(frozen), ...failedWrites] };
@@ -86,6 +93,7 @@ async function rebalanceLimit(
 /**
  * Each region's demand since the last run (read and reset with GETDEL); a region that cannot be
  * reached is frozen at the share the record says it holds (an equal split when there is none).
+ * The record also says when the limit was last rebalanced (none: unknown).
  */
 async function demandOf(
   home: Store,
@@ -93,7 +101,7 @@ async function demandOf(
   limit: Pick<Limit, "rate" | "burst">,
   byRegion: Map<string, Store>,
   demandKey: (region: string) => string,
-): Promise<{ demand: Record<string, number>; frozen: Record<string, Share> }> {
+): Promise<{ demand: Record<string, number>; frozen: Record<string, Share>; ranAt?: number }> {
   const regions = [...byRegion.keys()];
   const [record, ...demands] = await Promise.all([
     home.hash.getAll(recordKey).catch((): Record<string, string> => ({})),
@@ -112,7 +120,8 @@ async function demandOf(
     if (d !== undefined) demand[r] = d;
     else frozen[r] = parseShare(record[r]) ?? equal;
   });
-  return { demand, frozen };
+  const ranAt = Number(record[RAN_AT]);
+  return { demand, frozen, ...(Number.isFinite(ranAt) && ranAt > 0 ? { ranAt } : {}) };
 }
 
 /**

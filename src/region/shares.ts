@@ -12,6 +12,8 @@ export interface ShareInput {
   regions: readonly string[];
   /** Tokens demanded per region over the last window (attempts × cost, refused ones included). */
   demand: Readonly<Record<string, number>>;
+  /** How many of the limit's periods that window lasted (default 1): it puts `demand` in `rate`'s units. */
+  periods?: number;
   /** Regions that could not be reached: they keep these shares, and the rest is split among the others. */
   frozen?: Readonly<Record<string, Share>>;
   /** Share of the global rate every reachable region keeps even when idle (default 2%). */
@@ -19,8 +21,10 @@ export interface ShareInput {
 }
 
 /**
- * Splits a global rate and burst among regions in proportion to their demand, with a floor so
- * an idle region can still admit its first requests. Shares are whole tokens; the leftovers of
+ * Splits a global rate and burst among regions by their demand (see {@link demandWeights}: in
+ * proportion while the world could admit what it asked, max-min fair past it, so that one
+ * region's hammering cannot take what another needs), with a floor so an idle region can still
+ * admit its first requests. Shares are whole tokens; the leftovers of
  * rounding go to the regions with the largest remainders, so nothing of the global figure is
  * wasted and nothing exceeds it: the sum of rates is at most `rate`, the sum of bursts at most
  * `burst`, whatever the demand. A frozen (unreachable) region keeps its share and is never
@@ -39,11 +43,62 @@ export function splitShares(input: ShareInput): Record<string, Share> {
 
   const frozenRate = sum(Object.values(frozen).map((s) => s.rate));
   const frozenBurst = sum(Object.values(frozen).map((s) => s.burst));
-  const rates = apportion(Math.max(0, input.rate - frozenRate), live, input.demand, input.floorFraction ?? 0.02);
+  const available = Math.max(0, input.rate - frozenRate);
+  const weights = demandWeights(
+    { rate: available, burst: Math.max(0, input.burst - frozenBurst) },
+    live,
+    input.demand,
+    input.periods ?? 1,
+  );
+  const rates = apportion(available, live, weights, input.floorFraction ?? 0.02);
   // Burst follows the rate shares, so a region's burst is what its rate share is worth.
   const bursts = apportion(Math.max(0, input.burst - frozenBurst), live, rates, 0);
   for (const r of live) out[r] = { rate: rates[r] ?? 0, burst: bursts[r] ?? 0 };
   return out;
+}
+
+/**
+ * What each region's demand weighs in the split. Demand counts refused attempts too (a starved
+ * region must be seen asking, or it would look idle), so a region can make it as large as it
+ * likes: in plain proportions, one client hammering refusals in one region took the world's share
+ * there (5,000 attempts a second against neighbours asking 400 in all left them 7%).
+ *
+ * While the regions together ask for no more than they could have admitted in the window (the
+ * rate over it, and the burst once), nobody was short for want of a share: the weights are the
+ * demands, in proportion, as before. Past it, the world is short, and the weights are max-min
+ * fair parts of the rate over the window (water-filling): a region asking for less than an equal
+ * part of what the smaller ones leave gets all it asks, the regions asking for more share the
+ * rest equally. So whatever one region's attempts, every other keeps what it asks up to its equal
+ * part; attempts past that win nothing.
+ */
+function demandWeights(
+  available: { rate: number; burst: number },
+  names: readonly string[],
+  demand: Readonly<Record<string, number>>,
+  periods: number,
+): Record<string, number> {
+  const asked = new Map(names.map((n) => [n, Math.max(0, demand[n] ?? 0)]));
+  const refill = available.rate * periods;
+  if (sum([...asked.values()]) <= refill + available.burst) return Object.fromEntries(asked);
+  return Object.fromEntries(maxMinFair(refill, asked));
+}
+
+/** Max-min fair parts of `available` for what each asks (water-filling): nobody gets more than it asks. */
+function maxMinFair(available: number, asked: ReadonlyMap<string, number>): Map<string, number> {
+  const fair = new Map<string, number>();
+  const open = [...asked.keys()].sort((a, b) => (asked.get(a) as number) - (asked.get(b) as number));
+  let left = available;
+  while (open.length > 0) {
+    const level = left / open.length;
+    const smallest = asked.get(open[0] as string) as number;
+    if (smallest > level) {
+      for (const n of open) fair.set(n, level);
+      break;
+    }
+    fair.set(open.shift() as string, smallest);
+    left -= smallest;
+  }
+  return fair;
 }
 
 /** The equal split a region uses before the first rebalance reaches it. */

@@ -178,7 +178,8 @@ export const LAYOUT = {
   idempotencyReplays: {
     patterns: ["{key_prefix}:idem:{route}:replays:{sha256(principal)}"],
     store: "home",
-    holds: "a principal's replay bucket: the Redis time (µs) its replays are paid up to",
+    holds:
+      "a principal's replay bucket: the Redis time (µs) its replays are paid up to; a client address's too, named as the principal `ip` would be (a replay pays both)",
     ttl: "until the bucket is full again (at most the `replays` period)",
   },
   sessionLock: {
@@ -375,7 +376,8 @@ export function idempotencyFenceKey(prefix: string, route: string): string {
 }
 
 /**
- * One principal's replay bucket on a route (home). `"-"` names a key that is never written, for
+ * One principal's replay bucket on a route (home), or one client address's (named as the principal
+ * `ip` would be: `principalHash` is the hash of its spelling). `"-"` names a key that is never written, for
  * calls that fill the script's slot but never replay (completions, resolutions).
  */
 export function idempotencyReplaysKey(prefix: string, route: string, principalHash: KeyHash | "-"): string {

@@ -140,6 +140,21 @@ const logDef = windowDef("sliding_log").chain((d) =>
     .option(fc.constantFrom(...MARGINS[d.period]), { nil: undefined })
     .map((margin) => (margin === undefined ? d : { ...d, margin })),
 );
+/**
+ * A sliding log of up to 10,000 (the configuration's cap) taking costs up to its rate: a request of
+ * any cost is one member of the log, counted by the running sum beside them (issue 29, finding 6).
+ */
+const bigLogDef = fc
+  .record({
+    algorithm: fc.constant("sliding_log" as const),
+    rate: fc.integer({ min: 100, max: 10_000 }),
+    period: fc.constantFrom("10ms", "500ms", "1s", "1m", "1h"),
+  })
+  .chain((d) =>
+    fc
+      .option(fc.constantFrom(...MARGINS[d.period]), { nil: undefined })
+      .map((margin) => (margin === undefined ? d : { ...d, margin })),
+  );
 const anyDef = fc.oneof(tokenDef, leakyDef, windowDef("fixed_window"), windowDef("sliding_window"), logDef);
 const withShadow = <T>(def: fc.Arbitrary<T>) => fc.tuple(def, fc.boolean()).map(([d, shadow]) => ({ ...d, shadow }));
 
@@ -150,7 +165,7 @@ const withShadow = <T>(def: fc.Arbitrary<T>) => fc.tuple(def, fc.boolean()).map(
  * to the last refused request: each algorithm is seen saturated, draining and idle, and
  * right on the edges where rounding and boundaries decide.
  */
-const arrivalsArb = (maxLimits: number) =>
+const arrivalsArb = (maxLimits: number, minLength = 1) =>
   fc.array(
     fc.record({
       kind: fc.constantFrom(0, 1, 2, 2, 2, 3, 4, 5),
@@ -158,7 +173,7 @@ const arrivalsArb = (maxLimits: number) =>
       which: fc.nat(),
       costs: fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { minLength: maxLimits, maxLength: maxLimits }),
     }),
-    { minLength: 1, maxLength: 40 },
+    { minLength, maxLength: 40 },
   );
 type Arrival = { kind: number; gap: number; which: number; costs: number[] };
 
@@ -200,6 +215,8 @@ async function playRoute(limits: Limit[], arrivals: Arrival[], start: number): P
   let t = start;
   const tally: Tally = { admitted: 0, refused: 0, spared: 0, shadowed: 0 };
   let retries: number[] = [];
+  // requests charged to each limit so far: a sliding log holds at most that many members, whatever their costs
+  const charged = limits.map(() => 0);
   for (const a of arrivals) {
     t += gapOf(a, limits, retries);
     const costs = costsOf(a, limits);
@@ -234,7 +251,13 @@ async function playRoute(limits: Limit[], arrivals: Arrival[], start: number): P
     expect(reply, `at ${t - start} µs, costs ${costs.join(",")}`).toEqual(expected);
     // what was not charged is byte for byte what it was: every bucket when refused, a refusing shadow limit's when admitted
     peeks.forEach((p, i) => (!admitted || !p.allowed) && expect(after[i], `bucket ${i} untouched`).toEqual(before[i]));
+    limits.forEach((l, i) => {
+      if (l.algorithm !== "sliding_log" || !Array.isArray(after[i])) return;
+      const members = (after[i] as string[]).filter((_, j) => j % 2 === 0 && _ !== "#sum");
+      expect(members.length, `log ${i}: one member per request`).toBeLessThanOrEqual(charged[i]! + (admitted ? 1 : 0));
+    });
     if (admitted) {
+      peeks.forEach((p, i) => p.allowed && charged[i]!++);
       peeks.forEach((p) => p.commit());
       tally.admitted++;
       if (peeks.some((p) => !p.allowed)) tally.shadowed++;
@@ -250,12 +273,12 @@ async function playRoute(limits: Limit[], arrivals: Arrival[], start: number): P
 const startArb = fc.integer({ min: 0, max: 100_000_000_000 }).map((o) => T0 + o);
 
 describe("decide.lua's algorithms against their reference models", () => {
-  const single = (name: string, def: fc.Arbitrary<LimitDef>) =>
+  const single = (name: string, def: fc.Arbitrary<LimitDef>, arrivals = arrivalsArb(1)) =>
     it(`${name}: admitted sets and every reply figure match the model exactly`, async () => {
       const seen: Tally = { admitted: 0, refused: 0, spared: 0, shadowed: 0 };
       await fc.assert(
-        fc.asyncProperty(def, arrivalsArb(1), startArb, async (d, arrivals, start) =>
-          tallyUp(seen, await playRoute(compile([d]), arrivals, start)),
+        fc.asyncProperty(def, arrivals, startArb, async (d, list, start) =>
+          tallyUp(seen, await playRoute(compile([d]), list, start)),
         ),
         { numRuns: 150 },
       );
@@ -267,6 +290,12 @@ describe("decide.lua's algorithms against their reference models", () => {
   single("fixed_window", windowDef("fixed_window"));
   single("sliding_window", windowDef("sliding_window"));
   single("sliding_log (exact: costs admitted in (t − period − margin, t] + cost ≤ rate)", logDef);
+  // longer histories: a few large costs fill such a log, the refusals come after them
+  single(
+    "sliding_log with costs up to a rate of 10,000 (one member per request, its cost carried)",
+    bigLogDef,
+    arrivalsArb(1, 10),
+  );
 
   it("mixed routes (2-4 limits, any algorithms, some shadow) stay all-or-nothing in one call", async () => {
     const seen: Tally = { admitted: 0, refused: 0, spared: 0, shadowed: 0 };

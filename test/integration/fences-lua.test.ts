@@ -209,6 +209,38 @@ describe("replays: a GCRA bucket per principal", () => {
     expect(await db.redis.exists(other.replays)).toBe(0);
   });
 
+  it("pays from the client address's bucket too: principals sharing an address share its bound, paid from both or neither", async () => {
+    // issue 29, finding 9: under `auto` every invented Authorization is a principal with a bucket of its own
+    const replay = { intervalUs: 60_000_000, burst: 3 };
+    const address = `fl:idem:addr${run}:replays:a`;
+    const principals = Array.from({ length: 4 }, () => idemKeys());
+    const replayAs = (k: Keys, t: number, client = address) =>
+      db.redis.evalsha(
+        sha.idem,
+        [k.record(0), k.fence, k.ledger, k.replays, client],
+        ["claim", "o", "r", "h", 100, "fp", 30_000, 600_000, replay.intervalUs, replay.burst, ...clockArgs(t)],
+      ) as Promise<unknown[]>;
+    for (const k of principals) await completed(k, 0);
+    const kinds: unknown[] = [];
+    for (const k of principals) for (let i = 0; i < 3; i++) kinds.push((await replayAs(k, T0))[0]);
+    // 3 at once for the address, whichever principals ask: the rest wait for it, not for their own
+    expect(kinds.filter((x) => x === "completed")).toHaveLength(3);
+    const refused = await replayAs(principals[3] as Keys, T0);
+    expect(refused).toEqual(["replay_limited", 60_000]);
+    // neither bucket paid for a refusal: the fourth principal's own is untouched
+    expect(await db.redis.exists((principals[3] as Keys).replays)).toBe(0);
+    // one interval later the address has room for one more
+    expect((await replayAs(principals[3] as Keys, T0 + replay.intervalUs))[0]).toBe("completed");
+    // from another address, the principal's own bucket still bounds it: the first principal paid 3 at T0
+    const elsewhere = `fl:idem:addr${run}:replays:b`;
+    const first = principals[0] as Keys;
+    expect((await replayAs(first, T0 + 1, elsewhere))[0]).toBe("replay_limited");
+    // the same key for both (the principal is the address) is paid once, not twice
+    const self = idemKeys();
+    await completed(self, 0);
+    for (let i = 0; i < 3; i++) expect((await replayAs(self, T0, self.replays))[0]).toBe("completed");
+  });
+
   it("lives only until the bucket is full again (real clock)", async () => {
     const k = idemKeys();
     await completed(k, 0);

@@ -7,8 +7,8 @@ import { call, sleep, useStack } from "./stack.js";
 
 /*
  * The sliding log end to end: three Worker instances (three isolates) against one Redis. Every
- * request admitted leaves its own entries in the bucket's sorted set, a weighted one as many as it
- * costs, and a replay's refund takes back exactly its own.
+ * request admitted leaves its own member in the bucket's sorted set, a weighted one carrying its
+ * cost (one member whatever the cost), and a replay's refund takes back exactly its own.
  */
 
 const KEY = "header:x-api-key";
@@ -61,16 +61,13 @@ async function bucketKeyOf(route: string, path: string, apiKey: string): Promise
   return b.key;
 }
 
-/** The log's members, oldest first. */
-const membersOf = async (key: string) => (await rig.redis.zrange(key, 0, -1)) as string[];
-/** Members grouped by the request that added them: entry id → units. */
+/** The log's request members, "{entry}*{cost}", oldest first (the running sum beside them left out). */
+const membersOf = async (key: string) => ((await rig.redis.zrange(key, 0, -1)) as string[]).filter((m) => m !== "#sum");
+/** Members by the request that added them: entry id → its cost. */
 const byEntry = (members: string[]) => {
-  const counts = new Map<string, number>();
-  for (const m of members) {
-    const entry = m.slice(0, m.lastIndexOf(":"));
-    counts.set(entry, (counts.get(entry) ?? 0) + 1);
-  }
-  return counts;
+  const costs = new Map<string, number>();
+  for (const m of members) costs.set(m.slice(0, m.lastIndexOf("*")), Number(m.slice(m.lastIndexOf("*") + 1)));
+  return costs;
 };
 
 describe("sliding_log through the Worker", () => {
@@ -89,11 +86,11 @@ describe("sliding_log through the Worker", () => {
     expect(retry).toBeLessThanOrEqual(3_600);
     const members = await membersOf(await bucketKeyOf("quota", "/quota/send", "sms-1"));
     expect(members).toHaveLength(5);
-    for (const m of members) expect(m).toMatch(/^[A-Za-z0-9_-]{16}:1$/);
+    for (const m of members) expect(m).toMatch(/^[A-Za-z0-9_-]{16}\*1$/);
     expect(byEntry(members).size).toBe(5);
   });
 
-  it("a request costing 4 adds 4 members under one entry; one costing 3 more is refused and adds none", async () => {
+  it("a request costing 4 adds one member carrying 4; one costing 3 more is refused and adds none", async () => {
     const send = (cost: number) =>
       call(worker(cost), "/units", { headers: { "x-api-key": "llm-1", "x-cost": String(cost) } });
     expect((await send(4)).status).toBe(200);
@@ -101,6 +98,7 @@ describe("sliding_log through the Worker", () => {
     expect(refused.status).toBe(429);
     expect((await send(2)).status).toBe(200);
     const members = await membersOf(await bucketKeyOf("units", "/units", "llm-1"));
+    expect(members).toHaveLength(2);
     expect([...byEntry(members).values()].sort()).toEqual([2, 4]);
   });
 

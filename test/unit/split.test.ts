@@ -50,6 +50,66 @@ describe("splitShares", () => {
   });
 });
 
+describe("splitShares when one region hammers refusals into its demand (issue 29: the split rebalancer)", () => {
+  const HAMMERED = { us: 240, eu: 120, ap: 30, sa: 5_000 };
+
+  it("leaves the others what they ask up to their equal part, where plain proportions left them 7%", () => {
+    const s = splitShares({ rate: 400, burst: 40, regions: ["us", "eu", "ap", "sa"], demand: HAMMERED });
+    // max-min: ap 30 and eu 120 are under an equal part of what is left, us and sa share the rest
+    expect(s.ap!.rate).toBe(30);
+    expect(s.eu!.rate).toBe(120);
+    expect(s.us!.rate).toBe(125);
+    expect(s.sa!.rate).toBe(125);
+    // (in proportion to attempts, sa would have had 371 of the 400, the other three 29 together)
+    expect(Math.floor((400 * 5_000) / 5_390)).toBe(371);
+  });
+
+  it("while the world could admit what it asked, the split is in proportion to demand, as before", () => {
+    // 400 asked of 400 a period (and 40 of burst): nobody was short for want of a share
+    const s = splitShares({
+      rate: 400,
+      burst: 40,
+      regions: ["a", "b", "c", "d"],
+      demand: { a: 240, b: 120, c: 30, d: 10 },
+    });
+    expect([s.a!.rate, s.b!.rate, s.c!.rate, s.d!.rate]).toEqual([240, 120, 30, 10]);
+    // a window of ten periods asks ten times as much for the same split
+    const ten = splitShares({
+      rate: 400,
+      burst: 40,
+      regions: ["a", "b", "c", "d"],
+      demand: { a: 2_400, b: 1_200, c: 300, d: 100 },
+      periods: 10,
+    });
+    expect(ten).toEqual(s);
+  });
+
+  it("whatever one region asks, every other keeps what it asks up to its equal part (less the idle ones' floors)", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 10, max: 10_000 }),
+        fc.array(fc.nat({ max: 5_000 }), { minLength: 2, maxLength: 5 }),
+        fc.integer({ min: 1, max: 1_000_000 }),
+        fc.constantFrom(0.5, 1, 5, 60),
+        (rate, others, hammer, periods) => {
+          const regions = [...others.map((_, i) => `r${i}`), "loud"];
+          const demand = Object.fromEntries([
+            ...others.map((d, i) => [`r${i}`, d * periods]),
+            ["loud", hammer * periods],
+          ]);
+          const s = splitShares({ rate, burst: rate, regions, demand, periods });
+          const equal = rate / regions.length;
+          // what the floors (2% of the rate each, at least one token) and rounding may take
+          const slack = regions.length * Math.max(1, Math.floor(rate * 0.02)) + 1;
+          others.forEach((d, i) => {
+            expect(s[`r${i}`]!.rate).toBeGreaterThanOrEqual(Math.min(d, equal) - slack);
+          });
+        },
+      ),
+    );
+  });
+});
+
 describe("the four-region incident: 400/s in all, demand 240, 120, 30, 10", () => {
   it("a static equal split admits only about 240/s", () => {
     const r = simulateSplit({ ...INCIDENT, rebalanceMs: 0 });
@@ -62,6 +122,22 @@ describe("the four-region incident: 400/s in all, demand 240, 120, 30, 10", () =
     const settled = r.perSecond.slice(2);
     expect(mean(settled)).toBeGreaterThanOrEqual(380);
     expect(Math.min(...settled)).toBeGreaterThanOrEqual(380);
+    expect(r.worstSecond).toBeLessThanOrEqual(400 + 40);
+  });
+
+  it("a region hammering 5,000/s from second 10: the others go on admitting what they ask up to an equal part", () => {
+    const r = simulateSplit({
+      ...INCIDENT,
+      seconds: 30,
+      rebalanceMs: 1_000,
+      surge: { region: "sa", fromSecond: 10, demand: 5_000 },
+    });
+    const during = (region: string) => r.perSecondByRegion[region]!.slice(12);
+    // eu and ap are under an equal part (100 of 400): all they ask; us shares what is left with sa
+    expect(Math.min(...during("eu"))).toBeGreaterThanOrEqual(115);
+    expect(Math.min(...during("ap"))).toBeGreaterThanOrEqual(29);
+    expect(Math.min(...during("us"))).toBeGreaterThanOrEqual(120);
+    expect(Math.max(...during("sa"))).toBeLessThanOrEqual(125 + 13);
     expect(r.worstSecond).toBeLessThanOrEqual(400 + 40);
   });
 

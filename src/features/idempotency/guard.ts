@@ -79,6 +79,8 @@ export interface ClaimSubject {
   query: string;
   /** Who asks (the configured identity, else the client IP): one client's key is not another's. */
   principal: string;
+  /** The client's address, spelled as the principal "ip" is: its replays are bounded whatever principals it claims. */
+  client?: string;
 }
 
 /** Where claims live: the home region's Redis with the decision budget (claim) and with a budget for storing answers (settle). */
@@ -129,7 +131,8 @@ export async function guard(
     return { kind: "forward", request, sluiceHeaders: {}, settle: async (reply) => reply.response, abandon: unguarded };
   }
   const { key, body, canonical } = keyed;
-  const ref = await recordRef(stores.claim, stores.prefix, subject.route, subject.principal, key, stores.trail);
+  const { route, principal, client } = subject;
+  const ref = await recordRef(stores.claim, stores.prefix, route, principal, key, stores.trail, client);
   const fp = await fingerprint(request.method, subject.path, subject.query, subject.principal, canonical);
   // a queued job's claim says so: until its delivery starts, nothing of it reached the origin
   const owner = leaseMs === undefined ? crypto.randomUUID() : jobOwner();

@@ -19,6 +19,11 @@ export interface RecordRef {
   /** The principal's replay bucket (`"-"` for refs that never claim: no principal, never written). */
   replaysKey: string;
   /**
+   * The client address's replay bucket, paid with the principal's (absent for refs that never
+   * claim): principals a client invents (`auto` takes any `Authorization`) share its address's.
+   */
+  clientReplaysKey?: string;
+  /**
    * What the ledger and the logs name the principal by: the keyed id of sha256(principal)
    * (src/identity/pseudonym.ts), never the principal, nor a hash a guess could be tested against.
    */
@@ -48,6 +53,7 @@ export async function recordRef(
   principal: string,
   key: string,
   trail?: RecordTrail,
+  client?: string,
 ): Promise<RecordRef> {
   const principalHash = await hashIdentifier(principal);
   return {
@@ -57,6 +63,10 @@ export async function recordRef(
     keyHash: await hashIdentifier(JSON.stringify([principal, key])),
     fenceKey: idempotencyFenceKey(prefix, route),
     replaysKey: idempotencyReplaysKey(prefix, route, principalHash),
+    // spelled as the principal "ip" is: the same bucket when the principal is the address
+    ...(client === undefined
+      ? {}
+      : { clientReplaysKey: idempotencyReplaysKey(prefix, route, await hashIdentifier(client)) }),
     principal: await pseudonym(trail?.idKey, principalHash),
     trail: trail?.session
       ? { ...trail, session: await pseudonym(trail.idKey, await hashIdentifier(trail.session)) }
@@ -66,7 +76,8 @@ export async function recordRef(
 
 function keysOf(r: RecordRef): string[] {
   // refs are also rebuilt from an operator's request and from queue messages: the hash is checked before it names a key
-  return [idempotencyRecordKey(r.prefix, r.route, asKeyHash(r.keyHash)), r.fenceKey, ledgerKey(r.prefix), r.replaysKey];
+  const record = idempotencyRecordKey(r.prefix, r.route, asKeyHash(r.keyHash));
+  return [record, r.fenceKey, ledgerKey(r.prefix), r.replaysKey, r.clientReplaysKey ?? r.replaysKey];
 }
 
 async function call(r: RecordRef, op: string, owner: string, rest: Array<string | number>): Promise<unknown[]> {
@@ -87,7 +98,8 @@ async function call(r: RecordRef, op: string, owner: string, rest: Array<string 
 
 /**
  * Claims the key for `owner`, or says why not (see the script's contract). An answer from a
- * completed key is a replay, paid from the principal's replay bucket (`replays`) in the same call.
+ * completed key is a replay, paid from the principal's and the client address's replay buckets
+ * (`replays` each) in the same call.
  */
 export async function claim(
   r: RecordRef,

@@ -26,6 +26,8 @@ export async function claimSubject(scope: Scope, route: Route, settings: Idempot
     path: scope.forwardPath,
     query: scope.facts.url.search,
     principal: await principalOf(settings.principal, scope.facts, settings.principalOf),
+    // replays are bounded per address too: a principal can be invented per request (issue 29, finding 9)
+    client: await principalOf(["ip"], scope.facts),
   };
 }
 

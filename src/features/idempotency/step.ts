@@ -18,6 +18,8 @@ export const idempotencyStep: Step = async (c, scope, next) => {
   const guarded = await coordinated(() => guard(c.req.raw, settings, subject, claimStores(scope), scope.defer));
   if (guarded.kind === "replay") {
     scope.decision = "replay";
+    // for the limits' refund, in this mount or one further out (never the response's header)
+    c.set("sluiceReplayed", true);
     return guarded.response;
   }
   // the key's body was read to fingerprint it: what goes on is the same bytes, kept (failover may resend them)

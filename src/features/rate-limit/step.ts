@@ -10,7 +10,7 @@ import { rateLimitHeaders } from "./headers.js";
 import { heldSlots, releaseSlots } from "./decision/in-flight.js";
 import { observeBody } from "./cost/observe-body.js";
 import { BodyCosts, chargedFromResponse, headerSettlements, readCostBody, settle } from "./cost/response-cost.js";
-import type { Decision } from "./types.js";
+import type { Decision, LimitOutcome } from "./types.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { StoreError } from "../../store/deadline.js";
@@ -22,9 +22,10 @@ import { logError, settleQuietly } from "../../util/log.js";
  * Every limit of the route, decided in one Redis call per database (or from the isolate's
  * leases), all or nothing. A refusal is shed as the route's `on_limit` says; an admission goes on
  * (after its leaky-bucket slot, if it has one) and its response gets the `RateLimit` headers. A
- * request later answered by a replay gives back what it was charged. The in-flight slots of its
- * concurrency limits are freed once its response body has been delivered (or the client went
- * away), at once when a later step answered instead. `shed` answers refusals: the gateway's
+ * request later answered by a replay gives back what it was charged. The in-flight slot of the
+ * route's adaptive limit is freed when the origin's answer is in (what its latency measures); the
+ * slots of its concurrency limits once its response body has been delivered (or the client went
+ * away); both at once when a later step answered instead. `shed` answers refusals: the gateway's
  * sheds them as `on_limit` says, the middleware's refuses them (src/features/shedding/refusal.ts).
  */
 export const rateLimitStep =
@@ -56,12 +57,12 @@ export const rateLimitStep =
     c.set("sluice", publicDecision(scope));
     // leaky buckets hand out slots: the request waits for its own before it goes
     if (run.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, run.delayMs));
-    const release = slotRelease(scope, run);
+    const release = slotReleases(scope, run);
     const started = Date.now();
     try {
       await next();
     } catch (e) {
-      if (release) scope.defer(release());
+      scope.defer(release.all());
       throw e;
     }
     afterResponse(c, scope, run, release);
@@ -153,9 +154,10 @@ function storeTrouble(e: StoreError, scope: Scope): void {
  * wait); one a later step answered (a replay, a refusal) does not, and a replay gives back its
  * charge: it never reached the origin. A local decision charged nothing in Redis to give back.
  */
-function afterResponse(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, release?: Release): void {
-  // a replay told by this scope (the gateway), or by an idempotency() middleware of its own
-  if (scope.decision === "replay" || c.res.headers.get("Sluice-Decision") === "replay") {
+function afterResponse(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, release: SlotReleases): void {
+  // a replay told by this scope (the gateway), or by an idempotency() middleware of its own: what
+  // sluice's own step did, never a Sluice-Decision header an origin or a handler can send
+  if (scope.decision === "replay" || c.get("sluiceReplayed") === true) {
     // the refund frees the slots too; a local decision's are this isolate's to free
     if (!run.degraded)
       scope.defer(
@@ -165,18 +167,22 @@ function afterResponse(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, relea
           { route: scope.route?.name },
         ),
       );
-    else if (release) scope.defer(release());
+    else scope.defer(release.all());
     return;
   }
   if (c.error) {
-    if (release) scope.defer(release());
+    scope.defer(release.all());
     return;
   }
+  // the origin's answer is in: the adaptive limit's slot counts no longer, whatever the client
+  // reads (one that reads nothing held every slot until its sockets closed)
+  if (release.answered) scope.defer(release.answered());
   const bodyCost = settleResponseCost(c, scope, run);
   const extra = rateLimitHeaders(run.decision.outcomes);
   if (run.delayMs > 0) extra["Sluice-Delay-Ms"] = String(run.delayMs);
   withHeaders(c.res, extra);
-  watchDelivery(c, scope, [...(bodyCost ? [bodyCost] : []), ...(release ? [{ finish: release }] : [])]);
+  const { delivered } = release;
+  watchDelivery(c, scope, [...(bodyCost ? [bodyCost] : []), ...(delivered ? [{ finish: delivered }] : [])]);
 }
 
 /** Something done once the response body has been delivered (see watchDelivery), seeing its chunks on the way. */
@@ -223,9 +229,46 @@ function settleFailed(e: unknown): void {
 /** Frees a request's in-flight slots, once however often called. */
 type Release = () => Promise<void>;
 
-/** The release of the slots a decision took (none: undefined): in their Redis, or in this isolate for a local decision. */
-function slotRelease(scope: Scope, run: LimitRun): Release | undefined {
+/** A decision's slots, each freed at its own moment (none held: undefined). */
+interface SlotReleases {
+  /** The adaptive limit's: when the origin's answer is in. */
+  answered?: Release;
+  /** The concurrency limits': once the response body has been delivered. */
+  delivered?: Release;
+  /** Both at once (a replay, an error). */
+  all: () => Promise<void>;
+}
+
+/**
+ * The releases of the slots a decision took. The adaptive limit measures the origin (its samples
+ * end with the origin's response headers), so its slot is the origin's while it works, and free
+ * once the origin has answered: a client that reads slowly, or not at all, is no load on the
+ * origin and must not keep others out of a limit keyed `global`. A concurrency limit of the
+ * route's own counts a request until its response is delivered, as documented (a stream's body
+ * is the origin's work too, held back by a client that does not read; key it per client so that
+ * such a client holds only its own slots).
+ */
+function slotReleases(scope: Scope, run: LimitRun): SlotReleases {
   const held = heldSlots(run.decision);
+  const adaptive = scope.route?.adaptive !== undefined;
+  const isAdaptive = (o: LimitOutcome) => adaptive && o.limit.name === ADAPTIVE_LIMIT;
+  const answered = slotRelease(scope, run, held.filter(isAdaptive));
+  const delivered = slotRelease(
+    scope,
+    run,
+    held.filter((o) => !isAdaptive(o)),
+  );
+  return {
+    ...(answered ? { answered } : {}),
+    ...(delivered ? { delivered } : {}),
+    all: async () => {
+      await Promise.all([answered?.(), delivered?.()]);
+    },
+  };
+}
+
+/** The release of `held` (none: undefined): in their Redis, or in this isolate for a local decision. */
+function slotRelease(scope: Scope, run: LimitRun, held: LimitOutcome[]): Release | undefined {
   if (held.length === 0) return undefined;
   const { localBuckets, overrides } = scope.runtime;
   let released: Promise<void> | undefined;

@@ -15,8 +15,8 @@
  * - sliding_window the same sums, for this window and the last; retry-after found by searching
  *                  the earliest passing millisecond, not by the script's closed form;
  * - concurrency    a map of slot ids to expiries, not the script's list of entries;
- * - sliding_log    one weighted entry per admitted request, costs summed, not the script's sorted
- *                  set of one member per cost unit counted by score.
+ * - sliding_log    a list of [time, cost] per admitted request, its live costs summed afresh at
+ *                  every look, not the script's sorted set with a running sum trimmed by writes.
  *
  * Times are microseconds (`t`), exact: every fraction is avoided by scaling with BigInt (by `rate`
  * for the buckets, by the window length for the sliding window). Rounding reproduces the script's

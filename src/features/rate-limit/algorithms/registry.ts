@@ -55,8 +55,9 @@ export interface CallArgs {
 export const MAX_IN_FLIGHT = 1_000;
 
 /**
- * The largest `rate` of a sliding log: its key keeps one sorted-set member per admitted cost unit
- * of the last period (about 130 bytes each past 128 of them, docs/algorithms.md), so 10,000 keep it near 1.3 MB.
+ * The largest `rate` of a sliding log: its key keeps one sorted-set member per admitted request of
+ * the last period, whatever its cost (about 130 bytes each past 128 of them, docs/algorithms.md),
+ * and each costs at least 1, so 10,000 keep it near 1.3 MB at worst.
  */
 export const MAX_LOG_ENTRIES = 10_000;
 
@@ -293,7 +294,7 @@ function exactInFlight(f: CountedFigures): ExactnessProblem | undefined {
   return undefined;
 }
 
-/** A sliding log keeps a member per admitted cost unit of a period: at most MAX_LOG_ENTRIES (an override's `rate` too). */
+/** A sliding log keeps a member per admitted request of a period, each of cost 1 at least: at most MAX_LOG_ENTRIES (an override's `rate` too). */
 function exactLog(f: CountedFigures): ExactnessProblem | undefined {
   if (f.rate > MAX_LOG_ENTRIES) {
     return {
