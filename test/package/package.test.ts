@@ -19,6 +19,7 @@ const root = fileURLToPath(new URL("../..", import.meta.url));
 /** What src/index.ts exports: the values, then the types. */
 const VALUES = [
   "rateLimit",
+  "defineLimits",
   "idempotency",
   "session",
   "breaker",
@@ -52,7 +53,7 @@ const TYPES = [
 
 /** The subpaths of package.json's `exports` and the values each gives (the root gives all but the gateway's). */
 const SUBPATHS: Record<string, string[]> = {
-  "sluice/rate-limit": ["rateLimit"],
+  "sluice/rate-limit": ["rateLimit", "defineLimits"],
   "sluice/limiter": ["limiter"],
   "sluice/idempotency": ["idempotency"],
   "sluice/session": ["session"],
