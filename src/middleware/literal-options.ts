@@ -18,15 +18,13 @@ type KeyParts = ["ip", "global", "path", `header:${string}`, `query:${string}`, 
 /** One part of a key. */
 export type KeyPart = KeyParts[number];
 
-/** A limit's key: one part, or several joined (a bucket per combination). */
-export type Key = KeyPart | readonly KeyPart[] | KeyPart[];
-
 /** The fields of an options type that are durations in it, narrowed to `Duration`. */
 type DurationFields = "period" | "warmup" | "max_delay" | "margin" | "lease" | "ttl" | "wait" | "window" | "cooldown";
 
 /**
- * `T` with its key and duration fields narrowed: `key` to `Key`, a duration to `Duration` (a
- * `lease` also takes `true`/`false`), every other field as the schema's input type has it.
+ * `T` with its key and duration fields narrowed: `key` to a key part or a list of them (a bucket
+ * per combination; a function of the context where the schema takes one), a duration to
+ * `Duration` (a `lease` also takes `true`/`false`), every other field as the schema's input type has it.
  */
 export type Literal<T> = {
   [F in keyof T]: F extends "key"
