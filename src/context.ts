@@ -18,10 +18,16 @@ export interface LimitState {
   allowed: boolean;
   /** Whole tokens left. */
   remaining: number;
-  /** Seconds until the bucket is full again (as `RateLimit`'s `t`). */
+  /**
+   * Seconds (whole, rounded up) until the bucket is full again, as the `RateLimit` header's `t`.
+   * Kept for that header's sake; `resetMs` and `resetAt` say their unit in their name, and mean the
+   * same in `limiter().limit()`'s answer.
+   */
   reset: number;
-  /** The same, in ms. */
+  /** Milliseconds from now until the bucket is full again. */
   resetMs: number;
+  /** When the bucket is full again, as epoch milliseconds (comparable with `Date.now()`). */
+  resetAt: number;
   /** When refused: ms until the request could pass (-1: never). */
   retryAfterMs: number;
 }
@@ -144,6 +150,7 @@ export type Step = (c: Context<SluiceEnv>, scope: Scope, next: Next) => Promise<
 /** The handler's view of a scope. */
 export function publicDecision(scope: Scope): SluiceDecision {
   const outcomes = scope.limits?.decision.outcomes ?? [];
+  const now = Date.now();
   return {
     verdict: scope.decision,
     region: scope.region,
@@ -154,6 +161,7 @@ export function publicDecision(scope: Scope): SluiceDecision {
       remaining: o.remaining,
       reset: Math.ceil(Math.max(0, o.resetMs) / 1000),
       resetMs: o.resetMs,
+      resetAt: now + Math.max(0, o.resetMs),
       retryAfterMs: o.retryAfterMs,
     })),
     fencingToken: scope.sluiceHeaders["sluice-fencing-token"],

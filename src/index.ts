@@ -17,7 +17,7 @@ export type { SluiceInput as SluiceConfig } from "./config/schema.js";
 export { ConfigError } from "./config/load.js";
 export { Problem } from "./problem.js";
 export { Runtime } from "./runtime.js";
-export { rateLimit, type LimitOptions, type RateLimitOptions } from "./middleware/rate-limit.js";
+export { rateLimit, defineLimits, type LimitOptions, type RateLimitOptions } from "./middleware/rate-limit.js";
 export {
   limiter,
   type Limiter,

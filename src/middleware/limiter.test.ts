@@ -1,7 +1,7 @@
 import { Hono, type Context, type MiddlewareHandler } from "hono";
 import { afterEach, describe, expect, it } from "vitest";
 import { background, middlewareRig } from "../../test/support/middleware-rig.js";
-import { limiter, rateLimit, type LimiterResult, type SluiceEnv } from "../index.js";
+import { limiter, rateLimit, type LimiterResult, type LimitState, type SluiceEnv } from "../index.js";
 
 /** Keys from the app's code and the imperative limiter, in Node against a real Redis. */
 const { db, options } = middlewareRig("lim");
@@ -102,6 +102,27 @@ describe("limiter()", () => {
     const names = await keys(opts.key_prefix);
     expect(names.some((k) => /:jobs:per-user:[0-9a-f]{32}/.test(k))).toBe(true);
     expect(names.join(" ")).not.toContain("u1");
+  });
+
+  it("names its reset's unit, the same in the middleware's c.get(\"sluice\"): resetMs the wait, resetAt the instant", async () => {
+    const jobs = limiter({ ...options(), limits });
+    const mw = new Hono<SluiceEnv>();
+    mw.use("*", rateLimit({ ...options(), limits }));
+    mw.get("/x", (c) => c.json(c.get("sluice").limits[0]));
+    const before = Date.now();
+    const call = await jobs.limit({ env: {} }, "u-reset");
+    const state = (await (await mw.request(url("/x"), from("203.0.113.6"))).json()) as LimitState;
+    const after = Date.now();
+    // one of 3 per hour spent: the bucket is full again in 20 minutes
+    for (const r of [call, state]) {
+      expect(r.resetMs).toBeGreaterThan(19 * 60_000);
+      expect(r.resetMs).toBeLessThanOrEqual(20 * 60_000);
+      expect(r.resetAt).toBeGreaterThanOrEqual(before + r.resetMs);
+      expect(r.resetAt).toBeLessThanOrEqual(after + r.resetMs);
+    }
+    // `reset` keeps each surface's own meaning: @upstash/ratelimit's instant, the RateLimit header's seconds
+    expect(call.reset).toBe(call.resetAt);
+    expect(state.reset).toBe(Math.ceil(state.resetMs / 1000));
   });
 
   it("peek reads without spending; cost spends that many", async () => {

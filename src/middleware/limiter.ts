@@ -30,7 +30,7 @@ export type LimiterContext = Context | { env?: unknown; executionCtx?: { waitUnt
 
 export interface LimiterOptions extends Omit<SharedOptions, "redis"> {
   /** The limits every call is decided against, all or nothing; their key is the call's identifier. */
-  limits: Omit<LimitOptions, "key" | "missing">[];
+  limits: ReadonlyArray<Omit<LimitOptions, "key" | "missing">>;
   /** Names the buckets in Redis (`{key_prefix}:{name}:{limit}:{hash}`); default "limiter". */
   name?: string;
   /** The Redis, or a function of the call's context giving one; default: `env`'s `UPSTASH_REDIS_REST_URL` / `_TOKEN`. */
@@ -44,8 +44,15 @@ export interface LimiterResult {
   limit: number;
   /** Whole tokens left in the binding limit's bucket (after this call's charge, when admitted). */
   remaining: number;
-  /** When the binding limit's bucket is full again, as epoch milliseconds (as `@upstash/ratelimit`). */
+  /**
+   * When the binding limit's bucket is full again, as epoch milliseconds: `@upstash/ratelimit`'s
+   * `reset`, kept for code moving from it. The same instant as `resetAt`; `resetMs` is the wait.
+   */
   reset: number;
+  /** Milliseconds from now until the binding limit's bucket is full again (as in `c.get("sluice")`'s limits). */
+  resetMs: number;
+  /** When the binding limit's bucket is full again, as epoch milliseconds (as in `c.get("sluice")`'s limits). */
+  resetAt: number;
   /** When refused: milliseconds until the call could pass (-1: never, its cost exceeds the capacity); 0 when admitted. */
   retryAfterMs: number;
   /** Redis did not answer: under `on_store_error = "open"` nothing was decided; under `local` this isolate decided alone. */
@@ -157,7 +164,7 @@ function callable(limit: Limit, index: number): void {
 
 /** Redis did not answer and the deployment fails open: admitted, nothing decided. */
 function degradedResult(): LimiterResult {
-  return { success: true, limit: 0, remaining: 0, reset: Date.now(), retryAfterMs: 0, degraded: true };
+  return { ...resetIn(0, Date.now()), success: true, limit: 0, remaining: 0, retryAfterMs: 0, degraded: true };
 }
 
 /** The answer: the binding limit's figures (a refusal's blocking limit, else the one with the fewest calls left). */
@@ -171,12 +178,18 @@ function resultOf(decision: Decision): LimiterResult {
           (a, b) => (a === undefined || b.remaining / b.cost < a.remaining / a.cost ? b : a),
           undefined,
         );
-  if (!binding) return { success: true, limit: 0, remaining: 0, reset: now, retryAfterMs: 0 };
+  if (!binding) return { ...resetIn(0, now), success: true, limit: 0, remaining: 0, retryAfterMs: 0 };
   return {
+    ...resetIn(binding.resetMs, now),
     success: decision.verdict !== "reject",
     limit: binding.limit.burst,
     remaining: Math.max(0, binding.remaining),
-    reset: now + Math.max(0, binding.resetMs),
     retryAfterMs: decision.verdict === "reject" ? binding.retryAfterMs : 0,
   };
+}
+
+/** The three spellings of when a bucket is full again: the wait in ms, and the instant (twice: `reset` is `@upstash/ratelimit`'s name). */
+function resetIn(ms: number, now: number): Pick<LimiterResult, "reset" | "resetMs" | "resetAt"> {
+  const resetMs = Math.max(0, ms);
+  return { reset: now + resetMs, resetMs, resetAt: now + resetMs };
 }

@@ -21,11 +21,32 @@ export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "../
 export type { SharedOptions } from "./standalone.js";
 
 type RouteInput = NonNullable<SluiceInput["routes"]>[number];
-/** A limit, exactly as in `wrangler.toml`'s `[[vars.SLUICE.routes.limits]]`. */
-export type LimitOptions = Literal<NonNullable<RouteInput["limits"]>[number]>;
+/**
+ * A limit, exactly as in `wrangler.toml`'s `[[vars.SLUICE.routes.limits]]`. An interface (rather
+ * than the `Literal<...>` it extends) so that a compiler error names it `LimitOptions` instead of
+ * printing its twenty fields.
+ */
+export interface LimitOptions extends Literal<NonNullable<RouteInput["limits"]>[number]> {
+  /** The limit's name: in its buckets' keys, the `RateLimit` headers, a refusal's problem and the metrics. */
+  name: string;
+}
+
+/**
+ * The limits as written, typed as options: an identity function, so that a `limits` array kept in
+ * a `const` of its own stays literal (`period: "1s"` a duration, `key: "ip"` a key part) and a typo
+ * is a compiler error at the array. A bare `const limits = [{ ..., period: "1s" }]` widens `"1s"`
+ * to `string`, which no option accepts. `[...] satisfies LimitOptions[]` does the same without a call.
+ *
+ * @example
+ * const limits = defineLimits([{ name: "per-ip", key: "ip", rate: 10, period: "1s", burst: 20 }]);
+ * app.use("/api/*", rateLimit({ name: "api", limits }));
+ */
+export function defineLimits(limits: LimitOptions[]): LimitOptions[] {
+  return limits;
+}
 
 export interface RateLimitOptions extends SharedOptions {
-  limits: LimitOptions[];
+  limits: readonly LimitOptions[];
   /** Names the buckets in Redis (`{key_prefix}:{name}:{limit}:{hash}`) and the metrics; default "app". */
   name?: string;
   /** Decide and count, never refuse (how a new limit is rolled out). */

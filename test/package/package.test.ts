@@ -1,5 +1,6 @@
 /**
- * sluice as an npm package, end to end: `npm run build`, `npm pack`, the tarball installed into
+ * sluice as an npm package, end to end: `npm run release:check` (`npm publish --dry-run --offline`,
+ * whose `prepare` builds dist/), `npm pack`, the tarball installed into
  * a copy of examples/hono-app (offline; see install.ts), the copy type-checked against the
  * packaged declarations, then the example's own tests (its README's `npm test`: wrangler's
  * bundle in workerd) against a real Redis behind the Upstash-REST bridge. dist/ and the tarball
@@ -19,6 +20,7 @@ const root = fileURLToPath(new URL("../..", import.meta.url));
 /** What src/index.ts exports: the values, then the types. */
 const VALUES = [
   "rateLimit",
+  "defineLimits",
   "idempotency",
   "session",
   "breaker",
@@ -52,7 +54,7 @@ const TYPES = [
 
 /** The subpaths of package.json's `exports` and the values each gives (the root gives all but the gateway's). */
 const SUBPATHS: Record<string, string[]> = {
-  "sluice/rate-limit": ["rateLimit"],
+  "sluice/rate-limit": ["rateLimit", "defineLimits"],
   "sluice/limiter": ["limiter"],
   "sluice/idempotency": ["idempotency"],
   "sluice/session": ["session"],
@@ -151,14 +153,16 @@ describe("the npm package", () => {
       const parent = join(root, ".wrangler", "package-test");
       mkdirSync(parent, { recursive: true });
       work = mkdtempSync(join(parent, "run-"));
-      await run("npm", ["run", "build"], { cwd: root });
-      // What `npm publish` would upload, from the build just made. A dry run needs no registry:
-      // --offline makes sure it asks none (it warns that nobody is logged in, and goes on);
-      // --ignore-scripts keeps prepack from building again.
+      // The release, short of the upload: `npm run release:check` is `npm publish --dry-run --offline`,
+      // scripts and all (`prepare` builds dist/), as a maintainer runs it. A dry run needs no login
+      // (it warns that nobody is logged in, and goes on); --offline makes sure it asks no registry.
+      // --json for the file list; the build's own output then stays off stdout.
       published = publishedFiles(
-        await run("npm", ["publish", "--dry-run", "--json", "--offline", "--ignore-scripts"], { cwd: root }),
+        await run("npm", ["run", "--silent", "release:check", "--", "--json", "--foreground-scripts=false"], {
+          cwd: root,
+        }),
       );
-      // the build just ran: --ignore-scripts keeps prepack from running it again
+      // the build just ran: --ignore-scripts keeps prepare from running it again
       const packed = await run("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", work], {
         cwd: root,
       });
@@ -217,6 +221,28 @@ describe("the npm package", () => {
       .filter((f) => f.endsWith(".js"))
       .filter((f) => DECIDE_INLINED.test(readFileSync(join(root, f), "utf8")));
     expect(inlined).not.toEqual([]);
+  });
+
+  it("publishes every file package.json names (main, module, types, each subpath of exports)", () => {
+    const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as {
+      main: string;
+      module: string;
+      types: string;
+      exports: Record<string, Record<string, string>>;
+    };
+    const named = [pkg.main, pkg.module, pkg.types, ...Object.values(pkg.exports).flatMap((c) => Object.values(c))];
+    const missing = named.map((f) => f.replace(/^\.\//, "")).filter((f) => !published.includes(f));
+    expect(missing).toEqual([]);
+  });
+
+  it("publishes a README whose links work from the registry's page: absolute, into the repository", () => {
+    // the package has no docs/: a relative link would point into the tarball, at nothing
+    const readme = readFileSync(join(installed, "README.md"), "utf8");
+    const relative = [...readme.matchAll(/\]\(([^)\s]+)\)/g)]
+      .map((m) => m[1] ?? "")
+      .filter((target) => !/^(https?:\/\/|#)/.test(target));
+    expect(relative).toEqual([]);
+    expect(readme).toContain("](https://github.com/sluice-dev/sluice/blob/main/docs/getting-started.md");
   });
 
   it("is publishable as MIT: `license`, the LICENSE file and no `private`, as installed from the tarball", () => {

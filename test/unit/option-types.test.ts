@@ -4,7 +4,16 @@
  * ever accepted it; at run time the schema refuses the same values for JavaScript callers.
  */
 import { describe, expect, it } from "vitest";
-import { adminApi, ConfigError, idempotency, rateLimit, session, type LimitOptions } from "../../src/index.js";
+import {
+  adminApi,
+  ConfigError,
+  defineLimits,
+  idempotency,
+  limiter,
+  rateLimit,
+  session,
+  type LimitOptions,
+} from "../../src/index.js";
 
 describe("literal option types", () => {
   it("accept every key and duration form the schema accepts", () => {
@@ -48,5 +57,28 @@ describe("literal option types", () => {
     expect(() => idempotency({ ttl: "an hour" })).toThrow(ConfigError);
     // @ts-expect-error -- session's key too
     expect(() => session({ key: "sid" })).toThrow(ConfigError);
+  });
+
+  it("keep a limits array in a const of its own literal through defineLimits() or satisfies", () => {
+    const limits = defineLimits([{ name: "per-ip", key: "ip", rate: 10, period: "1s" }]);
+    expect(limits).toEqual([{ name: "per-ip", key: "ip", rate: 10, period: "1s" }]);
+    expect(() => rateLimit({ name: "api", limits })).not.toThrow();
+    expect(() => adminApi({ config: { routes: [{ name: "api", match: "/api/*", limits }] } })).not.toThrow();
+    expect(() => limiter({ limits: defineLimits([{ name: "per-user", rate: 10, period: "1m" }]) })).not.toThrow();
+    const satisfied = [{ name: "per-ip", key: ["ip", "path"], rate: 10, period: "1s" }] satisfies LimitOptions[];
+    expect(() => rateLimit({ limits: satisfied })).not.toThrow();
+    expect(() => rateLimit({ limits: [{ name: "per-ip", rate: 10, period: "1s" }] as const })).not.toThrow();
+
+    const widened = [{ name: "per-ip", rate: 10, period: "1s" }];
+    // @ts-expect-error -- a bare const widens "1s" to string, which no option accepts (the schema does at run time)
+    expect(() => rateLimit({ limits: widened })).not.toThrow();
+    // @ts-expect-error -- defineLimits() checks the array where it is written
+    expect(() => rateLimit({ limits: defineLimits([{ name: "b", rate: 1, period: "1 second" }]) })).toThrow(
+      ConfigError,
+    );
+    // @ts-expect-error -- and its keys
+    expect(() => rateLimit({ limits: defineLimits([{ name: "b", key: "ipp", rate: 1, period: "1s" }]) })).toThrow(
+      ConfigError,
+    );
   });
 });
