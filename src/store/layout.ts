@@ -116,7 +116,7 @@ export const LAYOUT = {
     patterns: ["{key_prefix}:lists"],
     store: "home",
     holds:
-      "hash of deny/allow entries (JSON, each with its own expiry) and the routes' degrade switches; every read and write (`lua/lists.lua`) drops those that ran out first, and at most 1 000 automatic bans are in force (past it a ban drops the one that expires soonest)",
+      "hash of deny/allow entries (JSON, each with its own expiry) and the routes' degrade switches; every read and write (`lua/access-lists.lua`) drops those that ran out first, and at most 1 000 automatic bans are in force (past it a ban drops the one that expires soonest)",
     ttl: "30 days, renewed on every change",
   },
   banRefusals: {

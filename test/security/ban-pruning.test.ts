@@ -2,7 +2,7 @@
  * Finding 7 of issue 29: ban entries were never pruned. Invented API keys banned for 1 s each left
  * a field in the lists hash for 30 days (the hash's TTL, renewed by every ban), which every isolate
  * re-read whole on every change and scanned on every request; and nothing bounded how many bans
- * could be in force. Now every read and write of the hash (lua/lists.lua) drops what has run out
+ * could be in force. Now every read and write of the hash (lua/access-lists.lua) drops what has run out
  * first, in the same atomic call, and at most `MAX_BANS` automatic bans are in force: past it a new
  * ban drops the ban that expires soonest, never an operator's entry.
  */

@@ -1,4 +1,4 @@
-import listsLua from "../../../lua/lists.lua";
+import listsLua from "../../../lua/access-lists.lua";
 import { listsKey, versionKey } from "../../store/layout.js";
 import { StoreError } from "../../store/deadline.js";
 import type { Batch, Store } from "../../store/redis.js";
@@ -13,7 +13,7 @@ import { decodeModes, type RouteMode } from "../mode/store.js";
  * degrade switch is set, `mode:{route}`, src/features/mode/), the hash living `LISTS_TTL_S` past
  * its last change (each entry has its own expiry inside). Every read and write of it is here: the
  * isolates' refresh (lists.ts), the admin API (src/features/access/admin.ts) and automatic bans (bans.ts).
- * Each is one call of lua/lists.lua, which first drops the fields that have run out (so no reader
+ * Each is one call of lua/access-lists.lua, which first drops the fields that have run out (so no reader
  * is handed a dead entry, and a thousand one-second bans leave nothing behind), bounds the live
  * automatic bans at `MAX_BANS`, and bumps the Redis's change counter (`{prefix}:version`) after
  * every write, which is how isolates learn that their copy is behind.
@@ -49,14 +49,14 @@ export function listField(entry: Pick<ListEntry, "kind" | "entry">): string {
   return `${entry.kind}:${entry.entry}`;
 }
 
-/** Every entry of the lists hash in force (lists.lua drops the rest); values that do not parse are passed over. */
+/** Every entry of the lists hash in force (access-lists.lua drops the rest); values that do not parse are passed over. */
 export async function readEntries(store: Store, prefix: string): Promise<ListEntry[]> {
   return (await readEntriesAt(store, prefix)).entries;
 }
 
 /**
  * Every entry in force, the routes' degrade switches (src/features/mode/), and the Redis's change
- * counter, read in the same atomic call (lists.lua `read`, which drops what has run out first):
+ * counter, read in the same atomic call (access-lists.lua `read`, which drops what has run out first):
  * writers bump it after writing, so every write made before the counter reached that value is in
  * what was read.
  */
@@ -92,11 +92,11 @@ export async function removeField(store: Store, prefix: string, field: string): 
   return Number(removed) === 1;
 }
 
-/** One call of lua/lists.lua (see its contract); its reply as a list. */
+/** One call of lua/access-lists.lua (see its contract); its reply as a list. */
 async function lists(store: Store, prefix: string, args: Array<string | number>): Promise<unknown[]> {
   const reply = await store.run(store.script(listsLua), [listsKey(prefix), versionKey(prefix)], args);
   if (!Array.isArray(reply))
-    throw new StoreError("error", `unexpected reply from lists.lua: ${JSON.stringify(reply).slice(0, 200)}`);
+    throw new StoreError("error", `unexpected reply from access-lists.lua: ${JSON.stringify(reply).slice(0, 200)}`);
   return reply;
 }
 

@@ -6,7 +6,7 @@ import { LISTS_FALLBACK_MS, LISTS_MAX_AGE_MS, ListCache } from "./lists.js";
 
 /**
  * A home store whose lists hash and change counter are whatever the test sets, answering the
- * lists' one read (lua/lists.lua `read`: the counter, then the live values) and counting them.
+ * lists' one read (lua/access-lists.lua `read`: the counter, then the live values) and counting them.
  */
 function fakeHome() {
   const state = { version: 1, entries: [] as string[], reads: 0 };

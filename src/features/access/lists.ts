@@ -24,7 +24,7 @@ interface Held {
   prefix: string;
   /** When the last read started (isolate clock). */
   at: number;
-  /** The entries in force when read (lists.lua prunes the rest), indexed by what names a client. */
+  /** The entries in force when read (access-lists.lua prunes the rest), indexed by what names a client. */
   index: EntryIndex;
   /** The routes' degrade switches read with the entries (src/features/mode/). */
   modes: RouteMode[];

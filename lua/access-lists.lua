@@ -1,6 +1,6 @@
 #!lua flags=allow-key-locking
 --[[
-lists.lua: the deny and allow lists' hash (with the routes' degrade switches, which live in it).
+access-lists.lua: the deny and allow lists' hash (with the routes' degrade switches, which live in it).
 Every read and every write first drops the fields that have run out, in the same atomic call, so
 no reader is ever handed a dead entry and the hash holds only what is in force. Automatic bans
 are bounded: a ban written past `cap` live bans drops the ban that expires soonest (never an
