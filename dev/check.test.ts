@@ -229,4 +229,35 @@ describe("npm run check -- --store: each database's clock", () => {
     expect(gone.status).toBe(1);
     expect(gone.stdout).toMatch(/store of "home": not reachable/);
   });
+
+  it("a token the database refuses, or a URL that is not REST, is misconfigured (exit 1), naming the variable and no secret", async () => {
+    const redis = await startRedis();
+    const bridge = await startBridge({ redisUrl: redis.url, token: "t" });
+    try {
+      const refused = await check(
+        config("refused", `UPSTASH_REDIS_REST_URL=${bridge.url}\nUPSTASH_REDIS_REST_TOKEN=wr0ng-s3cret\n`),
+        {},
+      );
+      expect(refused.status).toBe(1);
+      expect(refused.stdout).toMatch(
+        /store of "home": misconfigured: the database refused UPSTASH_REDIS_REST_TOKEN \(HTTP 401/,
+      );
+      const port = new URL(bridge.url).port;
+      const rediss = await check(
+        config(
+          "rediss",
+          `UPSTASH_REDIS_REST_URL=rediss://default:pa55-s3cret@127.0.0.1:${port}\nUPSTASH_REDIS_REST_TOKEN=t\n`,
+        ),
+        {},
+      );
+      expect(rediss.status).toBe(1);
+      expect(rediss.stdout).toMatch(/store of "home": misconfigured: UPSTASH_REDIS_REST_URL is a Redis protocol URL/);
+      for (const run of [refused, rediss]) {
+        expect(run.stdout + run.stderr).not.toContain("s3cret");
+      }
+    } finally {
+      await bridge.close();
+      await redis.stop();
+    }
+  });
 });
