@@ -1,6 +1,6 @@
 /** `npm run check`: its warnings about regions without a database of their own and shared quotas kept per region. */
 import { execFile, execFileSync, spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -156,6 +156,80 @@ describe("shared quotas kept per region", () => {
       if (!r.ok) throw r.error;
       expect(r.warnings, scope).toEqual([]);
     }
+  });
+});
+
+describe("routes that do nothing or never match (issue 30, point 6)", () => {
+  it("npm run check warns about both, naming them, and exits 0", () => {
+    const toml = join(dir, "shadow.toml");
+    writeFileSync(
+      toml,
+      [
+        'name = "t"',
+        "[vars]",
+        'ORIGIN_URL = "https://origin.example"',
+        "[vars.SLUICE]",
+        "[[vars.SLUICE.routes]]",
+        'name = "api"',
+        'match = "/api/*"',
+        "limits = []",
+        "[[vars.SLUICE.routes]]",
+        'name = "products"',
+        'match = "/api/products/*"',
+        'methods = ["GET"]',
+        'limits = [ { name = "per-ip", key = "ip", rate = 5, period = "1s" } ]',
+      ].join("\n"),
+    );
+    const run = spawnSync(process.execPath, ["--import", "tsx", "dev/check.ts", "--config", toml], {
+      encoding: "utf8",
+    });
+    expect(run.status, run.stderr).toBe(0);
+    const warnings = run.stderr.split("\n").filter((l) => l.includes("warning:"));
+    expect(warnings).toHaveLength(2);
+    expect(warnings[0]).toContain('warning: SLUICE.routes[0]: route "api" limits, guards and sheds nothing');
+    expect(warnings[1]).toContain(
+      'warning: SLUICE.routes[1].match: route "products" can never match: every GET request it matches ("/api/products/*") is matched first by route "api"',
+    );
+  });
+
+  it("npm run deploy runs the check first: an invalid configuration stops it before wrangler", () => {
+    const toml = join(dir, "typo.toml");
+    const outdir = join(dir, "typo-build");
+    writeFileSync(
+      toml,
+      [
+        'name = "t"',
+        'main = "worker/index.ts"',
+        "[vars]",
+        'ORIGIN_URL = "https://origin.example"',
+        "[vars.SLUICE]",
+        "[[vars.SLUICE.routes]]",
+        'name = "api"',
+        'match = "/api/*"',
+        'limits = [ { name = "per-ip", key = "ip", rate = 5, perod = "1s" } ]',
+      ].join("\n"),
+    );
+    const run = spawnSync(
+      process.execPath,
+      ["--import", "tsx", "dev/deploy.ts", "--config", toml, "--dry-run", "--outdir", outdir],
+      { encoding: "utf8", env: { ...process.env, WRANGLER_SEND_METRICS: "false" } },
+    );
+    expect(run.status).toBe(1);
+    expect(run.stderr).toContain("invalid sluice configuration");
+    expect(run.stderr).toContain("not deployed");
+    expect(existsSync(join(outdir, "index.js"))).toBe(false);
+  });
+
+  it("npm run deploy hands its options to wrangler deploy once the check passes", () => {
+    const outdir = join(dir, "ok-build");
+    const run = spawnSync(
+      process.execPath,
+      ["--import", "tsx", "dev/deploy.ts", "--config", "wrangler.toml", "--dry-run", "--outdir", outdir],
+      { encoding: "utf8", env: { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true" } },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/wrangler\.toml: ok \(/);
+    expect(existsSync(join(outdir, "index.js"))).toBe(true);
   });
 });
 
