@@ -20,7 +20,7 @@ export type ConfigResult = { ok: true; config: Config; warnings: ConfigWarning[]
  *
  * @example
  * const r = loadConfig({ ORIGIN_URL: "https://api.example.com", SLUICE: { routes: [] } });
- * if (!r.ok) console.error(r.error.message); // e.g. "SLUICE.routes[0].limits[0].rate: ..."
+ * if (!r.ok) console.error(r.error.message); // e.g. 'SLUICE.routes[0] ("api").limits[0] ("per-ip").rate: ...'
  */
 export function loadConfig(vars: ConfigVars): ConfigResult {
   const result = loadConfigWith(sluiceSchema(), vars);

@@ -147,15 +147,18 @@ function connectionOf(options: LimiterOptions, c: LimiterContext, env: Env, conf
  * the end of a request to settle, which a call does not have.
  */
 function callable(limit: Limit, index: number): void {
+  const named = (field: string) => `limiter(): limits[${index}] (${JSON.stringify(limit.name)}).${field}`;
   if (limit.algorithm === "concurrency")
     throw new ConfigError(
       `limiter(): limits[${index}].algorithm`,
       "concurrency needs a request to end: use rateLimit()",
+      named("algorithm"),
     );
   if (limit.responseCost)
     throw new ConfigError(
       `limiter(): limits[${index}].cost`,
       "a cost from the response needs a response: use rateLimit()",
+      named("cost"),
     );
 }
 
