@@ -5,12 +5,12 @@
  * `field` keeps the bare path, for programs.
  */
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfig } from "./index.js";
-import { fieldError } from "./load.js";
-import { adminApi } from "../middleware/admin-api.js";
-import { idempotency } from "../middleware/idempotency.js";
-import { limiter } from "../middleware/limiter.js";
-import { rateLimit } from "../middleware/rate-limit.js";
+import { ConfigError, loadConfig } from "../../src/config/index.js";
+import { fieldError } from "../../src/config/load.js";
+import { adminApi } from "../../src/middleware/admin-api.js";
+import { idempotency } from "../../src/middleware/idempotency.js";
+import { limiter } from "../../src/middleware/limiter.js";
+import { rateLimit } from "../../src/middleware/rate-limit.js";
 
 const ORIGIN_URL = "https://origin.example";
 const ok = (name: string) => ({ name, match: `/${name}`, limits: [{ name: "per-ip", rate: 1, period: "1s" }] });
