@@ -1,5 +1,5 @@
 import type { Config, Route } from "./load.js";
-import { shadowedBy } from "../routing/shadow.js";
+import { shadowBudget, shadowedBy } from "../routing/shadow.js";
 
 /**
  * What a valid configuration may do that its author did not mean, told by `npm run check`, the dev
@@ -21,16 +21,18 @@ const DEFAULT_ORIGIN_TIMEOUT_MS = 30_000;
  * The routes' warnings: a route that limits, guards and sheds nothing (its requests are forwarded
  * as if no route matched, and never reach a later route that matches them too), and a route that
  * can never match (every method and path it matches is matched first by earlier routes; decided
- * exactly for the pattern language of src/routing/match.ts, so never a false alarm).
+ * exactly for the pattern language of src/routing/match.ts, so never a false alarm; within a
+ * budget of a few milliseconds, as it runs wherever the configuration loads).
  *
  * @example routeWarnings(config)[0]?.message // 'route "products" can never match: …'
  */
 export function routeWarnings(config: Pick<Config, "routes" | "paths">): ConfigWarning[] {
   const strictSlash = config.paths.trailing_slash === "strict";
+  const budget = shadowBudget();
   return config.routes.flatMap((route, i) => {
     const warnings: ConfigWarning[] = [];
     if (doesNothing(route)) warnings.push({ route: route.name, field: `SLUICE.routes[${i}]`, message: idle(route) });
-    const takers = shadowedBy(config.routes, i, strictSlash);
+    const takers = shadowedBy(config.routes, i, strictSlash, budget);
     if (takers)
       warnings.push({ route: route.name, field: `SLUICE.routes[${i}].match`, message: shadowed(route, takers) });
     return warnings;

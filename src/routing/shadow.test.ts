@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { compilePattern } from "./match.js";
 import { normalisePath, DEFAULT_PATH_POLICY, type PathPolicy } from "./normalise.js";
 import { findRoute, type RoutableRoute } from "./route.js";
-import { shadowedBy } from "./shadow.js";
+import { shadowBudget, shadowedBy } from "./shadow.js";
 
 const STRICT: PathPolicy = { ...DEFAULT_PATH_POLICY, trailing_slash: "strict" };
 
@@ -82,6 +82,14 @@ describe("a route no request ever meets first", () => {
     ["nothing before it", [["/x"]]],
   ] as Array<[string, Array<[string, string[]?]>]>)("is not shadowed by %s", (_what, specs) => {
     expect(takersOfLast(specs)).toBeUndefined();
+  });
+
+  it("claims nothing once the configuration's budget is spent (it runs where the configuration loads)", () => {
+    const list = routes([["/api/*"], ["/api/products/*", ["GET"]]]);
+    expect(shadowedBy(list, 1, false, { left: 0 })).toBeUndefined();
+    const budget = shadowBudget();
+    expect(shadowedBy(list, 1, false, budget)?.map((r) => r.name)).toEqual(["r0"]);
+    expect(budget.left).toBeLessThan(shadowBudget().left);
   });
 
   it('tells a trailing slash apart only under trailing_slash = "strict"', () => {

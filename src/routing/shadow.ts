@@ -11,12 +11,27 @@ import type { RoutableRoute } from "./route.js";
 const UNNAMED_METHOD = "\u0000unnamed";
 /** A segment no pattern names at its place: only a `*` there (or a prefix's tail) matches it. */
 const UNNAMED_SEGMENT = "\u0000";
-/** Past this many paths to look at, no claim is made (a pattern list no one writes by hand). */
+/** Past this many paths to look at for one route, no claim is made (a pattern list no one writes by hand). */
 const MAX_PATHS = 20_000;
 
 /**
+ * What a configuration's whole check may spend, in paths tested against a pattern, shared by its
+ * routes (`shadowBudget()`): the check runs where the configuration loads, a Worker's cold start
+ * included, so a pathological route list costs milliseconds and its later routes go unclaimed.
+ */
+export interface ShadowBudget {
+  left: number;
+}
+
+/** A budget of about a few milliseconds of matching. */
+export function shadowBudget(tests = 100_000): ShadowBudget {
+  return { left: tests };
+}
+
+/**
  * The earlier routes that together take every request `routes[index]` matches, in order, or
- * `undefined` when some request would reach it (or the routes are past what is looked at).
+ * `undefined` when some request would reach it (or the routes are past what is looked at, or
+ * `budget` is spent).
  * `strictSlash`: the paths' policy keeps a trailing slash (`trailing_slash = "strict"`).
  *
  * @example shadowedBy([api("/api/*"), products("/api/products/*", ["GET"])], 1, false) // [api]
@@ -25,10 +40,12 @@ export function shadowedBy<R extends RoutableRoute>(
   routes: readonly R[],
   index: number,
   strictSlash: boolean,
+  budget: ShadowBudget = shadowBudget(),
 ): R[] | undefined {
   const route = routes[index];
   const earlier = routes.slice(0, index);
-  if (!route || earlier.length === 0) return undefined;
+  // a spent budget ends the check before any work: one path per earlier route is the least it costs
+  if (!route || earlier.length === 0 || budget.left < earlier.length + 2) return undefined;
   const takers = new Set<R>();
   for (const method of methodsOf(route, earlier)) {
     const candidates = earlier.filter((r) => takes(r, method));
@@ -36,6 +53,7 @@ export function shadowedBy<R extends RoutableRoute>(
       route.pattern,
       candidates.map((r) => r.pattern),
       strictSlash,
+      budget,
     );
     if (paths === undefined) return undefined;
     for (const path of paths) {
@@ -69,18 +87,26 @@ function methodsOf(route: RoutableRoute, earlier: readonly RoutableRoute[]): str
  * segment only against its own literal there (or takes any, with `*`), so two segments none of
  * them names at a place are alike: one of each literal named there and one unnamed segment stand
  * for all. Past the longest pattern no place is tested, and only prefix patterns take longer
- * paths: one more segment stands for any tail. Undefined past MAX_PATHS.
+ * paths: one more segment stands for any tail. Undefined past MAX_PATHS of them, or past what
+ * `budget` has left (which it is charged).
  */
 function representatives(
   pattern: PathPattern,
   others: readonly PathPattern[],
   strictSlash: boolean,
+  budget: ShadowBudget,
 ): string[] | undefined {
   const longest = Math.max(pattern.segments.length, ...others.map((p) => p.segments.length));
   const lengths = pattern.prefix ? range(pattern.segments.length, longest + 1) : [pattern.segments.length];
+  // the choices look at every other pattern at every place of every length
+  budget.left -= lengths.reduce((sum, n) => sum + n, 0) * others.length;
   const choices = lengths.map((n) => range(0, n - 1).map((i) => choicesAt(pattern, others, i)));
   const count = choices.reduce((sum, places) => sum + places.reduce((n, c) => n * c.length, 1), 0);
-  if (count * (strictSlash ? 2 : 1) > MAX_PATHS) return undefined;
+  const made = count * (strictSlash ? 2 : 1);
+  // each path is made, then tested against its own pattern and at most every other
+  const cost = made * (others.length + 2);
+  if (made > MAX_PATHS || cost > budget.left) return undefined;
+  budget.left -= cost;
   const paths: string[] = [];
   for (const places of choices)
     for (const segments of product(places))
