@@ -1,6 +1,6 @@
 /** `npm run check`: its warnings about regions without a database of their own and shared quotas kept per region. */
 import { execFile, execFileSync, spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -160,6 +160,80 @@ describe("shared quotas kept per region", () => {
   });
 });
 
+describe("routes that do nothing or never match (issue 30, point 6)", () => {
+  it("npm run check warns about both, naming them, and exits 0", () => {
+    const toml = join(dir, "shadow.toml");
+    writeFileSync(
+      toml,
+      [
+        'name = "t"',
+        "[vars]",
+        'ORIGIN_URL = "https://origin.example"',
+        "[vars.SLUICE]",
+        "[[vars.SLUICE.routes]]",
+        'name = "api"',
+        'match = "/api/*"',
+        "limits = []",
+        "[[vars.SLUICE.routes]]",
+        'name = "products"',
+        'match = "/api/products/*"',
+        'methods = ["GET"]',
+        'limits = [ { name = "per-ip", key = "ip", rate = 5, period = "1s" } ]',
+      ].join("\n"),
+    );
+    const run = spawnSync(process.execPath, ["--import", "tsx", "dev/check.ts", "--config", toml], {
+      encoding: "utf8",
+    });
+    expect(run.status, run.stderr).toBe(0);
+    const warnings = run.stderr.split("\n").filter((l) => l.includes("warning:"));
+    expect(warnings).toHaveLength(2);
+    expect(warnings[0]).toContain('warning: SLUICE.routes[0]: route "api" limits, guards and sheds nothing');
+    expect(warnings[1]).toContain(
+      'warning: SLUICE.routes[1].match: route "products" can never match: every GET request it matches ("/api/products/*") is matched first by route "api"',
+    );
+  });
+
+  it("npm run deploy runs the check first: an invalid configuration stops it before wrangler", () => {
+    const toml = join(dir, "typo.toml");
+    const outdir = join(dir, "typo-build");
+    writeFileSync(
+      toml,
+      [
+        'name = "t"',
+        'main = "worker/index.ts"',
+        "[vars]",
+        'ORIGIN_URL = "https://origin.example"',
+        "[vars.SLUICE]",
+        "[[vars.SLUICE.routes]]",
+        'name = "api"',
+        'match = "/api/*"',
+        'limits = [ { name = "per-ip", key = "ip", rate = 5, perod = "1s" } ]',
+      ].join("\n"),
+    );
+    const run = spawnSync(
+      process.execPath,
+      ["--import", "tsx", "dev/deploy.ts", "--config", toml, "--dry-run", "--outdir", outdir],
+      { encoding: "utf8", env: { ...process.env, WRANGLER_SEND_METRICS: "false" } },
+    );
+    expect(run.status).toBe(1);
+    expect(run.stderr).toContain("invalid sluice configuration");
+    expect(run.stderr).toContain("not deployed");
+    expect(existsSync(join(outdir, "index.js"))).toBe(false);
+  });
+
+  it("npm run deploy hands its options to wrangler deploy once the check passes", () => {
+    const outdir = join(dir, "ok-build");
+    const run = spawnSync(
+      process.execPath,
+      ["--import", "tsx", "dev/deploy.ts", "--config", "wrangler.toml", "--dry-run", "--outdir", outdir],
+      { encoding: "utf8", env: { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true" } },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/wrangler\.toml: ok \(/);
+    expect(existsSync(join(outdir, "index.js"))).toBe(true);
+  });
+});
+
 describe("npm run check -- --store: each database's clock", () => {
   /** check.ts run apart (the bridge answers from this process meanwhile), with only the variables given. */
   const check = (toml: string, env: Record<string, string>) =>
@@ -229,6 +303,37 @@ describe("npm run check -- --store: each database's clock", () => {
     );
     expect(gone.status).toBe(1);
     expect(gone.stdout).toMatch(/store of "home": not reachable/);
+  });
+
+  it("a token the database refuses, or a URL that is not REST, is misconfigured (exit 1), naming the variable and no secret", async () => {
+    const redis = await startRedis();
+    const bridge = await startBridge({ redisUrl: redis.url, token: "t" });
+    try {
+      const refused = await check(
+        config("refused", `UPSTASH_REDIS_REST_URL=${bridge.url}\nUPSTASH_REDIS_REST_TOKEN=wr0ng-s3cret\n`),
+        {},
+      );
+      expect(refused.status).toBe(1);
+      expect(refused.stdout).toMatch(
+        /store of "home": misconfigured: the database refused UPSTASH_REDIS_REST_TOKEN \(HTTP 401/,
+      );
+      const port = new URL(bridge.url).port;
+      const rediss = await check(
+        config(
+          "rediss",
+          `UPSTASH_REDIS_REST_URL=rediss://default:pa55-s3cret@127.0.0.1:${port}\nUPSTASH_REDIS_REST_TOKEN=t\n`,
+        ),
+        {},
+      );
+      expect(rediss.status).toBe(1);
+      expect(rediss.stdout).toMatch(/store of "home": misconfigured: UPSTASH_REDIS_REST_URL is a Redis protocol URL/);
+      for (const run of [refused, rediss]) {
+        expect(run.stdout + run.stderr).not.toContain("s3cret");
+      }
+    } finally {
+      await bridge.close();
+      await redis.stop();
+    }
   });
 });
 

@@ -4,11 +4,13 @@
 // Ctrl-C or SIGTERM stops every child.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { startBridge, type ScriptTime } from "./bridge.js";
+import type { ScriptTime } from "./bridge.js";
+import { devBridgePort, devVarsLines, startDevBridge } from "./dev-bridge.js";
 import { startOrigin } from "./origin.js";
 import { freePort } from "./ports.js";
 import { REDIS_MISSING, redisServerAvailable, startRedis } from "./redis-process.js";
 import { checkWranglerConfig, configPathFromArgs } from "./wrangler-config.js";
+import { redact } from "../src/util/log.js";
 
 const stops: Array<() => Promise<void> | void> = [];
 let stopping = false;
@@ -100,7 +102,8 @@ async function main(): Promise<void> {
 /** The Worker's Redis: a real Upstash database if one is named, else the bridge in front of a local Redis. */
 async function redisVars(): Promise<Record<string, string>> {
   if (process.env.UPSTASH_REDIS_REST_URL) {
-    console.log(`redis   ${process.env.UPSTASH_REDIS_REST_URL} (Upstash, from UPSTASH_REDIS_REST_URL)`);
+    // a URL may carry a password (the rediss:// form): never printed
+    console.log(`redis   ${redact(process.env.UPSTASH_REDIS_REST_URL)} (Upstash, from UPSTASH_REDIS_REST_URL)`);
     return {
       UPSTASH_REDIS_REST_URL: process.env.UPSTASH_REDIS_REST_URL,
       UPSTASH_REDIS_REST_TOKEN: process.env.UPSTASH_REDIS_REST_TOKEN ?? "",
@@ -116,14 +119,21 @@ async function redisVars(): Promise<Record<string, string>> {
     stops.push(() => redis.stop());
     redisUrl = redis.url;
   }
-  const token = randomBytes(16).toString("hex");
   const scriptTime = bridgeScriptTime();
-  const bridge = await startBridge({ redisUrl, token, port: await freePort(), latencyMs: bridgeDelayMs(), scriptTime });
+  // the same port and token on every start, so an app's .dev.vars keeps working (dev/dev-bridge.ts)
+  const started = await startDevBridge({ redisUrl, port: devBridgePort(), latencyMs: bridgeDelayMs(), scriptTime });
+  const { bridge, token } = started;
   stops.push(() => bridge.close());
-  console.log(`redis   ${redisUrl}${process.env.REDIS_URL ? " (REDIS_URL)" : " (spawned)"}`);
+  console.log(`redis   ${redact(redisUrl)}${process.env.REDIS_URL ? " (REDIS_URL)" : " (spawned)"}`);
   console.log(
     `bridge  ${bridge.url} (Upstash REST, token ${token}, ${bridge.fault.latencyMs} ms added per round trip${scriptTime === "refuse" ? ", TIME refused in scripts" : ""})`,
   );
+  if (bridge.port !== started.preferred)
+    console.warn(
+      `        port ${started.preferred} was taken: the bridge is on ${bridge.port} this time (SLUICE_BRIDGE_PORT picks another)`,
+    );
+  console.log(`        an app of your own reaches it with these lines in its .dev.vars (the same on every start):`);
+  for (const line of devVarsLines(bridge.url, token)) console.log(`          ${line}`);
   console.log(
     `        place Redis far away, hang or refuse it: curl -X POST -H 'authorization: Bearer ${token}' -d '{"ms":80}' ${bridge.url}/__bridge/delay  ({"mode":"hang"|"refuse"|"normal"})`,
   );

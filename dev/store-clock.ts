@@ -15,7 +15,9 @@ import type { Env } from "../src/env.js";
 import { allRegions, envConnections, Stores } from "../src/region/index.js";
 import { storeClock } from "../src/store/clock-probe.js";
 import { versionKey } from "../src/store/layout.js";
+import { isMisconfigured } from "../src/store/deadline.js";
 import { StoreRegistry, type Store } from "../src/store/redis.js";
+import { redact } from "../src/util/log.js";
 
 /** What the probe found: lines to print, and whether any database could not be checked. */
 export interface StoreClockResult {
@@ -64,7 +66,8 @@ function databases(config: Config, env: Env): { regions: string[]; store: Store 
 
 /**
  * Probes every database: a line per database saying its clock, a warning for one that refuses
- * TIME in scripts, `failed` when one is not configured or not reachable.
+ * TIME in scripts, `failed` when one is not configured, misconfigured (its token refused, its URL
+ * not REST: the line names the variable) or not reachable.
  */
 export async function storeClocks(config: Config, env: Env, probeSource: string): Promise<StoreClockResult> {
   const result: StoreClockResult = { lines: [], warnings: [], failed: false };
@@ -86,7 +89,9 @@ export async function storeClocks(config: Config, env: Env, probeSource: string)
       } else result.lines.push(`${name}: reachable; clock: ${clock.mode} (Redis's TIME in scripts)`);
     } catch (e) {
       result.failed = true;
-      result.lines.push(`${name}: not reachable: ${(e as Error).message}`);
+      // a token refused or a URL that is not REST: the deployment's mistake, said as such (no secret in it)
+      if (isMisconfigured(e)) result.lines.push(`${name}: misconfigured: ${e.message}`);
+      else result.lines.push(`${name}: not reachable: ${redact((e as Error).message)}`);
     }
   }
   return result;

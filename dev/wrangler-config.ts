@@ -16,8 +16,10 @@ export function checkWranglerConfig(path: string, overrides: { ORIGIN_URL?: stri
   return loadConfig({ ORIGIN_URL: overrides.ORIGIN_URL ?? toml.vars?.ORIGIN_URL, SLUICE: toml.vars?.SLUICE, hasQueue });
 }
 
-/** `--config <file>` from argv, else wrangler.toml. */
+/** `--config <file>` (or `-c <file>`, `--config=<file>`, as wrangler reads them) from argv, else wrangler.toml. */
 export function configPathFromArgs(argv: readonly string[]): string {
-  const i = argv.indexOf("--config");
+  const joined = argv.find((a) => a.startsWith("--config="));
+  if (joined) return joined.slice("--config=".length);
+  const i = argv.findIndex((a) => a === "--config" || a === "-c");
   return i >= 0 && argv[i + 1] ? (argv[i + 1] as string) : "wrangler.toml";
 }

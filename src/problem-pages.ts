@@ -171,8 +171,8 @@ const PAGES: { readonly [K in keyof typeof PROBLEMS]: ProblemPage } = {
   },
   invalidConfiguration: {
     means: "The deployment's configuration is invalid; every request gets this answer until it is fixed.",
-    todo: "Nothing on the client's side: the detail names the field the operator must fix.",
-    read: ["field and problem (body)"],
+    todo: "Nothing on the client's side. The operator finds the field to fix in the Worker's log (config_invalid), in npm run check, or in this answer asked with the admin token.",
+    read: ["field and problem (body, with the admin token only)"],
   },
   internalError: {
     means: "sluice failed to handle the request.",
@@ -237,9 +237,9 @@ const PAGES: { readonly [K in keyof typeof PROBLEMS]: ProblemPage } = {
   },
   redisNotConfigured: {
     means:
-      "The route is guarded by sluice, and the Worker has no Redis to decide it with: a variable naming the Redis (named in missing) is not set. Without it no limit could hold across isolates, so sluice refuses rather than guess.",
-    todo: "Nothing on the client's side: tell the operator, who sets the variable named in missing (wrangler secret put).",
-    read: ["missing (the variable that is not set)"],
+      "The route is guarded by sluice, and the Worker has no Redis it can decide it with: a variable naming the Redis (named in variable) is not set, or is wrong (the database refused the token, or the URL is not its REST URL). Without it no limit could hold across isolates, so sluice refuses rather than guess.",
+    todo: "Nothing on the client's side: tell the operator, who sets the variable named in variable (wrangler secret put).",
+    read: ["variable (the setting to fix)", "missing (when it is not set)"],
   },
   metricsUnavailable: {
     means: "Metrics are kept in the home region's Redis, and there is none configured.",

@@ -5,6 +5,7 @@ import { allRegions, type Stores } from "../region/index.js";
 import type { AdminEnv } from "../operator/context.js";
 import { storeClock } from "../store/clock-probe.js";
 import { versionKey } from "../store/layout.js";
+import { isMisconfigured } from "../store/deadline.js";
 import type { ClockReport, Store } from "../store/redis.js";
 import { orElse } from "../util/log.js";
 
@@ -18,13 +19,16 @@ interface RegionHealth {
   reachable: boolean;
   rtt_ms?: number;
   error?: string;
+  /** The setting to fix when the store is misconfigured (a token refused, a URL that is not REST). */
+  misconfigured?: string;
   clock?: ClockReport;
 }
 
 /**
  * `GET /__sluice/health`: without a valid credential `{ "status": "up" }` (no Redis call, for load
  * balancers); with the token or a dashboard session, each region's Redis with one PING each
- * (no URLs or secrets) and its clock, `503` when one is unreachable.
+ * (no URLs or secrets) and its clock, `503` when one is unreachable; a misconfigured one (its
+ * token refused, its URL not REST) says so, naming the variable.
  */
 export function healthApp(): Hono<AdminEnv> {
   const app = new Hono<AdminEnv>();
@@ -50,7 +54,10 @@ async function ping(config: Config, stores: Stores, region: string): Promise<Reg
     await store.ping();
     const rtt_ms = Date.now() - started;
     return { region, reachable: true, rtt_ms, clock: await clockOf(config, store, region) };
-  } catch {
+  } catch (e) {
+    // the deployment's mistake is said, naming the setting (the message carries no secret); an
+    // outage's text may name hosts, so it stays in the log
+    if (isMisconfigured(e)) return { region, reachable: false, error: e.message, misconfigured: e.variable };
     return { region, reachable: false, rtt_ms: Date.now() - started };
   }
 }

@@ -1,5 +1,6 @@
 import { ownValue } from "../util/own.js";
 import { ADAPTIVE_LIMIT } from "../features/adaptive/schema.js";
+import type { ConfigWarning } from "./route-warnings.js";
 import type { LimitSettings, SluiceSettings } from "./schema.js";
 
 /**
@@ -10,12 +11,10 @@ import type { LimitSettings, SluiceSettings } from "./schema.js";
  * header:, query:, cookie:, jwt:) is a client's fair share, where per region is the product's rule;
  * a header that names a provider is still set by the client, so it counts as a client part.
  */
-export interface ScopeWarning {
-  route: string;
+export interface ScopeWarning extends ConfigWarning {
   limit: string;
   /** The field to change, as configuration errors name theirs: `SLUICE.routes[0].limits[1].scope`. */
   field: string;
-  message: string;
 }
 
 /** Key parts that name no client: every client's requests land in the same bucket (per path for `path`). */

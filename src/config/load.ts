@@ -24,15 +24,54 @@ export interface Config extends Omit<SluiceSettings, "routes"> {
   routes: Route[];
 }
 
-/** A configuration problem, always naming the field at fault. */
+/**
+ * A configuration problem, always naming the field at fault: `field` by its path
+ * (`SLUICE.routes[4].limits[0].rate`, for programs), `label` as people read it, with the names of
+ * the routes and limits on the way (`SLUICE.routes[4] ("orders").limits[0] ("per-ip").rate`),
+ * which the message starts with.
+ */
 export class ConfigError extends Error {
+  readonly label: string;
+
   constructor(
     readonly field: string,
     readonly problem: string,
+    label?: string,
   ) {
-    super(`${field}: ${problem}`);
+    super(`${label ?? field}: ${problem}`);
     this.name = "ConfigError";
+    this.label = label ?? field;
   }
+
+  /** The same error with `field` and `label` rewritten alike (a middleware spells its options its own way). */
+  respelled(rewrite: (name: string) => string): ConfigError {
+    return new ConfigError(rewrite(this.field), this.problem, rewrite(this.label));
+  }
+}
+
+/**
+ * The error for the field at `path` in `root` (the configuration as given): its path, and its
+ * label naming each route and limit on the way (any element of a list that has a `name`).
+ *
+ * @example fieldError(["SLUICE", "routes", 4, "limits", 0, "rate"], "…", { SLUICE }).label // 'SLUICE.routes[4] ("orders").limits[0] ("per-ip").rate'
+ */
+export function fieldError(path: ReadonlyArray<PropertyKey>, problem: string, root: unknown): ConfigError {
+  let field = "";
+  let label = "";
+  let at: unknown = root;
+  for (const p of path) {
+    at = at !== null && typeof at === "object" ? (at as Record<PropertyKey, unknown>)[p] : undefined;
+    const step = typeof p === "number" ? `[${p}]` : field ? `.${String(p)}` : String(p);
+    field += step;
+    label += step + (typeof p === "number" ? nameOf(at) : "");
+  }
+  return new ConfigError(field, problem, label);
+}
+
+/** ` ("name")` for an element of a list that has a name, quoted as JSON (at most 63 characters of it). */
+function nameOf(element: unknown): string {
+  const name = element !== null && typeof element === "object" ? (element as { name?: unknown }).name : undefined;
+  return typeof name === "string" && name !== "" ? ` (${JSON.stringify(name.slice(0, 63))})` : "";
 }
 
 export type ConfigResult = { ok: true; config: Config } | { ok: false; error: ConfigError };
@@ -50,7 +89,7 @@ export type ConfigSchema = z.ZodMiniType<SluiceSettings>;
  *
  * @example
  * const r = loadConfigWith(sluiceSchema, { ORIGIN_URL: "https://api.example.com", SLUICE: { routes: [] } });
- * if (!r.ok) console.error(r.error.message); // e.g. "SLUICE.routes[0].limits[0].rate: ..."
+ * if (!r.ok) console.error(r.error.message); // e.g. 'SLUICE.routes[0] ("api").limits[0] ("per-ip").rate: ...'
  */
 export function loadConfigWith(schema: ConfigSchema, vars: ConfigVars): ConfigResult {
   try {
@@ -79,27 +118,15 @@ function compile(schema: ConfigSchema, vars: ConfigVars): Config {
   // jitless: a configuration is parsed once per isolate, so compiling a fast path for each object
   // schema (`new Function`, where the runtime allows it; workerd does not) would cost more than it saves
   const parsed = schema.safeParse(raw, { error: enLocale.localeError, jitless: true });
+  // fields are named in the configuration as written: its routes' and limits' names are there
+  const written = { SLUICE: raw };
   if (!parsed.success) {
     const issue = parsed.error.issues[0] as z.core.$ZodIssue;
-    throw new ConfigError(fieldName(["SLUICE", ...issue.path]), issue.message);
+    throw fieldError(["SLUICE", ...issue.path], issue.message, written);
   }
   const s = parsed.data;
-  const queued = s.routes.findIndex((r) => r.on_limit === "queue");
-  if (queued >= 0 && vars.hasQueue === false) {
-    throw new ConfigError(
-      `SLUICE.routes[${queued}].on_limit`,
-      'is "queue" but the Worker has no SLUICE_QUEUE producer binding ([[queues.producers]] binding = "SLUICE_QUEUE" in wrangler.toml)',
-    );
-  }
-  if (originUrl) s.routes.forEach(checkKeptThroughCall);
-  const jwtRoute = s.routes.findIndex(usesJwt);
-  const secretEnv = s.jwt?.secret_env ?? "SLUICE_JWT_SECRET";
-  if (jwtRoute >= 0 && !s.jwt?.jwks_url && vars.hasSecret && !vars.hasSecret(secretEnv)) {
-    throw new ConfigError(
-      `SLUICE.routes[${jwtRoute}]`,
-      `keys limits, sessions or idempotency on JWT claims but there is no ${secretEnv} secret (or SLUICE.jwt.jwks_url) to verify tokens with`,
-    );
-  }
+  checkWorker(s, vars, written);
+  if (originUrl) s.routes.forEach((r, ri) => checkKeptThroughCall(r, ri, written));
   return {
     ...s,
     originUrl,
@@ -109,11 +136,37 @@ function compile(schema: ConfigSchema, vars: ConfigVars): Config {
       divertUrl: r.divert_url === undefined ? undefined : new URL(r.divert_url),
       divertOn: divertReasons(r),
       limits: r.limits.map((l, li) =>
-        compileLimit({ ...l, shadow: l.shadow || r.shadow }, `SLUICE.routes[${ri}].limits[${li}]`),
+        compileLimit({ ...l, shadow: l.shadow || r.shadow }, (path, problem) =>
+          fieldError(["SLUICE", "routes", ri, "limits", li, ...path], problem, written),
+        ),
       ),
     })),
   };
 }
+
+/** What the settings need of the Worker: a queue binding for a queue route, a key to verify JWTs with. */
+function checkWorker(s: SluiceSettings, vars: ConfigVars, written: unknown): void {
+  const queued = s.routes.findIndex((r) => r.on_limit === "queue");
+  if (queued >= 0 && vars.hasQueue === false) {
+    throw fieldError(
+      ["SLUICE", "routes", queued, "on_limit"],
+      'is "queue" but the Worker has no SLUICE_QUEUE producer binding ([[queues.producers]] binding = "SLUICE_QUEUE" in wrangler.toml)',
+      written,
+    );
+  }
+  const jwtRoute = s.routes.findIndex(usesJwt);
+  const secretEnv = s.jwt?.secret_env ?? "SLUICE_JWT_SECRET";
+  if (jwtRoute >= 0 && !s.jwt?.jwks_url && vars.hasSecret && !vars.hasSecret(secretEnv)) {
+    throw fieldError(
+      ["SLUICE", "routes", jwtRoute],
+      `keys limits, sessions or idempotency on JWT claims but there is no ${secretEnv} secret (or SLUICE.jwt.jwks_url) to verify tokens with`,
+      written,
+    );
+  }
+}
+
+/** The error for a field of the limit being compiled, by its path within the limit. */
+type LimitError = (path: string[], problem: string) => ConfigError;
 
 /**
  * An idempotency key's `ttl` (its `derive.window` for keys derived from fields) is how long its
@@ -123,13 +176,14 @@ function compile(schema: ConfigSchema, vars: ConfigVars): Config {
  * happens: refused. The wait for a late answer after the 504 does not count (it is fixed, 25 s,
  * and the claim is held through it): only a route with an origin has a call to measure.
  */
-function checkKeptThroughCall(r: RouteSettings, ri: number): void {
+function checkKeptThroughCall(r: RouteSettings, ri: number, written: unknown): void {
   const i = r.idempotency;
   if (!i || i.ttl >= r.origin_timeout) return;
   const derived = typeof i.derive === "object";
-  throw new ConfigError(
-    `SLUICE.routes[${ri}].idempotency.${derived ? "derive.window" : "ttl"}`,
+  throw fieldError(
+    ["SLUICE", "routes", ri, "idempotency", ...(derived ? ["derive", "window"] : ["ttl"])],
     `must be at least the route's origin_timeout (${i.ttl} ms < ${r.origin_timeout} ms): it is kept from the answer, and a call may run origin_timeout before it answers, so a shorter one cannot mean "a duplicate this long after the first is new"; raise it or lower origin_timeout`,
+    written,
   );
 }
 
@@ -137,28 +191,28 @@ function checkKeptThroughCall(r: RouteSettings, ri: number): void {
  * decide.lua counts in integers that must stay within a double's exact range: the limit's own
  * figures and every tier's (a tier's burst is its rate) are checked alike.
  */
-function compileLimit(l: LimitSettings, field: string): Limit {
+function compileLimit(l: LimitSettings, error: LimitError): Limit {
   const own = exactnessProblem({ algorithm: l.algorithm, rate: l.rate, burst: l.burst, periodMs: l.period });
-  if (own) throw new ConfigError(`${field}.${own.field}`, own.message);
+  if (own) throw error([own.field], own.message);
   for (const [tier, t] of Object.entries(l.rates ?? {})) {
     const problem = exactnessProblem({ algorithm: l.algorithm, rate: t.rate, burst: t.rate, periodMs: t.period });
-    if (problem) throw new ConfigError(`${field}.rates.${tier}`, `tier "${tier}": ${problem.message}`);
+    if (problem) throw error(["rates", tier], `tier "${tier}": ${problem.message}`);
   }
   const delay = maxDelayProblem(l.max_delay);
-  if (delay) throw new ConfigError(`${field}.max_delay`, delay);
-  if (l.responseCost) checkResponseMax(l, l.responseCost.max, field);
+  if (delay) throw error(["max_delay"], delay);
+  if (l.responseCost) checkResponseMax(l, l.responseCost.max, error);
   return l;
 }
 
 /** A cost from the response settles up to `max` tokens: exactly, at the limit's rate and every tier's. */
-function checkResponseMax(l: LimitSettings, max: number, field: string): void {
+function checkResponseMax(l: LimitSettings, max: number, error: LimitError): void {
   const rates = [
     { rate: l.rate, periodMs: l.period },
     ...Object.values(l.rates ?? {}).map((t) => ({ rate: t.rate, periodMs: t.period })),
   ];
   for (const r of rates) {
     const problem = responseMaxProblem(max, r);
-    if (problem) throw new ConfigError(`${field}.cost.max`, problem);
+    if (problem) throw error(["cost", "max"], problem);
   }
 }
 
@@ -182,11 +236,4 @@ function parseJson(text: string): unknown {
   } catch (e) {
     throw new ConfigError("SLUICE", `is a string but not valid JSON (${(e as Error).message})`);
   }
-}
-
-function fieldName(path: ReadonlyArray<PropertyKey>): string {
-  return path.reduce<string>(
-    (acc, p) => (typeof p === "number" ? `${acc}[${p}]` : acc ? `${acc}.${String(p)}` : String(p)),
-    "",
-  );
 }

@@ -8,9 +8,7 @@ import { answerAll } from "../pipeline/answer.js";
 import { forwardToOrigin } from "../pipeline/forward.js";
 import { mount } from "../pipeline/mount.js";
 import { entered, newScope, type ScopeSource } from "../pipeline/scope.js";
-import { ConfigCache } from "../config/cache.js";
-import { Problem } from "../problem.js";
-import { PROBLEMS } from "../problem-types.js";
+import { ConfigCache, invalidConfiguration } from "../config/cache.js";
 import { envConnections } from "../region/index.js";
 import { PIPELINE_STEPS } from "../pipeline/steps.js";
 
@@ -75,21 +73,16 @@ function adminApi(runtime: Runtime): MiddlewareHandler<GatewayEnv> {
 }
 
 /**
- * The gateway's scope: the configuration of the environment (a bad one is a 500 problem naming
- * the field, on every request), then the request's scope, its route matched on the normalised path.
+ * The gateway's scope: the configuration of the environment (a bad one is a plain 500 problem on
+ * every request, its field in the log and the admin API), then the request's scope, its route
+ * matched on the normalised path.
  */
 export function configuredScope(runtime: Runtime): ScopeSource {
   return (c) => {
     const env = c.env as Env;
     const loaded = runtime.own(ConfigCache).of(env);
-    if (!loaded.ok) {
-      const { field, problem } = loaded.error;
-      throw new Problem({
-        type: PROBLEMS.invalidConfiguration,
-        detail: loaded.error.message,
-        extensions: { field, problem },
-      });
-    }
+    // what is wrong is the operator's to read (log, check, admin API), not any client's
+    if (!loaded.ok) throw invalidConfiguration(loaded.error, false);
     const config = loaded.config;
     return entered(newScope(c, { runtime, config, connect: envConnections(env, config.home_region), env }, true));
   };

@@ -8,7 +8,7 @@
  */
 import { Hono, type Context, type ExecutionContext, type MiddlewareHandler } from "hono";
 import { adminApp } from "../admin/index.js";
-import { ConfigError, loadConfig, type Config } from "../config/index.js";
+import { loadConfig, type Config } from "../config/index.js";
 import type { SluiceInput } from "../config/schema.js";
 import type { LimitOptions } from "./rate-limit.js";
 import type { AdminEnv } from "../operator/context.js";
@@ -63,9 +63,13 @@ function compileAdminOptions(options: AdminApiOptions): Config {
   const shared = Object.fromEntries(SHARED_FIELDS.flatMap((f) => (options[f] === undefined ? [] : [[f, options[f]]])));
   const loaded = loadConfig({ SLUICE: { ...options.config, ...shared }, originOptional: true });
   if (loaded.ok) return loaded.config;
-  const field = loaded.error.field.replace(/^SLUICE\.?/, "");
-  const named = shared[field.split(/[.[]/)[0] ?? ""] !== undefined || !field ? field : `config.${field}`;
-  throw new ConfigError(`adminApi(): ${named || "options"}`, loaded.error.problem);
+  const top = loaded.error.field.replace(/^SLUICE\.?/, "");
+  // a shared option is given beside `config`; the rest is in it
+  const inConfig = shared[top.split(/[.[]/)[0] ?? ""] === undefined && top !== "";
+  throw loaded.error.respelled((name) => {
+    const field = name.replace(/^SLUICE\.?/, "");
+    return `adminApi(): ${(inConfig ? `config.${field}` : field) || "options"}`;
+  });
 }
 
 /** The admin's configuration and stores from the options, where the gateway reads the Worker's `SLUICE`. */

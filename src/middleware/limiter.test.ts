@@ -71,7 +71,7 @@ describe("a limit keyed by a function of the context", () => {
 
   it("refuses a key that is neither key parts nor a function, naming the field", () => {
     expect(() => rateLimit({ limits: [{ name: "l", rate: 1, period: "1s", key: 42 as never }] })).toThrow(
-      /limits\[0\]\.key/,
+      /limits\[0\] \("l"\)\.key/,
     );
   });
 });
@@ -174,10 +174,10 @@ describe("limiter()", () => {
 
   it("refuses bad options at construction and a bad identifier or cost at the call", async () => {
     expect(() => limiter({ limits: [{ name: "l", rate: 0, period: "1s" }] })).toThrow(
-      /^limiter\(\): limits\[0\]\.rate/,
+      /^limiter\(\): limits\[0\] \("l"\)\.rate/,
     );
     expect(() => limiter({ limits: [{ name: "c", algorithm: "concurrency", limit: 2, lease: "1m" }] })).toThrow(
-      /^limiter\(\): limits\[0\]\.algorithm/,
+      /^limiter\(\): limits\[0\] \("c"\)\.algorithm/,
     );
     const jobs = limiter({ ...options(), limits });
     await expect(jobs.limit({}, "")).rejects.toThrow(/identifier/);

@@ -19,6 +19,7 @@ import { deferrer } from "../pipeline/scope.js";
 import { redisNotConfigured } from "../pipeline/redis-required.js";
 import { chooseRegion, envConnections, type Connect } from "../region/index.js";
 import { isolateRuntime } from "../runtime.js";
+import { isMisconfigured, type StoreError } from "../store/deadline.js";
 import type { RedisConnection } from "../store/redis.js";
 import { decideLimits } from "../features/rate-limit/step.js";
 import type { Decision } from "../features/rate-limit/types.js";
@@ -64,7 +65,8 @@ export interface Limiter {
    * Spends `cost` (default each limit's own) from the identifier's buckets, all or nothing. Throws a
    * `ConfigError` naming the variable when no Redis is configured (no `redis` option and no
    * `UPSTASH_REDIS_REST_URL` / `_TOKEN` in `env`; the home region's is needed too, as on the
-   * gateway): a misconfiguration, not an outage.
+   * gateway), when the database refuses the token (HTTP 401/403) or when the URL cannot be a REST
+   * endpoint (`rediss://…`, no scheme): a misconfiguration, not an outage.
    */
   limit(c: LimiterContext, identifier: string, options?: { cost?: number }): Promise<LimiterResult>;
   /** The identifier's buckets as they stand, nothing spent; throws the same `ConfigError` as `limit` without Redis. */
@@ -98,7 +100,9 @@ export function limiter(options: LimiterOptions): Limiter {
     if (unconfigured && options.redis !== undefined)
       throw new ConfigError("limiter(): redis", "the function given as `redis` returned no connection");
     if (unconfigured) throw new ConfigError(`env.${String(unconfigured.extensions?.missing)}`, unconfigured.detail);
-    const decided = await decideLimits(scope, route, peek);
+    const decided = await decideLimits(scope, route, peek).catch((e: unknown) => {
+      throw isMisconfigured(e) ? misconfigured(e, options.redis !== undefined) : e;
+    });
     return decided
       ? { ...resultOf(decided.decision), ...(decided.degraded ? { degraded: true } : {}) }
       : degradedResult();
@@ -150,16 +154,28 @@ function connectionOf(options: LimiterOptions, c: LimiterContext, env: Env, conf
  * the end of a request to settle, which a call does not have.
  */
 function callable(limit: Limit, index: number): void {
+  const named = (field: string) => `limiter(): limits[${index}] (${JSON.stringify(limit.name)}).${field}`;
   if (limit.algorithm === "concurrency")
     throw new ConfigError(
       `limiter(): limits[${index}].algorithm`,
       "concurrency needs a request to end: use rateLimit()",
+      named("algorithm"),
     );
   if (limit.responseCost)
     throw new ConfigError(
       `limiter(): limits[${index}].cost`,
       "a cost from the response needs a response: use rateLimit()",
+      named("cost"),
     );
+}
+
+/**
+ * A store the deployment misconfigured (its token refused, its URL not REST) is a `ConfigError`
+ * naming the setting, as a missing one is: never an outage's degraded answer.
+ */
+function misconfigured(e: StoreError, given: boolean): ConfigError {
+  const variable = e.variable ?? "redis";
+  return new ConfigError(given ? `limiter(): ${variable}` : `env.${variable}`, e.message);
 }
 
 /** Redis did not answer and the deployment fails open: admitted, nothing decided. */

@@ -178,10 +178,10 @@ describe("sluice(config)", () => {
 
   it("throws the ConfigError of [vars.SLUICE], naming the field", () => {
     expect(() => sluice({ routes: [{ name: "a", match: "api" }] })).toThrow(ConfigError);
-    expect(() => sluice({ routes: [{ name: "a", match: "api" }] })).toThrow(/^SLUICE\.routes\[0\]\.match: /);
+    expect(() => sluice({ routes: [{ name: "a", match: "api" }] })).toThrow(/^SLUICE\.routes\[0\] \("a"\)\.match: /);
     expect(() =>
       sluice({ routes: [{ name: "a", match: "/a", limits: [{ name: "l", rate: 0, period: "1s" }] }] }),
-    ).toThrow(/^SLUICE\.routes\[0\]\.limits\[0\]\.rate: /);
+    ).toThrow(/^SLUICE\.routes\[0\] \("a"\)\.limits\[0\] \("l"\)\.rate: /);
     expect(() =>
       sluice({
         routes: [
@@ -189,7 +189,7 @@ describe("sluice(config)", () => {
           { name: "a", match: "/b" },
         ],
       }),
-    ).toThrow(/^SLUICE\.routes\[1\]\.name: duplicate route name "a"/);
+    ).toThrow(/^SLUICE\.routes\[1\] \("a"\)\.name: duplicate route name "a"/);
     expect(() => sluice({}, { origin: "ftp://example.com" })).toThrow(/^ORIGIN_URL: /);
   });
 });
@@ -287,7 +287,7 @@ describe("middleware composed in an app", () => {
     expect(() => breaker({ min_requests: 0 })).toThrow(/^breaker\(\): min_requests: /);
     // as rateLimit() does for its limits, and every middleware for the shared settings
     expect(() => rateLimit({ limits: [{ name: "l", rate: 0, period: "1s" }] })).toThrow(
-      /^rateLimit\(\): limits\[0\]\.rate: /,
+      /^rateLimit\(\): limits\[0\] \("l"\)\.rate: /,
     );
     expect(() => idempotency({ timeout_ms: 0 })).toThrow(/^idempotency\(\): timeout_ms: /);
   });

@@ -62,7 +62,7 @@ export interface OptionsSchema {
 /**
  * Validates a middleware's options with the schemas `wrangler.toml` is validated with, as one
  * route of a configuration. A bad option throws a `ConfigError` at construction, naming the field
- * as the options spell it (`limits[0].rate: ...`).
+ * as the options spell it, with the names of the limits on the way (`limits[0] ("per-ip").rate: ...`).
  *
  * @example compileOptions("rateLimit", options, { name: "api", limits: [{ name: "per-ip", rate: 10, period: "1s" }] }, { schema: plainConfigSchema })
  */
@@ -79,11 +79,13 @@ export function compileOptions(
   if (loaded.ok) return loaded.config;
   // the options spell a route's table (idempotency, session, breaker) at their top level
   const inTable = table ? new RegExp(`^${table}\\.?`) : /^$/;
-  const field = loaded.error.field
-    .replace(/^SLUICE\.routes\[0\]\.?/, "")
-    .replace(/^SLUICE\.?/, "")
-    .replace(inTable, "");
-  throw new ConfigError(`${middleware}(): ${field || "options"}`, loaded.error.problem);
+  throw loaded.error.respelled((name) => {
+    const field = name
+      .replace(/^SLUICE\.routes\[0\](?: \("(?:[^"\\]|\\.)*"\))?\.?/, "")
+      .replace(/^SLUICE\.?/, "")
+      .replace(inTable, "");
+    return `${middleware}(): ${field || "options"}`;
+  });
 }
 
 /**

@@ -1,7 +1,7 @@
 import { problem } from "../problem.js";
 import { PROBLEMS, type ProblemKind } from "../problem-types.js";
 import { METHOD_OVERRIDE_HEADERS } from "../routing/method.js";
-import { discardBody } from "../util/log.js";
+import { discardBody, redact } from "../util/log.js";
 
 /**
  * Headers never forwarded. Hop-by-hop ones (RFC 9110 §7.6.1) are for one connection only.
@@ -166,7 +166,8 @@ export async function sendToOrigin(request: Request, target: ForwardTarget): Pro
   try {
     sending = fetch(url, init as RequestInit);
   } catch (e) {
-    return failed("unreachable", PROBLEMS.badGateway, `the request could not be sent: ${(e as Error).message}`);
+    // the runtime's message may quote the URL, credentials and all: the client reads this detail
+    return failed("unreachable", PROBLEMS.badGateway, `the request could not be sent: ${redact((e as Error).message)}`);
   }
   const res = await answerWithin(sending, target.timeoutMs);
   if (res === "timeout" || (res instanceof Error && signal?.aborted)) {

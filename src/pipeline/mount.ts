@@ -3,7 +3,9 @@ import { every } from "hono/combine";
 import { publicDecision, type Scope, type SluiceEnv, type Step } from "../context.js";
 import { withoutSluiceHeaders } from "../origin/forward.js";
 import type { Answer } from "./answer.js";
+import { misconfiguredStore } from "./redis-required.js";
 import { ScopedProblem, type ScopeSource } from "./scope.js";
+import { isMisconfigured } from "../store/deadline.js";
 import { settle } from "./stamp.js";
 
 /** What differs between the gateway and a sluice middleware in an app. */
@@ -89,8 +91,13 @@ function inScope(step: Step, answer: Answer): MiddlewareHandler<SluiceEnv> {
   };
 }
 
-/** An error answered where it was thrown, as Hono's `onError` would be (or thrown on, see `Answer`). */
-function answered(c: Context<SluiceEnv>, err: Error, answer: Answer, scope: Scope | undefined): void {
+/**
+ * An error answered where it was thrown, as Hono's `onError` would be (or thrown on, see `Answer`).
+ * A misconfigured store is the deployment's error wherever it was met, in the gateway or an app:
+ * its `500` problem (src/pipeline/redis-required.ts), never the outage a step might take it for.
+ */
+function answered(c: Context<SluiceEnv>, thrown: Error, answer: Answer, scope: Scope | undefined): void {
+  const err = isMisconfigured(thrown) ? misconfiguredStore(thrown, scope) : thrown;
   const res = answer(err, c, scope);
   c.error = err;
   c.res = res;

@@ -2,16 +2,21 @@ import type { Scope } from "../context.js";
 import type { ProblemInit } from "../problem.js";
 import { PROBLEMS } from "../problem-types.js";
 import { missingRedisVariable } from "../region/index.js";
-import { log } from "../util/log.js";
+import { Problem } from "../problem.js";
+import type { StoreError } from "../store/deadline.js";
+import { log, logFailure } from "../util/log.js";
 
-/** The variables each isolate (its `Runtime`) has logged as missing: a misconfiguration is told once, not per request. */
+/** What each isolate (its `Runtime`) has logged: a misconfiguration is told once, not per request. */
 const logged = new WeakMap<object, Set<string>>();
 
-/** True the first time an isolate meets `missing`. */
-function firstTime(runtime: object, missing: string): boolean {
+/** Where a failure met before any scope (hence runtime) existed is remembered: this module's isolate. */
+const NO_RUNTIME = {};
+
+/** True the first time an isolate meets `what`. */
+function firstTime(runtime: object, what: string): boolean {
   const seen = logged.get(runtime) ?? new Set<string>();
   logged.set(runtime, seen);
-  return seen.has(missing) ? false : Boolean(seen.add(missing));
+  return seen.has(what) ? false : Boolean(seen.add(what));
 }
 
 /**
@@ -33,6 +38,30 @@ export function redisNotConfigured(scope: Scope): ProblemInit | undefined {
   return {
     type: PROBLEMS.redisNotConfigured,
     detail: `No Redis is configured for this route: set ${missing}.`,
-    extensions: { missing },
+    extensions: { missing, variable: missing },
   };
+}
+
+/**
+ * A store the deployment misconfigured (the database refused the token, the URL cannot be a REST
+ * endpoint: a `StoreError` "misconfigured"), answered as a missing variable is: the same `500`
+ * problem naming the variable, never `on_store_error`'s quiet answer. The message (which names
+ * the variable and carries no secret) is logged once per isolate.
+ *
+ * @example misconfiguredStore(e, scope) // 500 "… the database refused UPSTASH_REDIS_REST_TOKEN (HTTP 401) …"
+ */
+export function misconfiguredStore(e: StoreError, scope: Scope | undefined): Problem {
+  const variable = e.variable ?? "UPSTASH_REDIS_REST_URL";
+  if (firstTime(scope?.runtime ?? NO_RUNTIME, `${variable}\u0000${e.message}`)) {
+    logFailure("redis_misconfigured", {
+      variable,
+      message: e.message,
+      ...(scope ? { region: scope.region, route: scope.route?.name } : {}),
+    });
+  }
+  return new Problem({
+    type: PROBLEMS.redisNotConfigured,
+    detail: `The Redis for this route is misconfigured: ${e.message}.`,
+    extensions: { variable },
+  });
 }

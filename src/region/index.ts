@@ -43,13 +43,18 @@ export type Connect = (region: string) => RedisConnection | undefined;
  */
 export function envConnections(env: Env, homeRegion: string): Connect {
   return (region) => {
-    const names = regionSecretNames(region);
-    const own = region !== homeRegion && env[names.url];
+    const regional = regionSecretNames(region);
+    const own = region !== homeRegion && env[regional.url];
     const url = own ? own : env.UPSTASH_REDIS_REST_URL;
-    const token = own ? env[names.token] : env.UPSTASH_REDIS_REST_TOKEN;
-    return url && token ? { url, token } : undefined;
+    const token = own ? env[regional.token] : env.UPSTASH_REDIS_REST_TOKEN;
+    // the variables a misconfigured store's errors name (a token refused, a URL that is not REST)
+    const names = own ? regional : HOME_SECRETS;
+    return url && token ? { url, token, names } : undefined;
   };
 }
+
+/** The home region's Upstash secrets, which every region without its own uses. */
+const HOME_SECRETS = { url: "UPSTASH_REDIS_REST_URL", token: "UPSTASH_REDIS_REST_TOKEN" } as const;
 
 /**
  * The Upstash secret a region lacks, as `envConnections` reads them: the region's own token when

@@ -13,7 +13,7 @@ import {
   type StreamCommands,
 } from "./commands.js";
 import { StoreError, withDeadline } from "./deadline.js";
-import { restClient } from "./rest-client.js";
+import { restClient, type CredentialNames } from "./rest-client.js";
 import { RttEstimator, type BudgetBounds } from "./rtt.js";
 import { runScript, Script, type ScriptSender } from "./script.js";
 
@@ -21,6 +21,7 @@ export type { Script } from "./script.js";
 export type { ClockMode, ClockReport } from "./clock.js";
 export type { RedisClient } from "./client.js";
 export type { BudgetBounds } from "./rtt.js";
+export type { CredentialNames } from "./rest-client.js";
 export type { Batch, HashCommands, KeyCommands, SetOptions, StreamCommands } from "./commands.js";
 
 /**
@@ -61,9 +62,11 @@ export interface Store {
 
 /**
  * Where a database is: its REST URL and token (sluice's own REST client, rest-client.ts, talks to
- * it), or a client the caller made (an `@upstash/redis` `Redis`, used as given).
+ * it), or a client the caller made (an `@upstash/redis` `Redis`, used as given). `names`: the
+ * Worker's variables the URL and token were read from, which a misconfigured store's errors name
+ * (default: the `redis` option's `redis.url` / `redis.token`).
  */
-export type RedisConnection = { url: string; token: string } | RedisClient;
+export type RedisConnection = { url: string; token: string; names?: CredentialNames } | RedisClient;
 
 export interface StoreOptions {
   name: string;
@@ -146,7 +149,12 @@ export class StoreRegistry {
     if (!client) {
       // A fresh timeout per HTTP request, of the store's budget at the time (rest-client.ts: no
       // retries, raw replies, an abort rejects).
-      client = restClient({ url: connection.url, token: connection.token, timeoutMs: budgetMs });
+      client = restClient({
+        url: connection.url,
+        token: connection.token,
+        timeoutMs: budgetMs,
+        names: connection.names,
+      });
       this.clients.set(clientKey, client);
     }
     return client;
@@ -158,7 +166,7 @@ function newDatabase(): Database {
 }
 
 /** A URL and token, not a client (a caller's client is known by its methods: no `instanceof` of a class sluice does not import). */
-function isCredentials(c: RedisConnection): c is { url: string; token: string } {
+function isCredentials(c: RedisConnection): c is { url: string; token: string; names?: CredentialNames } {
   const fields = c as { url?: unknown; token?: unknown; eval?: unknown };
   return typeof fields.url === "string" && typeof fields.token === "string" && typeof fields.eval !== "function";
 }
@@ -245,8 +253,9 @@ async function guarded<T>(line: Line, kind: CallKind, work: (abandoned: () => bo
     if (error.reason === "timeout") gaveUp = true;
     // the round-trip estimate is the scripts': a command's budget and size are not a decision's
     if (error.reason === "timeout" && kind === "script") database.rtt.timedOut(ms);
-    // An error reply is still an answer: the store is there.
-    if (error.reason === "error") database.circuit.succeeded();
+    // An error reply is still an answer: the store is there. A misconfigured store is no outage:
+    // an open circuit would turn its loud error into on_store_error's quiet one.
+    if (error.reason === "error" || error.reason === "misconfigured") database.circuit.succeeded();
     // a probe's failure always counts, whatever made it: else the circuit would wait for a lost probe
     else if (countsAsFailure(kind) || admission === "probe") database.circuit.failed(Date.now(), admission === "probe");
     throw error;

@@ -1,4 +1,6 @@
 import type { RedisClient, RedisPipeline, RedisSetOptions, RedisXAddOptions } from "./client.js";
+import { StoreError } from "./deadline.js";
+import { redact } from "../util/log.js";
 
 /**
  * sluice's own client for Upstash's REST protocol: `fetch`, a JSON array per command, `/pipeline`
@@ -9,7 +11,11 @@ import type { RedisClient, RedisPipeline, RedisSetOptions, RedisXAddOptions } fr
  * - every HTTP request gets a fresh `AbortSignal` of the store's budget at that moment, and an
  *   abort rejects (the runner's deadline makes it a timeout);
  * - an error reply is thrown as an `Error` whose message is Upstash's error text (so NOSCRIPT is
- *   recognised as in script.ts), other HTTP failures with their status.
+ *   recognised as in script.ts), other HTTP failures with their status;
+ * - a URL that cannot be a REST endpoint (`rediss://…`, no scheme) and a database that refuses the
+ *   token (HTTP 401/403) are the deployment's mistake, not an outage: a `StoreError`
+ *   "misconfigured" naming the setting to fix (the URL is not even fetched);
+ * - no error it throws carries the token or a URL's user and password.
  */
 
 type Arg = string | number;
@@ -79,26 +85,70 @@ function commands<R>(send: (command: Arg[]) => R): Commands<R> {
   return built as Commands<R>;
 }
 
+/** The settings a URL and token were read from, named in the errors that say which one to fix. */
+export interface CredentialNames {
+  url: string;
+  token: string;
+}
+
+/** A middleware's `redis: { url, token }` option, when no Worker variable is behind the credentials. */
+export const OPTION_NAMES: CredentialNames = { url: "redis.url", token: "redis.token" };
+
 /** Where and how: the REST URL, the token, and the time budget of one HTTP request (ms). */
 export interface RestClientOptions {
   url: string;
   token: string;
   timeoutMs: () => number;
+  /** Which settings the URL and token come from (default: the `redis` option's fields). */
+  names?: CredentialNames;
+}
+
+/**
+ * Why `url` cannot be an Upstash-style REST endpoint, or undefined when it can: it must be an
+ * http(s) URL with a host and no user or password (the token travels in a header). The text
+ * follows the setting's name and quotes nothing of the URL but its scheme.
+ *
+ * @example restEndpointProblem("rediss://default:pw@eu1.upstash.io:6379") // 'is a Redis protocol URL (rediss://), …'
+ */
+export function restEndpointProblem(url: string): string | undefined {
+  const rest = 'the database\'s REST URL (https://…, in the Upstash console under "REST API")';
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return `is not a URL with a scheme: set it to ${rest}`;
+  }
+  const scheme = parsed.protocol;
+  if (scheme === "redis:" || scheme === "rediss:")
+    return `is a Redis protocol URL (${scheme}//), which sluice does not speak: set it to ${rest}`;
+  if (scheme !== "http:" && scheme !== "https:") return `is not an http(s) URL (${scheme}//): set it to ${rest}`;
+  if (parsed.host === "") return `has no host: set it to ${rest}`;
+  if (parsed.username !== "" || parsed.password !== "")
+    return "carries a user and password, which a REST URL has none of (the token goes in its own setting)";
+  return undefined;
 }
 
 /** A client for one database. */
 export function restClient(opts: RestClientOptions): RedisClient {
+  const names = opts.names ?? OPTION_NAMES;
+  const problem = restEndpointProblem(opts.url);
   const base = opts.url.replace(/\/+$/, "");
   // Read-your-writes on a database with read replicas: Upstash's token for the last write seen.
   let syncToken = "";
   const post = async (path: string, body: unknown): Promise<unknown> => {
+    // never fetched: the runtime's error would quote the URL, password and all
+    if (problem !== undefined) throw new StoreError("misconfigured", `${names.url} ${problem}`, names.url);
     const headers: Record<string, string> = {
       authorization: `Bearer ${opts.token}`,
       "content-type": "application/json",
     };
     if (syncToken) headers["upstash-sync-token"] = syncToken;
     const signal = AbortSignal.timeout(opts.timeoutMs());
-    const response = await fetch(base + path, { method: "POST", headers, body: JSON.stringify(body), signal });
+    const response = await fetchScrubbed(base + path, { method: "POST", headers, body: JSON.stringify(body), signal }, [
+      opts.token,
+    ]);
+    if (response.status === 401 || response.status === 403)
+      throw refused(response.status, withoutSecrets(await response.text(), [opts.token]), names);
     syncToken = response.headers.get("upstash-sync-token") ?? syncToken;
     return replyOf(response.status, await response.text());
   };
@@ -112,6 +162,44 @@ export function restClient(opts: RestClientOptions): RedisClient {
     return p;
   };
   return { ...commands((command) => post("", command).then(resultOf)), pipeline };
+}
+
+/**
+ * `fetch`, whose failure is thrown without the secrets given or a URL's credentials (a runtime's
+ * network error may quote the URL): the same class of error, so a timeout is still a timeout.
+ */
+async function fetchScrubbed(url: string, init: RequestInit, secrets: string[]): Promise<Response> {
+  try {
+    return await fetch(url, init);
+  } catch (e) {
+    if (!(e instanceof Error) || e.name === "AbortError" || e.name === "TimeoutError") throw e;
+    const message = withoutSecrets(e.message, secrets);
+    throw e instanceof TypeError ? new TypeError(message) : new Error(message);
+  }
+}
+
+/** `text` with every secret given, and a URL's credentials, replaced by `***`. */
+function withoutSecrets(text: string, secrets: string[]): string {
+  return redact(secrets.reduce((t, secret) => (secret ? t.split(secret).join("***") : t), text));
+}
+
+/** The database refused the token: the deployment's mistake, named for the operator, with the database's own words. */
+function refused(status: number, text: string, names: CredentialNames): StoreError {
+  let said: string | undefined;
+  try {
+    said = errorOf(JSON.parse(text))?.slice(0, 120);
+  } catch {
+    said = undefined;
+  }
+  const why =
+    status === 401
+      ? `is not a token of the database ${names.url} names`
+      : "may not run the commands sluice needs (a read-only token?)";
+  return new StoreError(
+    "misconfigured",
+    `the database refused ${names.token} (HTTP ${status}${said ? `: ${said}` : ""}): it ${why}; set the database's REST token`,
+    names.token,
+  );
 }
 
 /** The JSON body of a reply; a failed request (a status other than 2xx) thrown with Upstash's error text. */

@@ -3,7 +3,7 @@
  * what failed and never rejects; a dropped body's cancel failure is not a failure.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { discardBody, log, logError, logFailure, orElse, settleQuietly } from "./log.js";
+import { discardBody, log, logError, logFailure, orElse, redact, settleQuietly } from "./log.js";
 
 function lines(spy: { mock: { calls: unknown[][] } }): Record<string, unknown>[] {
   return spy.mock.calls.map((args) => {
@@ -31,6 +31,36 @@ describe("log lines", () => {
       { event: "odd", message: "a string thrown" },
       { event: "lists_jwt_unverifiable", detail: "no key" },
     ]);
+  });
+});
+
+describe("no secret in a log line (issue 30, point 4)", () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it.each([
+    [
+      "Fetch API cannot load: rediss://default:abc@eu1-x.upstash.io:6379",
+      "Fetch API cannot load: rediss://***@eu1-x.upstash.io:6379",
+    ],
+    ["https://user:p%40ss@host.example/x", "https://***@host.example/x"],
+    ["GET https://x.upstash.io/get/k?_token=s3cret&n=1 failed", "GET https://x.upstash.io/get/k?_token=***&n=1 failed"],
+    ["https://h.example/?a=1&api_key=k3y#f", "https://h.example/?a=1&api_key=***#f"],
+    ["authorization: Bearer eyJhbGciOi.eyJzdWIi.c2ln", "authorization: Bearer ***"],
+    ["no answer from Redis within 50 ms", "no answer from Redis within 50 ms"],
+    ["mail ops@example.com, a=b", "mail ops@example.com, a=b"],
+  ])("redacts %j", (text, redacted) => {
+    expect(redact(text)).toBe(redacted);
+  });
+
+  it("every line, of every kind, nested fields included, is written redacted", () => {
+    const out = vi.spyOn(console, "log").mockImplementation(() => undefined);
+    const err = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    log("x", { url: "redis://u:pw1@h:6379" });
+    logFailure("y", { nested: { url: "https://h/?token=pw2" } });
+    logError("z", new TypeError("Fetch API cannot load: rediss://default:pw3@h:6379"));
+    const written = [...out.mock.calls, ...err.mock.calls].map((c) => String(c[0])).join("\n");
+    for (const secret of ["pw1", "pw2", "pw3"]) expect(written).not.toContain(secret);
+    expect(written).toContain("redis://***@h:6379");
   });
 });
 

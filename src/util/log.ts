@@ -1,7 +1,8 @@
 /**
  * The one place sluice writes its log lines: one JSON object per line, `event` first, so a log
  * search (Workers Logs, `wrangler tail`) can filter on it. It imports nothing of the app, so any
- * layer may log.
+ * layer may log. Every text of a line goes through `redact` first: an error's message may quote a
+ * URL with its password (a runtime's fetch error does) or a bearer token, and none may be logged.
  */
 
 /** The fields of a log line beside `event`. */
@@ -13,7 +14,7 @@ export type LogFields = Record<string, unknown>;
  * @example log("ban", { route: "api", limit: "per-ip", level: 1, until, id })
  */
 export function log(event: string, fields: LogFields = {}): void {
-  console.log(JSON.stringify({ event, ...fields }));
+  console.log(line(event, fields));
 }
 
 /**
@@ -23,7 +24,34 @@ export function log(event: string, fields: LogFields = {}): void {
  * @example logFailure("lists_jwt_unverifiable", { detail: "no key to verify tokens with" })
  */
 export function logFailure(event: string, fields: LogFields = {}): void {
-  console.error(JSON.stringify({ event, ...fields }));
+  console.error(line(event, fields));
+}
+
+/** One log line: the event and its fields as JSON, every string redacted. */
+function line(event: string, fields: LogFields): string {
+  return JSON.stringify({ event, ...fields }, (_key, value: unknown) =>
+    typeof value === "string" ? redact(value) : value,
+  );
+}
+
+/** `scheme://user:password@`: the credentials of a URL (anything up to the last `@` of its authority). */
+const URL_CREDENTIALS = /\b([a-z][a-z0-9+.-]*:\/\/)[^\s/?#@"']*@/gi;
+/** `?token=…`, `&_token=…`, `key=`, `secret=`, …: a credential in a query string. */
+const QUERY_SECRETS =
+  /([?&](?:_?token|access_token|api[_-]?key|key|secret|password|passwd|pass|auth|sig|signature)=)[^&#\s"']*/gi;
+/** `Bearer <token>`, `Basic <credentials>`: an Authorization header's value. */
+const AUTH_VALUES = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/g;
+
+/**
+ * A text without the secrets it may quote: the user and password of URLs, credentials in query
+ * strings, and bearer or basic credentials, each replaced with `***`.
+ *
+ * @example redact("Fetch API cannot load: rediss://default:abc@eu1.upstash.io:6379") // "… rediss://***@eu1.upstash.io:6379"
+ */
+export function redact(text: string): string {
+  // most lines quote nothing of the kind: three cheap tests before any rewriting
+  if (!text.includes("@") && !text.includes("=") && !/Bearer|Basic/.test(text)) return text;
+  return text.replace(URL_CREDENTIALS, "$1***@").replace(QUERY_SECRETS, "$1***").replace(AUTH_VALUES, "$1 ***");
 }
 
 /**

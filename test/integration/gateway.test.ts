@@ -224,7 +224,7 @@ describe("forwarding", () => {
 });
 
 describe("configuration errors", () => {
-  it("answer every request with a 500 problem naming the field", async () => {
+  it("answer every request with a 500 problem", async () => {
     const bad = startWorker({
       sluice: { routes: [{ name: "r", match: "/x", limits: [{ name: "l", rate: 0, period: "1s" }] }] },
       origin: origin.url,
@@ -235,7 +235,8 @@ describe("configuration errors", () => {
         const r = await call(bad, path);
         expect(r.status).toBe(500);
         expect(r.headers.get("content-type")).toBe("application/problem+json");
-        expect(r.json()).toMatchObject({ field: "SLUICE.routes[0].limits[0].rate" });
+        // the field is the operator's (log, admin API), never a client's (issue 30, point 6: test/security/invalid-config.test.ts)
+        expect(r.json()).not.toHaveProperty("field");
         expect(r.headers.get("sluice-decision")).toBe("reject");
       }
       expect(origin.seen.some((s) => s.path === "/anything")).toBe(false);

@@ -63,6 +63,8 @@ export interface WorkerOptions {
   listen?: boolean;
   /** Receives the Worker's standard output (its log lines), which is dropped otherwise. */
   stdout?: (text: string) => void;
+  /** Receives the Worker's standard error (its failure lines: `logFailure`, `logError`), dropped otherwise. */
+  stderr?: (text: string) => void;
 }
 
 /**
@@ -83,13 +85,14 @@ export function startWorker(opts: WorkerOptions): Miniflare {
     bindings,
     ...(opts.listen ? { host: "127.0.0.1", port: 0 } : {}),
     // the Worker's own log lines (one per refused decision) would drown the test output
-    ...(process.env.SLUICE_TEST_LOGS && !opts.stdout
+    ...(process.env.SLUICE_TEST_LOGS && !opts.stdout && !opts.stderr
       ? {}
       : {
           handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => {
             if (opts.stdout) out.on("data", (chunk: Buffer) => opts.stdout?.(chunk.toString()));
             else out.resume();
-            err.resume();
+            if (opts.stderr) err.on("data", (chunk: Buffer) => opts.stderr?.(chunk.toString()));
+            else err.resume();
           },
         }),
     ...(opts.queues

@@ -10,7 +10,7 @@ import { type Bridge, type RedisProcess, startBridge, startRedis } from "@sluice
 import type { RedisClient } from "../../src/store/client.js";
 import { StoreError } from "../../src/store/deadline.js";
 import { StoreRegistry } from "../../src/store/redis.js";
-import { restClient } from "../../src/store/rest-client.js";
+import { restClient, restEndpointProblem } from "../../src/store/rest-client.js";
 import { isNoScript } from "../../src/store/script.js";
 
 const TOKEN = "rest-client-test-token";
@@ -101,6 +101,42 @@ describe("sluice's REST client", () => {
     const error = await rejection(client("not-the-token").get("k"));
     expect(error.message).toContain("HTTP 401");
     expect(error.message).toContain("Unauthorized");
+  });
+
+  it("a refused token (401) is misconfigured, naming the variable, never the token (issue 30, point 4)", async () => {
+    const names = { url: "UPSTASH_REDIS_REST_URL_EU", token: "UPSTASH_REDIS_REST_TOKEN_EU" };
+    const c = restClient({ url: bridge.url, token: "wrong-s3cret", timeoutMs: () => 5_000, names });
+    const error = await rejection(c.get("k"));
+    expect(error).toBeInstanceOf(StoreError);
+    expect([(error as StoreError).reason, (error as StoreError).variable]).toEqual([
+      "misconfigured",
+      "UPSTASH_REDIS_REST_TOKEN_EU",
+    ]);
+    expect(error.message).not.toContain("wrong-s3cret");
+    // a middleware's own `redis` option is named as the option
+    const option = await rejection(client("wrong-s3cret").get("k"));
+    expect((option as StoreError).variable).toBe("redis.token");
+  });
+
+  it.each([
+    ["127.0.0.1:39943", /is not a URL with a scheme/],
+    ["rediss://default:pa55@eu1-x.upstash.io:6379", /is a Redis protocol URL \(rediss:\/\/\)/],
+    ["redis://127.0.0.1:6379", /is a Redis protocol URL \(redis:\/\/\)/],
+    ["localhost:8079", /is not an http\(s\) URL \(localhost:\/\/\)/],
+    ["https://default:pa55@eu1-x.upstash.io", /carries a user and password/],
+  ])("a URL that cannot be a REST endpoint (%s) is misconfigured, without a request", async (url, problem) => {
+    expect(restEndpointProblem(url)).toMatch(problem);
+    const before = bridge.counts().requests;
+    const error = await rejection(restClient({ url, token: TOKEN, timeoutMs: () => 5_000 }).get("k"));
+    expect([(error as StoreError).reason, (error as StoreError).variable]).toEqual(["misconfigured", "redis.url"]);
+    expect(error.message).toMatch(problem);
+    expect(error.message).not.toContain("pa55");
+    expect(bridge.counts().requests).toBe(before);
+  });
+
+  it("takes an http(s) URL with a host as a REST endpoint", () => {
+    for (const url of ["https://eu1-x.upstash.io", "http://127.0.0.1:8079/", "https://h.example/base"])
+      expect(restEndpointProblem(url), url).toBeUndefined();
   });
 
   it("rejects when the request's time budget runs out (an abort never resolves)", async () => {

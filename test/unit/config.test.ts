@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { loadConfig } from "../../src/config/index.js";
+import { loadConfig, type ConfigError } from "../../src/config/index.js";
 import { parseDuration } from "../../src/config/duration.js";
 
 const ORIGIN_URL = "https://api.example.com";
@@ -9,9 +9,13 @@ const withLimit = (over: Record<string, unknown>) => ({
 });
 
 function errorOf(vars: { ORIGIN_URL?: unknown; SLUICE?: unknown }): string {
+  return configErrorOf(vars).message;
+}
+
+function configErrorOf(vars: { ORIGIN_URL?: unknown; SLUICE?: unknown }): ConfigError {
   const r = loadConfig(vars);
   if (r.ok) throw new Error("expected an invalid configuration");
-  return r.error.message;
+  return r.error;
 }
 
 describe("configuration", () => {
@@ -71,12 +75,18 @@ describe("configuration", () => {
     [{ ORIGIN_URL: "ftp://x", SLUICE: {} }, "ORIGIN_URL"],
     [{ SLUICE: {} }, "ORIGIN_URL"],
   ])("names the field at fault (%#)", (vars, field) => {
-    expect(errorOf(vars).startsWith(`${field}: `)).toBe(true);
+    const e = configErrorOf(vars);
+    // the message names it as people read it: the path, with the names of the routes and limits on the way
+    expect(e.label.replace(/ \("[^"]*"\)/g, "")).toBe(field);
+    expect(e.field).toBe(field);
+    expect(e.message.startsWith(`${e.label}: `)).toBe(true);
   });
 
   it("a duplicate limit name in one route is named", () => {
     const sluice = { routes: [{ name: "r", match: "/a", limits: [limit, limit] }] };
-    expect(errorOf({ ORIGIN_URL, SLUICE: sluice })).toMatch(/^SLUICE\.routes\[0\]\.limits\[1\]\.name: duplicate/);
+    expect(errorOf({ ORIGIN_URL, SLUICE: sluice })).toMatch(
+      /^SLUICE\.routes\[0\] \("r"\)\.limits\[1\] \("per-ip"\)\.name: duplicate/,
+    );
   });
 
   it("parses durations", () => {
@@ -107,7 +117,7 @@ describe("JWT identities outside limits", () => {
       hasSecret: () => false,
     });
     expect(r.ok).toBe(false);
-    if (!r.ok) expect(r.error.message).toMatch(/^SLUICE\.routes\[0\]: .*SLUICE_JWT_SECRET/);
+    if (!r.ok) expect(r.error.message).toMatch(/^SLUICE\.routes\[0\] \("r"\): .*SLUICE_JWT_SECRET/);
     expect(
       loadConfig({ ORIGIN_URL, SLUICE: { routes: [{ name: "r", match: "/api/*", ...extra }] }, hasSecret: () => true })
         .ok,
@@ -132,14 +142,14 @@ describe("idempotency and session principals, derived keys", () => {
 
   it('names the field of a bad principal, and "auto" combined with other parts', () => {
     expect(errorOf({ ORIGIN_URL, SLUICE: routeWith({ idempotency: { principal: "caller" } }) })).toMatch(
-      /^SLUICE\.routes\[0\]\.idempotency\.principal: "caller" is not a key.*or "auto"/,
+      /^SLUICE\.routes\[0\] \("r"\)\.idempotency\.principal: "caller" is not a key.*or "auto"/,
     );
     expect(errorOf({ ORIGIN_URL, SLUICE: routeWith({ idempotency: { principal: ["ip", "auto"] } }) })).toMatch(
-      /^SLUICE\.routes\[0\]\.idempotency\.principal\[1\]: "auto" stands alone/,
+      /^SLUICE\.routes\[0\] \("r"\)\.idempotency\.principal\[1\]: "auto" stands alone/,
     );
     expect(
       errorOf({ ORIGIN_URL, SLUICE: routeWith({ session: { key: "header:s", principal: ["ip", "header:"] } }) }),
-    ).toMatch(/^SLUICE\.routes\[0\]\.session\.principal\[1\]: /);
+    ).toMatch(/^SLUICE\.routes\[0\] \("r"\)\.session\.principal\[1\]: /);
   });
 
   it("takes derive = { fields, window }: the window is how long the derived key's answer is kept", () => {
@@ -161,17 +171,17 @@ describe("idempotency and session principals, derived keys", () => {
     ["yes", /derive: must be true, false or \{ fields/],
   ])("names the field of a bad derive %j", (derive, message) => {
     expect(errorOf({ ORIGIN_URL, SLUICE: routeWith({ idempotency: { derive } }) })).toMatch(
-      new RegExp(`^SLUICE\\.routes\\[0\\]\\.idempotency\\.${message.source}`),
+      new RegExp(`^SLUICE\\.routes\\[0\\] \\("r"\\)\\.idempotency\\.${message.source}`),
     );
   });
 
   it("refuses a ttl beside derive.fields, and a lease not shorter than the window", () => {
     const fields = { fields: ["/a"], window: "10s" };
     expect(errorOf({ ORIGIN_URL, SLUICE: routeWith({ idempotency: { derive: fields, ttl: "1h" } }) })).toMatch(
-      /^SLUICE\.routes\[0\]\.idempotency\.ttl: is derive\.window/,
+      /^SLUICE\.routes\[0\] \("r"\)\.idempotency\.ttl: is derive\.window/,
     );
     expect(errorOf({ ORIGIN_URL, SLUICE: routeWith({ idempotency: { derive: fields } }) })).toMatch(
-      /^SLUICE\.routes\[0\]\.idempotency\.lease: must be shorter than derive\.window/,
+      /^SLUICE\.routes\[0\] \("r"\)\.idempotency\.lease: must be shorter than derive\.window/,
     );
   });
 });

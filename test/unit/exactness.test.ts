@@ -99,7 +99,9 @@ describe("the configuration checks tier rates like the limit's own", () => {
   it("refuses a tier rate decide.lua cannot count exactly, naming the tier", () => {
     const e = errorOf(tiered({ pro: "100/1s", free: "1000/999999999d" }));
     expect(e?.field).toBe("SLUICE.routes[0].limits[0].rates.free");
-    expect(e?.message).toMatch(/^SLUICE\.routes\[0\]\.limits\[0\]\.rates\.free: tier "free": .*exactly/);
+    expect(e?.message).toMatch(
+      /^SLUICE\.routes\[0\] \("r"\)\.limits\[0\] \("per-user"\)\.rates\.free: tier "free": .*exactly/,
+    );
     expect(errorOf(tiered({ free: "7/100000d" }))?.field).toBe("SLUICE.routes[0].limits[0].rates.free");
     expect(errorOf(tiered({ bulk: "1000000000/200d" }, "sliding_window"))?.field).toBe(
       "SLUICE.routes[0].limits[0].rates.bulk",

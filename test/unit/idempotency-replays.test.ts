@@ -20,6 +20,6 @@ describe("idempotency.replays: the bound on one principal's replays", () => {
   it.each(["0/1m", "60", "60/1w", "many"])("refuses %j, naming the field", (replays) => {
     const r = loadConfig({ ORIGIN_URL, SLUICE: route({ replays }) });
     expect(r.ok).toBe(false);
-    if (!r.ok) expect(r.error.message).toMatch(/^SLUICE\.routes\[0\]\.idempotency\.replays: /);
+    if (!r.ok) expect(r.error.message).toMatch(/^SLUICE\.routes\[0\] \("orders"\)\.idempotency\.replays: /);
   });
 });

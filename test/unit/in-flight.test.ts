@@ -24,7 +24,7 @@ const errorOf = (def: Record<string, unknown>): string => {
   return r.ok ? "ok" : r.error.message;
 };
 
-const FIELD = "SLUICE.routes[0].limits[0]";
+const FIELD = 'SLUICE.routes[0] ("r").limits[0] ("l0")';
 const C = { algorithm: "concurrency" };
 
 describe("a concurrency limit's configuration", () => {

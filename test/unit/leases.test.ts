@@ -244,7 +244,7 @@ describe("the `lease` field of a limit", () => {
 
   it("cannot be asked for where it cannot apply", () => {
     expect(limitOf({ algorithm: "sliding_window", lease: true })).toMatch(
-      /^SLUICE\.routes\[0\]\.limits\[0\]\.lease: applies to token_bucket/,
+      /^SLUICE\.routes\[0\] \("r"\)\.limits\[0\] \("l"\)\.lease: applies to token_bucket/,
     );
     expect(limitOf({ scope: "split", lease: true })).toMatch(/\.lease: /);
   });

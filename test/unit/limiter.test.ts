@@ -167,9 +167,12 @@ describe("regions", async () => {
       UPSTASH_REDIS_REST_TOKEN_EU: "e",
     };
     const connect = envConnections(env, config.home_region);
-    expect(connect("eu")).toEqual({ url: "https://eu", token: "e" });
-    expect(connect("ap")).toEqual({ url: "https://home", token: "h" });
-    expect(connect("us")).toEqual({ url: "https://home", token: "h" });
+    // each names the variables it was read from, for the errors of a misconfigured store (issue 30, point 4)
+    const home = { url: "UPSTASH_REDIS_REST_URL", token: "UPSTASH_REDIS_REST_TOKEN" };
+    const eu = { url: "UPSTASH_REDIS_REST_URL_EU", token: "UPSTASH_REDIS_REST_TOKEN_EU" };
+    expect(connect("eu")).toEqual({ url: "https://eu", token: "e", names: eu });
+    expect(connect("ap")).toEqual({ url: "https://home", token: "h", names: home });
+    expect(connect("us")).toEqual({ url: "https://home", token: "h", names: home });
     expect(envConnections({}, "us")("us")).toBeUndefined();
   });
 });

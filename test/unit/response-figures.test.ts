@@ -231,7 +231,7 @@ describe("cost = { response = ... } in the configuration", () => {
 
   it("refuses trailer: by name, saying a Worker cannot read trailers", () => {
     expect(errorOf("trailer:x-usage-tokens")).toMatch(
-      /^SLUICE\.routes\[0\]\.limits\[0\]\.cost\.response: cannot be a trailer: a Worker's fetch\(\) does not expose HTTP trailers/,
+      /^SLUICE\.routes\[0\] \("r"\)\.limits\[0\] \("l0"\)\.cost\.response: cannot be a trailer: a Worker's fetch\(\) does not expose HTTP trailers/,
     );
   });
 
@@ -247,7 +247,7 @@ describe("cost = { response = ... } in the configuration", () => {
     "json:a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q",
   ])("refuses a bad source %j, naming the field", (response) => {
     expect(errorOf(response)).toMatch(
-      /^SLUICE\.routes\[0\]\.limits\[0\]\.cost\.response: must be "header:<name>", "json:<path>" or "sse:<path>"/,
+      /^SLUICE\.routes\[0\] \("r"\)\.limits\[0\] \("l0"\)\.cost\.response: must be "header:<name>", "json:<path>" or "sse:<path>"/,
     );
   });
 });

@@ -230,7 +230,9 @@ async function keyOf(
   if (!parsed.ok) throw refusal(PROBLEMS.invalidIdempotencyKey, parsed.detail);
   if (parsed.key === undefined && !settings.derive) {
     if (!settings.required) return undefined;
-    const detail = `${request.method} ${subject.route} needs an Idempotency-Key header`;
+    // what the client sent (method and path), then the route it met, by name
+    const path = new URL(request.url).pathname;
+    const detail = `${request.method} ${path} needs an Idempotency-Key header (route "${subject.route}")`;
     throw refusal(PROBLEMS.idempotencyKeyRequired, detail);
   }
   const body = await readBody(request);

@@ -127,6 +127,16 @@ describe("idempotency()", () => {
     expect(calls.n).toBe(0);
   });
 
+  it("says, refusing a missing key, the method and path the client used and the route by name (issue 30, point 10)", async () => {
+    const { app } = ordersApp(options({ required: true }));
+    const res = await app.request("/orders?page=2", post(undefined, '{"a":1}'));
+    expect(res.status).toBe(400);
+    // the route's name alone ("POST app needs …") told a client nothing it sent
+    expect(((await res.json()) as { detail: string }).detail).toBe(
+      'POST /orders needs an Idempotency-Key header (route "app")',
+    );
+  });
+
   it("lets a request without a key through unguarded when keys are optional", async () => {
     const { app, calls } = ordersApp(options());
     expect((await app.request("/orders", post(undefined, '{"a":1}'))).status).toBe(201);

@@ -13,7 +13,7 @@ import {
   type SessionPlace,
   type SessionTicket,
 } from "../session/guard.js";
-import { StoreError } from "../../store/deadline.js";
+import { isMisconfigured, StoreError } from "../../store/deadline.js";
 import type { RecordTrail } from "./trail.js";
 import { readPart } from "../../identity/identify.js";
 import { idKeyOf } from "../../identity/pseudonym.js";
@@ -77,8 +77,17 @@ export async function coordinated<T>(work: () => Promise<T>): Promise<T> {
   try {
     return await work();
   } catch (e) {
-    throw e instanceof StoreError ? coordinationUnavailable(e) : e;
+    throw guardFailure(e);
   }
+}
+
+/**
+ * What a guard's store failing is answered with: an outage is the 503; a misconfigured store (a
+ * token refused, a URL that is not REST) stays the `StoreError` it is, answered as the
+ * configuration error it is where the request is answered.
+ */
+function guardFailure(e: unknown): unknown {
+  return e instanceof StoreError && !isMisconfigured(e) ? coordinationUnavailable(e) : e;
 }
 
 function coordinationUnavailable(e: StoreError): Problem {
@@ -131,7 +140,7 @@ export async function claimSideEffect(
       session = await holdSession(route.session, scope.facts, sessionPlace(scope, route), scope.defer, leaseMs);
   } catch (e) {
     if (guarded?.kind === "forward") await guarded.abandon();
-    throw e instanceof StoreError ? coordinationUnavailable(e) : e;
+    throw guardFailure(e);
   }
   const claimed = guarded?.kind === "forward" ? guarded : undefined;
   const held = session.kind === "held" ? session : undefined;

@@ -55,11 +55,36 @@ export async function verifyBearer(
       claims = await verify(token, secret, { alg: s.alg, ...verification });
     }
   } catch (e) {
-    return { ok: false, detail: `the bearer token did not verify: ${(e as Error).message}` };
+    return { ok: false, detail: `the bearer token did not verify${refusalOf(e)}` };
   }
   const untimely = timeRefusal(claims, Math.floor(Date.now() / 1000));
   if (untimely) return { ok: false, detail: `the bearer token did not verify: ${untimely}`, signed: claims };
   return { ok: true, claims };
+}
+
+/**
+ * Why hono refused a token, in fixed words: its messages quote the token itself (`invalid JWT
+ * token: eyJ…`, `token(…) signature mismatched`) and the configured issuer and audience, none of
+ * which a refusal may echo (a client's token in a response is a token in every log of the way).
+ */
+const REFUSALS: Readonly<Record<string, string>> = {
+  JwtTokenInvalid: "it is not a well-formed JWT",
+  JwtHeaderInvalid: "it is not a well-formed JWT",
+  JwtTokenSignatureMismatched: "its signature does not match",
+  JwtTokenIssuer: "its issuer (iss) is not the one expected",
+  JwtTokenAudience: "its audience (aud) is not the one expected",
+  JwtPayloadRequiresAud: "its audience (aud) is not the one expected",
+  JwtAlgorithmMismatch: "its algorithm (alg) is not the one expected",
+  JwtAlgorithmNotAllowed: "its algorithm (alg) is not the one expected",
+  JwtAlgorithmNotImplemented: "its algorithm (alg) is not the one expected",
+  JwtSymmetricAlgorithmNotAllowed: "its algorithm (alg) is not the one expected",
+  JwtHeaderRequiresKid: "it names no key (kid)",
+};
+
+/** `: <why>` for a refusal hono named, else nothing (a key set that cannot be fetched, anything unforeseen). */
+function refusalOf(e: unknown): string {
+  const why = e instanceof Error ? REFUSALS[e.name] : undefined;
+  return why ? `: ${why}` : "";
 }
 
 /**

@@ -66,7 +66,7 @@ describe("rateLimit() with reserve and priority", () => {
 
   it("reserving for sheddable is a field-named error", () => {
     expect(() => rateLimit(rig.options({ limits: [{ ...LIMITS[0]!, reserve: { sheddable: 0.1 } }] }))).toThrow(
-      /limits\[0\]\.reserve\.sheddable/,
+      /limits\[0\] \("api"\)\.reserve\.sheddable/,
     );
     expect(() =>
       rateLimit(rig.options({ limits: [{ ...LIMITS[0]!, reserve: { critical: 0.6, default: 0.5 } }] })),

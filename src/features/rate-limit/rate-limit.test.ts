@@ -191,7 +191,9 @@ describe("rateLimit()", () => {
   it("throws a ConfigError naming the field at construction", () => {
     const bad = (opts: RateLimitOptions) => () => rateLimit(opts);
     expect(bad({ limits: [{ name: "per-ip", rate: 0, period: "1s" }] })).toThrow(ConfigError);
-    expect(bad({ limits: [{ name: "per-ip", rate: 0, period: "1s" }] })).toThrow(/^rateLimit\(\): limits\[0\]\.rate: /);
+    expect(bad({ limits: [{ name: "per-ip", rate: 0, period: "1s" }] })).toThrow(
+      /^rateLimit\(\): limits\[0\] \("per-ip"\)\.rate: /,
+    );
     expect(
       bad({
         limits: [
@@ -200,12 +202,14 @@ describe("rateLimit()", () => {
           { name: "per-ip", rate: 1, period: "soon" },
         ],
       }),
-    ).toThrow(/^rateLimit\(\): limits\[1\]\.period: .*"soon" is not a duration/);
+    ).toThrow(/^rateLimit\(\): limits\[1\] \("per-ip"\)\.period: .*"soon" is not a duration/);
     // @ts-expect-error -- not a key part
     expect(bad({ limits: [{ name: "per-ip", key: "body:x", rate: 1, period: "1s" }] })).toThrow(
-      /^rateLimit\(\): limits\[0\]\.key/,
+      /^rateLimit\(\): limits\[0\] \("per-ip"\)\.key/,
     );
-    expect(bad({ limits: [{ name: "per ip", rate: 1, period: "1s" }] })).toThrow(/^rateLimit\(\): limits\[0\]\.name: /);
+    expect(bad({ limits: [{ name: "per ip", rate: 1, period: "1s" }] })).toThrow(
+      /^rateLimit\(\): limits\[0\] \("per ip"\)\.name: /,
+    );
     const dup = () =>
       rateLimit({
         limits: [
@@ -213,7 +217,7 @@ describe("rateLimit()", () => {
           { name: "a", rate: 2, period: "1s" },
         ],
       });
-    expect(dup).toThrow(/^rateLimit\(\): limits\[1\]\.name: duplicate limit name "a"/);
+    expect(dup).toThrow(/^rateLimit\(\): limits\[1\] \("a"\)\.name: duplicate limit name "a"/);
     // a shared option is named as the options spell it
     const storeError = () =>
       rateLimit({ limits: [{ name: "a", rate: 1, period: "1s" }], on_store_error: "sometimes" as "open" });

@@ -111,9 +111,9 @@ describe("rateLimit() with cost = { response = ... }", () => {
           limits: [{ ...limitsOf(100)[0]!, algorithm: "fixed_window", burst: 1000, period: "1m" }],
         }),
       ),
-    ).toThrow(/limits\[0\]\.cost.*token_bucket/);
+    ).toThrow(/limits\[0\] \("tpd"\)\.cost.*token_bucket/);
     expect(() => rateLimit(rig.options({ limits: [{ ...limitsOf(100)[0]!, lease: true }] }))).toThrow(
-      /limits\[0\]\.lease/,
+      /limits\[0\] \("tpd"\)\.lease/,
     );
   });
 });

@@ -13,7 +13,7 @@ import { BodyCosts, chargedFromResponse, headerSettlements, readCostBody, settle
 import type { Decision, LimitOutcome } from "./types.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
-import { StoreError } from "../../store/deadline.js";
+import { isMisconfigured, StoreError } from "../../store/deadline.js";
 import { withHeaders, type Shed } from "../shedding/refusal.js";
 import { limitedRoute } from "../../routing/route.js";
 import { logError, settleQuietly } from "../../util/log.js";
@@ -101,6 +101,7 @@ function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, el
 /**
  * The decision, or `undefined` when Redis failed and the deployment fails open. Redis failing
  * under `on_store_error = "local"` is decided by this isolate alone; under `closed` it is a 503.
+ * A misconfigured store's `StoreError` is thrown as it is, whatever `on_store_error` says.
  */
 export async function decideLimits(scope: Scope, limited: Route, peek: boolean): Promise<LimitRun | undefined> {
   const { config, region, stores, facts, runtime } = scope;
@@ -123,7 +124,9 @@ export async function decideLimits(scope: Scope, limited: Route, peek: boolean):
         detail: e.message,
         extensions: { limit: e.limit },
       });
-    if (!(e instanceof StoreError)) throw e;
+    // a misconfigured store (a token refused, a URL that is not REST) is no outage: it is answered
+    // loudly where the request is answered (src/pipeline/redis-required.ts), never by on_store_error
+    if (!(e instanceof StoreError) || isMisconfigured(e)) throw e;
     storeTrouble(e, scope);
     if (config.on_store_error !== "local") return undefined;
     // idempotency and sessions still apply: only the limits are decided here, by this isolate
