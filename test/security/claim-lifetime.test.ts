@@ -88,12 +88,15 @@ describe("finding 1: an in-flight claim lives as long as its call", () => {
           { name: "short", match: "/x", idempotency: { derive: { fields: ["/a"], window: "3s" }, lease: "1s" } },
         ],
       },
+      bindings: { SLUICE_ADMIN_TOKEN: "claim-lifetime-admin" },
     });
     const r = await call(w, "/x", { method: "POST", body: '{"a":1}' });
     expect(r.status, r.text).toBe(500);
-    expect(String(r.json().detail)).toMatch(
-      /SLUICE\.routes\[0\]\.idempotency\.derive\.window: must be at least the route's origin_timeout/,
-    );
+    // a client is told only that the configuration is invalid; the operator, with the token, the field
+    const told = await call(w, "/__sluice/health", { headers: { authorization: "Bearer claim-lifetime-admin" } });
+    expect(told.status, told.text).toBe(500);
+    expect(told.json().field).toBe("SLUICE.routes[0].idempotency.derive.window");
+    expect(String(told.json().detail)).toMatch(/derive\.window: must be at least the route's origin_timeout/);
   });
 
   it("a duplicate after the window, while the late answer is awaited, is refused; then it replays that answer: one order", async () => {
