@@ -44,7 +44,12 @@ export function splitShares(input: ShareInput): Record<string, Share> {
   const frozenRate = sum(Object.values(frozen).map((s) => s.rate));
   const frozenBurst = sum(Object.values(frozen).map((s) => s.burst));
   const available = Math.max(0, input.rate - frozenRate);
-  const weights = demandWeights(available, live, input.demand, input.periods ?? 1);
+  const weights = demandWeights(
+    { rate: available, burst: Math.max(0, input.burst - frozenBurst) },
+    live,
+    input.demand,
+    input.periods ?? 1,
+  );
   const rates = apportion(available, live, weights, input.floorFraction ?? 0.02);
   // Burst follows the rate shares, so a region's burst is what its rate share is worth.
   const bursts = apportion(Math.max(0, input.burst - frozenBurst), live, rates, 0);
@@ -58,24 +63,23 @@ export function splitShares(input: ShareInput): Record<string, Share> {
  * likes: in plain proportions, one client hammering refusals in one region took the world's share
  * there (5,000 attempts a second against neighbours asking 400 in all left them 7%).
  *
- * While the regions together ask for no more than the rate over the window, nobody was short for
- * want of a share: the weights are the demands, in proportion, as before (each share is then at
- * least what its region asked; the burst is left out of that sum, or a hammering region could take
- * its proportion of what the others ask as long as the total stays under rate + burst). Past it, the world is short, and the weights are max-min
+ * While the regions together ask for no more than they could have admitted in the window (the
+ * rate over it, and the burst once), nobody was short for want of a share: the weights are the
+ * demands, in proportion, as before. Past it, the world is short, and the weights are max-min
  * fair parts of the rate over the window (water-filling): a region asking for less than an equal
  * part of what the smaller ones leave gets all it asks, the regions asking for more share the
  * rest equally. So whatever one region's attempts, every other keeps what it asks up to its equal
  * part; attempts past that win nothing.
  */
 function demandWeights(
-  available: number,
+  available: { rate: number; burst: number },
   names: readonly string[],
   demand: Readonly<Record<string, number>>,
   periods: number,
 ): Record<string, number> {
   const asked = new Map(names.map((n) => [n, Math.max(0, demand[n] ?? 0)]));
-  const refill = available * periods;
-  if (sum([...asked.values()]) <= refill) return Object.fromEntries(asked);
+  const refill = available.rate * periods;
+  if (sum([...asked.values()]) <= refill + available.burst) return Object.fromEntries(asked);
   return Object.fromEntries(maxMinFair(refill, asked));
 }
 
