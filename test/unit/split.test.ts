@@ -84,6 +84,18 @@ describe("splitShares when one region hammers refusals into its demand (issue 29
     expect(ten).toEqual(s);
   });
 
+  it("while all asked fits what the world could admit in the window (rate over it, burst once), shares follow demand", () => {
+    // the boundary the property below starts past: 215 + 7018.5 asked, 4823 × 0.5 + 4823 admissible
+    const s = splitShares({
+      rate: 4823,
+      burst: 4823,
+      regions: ["r0", "r1", "loud"],
+      demand: { r0: 0, r1: 215, loud: 7018.5 },
+      periods: 0.5,
+    });
+    expect(s.loud!.rate).toBeGreaterThan(s.r1!.rate * 20);
+  });
+
   it("whatever one region asks, every other keeps what it asks up to its equal part (less the idle ones' floors)", () => {
     fc.assert(
       fc.property(
@@ -97,6 +109,9 @@ describe("splitShares when one region hammers refusals into its demand (issue 29
             ...others.map((d, i) => [`r${i}`, d * periods]),
             ["loud", hammer * periods],
           ]);
+          // attempts the world could have admitted in the window (its rate over it, and the burst
+          // once) are demand, in proportion; the property is about attempts past that
+          fc.pre(others.reduce((a, d) => a + d * periods, hammer * periods) > rate * periods + rate);
           const s = splitShares({ rate, burst: rate, regions, demand, periods });
           const equal = rate / regions.length;
           // what the floors (2% of the rate each, at least one token) and rounding may take
