@@ -8,6 +8,7 @@
  */
 import { Hono, type Context, type ExecutionContext, type MiddlewareHandler } from "hono";
 import { adminApp } from "../admin/index.js";
+import { adminRequest } from "../admin/path.js";
 import { ConfigError, loadConfig, type Config } from "../config/index.js";
 import type { SluiceInput } from "../config/schema.js";
 import type { LimitOptions } from "./rate-limit.js";
@@ -41,8 +42,9 @@ export interface AdminApiOptions extends SharedOptions {
 /**
  * The gateway's admin API and dashboard (the same routes, the same auth: `Authorization: Bearer
  * <SLUICE_ADMIN_TOKEN>` from the app's env, compared in constant time, or a dashboard session) as
- * a Hono app serving `/__sluice/*`, for `app.route("/", adminApi(...))`. Its pages link to
- * `/__sluice/…`, so it is mounted at the root, never under another path. It reads and writes the
+ * a Hono app serving `/__sluice/*` in every spelling the gateway takes (paths normalised first),
+ * for `app.route("/", adminApi(...))`. Its pages link to `/__sluice/…`, so it is mounted at the
+ * root, never under another path. It reads and writes the
  * Redis keys the middleware use when given the same `key_prefix` and `redis`, so a deny entry put
  * through it is enforced by `accessLists()`. A bad option throws a `ConfigError` naming the field.
  */
@@ -51,10 +53,15 @@ export function adminApi(options: AdminApiOptions = {}): Hono<AdminEnv> {
   const runtime = options.runtime ?? isolateRuntime();
   const admin = adminApp(runtime, withOptions(config, options, runtime));
   const app = new Hono<AdminEnv>();
-  // handed on whole, so its own not-found and error answers (problems) apply as in the gateway
-  const handOn = (c: Context<AdminEnv>) => admin.fetch(c.req.raw, c.env, executionCtxOf(c));
-  app.all("/__sluice", handOn);
-  app.all("/__sluice/*", handOn);
+  // Every path is looked at, as the gateway does, rather than routed by the app's router: the
+  // prefix is found in the path's normal form (`//__sluice/x`, `/__SLUICE/x`, `/__sluice/`), so a
+  // path answers here as it does in the gateway, and none reaches the app's own handlers instead.
+  // Handed on whole, so its own not-found and error answers (problems) apply as in the gateway.
+  app.use("*", async (c, next) => {
+    const request = adminRequest(c.req.raw);
+    if (request === undefined) return next();
+    return admin.fetch(request, c.env, executionCtxOf(c));
+  });
   return app;
 }
 
