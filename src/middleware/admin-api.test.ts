@@ -225,7 +225,6 @@ describe("adminApi(): one name joins the middleware and the admin view (issue 30
     const reports = limiter({ ...shared, name: "reports", limits: [{ name: "per-user", rate: 5, period: "1h" }] });
     app.post("/reports", async (c) => c.json(await reports.limit(c, "u1")));
     app.route("/", adminApi(shared));
-    app.route("/", adminApi({ ...shared, key_prefix: `${shared.key_prefix}-other` }));
     expect((await app.request(url("/reports"), { method: "POST" }, env)).status).toBe(200);
     const data = await dashboard(app);
     expect(data.routes.map((r) => r.route)).toEqual(["reports"]);
@@ -253,6 +252,12 @@ describe("adminApi(): one name joins the middleware and the admin view (issue 30
     expect(((await refused.json()) as { detail: string }).detail).toContain(
       `they use key_prefix "${shared.key_prefix}"`,
     );
+    // without a config, under a prefix no middleware uses: no routes, and the page says why
+    const bare = new Hono<SluiceEnv>();
+    bare.route("/", adminApi({ ...shared, key_prefix: `${shared.key_prefix}y` }));
+    expect((await dashboard(bare)).notices).toEqual([
+      `adminApi() has no routes: no sluice middleware of this app uses key_prefix "${shared.key_prefix}y" (they use key_prefix "${shared.key_prefix}"), and its config names none`,
+    ]);
   });
 
   it("apart from its middleware (no sluice middleware in its isolate), adminApi() manages the routes its config names", async () => {

@@ -139,6 +139,7 @@ export class ServedView {
 
   /** What the dashboard says of routes the config names and no middleware serves, and of routes served that it does not show. */
   notices(config: Pick<Config, "routes">): string[] {
+    if (config.routes.length === 0) return [this.noRoutes()];
     if (!this.known) return [];
     const named = new Set(config.routes.map((r) => r.name));
     const unserved = config.routes.filter((r) => !this.routes.has(r.name)).map((r) => this.unserved(r.name));
@@ -149,6 +150,13 @@ export class ServedView {
           `route "${name}" is served by ${r.by.join(" and ")} but is not in adminApi()'s config: its figures are not shown`,
       );
     return [...unserved, ...unshown];
+  }
+
+  /** Why the admin API has no routes: no middleware under its prefix (maybe under another), and no config naming any. */
+  private noRoutes(): string {
+    const others = this.served.keyPrefixes;
+    const where = others.length ? ` (they use key_prefix ${quoted(others)})` : "";
+    return `adminApi() has no routes: no sluice middleware of this app uses key_prefix "${this.prefix}"${where}, and its config names none`;
   }
 
   private unserved(route: string): string {
