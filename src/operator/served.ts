@@ -139,7 +139,7 @@ export class ServedView {
 
   /** What the dashboard says of routes the config names and no middleware serves, and of routes served that it does not show. */
   notices(config: Pick<Config, "routes">): string[] {
-    if (config.routes.length === 0) return [this.noRoutes()];
+    if (config.routes.length === 0 && this.routes.size === 0) return [this.noRoutes()];
     if (!this.known) return [];
     const named = new Set(config.routes.map((r) => r.name));
     const unserved = config.routes.filter((r) => !this.routes.has(r.name)).map((r) => this.unserved(r.name));
