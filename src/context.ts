@@ -133,6 +133,12 @@ export interface SluiceMarks {
   sluiceReplayed?: boolean;
   /** A sluice mount stamped `Sluice-Decision` and `Sluice-Region`: a mount further out counts its decision only. */
   sluiceStamped?: boolean;
+  /**
+   * The routes whose decision on this request a sluice mount has counted and logged: a mount
+   * further out under the same name (`accessLists({ name: "api" })` before `rateLimit({ name:
+   * "api" })`) counts nothing more, so one request is one decision of its route.
+   */
+  sluiceCounted?: readonly string[];
 }
 
 /** Hono's environment for apps that use sluice: the variables it sets. */

@@ -7,10 +7,18 @@ import type { IdempotencyOutcome } from "../metrics/idempotency.js";
 
 /** The figures of `GET /__sluice/api/dashboard`, which the page's panels draw (docs/operating.md: how each is computed). */
 export interface DashboardData {
+  /**
+   * What the operator must know to read the page right, one sentence each: a route the
+   * configuration names that no middleware of the app serves (`adminApi()`), routes served or
+   * counted in the hour that the page does not show, no routes at all.
+   */
+  notices: string[];
   /** The last 60 minutes (epoch ms / 60 000), oldest first. */
   minutes: number[];
   routes: Array<{
     route: string;
+    /** `adminApi()`: why the route shows nothing, when no middleware of the app serves it. */
+    unserved?: string;
     /** Per minute of `minutes`. */
     allowed: number[];
     shed: number[];
@@ -32,6 +40,8 @@ export interface DashboardData {
   }>;
   regions: Array<{
     region: string;
+    /** The minutes `per_second`, the round trips and `local_share` are over: the current one (as far as it has gone) and those before it. */
+    window_minutes: number;
     /** Decisions per second by verdict (`Sluice-Decision`), over the last 5 minutes. */
     per_second: Record<string, number>;
     /** The decision's Redis round trip as isolates measured it, last 5 minutes (`null`: none). */

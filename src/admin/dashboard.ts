@@ -12,6 +12,7 @@ import { queueRows } from "./queue-figures.js";
 import { backlogRows } from "../features/shedding/queue/depth.js";
 import { orElse } from "../util/log.js";
 import type { AdminEnv } from "../operator/context.js";
+import type { ServedView } from "../operator/served.js";
 import { signedIn, signOut, startSession, throttledCompare } from "./guard.js";
 import { limitChoices, panelsData, routeChoices } from "./panels.js";
 import type { AuthThrottle } from "./throttle.js";
@@ -34,14 +35,15 @@ export function dashboardApp(throttle: AuthThrottle): Hono<AdminEnv> {
     // the guard lets this page through with or without a session: it shows the form without one
     const token = c.env.SLUICE_ADMIN_TOKEN as string;
     if (!(await signedIn(c, token))) return c.html(loginPage(), 200, NO_STORE);
-    const [config, stores] = [c.get("config"), c.get("stores")];
-    const data = await panelsData(config, stores, dashboardData(config, stores));
-    return c.html(dashboardPage(data, limitChoices(config), routeChoices(config)), 200, NO_STORE);
+    const [config, stores, served] = [c.get("config"), c.get("stores"), c.get("served")];
+    const data = await panelsData(config, stores, dashboardData(config, stores, served), served);
+    return c.html(dashboardPage(data, limitChoices(config, served), routeChoices(config, served)), 200, NO_STORE);
   });
 
   app.get("/fragments/panels", async (c) => {
-    const [config, stores] = [c.get("config"), c.get("stores")];
-    return c.html(panelsFragment(await panelsData(config, stores, dashboardData(config, stores))), 200, NO_STORE);
+    const [config, stores, served] = [c.get("config"), c.get("stores"), c.get("served")];
+    const data = await panelsData(config, stores, dashboardData(config, stores, served), served);
+    return c.html(panelsFragment(data), 200, NO_STORE);
   });
 
   app.post("/login", loginForm, async (c) => {
@@ -59,7 +61,9 @@ export function dashboardApp(throttle: AuthThrottle): Hono<AdminEnv> {
     return c.json({ signed_out: signedOut }, 200, NO_STORE);
   });
 
-  app.get("/api/dashboard", async (c) => c.json(await dashboardData(c.get("config"), c.get("stores"))));
+  app.get("/api/dashboard", async (c) =>
+    c.json(await dashboardData(c.get("config"), c.get("stores"), c.get("served"))),
+  );
   return app;
 }
 
@@ -74,9 +78,10 @@ const ALLOWED = new Set(["allow", "shadow", "degraded", "replay"]);
  * The last 60 minutes per route (allowed vs shed, each limit's figures and bans, from the
  * per-minute metrics), each region's recent figures, and the most refused identifiers (hashed, with
  * their labels), read from the home region's Redis in two pipelines; adaptive limits from each
- * region's Redis, in parallel with them.
+ * region's Redis, in parallel with them. With `served` (`adminApi()`), what the app's middleware
+ * serve: a route of the config none serves is marked, and said in the notices.
  */
-export async function dashboardData(config: Config, stores: Stores): Promise<DashboardData> {
+export async function dashboardData(config: Config, stores: Stores, served?: ServedView): Promise<DashboardData> {
   const nowMs = Date.now();
   const now = minuteOf(nowMs);
   const minutes = Array.from({ length: 60 }, (_, i) => now - 59 + i);
@@ -101,8 +106,13 @@ export async function dashboardData(config: Config, stores: Stores): Promise<Das
     const rows = adaptiveByRoute.get(r.route);
     if (rows) r.adaptive = rows;
   }
+  for (const r of routes) {
+    const gap = served?.gap(r.route);
+    if (gap) r.unserved = gap.detail;
+  }
   const top_blocked = await withLabels(config, stores, topBlocked(read?.blocked ?? [], minutes));
   return {
+    notices: notices(config, hour, served),
     minutes,
     routes,
     regions: regionFigures(config, hour, nowMs),
@@ -110,6 +120,40 @@ export async function dashboardData(config: Config, stores: Stores): Promise<Das
     idempotency: idempotencyRows(config, hour),
     queues: queueRows(config, hour, await backlogs),
   };
+}
+
+/**
+ * What the operator must know to read the page right: routes the config names that no middleware
+ * of the app serves, and routes served or counted that the page does not show (decisions counted
+ * in the hour under a route the configuration does not have: another Worker on this `key_prefix`,
+ * or a route since renamed), and a page with no routes at all.
+ */
+function notices(
+  config: Config,
+  hour: ReadonlyArray<Record<string, string>>,
+  served: ServedView | undefined,
+): string[] {
+  const out = served?.notices(config) ?? [];
+  const shown = new Set(config.routes.map((r) => r.name));
+  const counted = [...countedRoutes(hour)].filter((r) => !shown.has(r) && !served?.routes.has(r));
+  for (const route of counted)
+    out.push(
+      `decisions were counted under route "${route}" in the last hour, which this admin API does not show: it has no route of that name`,
+    );
+  if (config.routes.length === 0 && !served) out.push("the configuration has no routes");
+  return out;
+}
+
+/** The routes of the hour's decision counts (`route|limit|decision`), but `-`. */
+function countedRoutes(hour: ReadonlyArray<Record<string, string>>): Set<string> {
+  const routes = new Set<string>();
+  for (const counts of hour)
+    for (const field of Object.keys(counts)) {
+      const parts = field.split("|");
+      // "-": a deny-list refusal on a path no route matches, counted under no route
+      if (parts.length === 3 && parts[0] && parts[0] !== "-") routes.add(parts[0]);
+    }
+  return routes;
 }
 
 /** Adds one minute's counts (`route|limit|decision` → n) to each route's allowed and shed series. */

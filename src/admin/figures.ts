@@ -81,6 +81,7 @@ export function regionFigures(config: Config, hour: readonly MinuteCounts[], now
     const degraded = hour.map((m) => regionMinute(m, region)).map((m) => (m.total ? (60 * m.failed) / m.total : 0));
     return {
       region,
+      window_minutes: RECENT_MINUTES,
       per_second,
       rtt_p50_ms: quantile(rtt, 0.5),
       rtt_p99_ms: quantile(rtt, 0.99),

@@ -1,5 +1,6 @@
 import type { Config } from "../config/index.js";
 import type { Stores } from "../region/index.js";
+import type { ServedView } from "../operator/served.js";
 import { regionsHealth } from "./health.js";
 import { entriesInForce } from "../features/access/admin.js";
 import { overridesInForce } from "../features/rate-limit/admin-overrides.js";
@@ -13,7 +14,12 @@ import { logError } from "../util/log.js";
  * parallel. A read that fails leaves its panel empty and says so in `unavailable`: the page an
  * operator opens during a Redis incident must still render.
  */
-export async function panelsData(config: Config, stores: Stores, figures: Promise<DashboardView>): Promise<PanelsData> {
+export async function panelsData(
+  config: Config,
+  stores: Stores,
+  figures: Promise<DashboardView>,
+  served?: ServedView,
+): Promise<PanelsData> {
   const unavailable: string[] = [];
   const or = <T>(what: string, p: Promise<T>, fallback: T): Promise<T> =>
     p.catch((e: unknown) => {
@@ -28,15 +34,19 @@ export async function panelsData(config: Config, stores: Stores, figures: Promis
     or("the route modes", routeModes(config, stores), []),
     regionsHealth(config, stores),
   ]);
-  return { dashboard, lists, overrides, modes, health, unavailable };
+  // a route whose middleware apply no modes has no switch to show (adminApi() beside rateLimit() alone)
+  const switchable = modes.filter((m) => !served?.gap(m.name, "modes"));
+  return { dashboard, lists, overrides, modes: switchable, health, unavailable };
 }
 
-/** Every configured route's name, for the degrade form. */
-export function routeChoices(config: Config): string[] {
-  return config.routes.map((r) => r.name);
+/** Every configured route a middleware applies route modes for (in the gateway: all), for the degrade form. */
+export function routeChoices(config: Config, served?: ServedView): string[] {
+  return config.routes.map((r) => r.name).filter((name) => !served?.gap(name, "modes"));
 }
 
-/** Every configured route and limit, for the override form. */
-export function limitChoices(config: Config): LimitChoice[] {
-  return config.routes.flatMap((r) => r.limits.map((l) => ({ route: r.name, limit: l.name })));
+/** Every configured route and limit a middleware decides (in the gateway: all), for the override form. */
+export function limitChoices(config: Config, served?: ServedView): LimitChoice[] {
+  return config.routes.flatMap((r) =>
+    r.limits.filter((l) => !served?.gap(r.name, "limits", l.name)).map((l) => ({ route: r.name, limit: l.name })),
+  );
 }

@@ -1,8 +1,8 @@
 import { Hono, type ErrorHandler, type MiddlewareHandler } from "hono";
 import { adminApp } from "../admin/index.js";
+import { adminRequest } from "../admin/path.js";
 import type { Scope, SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
-import { DEFAULT_PATH_POLICY, normalisePath, type PathPolicy } from "../routing/normalise.js";
 import { Runtime } from "../runtime.js";
 import { answerAll } from "../pipeline/answer.js";
 import { forwardToOrigin } from "../pipeline/forward.js";
@@ -32,43 +32,19 @@ export function createApp(runtime = new Runtime()): Hono<GatewayEnv> {
 export const answerError: ErrorHandler<GatewayEnv> = (err, c) =>
   answerAll(err, c, c.get("sluiceScope") as Scope | undefined);
 
-/** `/__sluice` as a whole first segment, in any case (`/__sluice-jobs/…` is not the admin API). */
-const ADMIN_PREFIX = /^\/__sluice(?=\/|$)/i;
-
-/** The default normalisation but case-sensitive, so route and limit names reach the admin API as configured. */
-const ADMIN_NAMES: PathPolicy = { ...DEFAULT_PATH_POLICY, case: "sensitive", trailing_slash: "ignore" };
-
-/**
- * The path the admin API routes on, or `undefined` when the request is not for it. The prefix is
- * found in the case-folded normal form, so `//__sluice/x` or `/__SLUICE/x` never reach the origin;
- * the rest keeps its case (route and limit names may have capitals) and only the prefix is
- * spelled `/__sluice`.
- *
- * @example adminPath("//__SLUICE/buckets/Checkout/PerIP") // "/__sluice/buckets/Checkout/PerIP"
- */
-function adminPath(pathname: string): string | undefined {
-  const folded = normalisePath(pathname);
-  if (!folded.ok || !ADMIN_PREFIX.test(folded.path.match)) return undefined;
-  const named = normalisePath(pathname, ADMIN_NAMES);
-  // case-folding changes no segment of an ASCII path, so the same prefix is there in any case
-  return named.ok ? named.path.match.replace(ADMIN_PREFIX, "/__sluice") : undefined;
-}
-
 /** Requests for the admin API go to it, under their normal path; the rest go on. */
 function adminApi(runtime: Runtime): MiddlewareHandler<GatewayEnv> {
   const admin = adminApp(runtime);
   return async (c, next) => {
-    const url = new URL(c.req.url);
-    const path = adminPath(url.pathname);
-    if (path === undefined) return next();
-    url.pathname = path;
+    const request = adminRequest(c.req.raw);
+    if (request === undefined) return next();
     let ctx: ExecutionContext | undefined;
     try {
       ctx = c.executionCtx;
     } catch {
       ctx = undefined;
     }
-    return admin.fetch(new Request(url, c.req.raw), c.env, ctx);
+    return admin.fetch(request, c.env, ctx);
   };
 }
 

@@ -21,8 +21,9 @@ const SHORT_SECRET = 16;
  * The display label of the client a limit refused (docs/operating.md, Labels of refused clients): its IP (or, when
  * `labels = "masked"`, the /24 or /48 it is in), the ends of an API key or any other
  * header, cookie or query value (never the whole of it), the JWT subject as it is; parts that
- * name no client (`path`, `global`) are left out. `undefined` under `labels = "off"`, or for a
- * limit that names no client. A part the request did not carry was limited by its IP, as the
+ * name no client (`path`, `global`) are left out. A limit keyed on `global` alone is labelled
+ * `global`, in every mode (its one bucket is nobody's), with no deny entry. `undefined` under
+ * `labels = "off"`, or for a limit that names no client. A part the request did not carry was limited by its IP, as the
  * bucket was.
  *
  * @example clientLabel({ key: ["header:x-api-key"] }, facts, "masked") // { label: "sk_l…9f3a" }
@@ -32,6 +33,8 @@ export function clientLabel(
   facts: RequestFacts,
   mode: Config["labels"],
 ): ClientLabel | undefined {
+  // a bucket keyed on `global` alone is every client's: its name gives nobody away, in any mode
+  if (limit.key.length > 0 && limit.key.every((part) => part === "global")) return { label: "global" };
   if (mode === "off") return undefined;
   const parts = limit.key
     .filter((part) => part !== "path" && part !== "global")

@@ -24,7 +24,7 @@ export type { SharedOptions } from "./standalone.js";
  */
 export function accessLists(options: SharedOptions & { name?: string } = {}): MiddlewareHandler<SluiceEnv> {
   const config = compileOptions("accessLists", options, { name: options.name ?? "app" }, { schema: plainConfigSchema });
-  return standalone(config, options, [accessListsStep]);
+  return standalone(config, options, [accessListsStep], { by: "accessLists()", duties: ["lists"] });
 }
 
 export interface VerifyJwtOptions extends SharedOptions {

@@ -31,5 +31,5 @@ export function breaker(options: BreakerOptions = {}): MiddlewareHandler<SluiceE
   const { name = "app", fallback, ...rest } = options;
   const route = { name, breaker: tableFields(rest), fallback };
   const config = compileOptions("breaker", options, route, { schema: breakerConfig, table: "breaker" });
-  return standalone(config, options, [breakerStep]);
+  return standalone(config, options, [breakerStep], { by: "breaker()", duties: [] });
 }

@@ -34,5 +34,5 @@ export function idempotency(options: IdempotencyOptions = {}): MiddlewareHandler
   const { name = "app", ...rest } = options;
   const route = { name, idempotency: tableFields(rest) };
   const config = compileOptions("idempotency", options, route, { schema: idempotencyConfig, table: "idempotency" });
-  return standalone(config, options, withJwt(config, idempotencyStep));
+  return standalone(config, options, withJwt(config, idempotencyStep), { by: "idempotency()", duties: [] });
 }

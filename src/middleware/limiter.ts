@@ -24,7 +24,7 @@ import type { RedisConnection } from "../store/redis.js";
 import { decideLimits } from "../features/rate-limit/step.js";
 import type { Decision } from "../features/rate-limit/types.js";
 import type { LimitOptions } from "./rate-limit.js";
-import { compileOptions, type SharedOptions } from "./standalone.js";
+import { compileOptions, recordServed, type SharedOptions } from "./standalone.js";
 
 /** Where a call runs: a Hono context, or a Worker's `env` and `ExecutionContext` (queue, cron, Durable Object). */
 export type LimiterContext = Context | { env?: unknown; executionCtx?: { waitUntil(work: Promise<unknown>): void } };
@@ -88,6 +88,7 @@ export function limiter(options: LimiterOptions): Limiter {
     ...compiled,
     limits: compiled.limits.map((l) => ({ ...l, key: [CODE_PART], missing: "reject" as const })),
   };
+  recordServed(config, options, { by: "limiter()", duties: ["limits"] }, [route]);
   const run = async (c: LimiterContext, identifier: string, peek: boolean, cost?: number) => {
     if (typeof identifier !== "string" || identifier === "")
       throw new TypeError("limiter(): the identifier must be a non-empty string");

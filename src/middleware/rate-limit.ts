@@ -75,5 +75,6 @@ export function rateLimit(options: RateLimitOptions): MiddlewareHandler<SluiceEn
   // limits keyed on JWT claims verify the token themselves, unless verifyJwt() ran before
   // no on_limit here: a refusal is a 429, and none of the shedding strategies is bundled
   const step = rateLimitStep(reject);
-  return standalone(config, options, compiled && usesJwt(compiled) ? [verifyJwtStep, step] : [step]);
+  const steps = compiled && usesJwt(compiled) ? [verifyJwtStep, step] : [step];
+  return standalone(config, options, steps, { by: "rateLimit()", duties: ["limits"] });
 }

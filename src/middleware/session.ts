@@ -30,5 +30,5 @@ export function session(options: SessionOptions): MiddlewareHandler<SluiceEnv> {
   const { name = "app", ...rest } = options;
   const route = { name, session: tableFields(rest) };
   const config = compileOptions("session", options, route, { schema: sessionConfig, table: "session" });
-  return standalone(config, options, withJwt(config, sessionStep));
+  return standalone(config, options, withJwt(config, sessionStep), { by: "session()", duties: [] });
 }

@@ -5,7 +5,10 @@ import type { SluiceEnv } from "../context.js";
 import { forwardToOrigin } from "../pipeline/forward.js";
 import { PIPELINE_STEPS } from "../pipeline/steps.js";
 import type { Step } from "./step.js";
-import { standalone, type SharedOptions } from "./standalone.js";
+import { standalone, type Serves, type SharedOptions } from "./standalone.js";
+
+/** sluice(config) runs every step: its routes' limits, lists and modes are all applied. */
+const SLUICE_SERVES: Serves = { by: "sluice()", duties: ["limits", "lists", "modes"] };
 
 /**
  * The whole gateway as one middleware, configured like `[vars.SLUICE]`: routes matched on the
@@ -20,5 +23,5 @@ export function sluice(
   if (!loaded.ok) throw loaded.error;
   const compiled = loaded.config;
   const steps: Step[] = compiled.originUrl ? [...PIPELINE_STEPS, (c) => forwardToOrigin(c)] : PIPELINE_STEPS;
-  return standalone(compiled, options, steps, { matchRoutes: true });
+  return standalone(compiled, options, steps, SLUICE_SERVES, { matchRoutes: true });
 }

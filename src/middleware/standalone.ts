@@ -11,6 +11,7 @@ import { withoutOverride } from "../routing/method.js";
 import { isolateRuntime, type Runtime } from "../runtime.js";
 import type { RedisConnection } from "../store/redis.js";
 import { verifyJwtStep } from "../features/jwt/step.js";
+import { ServedRoutes, type Duty } from "../operator/served.js";
 import type { Step } from "./step.js";
 
 /** Settings every sluice middleware shares: where Redis is, and the deployment's global settings. */
@@ -126,23 +127,41 @@ export function connectionOf(options: SharedOptions, c: Context, config: Config)
   return () => connection;
 }
 
+/** Who a middleware is, as the admin API names it, and what it does for its routes (src/operator/served.ts). */
+export interface Serves {
+  by: string;
+  duties: readonly Duty[];
+}
+
 /**
  * A step (or steps, in order) as a middleware of its own, for an app of the user's: the pipeline's
  * one mount (src/pipeline/mount.ts), its scope made per request from its options, and what it
  * decides stamped on the response (`Sluice-Decision`, `Sluice-Region`, unless a sluice middleware
  * nearer the handler stamped it already). A refusal is answered with its problem; the app's own
- * exceptions go on to the app's error handler.
+ * exceptions go on to the app's error handler. Its routes are recorded as served (`serves`), so
+ * `adminApi()` in the same app shows and manages them under the names the middleware gave.
  */
 export function standalone(
   config: Config,
   options: SharedOptions,
   steps: Step[],
+  serves: Serves,
   gateway = { matchRoutes: false },
 ): MiddlewareHandler<SluiceEnv> {
+  recordServed(config, options, serves);
   return mount(
     { scope: optionsScope(config, options, gateway.matchRoutes), answer: answerProblems, nested: true },
     steps,
   );
+}
+
+/**
+ * Records, in the isolate's runtime, that a middleware made now serves `routes` (default all of
+ * its configuration's) under its `key_prefix`: what `adminApi()` in the same app reads.
+ */
+export function recordServed(config: Config, options: SharedOptions, serves: Serves, routes = config.routes): void {
+  const served = (options.runtime ?? isolateRuntime()).own(ServedRoutes);
+  for (const route of routes) served.serve(config.key_prefix, route, serves.by, serves.duties);
 }
 
 /** The scope of a request in an app: from the middleware's options; `sluice(config)` matches its routes. */

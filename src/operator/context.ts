@@ -12,16 +12,32 @@ import { Problem } from "../problem.js";
 import type { ProblemKind } from "../problem-types.js";
 import type { Stores } from "../region/index.js";
 import type { Store } from "../store/redis.js";
+import type { Duty, ServedView } from "./served.js";
+import { badRequest } from "./validate.js";
 
 /** The dashboard's session cookie (set by the admin's guard, read by whoever names the operator). */
 export const ADMIN_SESSION_COOKIE = "sluice_admin";
 
 /**
  * What every admin handler finds on its context: the deployment's configuration and databases
- * (set by the admin's `withConfig`), and `authorised`: the request carried the admin token or a valid
- * dashboard session (set by the guard; health says more then).
+ * (set by the admin's `withConfig`), `authorised`: the request carried the admin token or a valid
+ * dashboard session (set by the guard; health says more then), and `served`: in `adminApi()`,
+ * what the app's middleware serve (unset in the gateway, which serves every configured route).
  */
-export type AdminEnv = { Bindings: Env; Variables: { config: Config; stores: Stores; authorised: boolean } };
+export type AdminEnv = {
+  Bindings: Env;
+  Variables: { config: Config; stores: Stores; authorised: boolean; served: ServedView | undefined };
+};
+
+/**
+ * Refuses (400, naming the field) a write that would change nothing in this app: `route` (its
+ * `limit`) is served by no middleware doing `duty` (src/operator/served.ts). The gateway serves
+ * every route it has, so there nothing is refused.
+ */
+export function requireServed(c: Context<AdminEnv>, route: string, duty: Duty, limit?: string): void {
+  const gap = c.get("served")?.gap(route, duty, limit);
+  if (gap) throw badRequest(`${gap.field}: ${gap.detail}`);
+}
 
 /**
  * Handlers written apart from the sub-app that mounts them, typed with the admin's context (and

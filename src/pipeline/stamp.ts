@@ -24,7 +24,7 @@ export function decisionOf(c: Context<SluiceEnv>, scope: Scope | undefined): Dec
 export function stamp(c: Context<SluiceEnv>, scope: Scope | undefined): void {
   const decision = decisionOf(c, scope);
   const region = scope?.region ?? "unknown";
-  if (scope?.meta) record(scope, scope.meta, decision, countsAsDecision(c));
+  if (scope?.meta && firstOfRoute(c, scope.meta.route)) record(scope, scope.meta, decision, countsAsDecision(c));
   let res = c.res;
   try {
     res.headers.set("Sluice-Decision", decision);
@@ -81,5 +81,18 @@ function countDecision(scope: Scope, meta: DecisionMeta, decision: DecisionHeade
  */
 export function settle(c: Context<SluiceEnv>, scope: Scope | undefined, nested: boolean): void {
   if (!nested || c.get("sluiceStamped") !== true) stamp(c, scope);
-  else if (scope?.meta) record(scope, scope.meta, decisionOf(c, scope), countsAsDecision(c));
+  else if (scope?.meta && firstOfRoute(c, scope.meta.route))
+    record(scope, scope.meta, decisionOf(c, scope), countsAsDecision(c));
+}
+
+/**
+ * Whether this is the first mount to record the request's decision for `route` (and notes that
+ * it is). The mount nearest the handler settles first and knows the most (the limit that decided):
+ * a mount further out under the same route name records nothing more.
+ */
+function firstOfRoute(c: Context<SluiceEnv>, route: string): boolean {
+  const counted = c.get("sluiceCounted") ?? [];
+  if (counted.includes(route)) return false;
+  c.set("sluiceCounted", [...counted, route]);
+  return true;
 }

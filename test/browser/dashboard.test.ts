@@ -150,6 +150,8 @@ async function readRegionPanel(page: Page) {
 async function banAndLift(page: Page) {
   const row = page.locator(`#blocked tr[data-label="${LABEL}"]`);
   expect(await row.locator("td.client").textContent()).toBe(LABEL);
+  // a ban asks first, saying the entry is the client's whole /24 (test/browser/admin-app.test.ts reads the question)
+  page.once("dialog", (d) => void d.accept());
   await row.locator('button[data-action="ban"]').click();
   await page.waitForSelector(`#lists tr[data-entry="${LABEL}"]`, { timeout: 10_000 });
   expect(await row.locator('button[data-action="lift"]').textContent()).toBe("Unban"); // the row shows the ban

@@ -4,8 +4,10 @@
  * chose (a label, a deny entry, a route name in a hostile configuration) reaches the page escaped.
  */
 import { describe, expect, it } from "vitest";
+import { banWarning } from "../../src/admin/view/ban.js";
 import { closestToExhaustion, seconds } from "../../src/admin/view/panels.js";
 import { dashboardPage, loginPage, panelsFragment } from "../../src/admin/view/page.js";
+import { PAGE_SCRIPT } from "../../src/admin/view/script.js";
 import type { PanelsData } from "../../src/admin/view/types.js";
 
 const minutes = Array.from({ length: 60 }, (_, i) => 29_000_000 + i);
@@ -206,6 +208,90 @@ describe("the dashboard's panels", () => {
     expect(form).toContain('name="token"');
     expect(form).not.toContain("not the admin token");
     expect(await render(loginPage(true))).toContain("not the admin token");
+  });
+
+  it("label the region figures with their window, and the global bucket as global (issue 30, point 9)", async () => {
+    const data: PanelsData = {
+      ...FULL,
+      dashboard: {
+        ...FULL.dashboard,
+        regions: FULL.dashboard.regions?.map((r) => ({ ...r, window_minutes: 5 })),
+        top_blocked: [{ route: "search", id: "e".repeat(32), refusals: 4, label: "global" }],
+      },
+    };
+    const html = await render(panelsFragment(data));
+    expect(html).toContain("<th>decisions/s by verdict, mean of the last 5 minutes</th>");
+    expect(html).toContain("<th>Redis RTT p50 / p99, the last 5 minutes</th>");
+    expect(html).toContain("<th>local (leased), the last 5 minutes</th>");
+    expect(html).toContain("<th>degraded, last hour</th>");
+    expect(html).toMatch(/<p class="window" id="region-window">Rates are means per second over the last 5 minutes;/);
+    // the global bucket by its name, not its hash, and nothing to ban
+    expect(html).toContain('<td class="client" title="' + "e".repeat(32) + '">global</td>');
+    expect(html).toContain(
+      'disabled="" title="the global bucket is every client&#39;s: there is no one client to ban"',
+    );
+    expect(html).not.toContain("<code>eeee");
+  });
+
+  it("say what a ban from a masked row denies before it is confirmed: the whole range, how many addresses (issue 30, point 9)", async () => {
+    const data: PanelsData = {
+      ...FULL,
+      dashboard: {
+        ...FULL.dashboard,
+        top_blocked: [
+          { route: "api", id: "f".repeat(32), refusals: 3, label: "127.0.0.0/24", entry: "127.0.0.0/24" },
+          { route: "api", id: "9".repeat(32), refusals: 2, label: "203.0.113.9", entry: "203.0.113.9" },
+        ],
+      },
+    };
+    const html = await render(panelsFragment(data));
+    expect(html).toContain(
+      'data-entry="127.0.0.0/24" data-confirm="Ban the whole range 127.0.0.0/24: 256 addresses, 127.0.0.0 to 127.0.0.255, every client in it, not only the one refused. Its requests get 403 on every path the deny list guards, until the ban ends.">Ban range</button>',
+    );
+    expect(html).toContain('data-confirm="Ban the one address 203.0.113.9. Its requests get 403');
+    expect(banWarning("2001:db8:1::/48")).toMatch(
+      /^Ban the whole range 2001:db8:1::\/48: 2\^80 addresses, every client in it/,
+    );
+    expect(banWarning("10.0.0.0/8")).toMatch(
+      /^Ban the whole range 10.0.0.0\/8: 16,777,216 addresses, 10.0.0.0 to 10.255.255.255,/,
+    );
+    expect(banWarning("jwt:sub=alice")).toMatch(
+      /^Ban the JWT subject "alice": every request whose verified token names it/,
+    );
+    // the page's script asks with these words, how long, and the request it will send
+    const page = await render(dashboardPage(data, []));
+    expect(() => new Function(PAGE_SCRIPT)).not.toThrow(); // the script parses
+    expect(page).toContain("if (!confirm(question)) return say(");
+    expect(page).toContain(
+      '"\\n\\nFor " + ttlSelect.selectedOptions[0].text + ". Written: PUT " + base + "/lists " + JSON.stringify(body)',
+    );
+  });
+
+  it("say what the operator must know to read the page right: routes no middleware serves, routes not shown", async () => {
+    const data: PanelsData = {
+      ...FULL,
+      dashboard: {
+        ...FULL.dashboard,
+        notices: ['route "app" is served by rateLimit() but is not in adminApi()\'s config: its figures are not shown'],
+        routes: [
+          {
+            route: "api",
+            allowed: series(0),
+            shed: series(0),
+            unserved: 'no middleware of this app serves route "api"',
+          },
+        ],
+      },
+    };
+    const html = await render(panelsFragment(data));
+    expect(html).toContain(
+      '<div class="card notice" id="notices"><ul><li>route &quot;app&quot; is served by rateLimit()',
+    );
+    expect(html).toContain('<p class="unserved notice">no middleware of this app serves route &quot;api&quot;</p>');
+    expect(await render(panelsFragment(FULL))).not.toContain('id="notices"');
+    // no route to switch (rateLimit() applies no modes): the form says so
+    expect(await render(dashboardPage(FULL, [], []))).toContain('id="no-modes"');
+    expect(await render(dashboardPage(FULL, [], ["api"]))).not.toContain('id="no-modes"');
   });
 
   it("name the limit closest to exhaustion by its shed share, and durations as an operator reads them", () => {

@@ -70,8 +70,14 @@ describe("clientLabel", () => {
       label: "203.0.113.0/24 · sk_l…cdef",
       entry: "203.0.113.0/24",
     });
-    expect(clientLabel({ key: ["global"] }, f, "full")).toBeUndefined();
+    expect(clientLabel({ key: ["global", "path"] }, f, "full")).toBeUndefined();
     expect(clientLabel({ key: ["path"] }, f, "full")).toBeUndefined();
+  });
+
+  it('labels the global bucket "global" in every mode, with no deny entry (issue 30, point 9)', () => {
+    // it is every client's: its name gives nobody away, and there is no one client to ban
+    for (const mode of ["full", "masked", "off"] as const)
+      expect(clientLabel({ key: ["global"] }, facts(), mode)).toEqual({ label: "global" });
   });
 
   it('keeps nothing under labels = "off"', () => {

@@ -42,12 +42,12 @@ app.use("*", async (c, next) => {
 
 // A client on the deny list gets a 403 before anything else runs. accessLists() and the admin API
 // below both use the default key_prefix, so they read the same Redis keys: a deny entry put
-// through the admin API is enforced here.
-app.use("/api/*", accessLists());
+// through the admin API is enforced here. It takes the name of the rate limit below: one route,
+// "api", whose refusals (403s and 429s) the dashboard counts together.
+app.use("/api/*", accessLists({ name: "api" }));
 
 // Five reads a minute per client IP (CF-Connecting-IP); the sixth is a 429 problem with
-// Retry-After and RateLimit headers, answered before the handler runs. (The admin API below is
-// given the same limits.)
+// Retry-After and RateLimit headers, answered before the handler runs.
 const apiLimits: LimitOptions[] = [{ name: "per-ip", key: "ip", rate: 5, period: "1m" }];
 app.use("/api/*", rateLimit({ name: "api", limits: apiLimits }));
 
@@ -117,10 +117,12 @@ app.post("/reports/queued", async (c) => {
   return c.json({ queued: true }, 202);
 });
 
-// The admin API and dashboard at /__sluice/* (mounted at the root: its pages link there).
-// GET /__sluice/health is open; the rest needs `Authorization: Bearer <SLUICE_ADMIN_TOKEN>`.
-// `config` tells it the routes and limits the middleware above apply, to show and manage them.
-app.route("/", adminApi({ config: { routes: [{ name: "api", match: "/api/*", limits: apiLimits }] } }));
+// The admin API and dashboard at /__sluice/ (mounted at the root: its pages link there; sign in
+// with SLUICE_ADMIN_TOKEN). GET /__sluice/health is open; the rest needs `Authorization: Bearer
+// <SLUICE_ADMIN_TOKEN>` or the dashboard's session. It shows and manages the routes the middleware
+// above serve, by the names they were given ("api", "me", "orders", "reports"), under the same
+// (default) key_prefix: no list of routes to keep in step with them.
+app.route("/", adminApi());
 
 // sluice's own answers (a 503 problem with Retry-After when Redis is down and the deployment fails
 // closed) are HTTPExceptions: passed on as they are. limiter() throws a ConfigError when the Worker

@@ -33,6 +33,8 @@ type Call = {
   user?: string;
   headers?: Record<string, string>;
   body?: string;
+  /** "manual": a redirect is the answer, as a browser's form post first gets it. */
+  redirect?: "manual";
 };
 
 describe.skipIf(!url || !token)("the example Worker, with sluice as installed from its tarball", () => {
@@ -51,6 +53,7 @@ describe.skipIf(!url || !token)("the example Worker, with sluice as installed fr
       method: init.method ?? "GET",
       headers,
       body: init.body,
+      redirect: init.redirect ?? "follow",
     });
     const text = await res.text();
     return { status: res.status, headers: res.headers, json: () => JSON.parse(text) as Record<string, unknown>, text };
@@ -234,6 +237,42 @@ describe.skipIf(!url || !token)("the example Worker, with sluice as installed fr
       statuses.push((await call("/api/items", { ip: abuser })).status);
     expect(statuses.at(-1)).toBe(403);
     expect((await call("/api/items", { ip: `${abuser}0` })).status).toBe(200);
+  });
+
+  it("/__sluice/: the dashboard opens, signing in with the admin token, and shows the app's routes by their names", async () => {
+    // a request of the app's first, so there are figures
+    expect((await call("/api/items", { ip: `${clientIp}7` })).status).toBe(200);
+    const form = await call("/__sluice/");
+    expect(form.status, form.text).toBe(200);
+    expect(form.text).toContain('<form method="post" action="/__sluice/login">');
+    const wrong = await call("/__sluice/login", {
+      method: "POST",
+      body: new URLSearchParams({ token: "wrong" }).toString(),
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+    });
+    expect(wrong.status).toBe(401);
+    const signIn = await call("/__sluice/login", {
+      method: "POST",
+      redirect: "manual",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ token: adminToken }).toString(),
+    });
+    expect(signIn.status, signIn.text).toBe(303);
+    const location = signIn.headers.get("Location") ?? "";
+    expect(location).toBe("/__sluice/");
+    const cookie = (signIn.headers.get("Set-Cookie") ?? "").split(";")[0] ?? "";
+    expect(cookie).toMatch(/^sluice_admin=/);
+
+    // where the form sends the browser: the dashboard page, with its panels
+    const page = await call(location, { headers: { cookie } });
+    expect(page.status, page.text.slice(0, 300)).toBe(200);
+    expect(page.text).toContain("<title>sluice · dashboard</title>");
+    expect(page.text).not.toContain('name="token"');
+    for (const route of ["api", "me", "reports"])
+      expect(page.text).toContain(`class="card chart" data-route="${route}"`);
+    expect(page.text).not.toContain('id="notices"'); // every route the middleware serve is shown, and only those
+    // the same page without the trailing slash
+    expect((await call("/__sluice", { headers: { cookie } })).text).toContain("<title>sluice · dashboard</title>");
   });
 
   it("without the Upstash secrets, a guarded route and limiter() answer 500 naming UPSTASH_REDIS_REST_URL", async () => {

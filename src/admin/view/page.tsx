@@ -29,6 +29,7 @@ form{display:flex;flex-wrap:wrap;gap:.4rem;align-items:center;margin:.3rem 0}
 input,select,button{font:inherit;padding:.35rem;border-radius:4px;border:1px solid #475569;background:#0f172a;color:#e2e8f0}
 button{background:#0ea5e9;border:0;color:#fff;cursor:pointer}button.secondary{background:#475569}
 button:disabled{background:#334155;color:#64748b;cursor:not-allowed}.figure{font-size:1.6rem;font-weight:600}
+.notice{color:#fbbf24}.notice ul{margin:0;padding-left:1.2rem}.window{color:#94a3b8;margin:0 0 .5rem}
 `;
 
 const LOGIN_STYLE = `
@@ -110,6 +111,7 @@ function Forms(props: { limits: LimitChoice[]; routes: string[] }) {
     <div class="grid">
       <div class="card">
         <h2>Add an override</h2>
+        {props.limits.length === 0 ? <p class="notice">No limit of a served route to override.</p> : null}
         <form id="override-form">
           <select name="target" aria-label="route / limit">
             {props.limits.map((l) => (
@@ -140,6 +142,11 @@ function ModeForm(props: { routes: string[] }) {
   return (
     <div class="card">
       <h2>Switch a route's mode</h2>
+      {props.routes.length === 0 ? (
+        <p class="notice" id="no-modes">
+          No route here has a mode to switch: route modes are applied by the gateway and sluice(), not by rateLimit().
+        </p>
+      ) : null}
       <form id="mode-form">
         <select name="route" aria-label="route">
           {props.routes.map((r) => (

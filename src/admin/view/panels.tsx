@@ -1,3 +1,4 @@
+import { banWarning } from "./ban.js";
 import { Chart } from "./chart.js";
 import { IdempotencyPanel } from "./idempotency.js";
 import { QueuePanel } from "./queue.js";
@@ -40,6 +41,7 @@ export function Panels(props: { data: PanelsData }) {
       {props.data.unavailable?.length ? (
         <p class="card bad" id="unavailable">{`Could not read ${props.data.unavailable.join(", ")}: shown empty.`}</p>
       ) : null}
+      <Notices notices={dashboard.notices} />
       <div class="grid summary">
         <Figure id="fig-allowed" title="Allowed, last hour" value={allowed} />
         <Figure id="fig-shed" title="Shed, last hour" value={shed} />
@@ -67,6 +69,20 @@ export function Panels(props: { data: PanelsData }) {
   );
 }
 
+/** What the operator must know to read the page right (a route no middleware serves, routes not shown). */
+export function Notices(props: { notices: string[] | undefined }) {
+  if (!props.notices?.length) return null;
+  return (
+    <div class="card notice" id="notices">
+      <ul>
+        {props.notices.map((n) => (
+          <li>{n}</li>
+        ))}
+      </ul>
+    </div>
+  );
+}
+
 function Figure(props: { id: string; title: string; value: number }) {
   return (
     <div class="card">
@@ -89,15 +105,19 @@ function Legend() {
 /** One row per region: what its isolates decided per second, how far its Redis is, how much they decided alone. */
 export function RegionPanel(props: { regions: RegionView[] | undefined; health: HealthRow[] }) {
   const names = [...new Set([...(props.regions ?? []).map((r) => r.region), ...props.health.map((h) => h.region)])];
+  const recent = recentWindow(props.regions);
   return (
     <div class="card" id="region-panel">
       <h2>Regions</h2>
+      <p class="window" id="region-window">
+        {`Rates are means per second over ${recent}; round trips and the local share are of the same ${recent}; degraded time is of the last hour.`}
+      </p>
       <table id="regions">
         <tr>
           <th>region</th>
-          <th>decisions/s by verdict</th>
-          <th>Redis RTT p50 / p99</th>
-          <th>local (leased)</th>
+          <th>{`decisions/s by verdict, mean of ${recent}`}</th>
+          <th>{`Redis RTT p50 / p99, ${recent}`}</th>
+          <th>{`local (leased), ${recent}`}</th>
           <th>degraded, last hour</th>
           <th>Redis now</th>
         </tr>
@@ -111,6 +131,12 @@ export function RegionPanel(props: { regions: RegionView[] | undefined; health: 
       </table>
     </div>
   );
+}
+
+/** The window the region figures are over, as the figures name it (the current minute counts as far as it has gone). */
+function recentWindow(regions: RegionView[] | undefined): string {
+  const minutes = regions?.find((r) => r.window_minutes !== undefined)?.window_minutes ?? 5;
+  return `the last ${minutes} minutes`;
 }
 
 function RegionRow(props: { name: string; figures: RegionView | undefined; health: HealthRow | undefined }) {
@@ -173,6 +199,7 @@ export function RoutePanel(props: { route: RouteView }) {
   return (
     <div class="card chart" data-route={r.route}>
       <strong>{r.route}</strong> <span class="totals">{`${sum(r.allowed)} allowed · ${sum(r.shed)} shed`}</span>
+      {r.unserved ? <p class="unserved notice">{r.unserved}</p> : null}
       <Chart allowed={r.allowed} shed={r.shed} />
       <dl>
         <dt>closest to exhaustion</dt>
@@ -217,7 +244,7 @@ export function TopRefused(props: { rows: BlockedView[]; lists: ListRow[] }) {
             </td>
             <td>{b.refusals}</td>
             <td>
-              <BanAction entry={b.entry} denied={b.entry !== undefined && denied.has(b.entry)} />
+              <BanAction entry={b.entry} label={b.label} denied={b.entry !== undefined && denied.has(b.entry)} />
             </td>
           </tr>
         ))}
@@ -226,10 +253,23 @@ export function TopRefused(props: { rows: BlockedView[]; lists: ListRow[] }) {
   );
 }
 
-function BanAction(props: { entry: string | undefined; denied: boolean }) {
+/**
+ * A row's ban (or lift): a ban asks first, saying what the entry denies (a masked label's entry is
+ * the client's whole /24 or /48: ./ban.ts) and, from the page's script, for how long and the
+ * request it will send. A row with no entry (an API key, the global bucket) cannot be banned.
+ */
+function BanAction(props: { entry: string | undefined; label: string | undefined; denied: boolean }) {
   if (props.entry === undefined)
     return (
-      <button type="button" disabled title="sluice keeps no deny entry for this client">
+      <button
+        type="button"
+        disabled
+        title={
+          props.label === "global"
+            ? "the global bucket is every client's: there is no one client to ban"
+            : "sluice keeps no deny entry for this client"
+        }
+      >
         Ban
       </button>
     );
@@ -240,8 +280,8 @@ function BanAction(props: { entry: string | undefined; denied: boolean }) {
       </button>
     );
   return (
-    <button type="button" data-action="ban" data-entry={props.entry}>
-      Ban
+    <button type="button" data-action="ban" data-entry={props.entry} data-confirm={banWarning(props.entry)}>
+      {props.entry.includes("/") ? "Ban range" : "Ban"}
     </button>
   );
 }

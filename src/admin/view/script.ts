@@ -2,7 +2,8 @@
  * The dashboard's only script, inlined in the page (no CDN, nothing else to load). The panels are
  * rendered on the server; this swaps in `GET /__sluice/fragments/panels` every 3 seconds while the
  * tab is visible, and sends the page's actions (ban, lift, override, deny, route mode, sign out) to the admin
- * API as JSON, which is what the session cookie may change things with. It never builds HTML: what it
+ * API as JSON, which is what the session cookie may change things with. A ban from a row is
+ * confirmed first, with what the entry denies (the server's words, `data-confirm`) and the request. It never builds HTML: what it
  * inserts is the server's, escaped there.
  */
 export const PAGE_SCRIPT = `(() => {
@@ -26,8 +27,14 @@ export const PAGE_SCRIPT = `(() => {
   document.addEventListener("click", (e) => {
     const b = e.target instanceof Element ? e.target.closest("button[data-action]") : null;
     if (!b) return;
-    const { action, entry, kind, route } = b.dataset, ttl = document.getElementById("ban-ttl").value;
-    if (action === "ban") send("/lists", "PUT", { kind: "deny", entry, ttl, note: "banned from the dashboard" }, "banned " + entry);
+    const { action, entry, kind, route } = b.dataset, ttlSelect = document.getElementById("ban-ttl"), ttl = ttlSelect.value;
+    if (action === "ban") {
+      // the operator reads what the entry denies (a range says so) and the exact request before it is sent
+      const body = { kind: "deny", entry, ttl, note: "banned from the dashboard" };
+      const question = b.dataset.confirm + "\\n\\nFor " + ttlSelect.selectedOptions[0].text + ". Written: PUT " + base + "/lists " + JSON.stringify(body);
+      if (!confirm(question)) return say("ban of " + entry + " cancelled");
+      send("/lists", "PUT", body, "banned " + entry);
+    }
     if (action === "lift") send("/lists", "DELETE", { kind, entry }, "lifted " + entry);
     if (action === "normal") send("/routes/" + encodeURIComponent(route) + "/mode", "PUT", { mode: "normal" }, route + " back to normal");
   });

@@ -17,6 +17,7 @@ export type { ListRow, OverrideRow, RouteRow };
  * that a panel says "no figures" where they are missing.
  */
 export interface DashboardView {
+  notices?: string[];
   minutes: number[];
   routes: RouteView[];
   regions?: RegionView[];
@@ -27,7 +28,8 @@ export interface DashboardView {
 
 type RouteData = DashboardData["routes"][number];
 export type RouteView = Omit<RouteData, "limits" | "bans"> & Partial<Pick<RouteData, "limits" | "bans">>;
-export type RegionView = DashboardData["regions"][number];
+export type RegionView = Omit<DashboardData["regions"][number], "window_minutes"> &
+  Partial<Pick<DashboardData["regions"][number], "window_minutes">>;
 export type BlockedView = DashboardData["top_blocked"][number];
 export type IdempotencyView = DashboardData["idempotency"][number];
 export type QueueView = DashboardData["queues"][number];

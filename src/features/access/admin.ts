@@ -1,4 +1,4 @@
-import { Hono } from "hono";
+import { Hono, type Context } from "hono";
 import { z } from "zod";
 import { validEntry } from "../../identity/entry.js";
 import { announce, readEntries, removeEntry as removeListEntry, writeEntry, type ListEntry } from "./lists-store.js";
@@ -7,7 +7,7 @@ import { parseDuration } from "../../config/duration.js";
 import type { Stores } from "../../region/index.js";
 import { adminHandlers, required, type AdminEnv } from "../../operator/context.js";
 import { ledgerAdminAction } from "../../operator/ledger.js";
-import { duration, jsonBody } from "../../operator/validate.js";
+import { badRequest, duration, jsonBody } from "../../operator/validate.js";
 import { PROBLEMS } from "../../problem-types.js";
 import type { Store } from "../../store/redis.js";
 import type { ListCache } from "./lists.js";
@@ -39,6 +39,7 @@ const removalBody = z.object({ kind: z.enum(["deny", "allow"]), entry: z.string(
 const addEntry = (lists: ListsCopy) =>
   adminHandlers.createHandlers(jsonBody(listBody), async (c) => {
     const b = c.req.valid("json");
+    checkRoutes(c, b.routes);
     const home = required(c.get("stores").offPath(), PROBLEMS.storeUnavailable, "no Redis for the home region");
     const until = Date.now() + (parseDuration(b.ttl) as number);
     const entry: ListEntry = {
@@ -54,6 +55,26 @@ const addEntry = (lists: ListsCopy) =>
     await ledgerAdminAction(c, b.kind === "deny" ? "admin_ban" : "admin_allow", { ...entry, ttl: b.ttl });
     return c.json({ ok: true, ...entry, note: APPLIED });
   });
+
+/**
+ * An entry for routes is for routes the configuration has, whose middleware apply the lists; an
+ * entry for every route needs one middleware that does. Otherwise it would answer ok and change
+ * nothing (a 400 naming the field instead).
+ */
+function checkRoutes(c: Context<AdminEnv>, routes: string[] | undefined): void {
+  const served = c.get("served");
+  if (!routes) {
+    const nowhere = served?.gapAnywhere("lists");
+    if (nowhere) throw badRequest(nowhere);
+    return;
+  }
+  const names = new Set(c.get("config").routes.map((r) => r.name));
+  routes.forEach((route, i) => {
+    if (!names.has(route)) throw badRequest(`routes[${i}]: no route named "${route}"`);
+    const gap = served?.gap(route, "lists");
+    if (gap) throw badRequest(`routes[${i}]: ${gap.detail}`);
+  });
+}
 
 /** What a write's answer says of when it applies. */
 export const APPLIED =

@@ -3,7 +3,7 @@ import { z } from "zod";
 import type { Config } from "../../config/index.js";
 import { parseDuration } from "../../config/duration.js";
 import type { Stores } from "../../region/index.js";
-import { adminHandlers, required, type AdminEnv } from "../../operator/context.js";
+import { adminHandlers, required, requireServed, type AdminEnv } from "../../operator/context.js";
 import { adminActor, ledgerAdminAction } from "../../operator/ledger.js";
 import { badRequest, duration, jsonBody } from "../../operator/validate.js";
 import { PROBLEMS } from "../../problem-types.js";
@@ -28,6 +28,8 @@ const setMode = (lists: ListsCopy) =>
     const name = c.req.param("name") ?? "";
     const route = config.routes.find((r) => r.name === name);
     if (!route) throw badRequest(`route: no route named "${name}"`);
+    // a mode no middleware applies would answer ok and change nothing; going back to normal always works
+    if (b.mode !== "normal") requireServed(c, name, "modes");
     if (b.mode === "divert" && !route.divertUrl) throw badRequest(`mode: route "${name}" has no divert_url`);
     const home = required(c.get("stores").offPath(), PROBLEMS.storeUnavailable, "no Redis for the home region");
     if (b.mode === "normal") {

@@ -1,6 +1,6 @@
 import { Hono, type Context } from "hono";
 import { peekBucket } from "./decision/decision.js";
-import type { AdminEnv } from "../../operator/context.js";
+import { requireServed, type AdminEnv } from "../../operator/context.js";
 import { bucketAddress, type BucketAddress } from "./admin-identity.js";
 
 /**
@@ -38,7 +38,9 @@ export function bucketsApp(): Hono<AdminEnv> {
   return app;
 }
 
+/** The bucket the path names, of a route and limit a middleware of the app decides (none would be a bucket nobody uses). */
 function addressOf(c: Context<AdminEnv, "/:route/:limit">): Promise<BucketAddress> {
+  requireServed(c, c.req.param("route"), "limits", c.req.param("limit"));
   return bucketAddress(
     c.get("config"),
     c.get("stores"),

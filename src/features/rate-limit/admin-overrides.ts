@@ -14,7 +14,7 @@ import {
   writeOverride,
 } from "./decision/overrides-store.js";
 import { overridesKey } from "../../store/layout.js";
-import { adminHandlers, type AdminEnv } from "../../operator/context.js";
+import { adminHandlers, requireServed, type AdminEnv } from "../../operator/context.js";
 import { findLimit, overrideFieldFor } from "./admin-identity.js";
 import { ledgerAdminAction } from "../../operator/ledger.js";
 import { badRequest, duration, jsonBody } from "../../operator/validate.js";
@@ -47,6 +47,8 @@ const setOverride = adminHandlers.createHandlers(jsonBody(overrideBody), async (
   const config = c.get("config");
   const o = c.req.valid("json");
   const limit = limitOf(config, o.route, o.limit, `no limit "${o.limit}" in a route "${o.route}"`);
+  // an override of a route no middleware decides would answer ok and change nothing
+  requireServed(c, o.route, "limits", o.limit);
   const periodMs = o.period ? (parseDuration(o.period) as number) : limit.period;
   checkExact(limit, o, periodMs);
   const field = await overrideFieldFor(config, limit, o.identity, o.region);
