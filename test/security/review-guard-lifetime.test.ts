@@ -191,7 +191,10 @@ describe("REVIEW R2: a redelivered job past max_age", () => {
       (n) => n > 1,
       10_000,
     );
-    expect(seen(body), `the retry must be refused (409), never sent again: it answered ${retry.status} ${retry.text.slice(0, 120)}`).toBe(1);
+    expect(
+      seen(body),
+      `the retry must be refused (409), never sent again: it answered ${retry.status} ${retry.text.slice(0, 120)}`,
+    ).toBe(1);
     expect(retry.status).toBe(409);
   }, 90_000);
 });

@@ -20,7 +20,7 @@ import { pollUntil } from "../support/guard-records.js";
 let up = true;
 let server: Server;
 let jwksUrl = "";
-let privateJwk: Record<string, unknown> = {};
+let privateJwk: unknown;
 
 beforeAll(async () => {
   const pair = (await crypto.subtle.generateKey(
@@ -59,7 +59,7 @@ describe("REVIEW R4: an auto principal with jwks_url", () => {
     const b: Miniflare = rig.worker({ sluice: config() });
     const token = await sign(
       { sub: "alice", exp: Math.floor(Date.now() / 1000) + 600 },
-      privateJwk as Parameters<typeof sign>[1],
+      privateJwk as unknown as Parameters<typeof sign>[1],
       "RS256",
     );
     const body = '{"order":"r4"}';
