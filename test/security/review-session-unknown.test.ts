@@ -1,5 +1,5 @@
 /**
- * REVIEW (h-review, adversarial read of issue 29's fixes). FAILS on main at e95bf24.
+ * REVIEW (h-review, adversarial read of issue 29's fixes). Both tests FAIL on main at e95bf24 (R5, R7 below).
  *
  * R5. A session's lock is released as soon as the origin's reply is in hand, whatever it says:
  *     also when the outcome is unknown: a connection broken after the request was read (a proxy's
@@ -38,6 +38,15 @@ async function startCuttingOrigin(): Promise<CuttingOrigin> {
         req.socket.destroy();
         return;
       }
+      if ((req.url ?? "").includes("/hold")) {
+        o.running++;
+        pending.push(() => {
+          o.running--;
+          res.writeHead(200, { "content-type": "application/json" });
+          res.end("{}");
+        });
+        return;
+      }
       res.writeHead(200, { "content-type": "application/json" });
       res.end("{}");
     });
@@ -63,7 +72,11 @@ async function startCuttingOrigin(): Promise<CuttingOrigin> {
 const SLUICE: SluiceInput = {
   key_prefix: "rsu",
   timeout_ms: 5_000,
-  routes: [{ name: "agent", match: "/agent/*", methods: ["POST"], session: { key: "header:x-session-id" } }],
+  routes: [
+    { name: "agent", match: "/agent/*", methods: ["POST"], session: { key: "header:x-session-id" } },
+    // accepted at load: a lease shorter than the renewal loop's floor (every max(100 ms, lease / 3))
+    { name: "short", match: "/short/*", methods: ["POST"], session: { key: "header:x-session-id", lease: "50ms" } },
+  ],
 };
 
 const rig = useStack({ sluice: SLUICE, origin: startCuttingOrigin });
@@ -72,12 +85,12 @@ beforeAll(() => {
   mf = rig.mf;
 });
 
-const post = (path: string) =>
+const post = (path: string, session = "s-r5") =>
   call(mf, path, {
     method: "POST",
     ip: "203.0.113.94",
     body: "{}",
-    headers: { "content-type": "application/json", "x-session-id": "s-r5" },
+    headers: { "content-type": "application/json", "x-session-id": session },
   });
 
 describe("REVIEW R5: a session call whose outcome is unknown", () => {
@@ -93,3 +106,40 @@ describe("REVIEW R5: a session call whose outcome is unknown", () => {
     ).toBe(0);
   }, 30_000);
 });
+
+/**
+ * R7. A lease shorter than the renewal loop can keep (renewals come every max(100 ms, lease / 3),
+ *     each extends by one lease from when it lands) is accepted at load: a live call's lock lapses
+ *     between renewals and the session's next call takes it over while the first runs. (The same
+ *     lease on a claim lapses a live claim into indeterminate.) Suggested: refuse at load a lease
+ *     below a floor (a few seconds, or several times max_timeout_ms).
+ */
+describe("REVIEW R7: a session lease shorter than the renewal period", () => {
+  it("is refused at load, or held: the session's next call must not run beside a live one", async () => {
+    const before = rig.origin.overlaps;
+    const first = post("/short/hold", "s-r7");
+    await pollUntilRunning();
+    const next = await pollNext();
+    rig.origin.finish();
+    await first;
+    expect(
+      rig.origin.overlaps - before,
+      `the session's next call ran beside the live first one (answered ${next.status} ${next.text.slice(0, 100)})`,
+    ).toBe(0);
+  }, 30_000);
+});
+
+async function pollUntilRunning(): Promise<void> {
+  for (let i = 0; i < 200 && rig.origin.running === 0; i++) await new Promise((r) => setTimeout(r, 50));
+  expect(rig.origin.running).toBe(1);
+}
+
+/** The session's next call, tried for up to 3 s while the first is live: a 409 each time is right. */
+async function pollNext(): Promise<Awaited<ReturnType<typeof post>>> {
+  let r = await post("/short/next", "s-r7");
+  for (let i = 0; i < 30 && r.status === 409; i++) {
+    await new Promise((res) => setTimeout(res, 100));
+    r = await post("/short/next", "s-r7");
+  }
+  return r;
+}
