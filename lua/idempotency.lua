@@ -14,19 +14,27 @@ KEYS[1]  record   {key_prefix}:idem:{route}:{sha256(principal, key)}  hash:
                     fence        its fencing token
                     fp           the request fingerprint (method, path, query, principal, body hash)
                     lease_until  ms (Redis time) until which the holder is known to be alive
+                    life_until   ms (Redis time) until which the holder's call may still run, renewed
+                                 or not: its longest life, told at the claim (a live call's
+                                 origin_timeout, late-answer wait and settling; a queued job's
+                                 life), moved on by start (the delivery's) and park (the job's)
                     ttl          ms the key is kept once its outcome is known (the claim's ttl)
                     sent         1 once a queued job's delivery started (op start); cleared by park
                     lapsed       1 when the key became indeterminate because its lease lapsed
                     status, headers, body, stored   the origin's answer (completed)
-                  TTL: while in flight, the lease plus `ttl`, moved with every renewal: the record
-                  outlives its claim, so a claim whose holder vanished is found (and held
-                  indeterminate), never missing. Once the outcome is known (completed,
-                  indeterminate), `ttl` from then: a key is kept `ttl` after its answer.
+                  TTL: while in flight, until the later of lease_until and life_until, plus `ttl`,
+                  moved with every renewal: the record outlives its claim and its call, so a claim
+                  whose holder vanished or lost Redis is found (and held indeterminate), never
+                  missing while the call may still run. Once the outcome is known (completed,
+                  indeterminate by hold), `ttl` from then: a key is kept `ttl` after its answer.
                   A lapsed lease (the holder stopped renewing: it died, or lost Redis) makes the key
                   indeterminate, as the holder may have forwarded the request before it vanished;
-                  only a queued job's claim whose delivery never started (`job:` owner, no `sent`)
-                  is taken over, as its consumer delivers only after `start` (nothing reached the
-                  origin). The holder of a lapsed claim may still complete, release or hold it.
+                  the lapsed record is kept until life_until plus `ttl` (at least `ttl`), and the
+                  holder's renewals, should they reach Redis again, keep it `lease` plus `ttl` from
+                  each. Only a queued job's claim whose delivery never started (`job:` owner, no
+                  `sent`) is taken over, as its consumer delivers only after `start` (nothing
+                  reached the origin). The holder of a lapsed claim may still complete, release or
+                  hold it.
 KEYS[2]  fence    {key_prefix}:idem:{route}:fence  the route's last fencing token: every grant gets
                   max(last + 1, Redis time in µs), so tokens rise strictly however the key is shared,
                   and still rise after it expired (one key per route, whatever clients send).
@@ -41,21 +49,29 @@ KEYS[5]  replays  {key_prefix}:idem:{route}:replays:{sha256(client address as pr
                   (`auto` takes any Authorization value) do not multiply its replays. The same key
                   as KEYS[4] when the principal is the address (paid once); KEYS[4] again for the
                   ops that never claim.
-ARGV[1]  op: claim | renew | start | park | complete | release | hold | resolve_release | resolve_replay | read
-ARGV[2]  owner (claim, renew, start, park, complete, release, hold)
+ARGV[1]  op: claim | renew | start | park | complete | release | release_unsent | hold | resolve_release
+         | resolve_replay | read
+ARGV[2]  owner (claim, renew, start, park, complete, release, release_unsent, hold)
 ARGV[3]  route name, ARGV[4] key hash (for the ledger), ARGV[5] ledger max length
 ARGV[6..] per op, then, always last (but for a passed clock), the ledger context: JSON { trace, principal,
   session, latency_ms } (the request's traceparent, hashes, the origin's latency), written beside
   each ledger entry of this call; what does not decode as such an object adds nothing.
 ARGV[6..argc-1] per op (argc: #ARGV, less the clock when one is passed):
-  claim           fp, lease_ms, ttl_ms, replay_interval_us, replay_burst
-  renew           lease_ms: the holder's claim cannot lapse for that long from now
-  start           lease_ms: a queued job's delivery begins (refused once started: a redelivered
-                  copy never sends it twice); the lease becomes the delivery's, renewed as live ones
+  claim           fp, lease_ms, ttl_ms, replay_interval_us, replay_burst, life_ms (the call's
+                  longest life from now: the record is kept at least that long plus ttl_ms)
+  renew           lease_ms: the holder's claim cannot lapse for that long from now; a lapsed
+                  claim's holder keeps its record `lease` plus `ttl` from now (it stays indeterminate)
+  start           lease_ms, life_ms: a queued job's delivery begins (refused once started: a
+                  redelivered copy never sends it twice); the lease becomes the delivery's, renewed as
+                  live ones, and the record is kept at least the delivery's life plus ttl
   park            lease_ms: a job whose delivery failed without effect (5xx) waits for its retry:
-                  not started again, held that long
+                  not started again, held that long (its life moved on as far)
   complete        status, headers (JSON), body (base64), stored (1|0), ttl_ms
   release, hold   origin status ("" for a network error)
+  release_unsent  "": gives the key back only if nothing of it can have reached the origin: the
+                  holder's claim (in flight or lapsed) not marked `sent`. A queued job's copy that
+                  never ran, or a claim whose reply was lost before its request was forwarded. A
+                  claim marked `sent` is left as it is (its lease runs out into indeterminate).
   resolve_replay  status, headers, body, ttl_ms
   resolve_release ""
 then, optional, the very last: "clock:{µs}", the caller's clock, used instead of TIME
@@ -66,6 +82,8 @@ Returns  claim:     { "claimed", fence, takeover (0|1) } | { "mismatch" } | { "i
                     (complete is "ok" again for the holder of a key it completed already: a retry
                     of a completion whose reply was lost)
          start:     { "ok" } | { "not_owner" } | { "sent" } (this job's delivery started already)
+         release_unsent: { "ok" } | { "sent" } (left held) | { "not_owner" } (not ledgered: the
+                    caller may never have held it)
          resolve_*: { "ok" } | { "absent" }
          read:      { state or "absent", fence, status, lease_left_ms }
 ]]
@@ -133,29 +151,49 @@ local function pay_replay(interval, burst)
   return 0
 end
 
--- an in-flight record outlives its lease by the key's ttl: a lapsed claim is still there to be found
+-- how long from now the holder's call may still run (0 once past, or for a record without a life)
+local function life_left()
+  return math.max(0, (tonumber(redis.call('HGET', rec, 'life_until')) or 0) - now)
+end
+
+-- never shortens the record's TTL: a key is kept at least as long as it was promised
+local function keep_at_least(ms)
+  redis.call('PEXPIRE', rec, math.max(ms, redis.call('PTTL', rec)))
+end
+
+-- an in-flight record outlives its lease and its call by the key's ttl: a claim whose holder
+-- vanished or lost Redis is still there to be found (indeterminate) while its call may run
 local function hold_for(lease, floor)
   local held = math.max(floor or 0, now + lease) - now
   redis.call('HSET', rec, 'lease_until', now + held)
   local keep = tonumber(redis.call('HGET', rec, 'ttl'))
   -- (a record claimed before `ttl` was a field keeps its TTL, at least the lease)
-  redis.call('PEXPIRE', rec, keep and held + keep or math.max(held, redis.call('PTTL', rec)))
+  redis.call('PEXPIRE', rec, keep and math.max(held, life_left()) + keep or math.max(held, redis.call('PTTL', rec)))
 end
 
-local function grant(fp, lease, ttl, event)
+-- the holder's call may run `life` more from now: its record is kept at least that long plus ttl
+local function live_until(life)
+  if not life or life <= 0 then return end
+  local until_ = math.max(tonumber(redis.call('HGET', rec, 'life_until')) or 0, now + life)
+  redis.call('HSET', rec, 'life_until', until_)
+end
+
+local function grant(fp, lease, ttl, life, event)
   local fence = next_fence()
   redis.call('DEL', rec)
   redis.call('HSET', rec, 'state', 'inflight', 'owner', owner, 'fence', int(fence), 'fp', fp, 'ttl', ttl)
+  live_until(life)
   hold_for(lease)
   ledger(event, int(fence), '')
   return fence
 end
 
 -- the holder vanished (it stopped renewing): it may have forwarded the request, so the key is
--- indeterminate, not free; it is kept `ttl` from now, and its holder may still settle it
+-- indeterminate, not free; it is kept `ttl` past the end of the holder's call (`ttl` from now at
+-- least), and its holder may still settle it
 local function lapse(fence, ttl)
   redis.call('HSET', rec, 'state', 'indeterminate', 'lapsed', '1')
-  redis.call('PEXPIRE', rec, ttl)
+  keep_at_least(life_left() + ttl)
   ledger('lapsed', fence, '')
   return { 'indeterminate', fence }
 end
@@ -163,8 +201,8 @@ end
 local state, holder, fence, lease_until = unpack(redis.call('HMGET', rec, 'state', 'owner', 'fence', 'lease_until'))
 
 if op == 'claim' then
-  local fp, lease, ttl = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
-  if not state then return { 'claimed', grant(fp, lease, ttl, 'claim'), 0 } end
+  local fp, lease, ttl, life = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[11])
+  if not state then return { 'claimed', grant(fp, lease, ttl, life, 'claim'), 0 } end
   if redis.call('HGET', rec, 'fp') ~= fp then return { 'mismatch' } end
   if state == 'completed' then
     -- replays cost the client no tokens of its limits, so they are bounded here, before the body is read
@@ -179,7 +217,7 @@ if op == 'claim' then
   if left > 0 then return { 'inflight', left, fence } end
   -- a queued job whose delivery never started reached nobody: the next request takes over
   if string.sub(holder, 1, 4) == 'job:' and not redis.call('HGET', rec, 'sent') then
-    return { 'claimed', grant(fp, lease, ttl, 'takeover'), 1 }
+    return { 'claimed', grant(fp, lease, ttl, life, 'takeover'), 1 }
   end
   return lapse(fence, tonumber(redis.call('HGET', rec, 'ttl')) or ttl)
 end
@@ -204,20 +242,28 @@ end
 
 -- a retry of a completion that landed (its reply was lost): done already
 if op == 'complete' and state == 'completed' and holder == owner then return { 'ok' } end
--- renew, start, park, complete, release, hold: only the holder of the claim, while it is in
--- flight; complete, release and hold also once its lease lapsed (nobody else has the key, and
--- the holder's news of the outcome is better than indeterminate)
-local settles = op == 'complete' or op == 'release' or op == 'hold'
+-- renew, start, park, complete, release, release_unsent, hold: only the holder of the claim, while
+-- it is in flight; complete, release, release_unsent and hold also once its lease lapsed (nobody
+-- else has the key, and the holder's news of the outcome is better than indeterminate), and renew
+-- too, which then only keeps the record (the holder is alive after all, and may still settle it)
+local settles = op == 'complete' or op == 'release' or op == 'release_unsent' or op == 'hold'
 local lapsed = state == 'indeterminate' and redis.call('HGET', rec, 'lapsed') == '1'
-if holder ~= owner or not (state == 'inflight' or (settles and lapsed)) then
-  if op == 'renew' then return { 'not_owner' } end
+if holder ~= owner or not (state == 'inflight' or ((settles or op == 'renew') and lapsed)) then
+  if op == 'renew' or op == 'release_unsent' then return { 'not_owner' } end
   ledger('stale_' .. op, fence, settles and ARGV[6] or '')
   return { 'not_owner' }
 end
-if op == 'start' and redis.call('HGET', rec, 'sent') then return { 'sent' } end
+if op == 'renew' and lapsed then
+  keep_at_least(tonumber(ARGV[6]) + (tonumber(redis.call('HGET', rec, 'ttl')) or 0))
+  return { 'ok' }
+end
+local sent = redis.call('HGET', rec, 'sent')
+if (op == 'start' or op == 'release_unsent') and sent then return { 'sent' } end
 if op == 'renew' or op == 'start' or op == 'park' then
   -- a renewal (or a park) never moves the lease earlier than granted already (a renewal on a clock
   -- behind the last one's); `start` deliberately shortens a job's lease to its delivery's
+  if op == 'start' then live_until(tonumber(ARGV[7])) end
+  if op == 'park' then live_until(tonumber(ARGV[6])) end
   hold_for(tonumber(ARGV[6]), op ~= 'start' and tonumber(lease_until) or nil)
   if op == 'start' then redis.call('HSET', rec, 'sent', '1') end
   if op == 'park' then redis.call('HDEL', rec, 'sent') end
@@ -225,7 +271,7 @@ elseif op == 'complete' then
   redis.call('HSET', rec, 'state', 'completed', 'status', ARGV[6], 'headers', ARGV[7], 'body', ARGV[8], 'stored', ARGV[9])
   redis.call('PEXPIRE', rec, tonumber(ARGV[10]))
   ledger('complete', fence, ARGV[6])
-elseif op == 'release' then
+elseif op == 'release' or op == 'release_unsent' then
   redis.call('DEL', rec)
   ledger('release', fence, ARGV[6])
 elseif op == 'hold' then

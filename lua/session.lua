@@ -10,21 +10,28 @@ Whichever clock it is, the fencing token is max(last + 1, clock): strictly risin
 clock does, and a renewal never moves a lease earlier than it was.
 
 KEYS[1]  lock    {key_prefix}:session:{sha256([principal, session identity])}  hash: owner, fence,
-                 lease_until (ms). TTL: the lease plus a minute, moved with every renewal (an
-                 abandoned lock disappears on its own; until then the next request takes it over,
-                 and the ledger says so). A live call renews its lock until its outcome is known.
+                 lease_until (ms), sent (1 once a queued job's delivery started: op start; cleared
+                 by park). TTL: the lease plus a minute, moved with every renewal (an abandoned
+                 lock disappears on its own; until then the next request takes it over, and the
+                 ledger says so). A live call renews its lock until its outcome is known; one whose
+                 outcome stays unknown is not released but left to run out its lease.
 KEYS[2]  fence   {key_prefix}:session:fence  the deployment's last session fencing token, one key
                  whatever the session and principal (invented session ids create no keys that last):
                  every grant gets max(last + 1, Redis time in µs), so tokens rise strictly across
                  every session, hence under each one, and still rise after the key expired.
                  TTL 30 days, renewed per grant.
 KEYS[3]  ledger  {key_prefix}:ledger  stream, capped (MAXLEN ~)
-ARGV[1]  op: acquire | renew | release
+ARGV[1]  op: acquire | renew | start | park | release | release_unsent
 ARGV[2]  owner, ARGV[3] route, ARGV[4] lock hash (for the ledger), ARGV[5] ledger max length
-ARGV[6]  acquire, renew: lease_ms (renew: the holder's lock cannot be taken over for that long from now)
+ARGV[6]  acquire, renew, start, park: lease_ms (renew: the holder's lock cannot be taken over for
+         that long from now). start: a renewal that marks a queued job's delivery as begun; park:
+         one that clears the mark (the delivery failed without effect and waits for its retry).
+         release_unsent: gives the lock back only if no delivery of its job may have begun (no
+         mark): a copy of a job that never ran; a lock whose delivery began is left to its lease.
 ARGV     last, optional: "clock:{µs}", the caller's clock, used instead of TIME
 Returns  acquire: { "granted", fence, takeover (0|1) } | { "busy", lease_left_ms, fence }
-         renew, release: { "ok" } | { "not_owner" } (renewals are not in the ledger)
+         renew, start, park, release: { "ok" } | { "not_owner" } (renewals are not in the ledger)
+         release_unsent: { "ok" } | { "sent" } (left held) | { "not_owner" } (not ledgered)
 ]]
 
 -- the clock: the caller's when it passes one (the last ARGV), else Redis's TIME
@@ -67,20 +74,24 @@ if op == 'acquire' then
   return { 'granted', granted, takeover }
 end
 
-if op == 'renew' then
+if op == 'renew' or op == 'start' or op == 'park' then
   if holder ~= owner then return { 'not_owner' } end
   -- never earlier than the lease already granted (a renewal on a clock behind the last one's)
   local held = math.max(tonumber(lease_until) or 0, now + tonumber(ARGV[6])) - now
   redis.call('HSET', KEYS[1], 'lease_until', now + held)
+  if op == 'start' then redis.call('HSET', KEYS[1], 'sent', '1') end
+  if op == 'park' then redis.call('HDEL', KEYS[1], 'sent') end
   redis.call('PEXPIRE', KEYS[1], held + 60000)
   return { 'ok' }
 end
 
--- release: only the holder
+-- release, release_unsent: only the holder (a speculative release_unsent is not ledgered)
 if holder ~= owner then
+  if op == 'release_unsent' then return { 'not_owner' } end
   ledger('session_stale_release', fence)
   return { 'not_owner' }
 end
+if op == 'release_unsent' and redis.call('HGET', KEYS[1], 'sent') then return { 'sent' } end
 redis.call('DEL', KEYS[1])
 ledger('session_release', fence)
 return { 'ok' }

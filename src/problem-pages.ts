@@ -136,6 +136,12 @@ const PAGES: { readonly [K in keyof typeof PROBLEMS]: ProblemPage } = {
     todo: "Retry after Retry-After with the same Idempotency-Key.",
     read: [RETRY],
   },
+  identityUnavailable: {
+    means:
+      "The request's idempotency key or session belongs to its caller, named by its bearer token, but the keys that check the token's signature could not be had just now (the issuer's key set could not be fetched), so the request was not run rather than filed under another caller.",
+    todo: "Retry after Retry-After with the same token and Idempotency-Key.",
+    read: [RETRY],
+  },
   queueNotBound: {
     means: "The route sheds refused requests to a queue, but the deployment has no queue configured.",
     todo: "Nothing on the client's side: tell the operator.",

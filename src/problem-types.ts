@@ -47,6 +47,7 @@ export const PROBLEMS = {
   tooManyReplays: { title: "Too many replays", status: [429] },
   sessionBusy: { title: "Session busy", status: [409] },
   coordinationStoreUnavailable: { title: "Coordination store unavailable", status: [503] },
+  identityUnavailable: { title: "Identity unavailable", status: [503] },
   queueNotBound: { title: "Queue not bound", status: [500] },
   requestTooLargeToQueue: { title: "Request too large to queue", status: [413] },
   queueFull: { title: "Queue full", status: [503] },

@@ -16,6 +16,13 @@ export interface RequestFacts {
    * a key part or an admission.
    */
   signedClaims?: Record<string, unknown>;
+  /**
+   * Why the bearer token's signature could not be checked at all just now (the issuer's key set
+   * could not be fetched, or lacks the token's key id and cannot be fetched again yet): the token
+   * may well be a caller's whose `sub` is its `auto` principal, so no other principal may be taken
+   * for it (src/identity/principal.ts).
+   */
+  unverifiable?: string;
   /** The request's Hono context, in an app (what a key function of the app's code reads). */
   context?: Context;
   /** The identifier the app's code gave (a key function's result, `limiter().limit()`'s identifier). */

@@ -1,6 +1,8 @@
 import { hashIdentifier } from "./hash.js";
 import type { Context } from "hono";
 import { headerValue, identify, readPart, type RequestFacts } from "./identify.js";
+import { Problem } from "../problem.js";
+import { PROBLEMS } from "../problem-types.js";
 
 /** The principal that follows the caller's credential rather than its address (docs/idempotency-and-sessions.md, Idempotency: principals). */
 export const AUTO_PRINCIPAL = "auto";
@@ -30,7 +32,13 @@ export async function principalOf(
  * has one, else the IP. A token whose signature, issuer and audience verified is its `sub`
  * whatever its time claims say (`signedClaims`): a token that expires during a slow call, or whose
  * `iat` is a second ahead of this isolate's clock, names the same principal on its retry, so the
- * retry meets the first call's claim; a token whose signature does not verify never names a `sub`. Agents' egress addresses rotate; their credentials do
+ * retry meets the first call's claim; a token whose signature does not verify never names a `sub`.
+ * Nor does the key set: a JWT whose signature cannot be checked at all just now (`unverifiable`:
+ * the issuer's keys could not be fetched) names no principal, a 503 problem with `Retry-After`,
+ * since the isolate that can check it would name its `sub` and this one the header's hash, and a
+ * retry would meet neither's claim. Only answers that come out the same on every isolate name a
+ * principal: the `sub` of a token that verifies, the hash of a header that is no JWT or whose
+ * signature verifiably fails against the keys held. Agents' egress addresses rotate; their credentials do
  * not. The JWT and IP forms are spelled as `principal = "jwt:sub"` and `"ip"` are, so moving
  * between them keeps the keys; the header is hashed here so that no credential is held, logged
  * or hashed into a key in the clear.
@@ -38,8 +46,18 @@ export async function principalOf(
 export async function autoPrincipal(facts: RequestFacts): Promise<string> {
   const sub = readPart("jwt:sub", facts) ?? readPart("jwt:sub", { ...facts, claims: facts.signedClaims });
   if (sub !== undefined) return JSON.stringify([["jwt:sub", sub]]);
+  if (facts.unverifiable !== undefined) throw identityUnavailable(facts.unverifiable);
   const authorization = headerValue(facts.headers, "authorization");
   if (authorization !== undefined)
     return JSON.stringify([["authorization:sha256", await hashIdentifier(authorization)]]);
   return JSON.stringify([["ip", facts.ip]]);
+}
+
+/** An `auto` principal that cannot be named just now: the request is not run rather than filed under another. */
+function identityUnavailable(why: string): Problem {
+  return new Problem({
+    type: PROBLEMS.identityUnavailable,
+    detail: `the bearer token names the caller, but its signature cannot be checked just now (${why}); nothing was run`,
+    headers: { "Retry-After": "1" },
+  });
 }

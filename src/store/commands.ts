@@ -45,10 +45,8 @@ export interface HashCommands {
   len(key: string): Promise<number>;
 }
 
-/** One stream (the ledger). */
+/** The trails' streams, read (entries are appended by scripts, each with its key's TTL in the same call). */
 export interface StreamCommands {
-  /** XADD with an automatic id, the stream capped at about `maxLen` entries: the new entry's id. */
-  add(key: string, fields: Record<string, string>, maxLen: number): Promise<string>;
   /** XREVRANGE from `end` down to `start`, at most `count` entries, as the client gives it. */
   revRange(key: string, end: string, start: string, count: number): Promise<unknown>;
 }
@@ -148,10 +146,6 @@ export function hashCommands(call: Call): HashCommands {
 
 export function streamCommands(call: Call): StreamCommands {
   return {
-    add: (key, fields, maxLen) =>
-      call((c) => c.xadd(key, "*", fields, { trim: { type: "MAXLEN", threshold: maxLen, comparison: "~" } })).then(
-        String,
-      ),
     revRange: (key, end, start, count) => call((c) => c.xrevrange(key, end, start, count)),
   };
 }

@@ -166,8 +166,9 @@ export const LAYOUT = {
   idempotencyRecord: {
     patterns: ["{key_prefix}:idem:{route}:{sha256(principal, key)}"],
     store: "home",
-    holds: "hash: state, owner, fence, fingerprint, lease, the key's ttl, started and lapsed marks, stored answer",
-    ttl: "in flight: the lease plus `ttl`, moved by every renewal; once settled, `ttl` from the outcome",
+    holds:
+      "hash: state, owner, fence, fingerprint, lease, the call's life (`life_until`), the key's ttl, started and lapsed marks, stored answer",
+    ttl: "in flight or lapsed: until the later of the lease and the call's life, plus `ttl` (a lapsed claim's holder renewing keeps it its lease plus `ttl` more); once settled, `ttl` from the outcome",
   },
   idempotencyFence: {
     patterns: ["{key_prefix}:idem:{route}:fence"],
@@ -185,7 +186,7 @@ export const LAYOUT = {
   sessionLock: {
     patterns: ["{key_prefix}:session:{sha256([principal, identity])}"],
     store: "home",
-    holds: "hash: owner, fence, lease",
+    holds: "hash: owner, fence, lease, a queued job's started mark",
     ttl: "the lease plus a minute, moved by every renewal",
   },
   sessionFence: {

@@ -1,3 +1,4 @@
+import auditLua from "../../lua/audit.lua";
 import { auditKey, ledgerKey } from "./layout.js";
 import type { Store } from "./redis.js";
 
@@ -17,11 +18,13 @@ export const AUDIT_LENGTH = 10_000;
 /** The audit trail lives this long after its last change (a year), so every key has a TTL. */
 export const AUDIT_TTL_S = 366 * 86_400;
 
-/** Appends an operator's change to the audit trail (its id given by Redis), and renews the trail's lifetime. */
+/**
+ * Appends an operator's change to the audit trail (its id given by Redis) and renews the trail's
+ * lifetime, in one script call (lua/audit.lua): the trail never exists without its TTL.
+ */
 export async function appendAudit(store: Store, prefix: string, fields: Record<string, string>): Promise<void> {
-  const key = auditKey(prefix);
-  await store.stream.add(key, fields, AUDIT_LENGTH);
-  await store.keys.expire(key, AUDIT_TTL_S);
+  const entry = Object.entries(fields).flat();
+  await store.run(store.script(auditLua), [auditKey(prefix)], [AUDIT_LENGTH, AUDIT_TTL_S, ...entry]);
 }
 
 /** One ledger entry: its stream id and its fields. */

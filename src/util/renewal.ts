@@ -5,6 +5,20 @@
  */
 const RENEW_AT_MOST_MS = 10 * 60_000;
 
+/**
+ * The shortest lease a guard may be configured with (`idempotency.lease`, `session.lease`): the
+ * loop renews every third of the lease (never more often than every 100 ms), and each renewal must
+ * reach Redis and be answered before the lease runs out. A lease shorter than that lapses while its
+ * holder lives: a session's next call would take the lock over mid-call.
+ */
+export const MIN_LEASE_MS = 1_000;
+
+/** Why a configured lease is refused at load (shorter than `MIN_LEASE_MS`), or nothing. */
+export function leaseProblem(leaseMs: number): string | undefined {
+  if (leaseMs >= MIN_LEASE_MS) return undefined;
+  return `must be at least "1s" (${leaseMs} ms given): a live call renews its lease every third of it, and a renewal must reach Redis before the lease runs out, or the call's guard lapses while it runs`;
+}
+
 export interface Renewal {
   /** Stops renewing (the guard is settled, or given up). */
   stop(): void;

@@ -90,6 +90,16 @@ describe("client traffic cannot push the operators' changes out", () => {
     const metrics = await call(rig.mf, "/__sluice/metrics", { headers: bearer });
     expect(metrics.text).toContain('sluice_session_refusals_total{route="agent"} 400\n');
   });
+
+  it("an operator's change and the trail's TTL are one write: an EXPIRE lost on its way cannot leave the trail without one", async () => {
+    await rig.redis.del("at:audit");
+    // the review's sequence: the XADD lands, the separate EXPIRE after it is lost
+    rig.stack.bridge.dropNext({ match: (c) => (c[0] ?? "").toLowerCase() === "expire" && c[1] === "at:audit" });
+    const r = await admin("/lists", "PUT", { kind: "deny", entry: "198.51.100.10", ttl: "1h" });
+    expect(r.status, r.text).toBe(200);
+    expect((await trail("&trail=audit")).map((e) => e.event)).toEqual(["admin_ban"]);
+    expect(await rig.redis.pttl("at:audit"), "the audit trail has its TTL").toBeGreaterThan(0);
+  });
 });
 
 describe("an export of a long ledger is paged, each answer within a bounded number of reads", () => {

@@ -6,6 +6,13 @@
  * in-flight record lives as long as its claim, `ttl` counts from the answer, a queued job's claim
  * lives as long as the job, the consumer delivers only while the claim is its job's, and a window
  * shorter than the route's `origin_timeout` is refused at load.
+ *
+ * The review of those fixes found a queued job's claim still freed, or its job sent twice, after its
+ * delivery had begun: a copy of the job that met `giveBack` (past `max_age`, its route gone, its lock
+ * lost) released the claim with the plain `release`, whatever a copy before it had sent; and a 5xx
+ * was retried on a route whose `on_origin_error = "hold"` says a 5xx may have acted. Now a job's
+ * guards are given back only while no delivery of it began (`release_unsent`), and under `hold` a
+ * 5xx settles the key indeterminate and fails the job without a retry.
  */
 import { readFileSync } from "node:fs";
 import type { Miniflare } from "miniflare";
@@ -13,7 +20,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { call, useStack } from "../integration/stack.js";
 import { startSickOrigin, type SickOrigin } from "../support/sick-origin.js";
-import { idempotencyRecords, pollUntil, redisNowMs, untilRedisPast } from "../support/guard-records.js";
+import { idempotencyRecords, isScriptOp, pollUntil, redisNowMs, untilRedisPast } from "../support/guard-records.js";
 
 const ADMIN = "claim-lifetime-admin-token-0123";
 const PREFIX = "cl";
@@ -41,6 +48,26 @@ const SLUICE: SluiceInput = {
       on_limit: "queue",
       limits: [{ name: "provider", key: "global", rate: 1, period: "4s", burst: 1 }],
       idempotency: { lease: "1s" },
+    },
+    // a copy of a job redelivered past max_age is given back (expire)
+    {
+      name: "expiring",
+      match: "/expiring/*",
+      methods: ["POST"],
+      on_limit: "queue",
+      queue: { max_age: "8s" },
+      limits: [{ name: "provider", key: "global", rate: 1, period: "1s", burst: 1 }],
+      idempotency: { required: true },
+    },
+    // a 5xx may have acted here: the live path holds the key, failover does not resend it
+    {
+      name: "held",
+      match: "/held/*",
+      methods: ["POST"],
+      on_limit: "queue",
+      queue: { retry_delays: ["1s"] },
+      limits: [{ name: "provider", key: "global", rate: 1, period: "1s", burst: 1 }],
+      idempotency: { required: true, on_origin_error: "hold" },
     },
   ],
 };
@@ -176,6 +203,74 @@ describe("finding 1: an in-flight claim lives as long as its call", () => {
     expect(seen(body)).toBe(0);
     const dup = await post("/resolved/b", body, { "idempotency-key": "resolved-1" });
     expect([dup.status, dup.text]).toEqual([201, '{"by":"operator"}']);
+  }, 60_000);
+});
+
+describe("a queued job's guards once its delivery began", () => {
+  const keyed = (path: string, key: string, body: string) =>
+    call(mf, path, {
+      method: "POST",
+      ip: "203.0.113.91",
+      body,
+      headers: { "content-type": "application/json", "idempotency-key": key },
+    });
+  const jobFinal = (location: string) =>
+    pollUntil(
+      async () => {
+        const r = await call(mf, location);
+        return r.status === 200 ? (r.json() as { status?: string; expired?: boolean }) : undefined;
+      },
+      (j) => j?.status === "failed" || j?.status === "delivered",
+      50_000,
+    );
+  /** The bridge command `c` runs idempotency.lua's `op` on one of `route`'s records. */
+  const opOn = (c: string[], op: string, route: string) =>
+    isScriptOp(c, op) && (c[3] ?? "").startsWith(`${PREFIX}:idem:${route}:`);
+
+  it("a copy redelivered past max_age does not free a claim whose delivery started: the client's retry is refused, one SMS", async () => {
+    origin.release();
+    expect((await keyed("/expiring/a", "spend", "{}")).headers.get("sluice-decision")).toBe("allow");
+    const body = JSON.stringify({ to: "+15550133", text: "code 1234" });
+    // the delivery is answered 200, then its settle store fails: its completion and its hold are
+    // lost, then its status write (the queue hands the job out again), and the copy is past max_age
+    const bridge = rig.stack.bridge;
+    bridge.dropNext({ match: (c) => opOn(c, "complete", "expiring"), times: 50 });
+    bridge.dropNext({ match: (c) => opOn(c, "hold", "expiring"), times: 50 });
+    bridge.dropNext({
+      match: (c) =>
+        (c[0] ?? "").toLowerCase() === "set" &&
+        c.some((a) => a.includes('"status":"delivered"') && a.includes('"route":"expiring"')),
+      times: 50,
+    });
+    const queued = await keyed("/expiring/a", "r2-sms", body);
+    expect(queued.status, show(queued)).toBe(202);
+    const final = await jobFinal(queued.headers.get("location") as string);
+    expect(seen(body), "the job reached the origin once").toBe(1);
+    expect(final).toMatchObject({ status: "failed", expired: true });
+    // the SMS went out; the client retries its key
+    const retry = await keyed("/expiring/a", "r2-sms", body);
+    await pollUntil(
+      async () => seen(body),
+      (n) => n > 1,
+      10_000,
+    );
+    expect(seen(body), `the retry must be refused (409), never sent again: it answered ${show(retry)}`).toBe(1);
+    expect(retry.status).toBe(409);
+  }, 90_000);
+
+  it('a 5xx under on_origin_error = "hold" is not sent again: the key is held indeterminate, the job failed', async () => {
+    origin.release();
+    expect((await keyed("/held/ok", "spend", "{}")).headers.get("sluice-decision")).toBe("allow");
+    const body = JSON.stringify({ charge: "r3" });
+    const queued = await keyed("/held/fail", "r3-pay", body);
+    expect(queued.status, show(queued)).toBe(202);
+    const final = await jobFinal(queued.headers.get("location") as string);
+    expect(seen(body), "a 5xx the route holds as may-have-acted must not be sent again").toBe(1);
+    expect(final).toMatchObject({ status: "failed", indeterminate: true });
+    const dup = await keyed("/held/fail", "r3-pay", body);
+    expect(dup.status, show(dup)).toBe(409);
+    expect(dup.json()).toMatchObject({ title: "Outcome indeterminate" });
+    expect(seen(body)).toBe(1);
   }, 60_000);
 });
 

@@ -5,11 +5,20 @@
  * session's next call ran beside the first at the origin. Now the lock is renewed while the call
  * and its late-answer wait run, released once the outcome is known, and a queued job holds it for
  * the job's life.
+ *
+ * The review of those fixes found the lock still handed on while the first call may run: it was
+ * released as soon as the reply was in, also when the reply said nothing of the outcome (a
+ * connection cut after the request was read, a late answer that never came); and a `lease`
+ * shorter than the renewal loop can keep (renewals every max(100 ms, lease / 3)) was accepted, so a
+ * live call's lock lapsed between renewals. Now an unknown outcome stops the renewals and lets the
+ * lease run out (no release), and a lease under 1 s is refused at load, naming the field.
  */
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
-import { call, useStack } from "../integration/stack.js";
+import { call, sleep, useStack } from "../integration/stack.js";
 import { startSickOrigin, type SickOrigin } from "../support/sick-origin.js";
 import { pollUntil, sessionLocks, untilRedisPast } from "../support/guard-records.js";
 
@@ -125,4 +134,154 @@ describe("finding 3: a session's lock lasts as long as its call", () => {
     expect(await pollUntil(status, (s) => s === "delivered" || s === "failed", 40_000)).toBe("delivered");
     expect(reached("s-queued")).toBe(1);
   }, 60_000);
+});
+
+/**
+ * An application behind a proxy that cuts the connection: `/cut` reads the request, drops the
+ * socket at once, and works on until `finish()`; `/late-cut` drops it only after `LATE_CUT_MS`
+ * (past the route's `origin_timeout`: no late answer ever comes); `/hold` answers at `finish()`.
+ * `overlaps` counts requests that arrived while another was still running.
+ */
+interface CuttingOrigin {
+  url: string;
+  running: number;
+  overlaps: number;
+  /** Connections cut so far. */
+  cut: number;
+  finish(): void;
+  close(): Promise<void>;
+}
+
+const LATE_CUT_MS = 1_500;
+
+async function startCuttingOrigin(): Promise<CuttingOrigin> {
+  const o = { running: 0, overlaps: 0, cut: 0 };
+  const pending: Array<() => void> = [];
+  const works = (answer?: () => void) => {
+    o.running++;
+    pending.push(() => {
+      o.running--;
+      answer?.();
+    });
+  };
+  const server: Server = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      if (o.running > 0) o.overlaps++;
+      const url = req.url ?? "";
+      if (url.includes("/cut") || url.includes("/late-cut")) {
+        works();
+        const cut = () => (o.cut++, req.socket.destroy());
+        if (url.includes("/late-cut")) setTimeout(cut, LATE_CUT_MS);
+        else cut();
+        return;
+      }
+      if (url.includes("/hold"))
+        return works(() => res.writeHead(200, { "content-type": "application/json" }).end("{}"));
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end("{}");
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    get running() {
+      return o.running;
+    },
+    get overlaps() {
+      return o.overlaps;
+    },
+    get cut() {
+      return o.cut;
+    },
+    finish: () => pending.splice(0).forEach((f) => f()),
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}
+
+describe("a session call whose outcome is unknown keeps its session's lock", () => {
+  const CUT_PREFIX = "slu";
+  const CUT: SluiceInput = {
+    key_prefix: CUT_PREFIX,
+    timeout_ms: 5_000,
+    routes: [
+      { name: "agent", match: "/agent/*", methods: ["POST"], session: session() },
+      { name: "late", match: "/late/*", methods: ["POST"], origin_timeout: "1s", session: session() },
+    ],
+  };
+  const cut = useStack({ sluice: CUT, origin: startCuttingOrigin });
+  const send = (w: Miniflare, path: string, sessionId: string) =>
+    call(w, path, {
+      method: "POST",
+      ip: "203.0.113.94",
+      body: "{}",
+      headers: { "content-type": "application/json", "x-session-id": sessionId },
+    });
+
+  it("a connection cut after the request was read: the session's next call is refused, never run beside it at the origin", async () => {
+    const first = await send(cut.mf, "/agent/cut", "s-r5");
+    expect(first.status, first.text).toBe(502);
+    expect(cut.origin.running, "the first call still works at the origin").toBe(1);
+    const next = await send(cut.mf, "/agent/next", "s-r5");
+    cut.origin.finish();
+    expect(
+      cut.origin.overlaps,
+      `the session's next call ran beside the first (answered ${next.status}); it must be refused (409) or wait`,
+    ).toBe(0);
+    expect(next.status, show(next)).toBe(409);
+    expect(next.json()).toMatchObject({ title: "Session busy" });
+  }, 30_000);
+
+  it("a timeout whose late answer never comes: the lock is not released, it runs out its lease", async () => {
+    const cutsBefore = cut.origin.cut;
+    // other sessions' locks (a call cut before lets its own run out): this call's is one more
+    const locksBefore = (await sessionLocks(cut.redis, CUT_PREFIX)).length;
+    const first = await send(cut.mf, "/late/late-cut", "s-late");
+    expect(first.status, first.text).toBe(504);
+    await pollUntil(
+      async () => cut.origin.cut,
+      (n) => n > cutsBefore,
+      10_000,
+    );
+    // the late answer is given up on once the connection is cut: before, the lock was released then
+    const locks = await pollUntil(
+      () => sessionLocks(cut.redis, CUT_PREFIX),
+      (l) => l.length === locksBefore,
+      3_000,
+    );
+    expect(locks.length, "the lock of a call whose outcome is unknown is kept").toBe(locksBefore + 1);
+    const next = await send(cut.mf, "/late/next", "s-late");
+    cut.origin.finish();
+    expect(cut.origin.overlaps, `the session's next call ran beside the first (answered ${next.status})`).toBe(0);
+    expect(next.status, show(next)).toBe(409);
+  }, 30_000);
+
+  it("a session lease shorter than the renewal loop can keep is refused at load, naming the field: no call runs under it", async () => {
+    const before = cut.origin.overlaps;
+    // renewals come every max(100 ms, lease / 3): a 50 ms lease would lapse between them mid-call
+    const w = cut.worker({
+      sluice: {
+        key_prefix: CUT_PREFIX,
+        routes: [{ name: "short", match: "/short/*", methods: ["POST"], session: session({ lease: "50ms" }) }],
+      },
+    });
+    // accepted, the call would be held at the origin: it is given 5 s to be refused
+    const first = await Promise.race([send(w, "/short/hold", "s-r7"), sleep(5_000).then(() => undefined)]);
+    expect(first?.status, first?.text ?? "the call went to the origin").toBe(500);
+    if (!first) return;
+    expect(first.json()).toMatchObject({ field: "SLUICE.routes[0].session.lease" });
+    expect(String(first.json().detail)).toMatch(/must be at least "1s"/);
+    const next = await send(w, "/short/next", "s-r7");
+    cut.origin.finish();
+    expect(next.status).toBe(500);
+    expect(cut.origin.running).toBe(0);
+    expect(
+      cut.origin.overlaps - before,
+      `the session's next call ran beside the live first one (answered ${next.status} ${next.text.slice(0, 100)})`,
+    ).toBe(0);
+  }, 30_000);
 });

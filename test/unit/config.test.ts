@@ -184,4 +184,19 @@ describe("idempotency and session principals, derived keys", () => {
       /^SLUICE\.routes\[0\] \("r"\)\.idempotency\.lease: must be shorter than derive\.window/,
     );
   });
+
+  it.each([
+    ["idempotency.lease", { idempotency: { lease: "999ms" } }],
+    ["idempotency.lease", { idempotency: { lease: "50ms", ttl: "1m" } }],
+    ["session.lease", { session: { key: "header:x-session-id", lease: "50ms" } }],
+  ])("refuses a %s shorter than the renewal loop can keep (1 s), naming it", (field, extra) => {
+    expect(errorOf({ ORIGIN_URL, SLUICE: routeWith(extra) })).toMatch(
+      new RegExp(`^SLUICE\\.routes\\[0\\]\\.${field.replace(".", "\\.")}: must be at least "1s"`),
+    );
+  });
+
+  it("takes a lease of 1 s for idempotency and sessions", () => {
+    const route = routeOf({ idempotency: { lease: "1s" }, session: { key: "header:x-session-id", lease: "1s" } });
+    expect([route.idempotency?.lease, route.session?.lease]).toEqual([1_000, 1_000]);
+  });
 });

@@ -14,11 +14,14 @@ import {
   jobOwner,
   noteClaim,
   recordRef,
+  releaseUnsent,
   settleFailure,
   type Claim,
+  type ClaimTerms,
   type ClaimTicket,
   type RecordRef,
 } from "./records.js";
+import { StoreError } from "../../store/deadline.js";
 import { keepClaimed } from "./renewal.js";
 import { IdempotencyRefusal } from "./refusal.js";
 import { noteIdempotency, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
@@ -43,6 +46,13 @@ export { LATE_ANSWER_MS };
  * outcome that never lands leaves the key held: indeterminate, never free.
  */
 const SETTLE_RETRY = { startMs: 200, maxMs: 2_000, budgetMs: 6_000 };
+
+/**
+ * The longest storing a call's outcome takes once the call is over: the retries' pauses (6 s) and
+ * their tries (six, each within the settle store's 5 s), then a hold (5 s), rounded up. Part of a
+ * claim's life (`callLifeMs`).
+ */
+export const SETTLE_LIFE_MS = 60_000;
 
 /**
  * What became of a claim, once its request is done with:
@@ -71,16 +81,36 @@ export const MAX_REQUEST_BODY = 10 * 1024 * 1024;
 
 export type IdempotencySettings = NonNullable<Route["idempotency"]>;
 
+/** Who asks, for a key: whose key it is, and from which address. */
+export interface Asker {
+  /** Who asks (the configured identity, else the client IP): one client's key is not another's. */
+  principal: string;
+  /** The client's address, spelled as the principal "ip" is: its replays are bounded whatever principals it claims. */
+  client?: string;
+}
+
 /** What a request is, for its key: the route it came by, and the method, path, query and principal that make it the same request. */
 export interface ClaimSubject {
   route: string;
   /** The path the origin is asked for. */
   path: string;
   query: string;
-  /** Who asks (the configured identity, else the client IP): one client's key is not another's. */
-  principal: string;
-  /** The client's address, spelled as the principal "ip" is: its replays are bounded whatever principals it claims. */
-  client?: string;
+  /**
+   * Who asks, asked only of a request that has a key to claim (a request without one passes
+   * unguarded, whoever it is): an `auto` principal whose token cannot be checked just now throws
+   * a 503 problem (src/identity/principal.ts) rather than name another principal.
+   */
+  who: () => Promise<Asker>;
+}
+
+/**
+ * How a claim is held: by a live call, renewed while it runs, which may run `lifeMs` from the claim
+ * at most (`callLifeMs`); or by a queued job (`queued`), unrenewed for the job's life (`lifeMs`)
+ * until the consumer takes it up.
+ */
+export interface ClaimHold {
+  lifeMs: number;
+  queued?: boolean;
 }
 
 /** Where claims live: the home region's Redis with the decision budget (claim) and with a budget for storing answers (settle). */
@@ -113,8 +143,9 @@ export type Guarded =
  * with the stored answer (replay). Throws a `Problem`: 409 while another attempt is in flight or
  * the outcome is indeterminate, 422 when the key comes with a different request, 400 when a
  * required key is missing, 413 when the body is too large to fingerprint. `settle` stores the
- * origin's answer (or releases / holds the claim when the origin failed). `leaseMs` overrides the
- * configured lease: a queued request holds its claim until the consumer settles it.
+ * origin's answer (or releases / holds the claim when the origin failed). `hold` says how long the
+ * claim's call may run (its record is kept that long plus `ttl`, renewed or not) and whether it is
+ * a queued request's, which holds its claim unrenewed until the consumer settles it.
  */
 export async function guard(
   request: Request,
@@ -122,7 +153,7 @@ export async function guard(
   subject: ClaimSubject,
   stores: ClaimStores,
   defer: (work: Promise<void>) => void,
-  leaseMs?: number,
+  hold: ClaimHold,
 ): Promise<Guarded> {
   const keyed = await keyOf(request, settings, subject);
   if (!keyed) {
@@ -131,16 +162,16 @@ export async function guard(
     return { kind: "forward", request, sluiceHeaders: {}, settle: async (reply) => reply.response, abandon: unguarded };
   }
   const { key, body, canonical } = keyed;
-  const { route, principal, client } = subject;
-  const ref = await recordRef(stores.claim, stores.prefix, route, principal, key, stores.trail, client);
-  const fp = await fingerprint(request.method, subject.path, subject.query, subject.principal, canonical);
+  const { principal, client } = await subject.who();
+  const ref = await recordRef(stores.claim, stores.prefix, subject.route, principal, key, stores.trail, client);
+  const fp = await fingerprint(request.method, subject.path, subject.query, principal, canonical);
   // a queued job's claim says so: until its delivery starts, nothing of it reached the origin
-  const owner = leaseMs === undefined ? crypto.randomUUID() : jobOwner();
-
-  // a duplicate of an in-flight request may wait (polling with backoff) for its answer
-  const once = () => claim(ref, owner, fp, leaseMs ?? settings.lease, settings.ttl, settings.replays);
-  const poll = { startMs: 50, maxMs: 500, budgetMs: settings.wait };
-  const c = noteClaim(ref, await pollWhile(await once(), (r) => r.kind === "inflight", once, poll));
+  const owner = hold.queued ? jobOwner() : crypto.randomUUID();
+  const leaseMs = hold.queued ? hold.lifeMs : settings.lease;
+  const c = await claimed(ref, owner, fp, { leaseMs, ttlMs: settings.ttl, lifeMs: hold.lifeMs }, settings, {
+    settle: stores.settle,
+    defer,
+  });
   if (c.kind !== "claimed") return countedAsOutcome(() => refused(c));
 
   const sluiceHeaders = {
@@ -148,8 +179,42 @@ export async function guard(
     "idempotency-key": key,
     ...traceHeader(stores.trail),
   };
-  const claimed: ClaimHeld = { ref: { ...ref, store: stores.settle }, owner, settings, defer, leaseMs };
-  return held(claimed, rebuilt(request, body), sluiceHeaders);
+  const holding: ClaimHeld = { ref: { ...ref, store: stores.settle }, owner, settings, defer, queued: hold.queued };
+  return held(holding, rebuilt(request, body), sluiceHeaders);
+}
+
+/**
+ * Claims the key, a duplicate of an in-flight request waiting (polling with backoff) for its
+ * answer up to `wait`. A claim call that fails (a `StoreError`: its reply reset or late) may still
+ * have run in Redis: the key is then this owner's, and nothing of the request has been sent, so it
+ * is given back by its owner after the response (`release_unsent`: a claim that never landed
+ * answers `not_owner`), never left to lapse into indeterminate for `ttl`.
+ */
+async function claimed(
+  ref: RecordRef,
+  owner: string,
+  fp: string,
+  terms: ClaimTerms,
+  settings: IdempotencySettings,
+  after: { settle: Store; defer: (work: Promise<void>) => void },
+): Promise<Claim> {
+  const once = () => claim(ref, owner, fp, terms, settings.replays);
+  const poll = { startMs: 50, maxMs: 500, budgetMs: settings.wait };
+  try {
+    return noteClaim(ref, await pollWhile(await once(), (r) => r.kind === "inflight", once, poll));
+  } catch (e) {
+    if (e instanceof StoreError) after.defer(giveBackUnsent({ ...ref, store: after.settle }, owner));
+    throw e;
+  }
+}
+
+/** Gives back `owner`'s claim if it landed and nothing of its request was sent (tried again while the store fails). */
+function giveBackUnsent(ref: RecordRef, owner: string): Promise<void> {
+  return settleQuietly(
+    persisted(ref, () => releaseUnsent(ref, owner)).then(() => undefined),
+    "idempotency_release_failed",
+    { route: ref.route },
+  );
 }
 
 /** A claim this request holds, settled in `ref` (the settle store). */
@@ -158,20 +223,20 @@ interface ClaimHeld {
   owner: string;
   settings: IdempotencySettings;
   defer: (work: Promise<void>) => void;
-  /** Set for a queued request: held that long for the consumer, not renewed. */
-  leaseMs?: number;
+  /** A queued request's: held for the job's life for the consumer, not renewed. */
+  queued?: boolean;
 }
 
 /**
  * The request goes on holding its claim. A live request's claim is renewed until it is settled
- * (its call may outlast `lease`); a queued one is held `leaseMs` for the consumer.
+ * (its call may outlast `lease`); a queued one is held for the job's life for the consumer.
  */
 function held(
-  { ref, owner, settings, defer, leaseMs }: ClaimHeld,
+  { ref, owner, settings, defer, queued }: ClaimHeld,
   request: Request,
   sluiceHeaders: Record<string, string>,
 ): Guarded {
-  const renewal = leaseMs === undefined ? keepClaimed(ref, owner, settings.lease) : undefined;
+  const renewal = queued ? undefined : keepClaimed(ref, owner, settings.lease);
   if (renewal) defer(renewal.done);
   const settled = (outcome: Promise<SettleOutcome>): Promise<void> =>
     outcome.then((o) => noteSettled(ref, o)).finally(() => renewal?.stop());
@@ -242,7 +307,8 @@ async function keyOf(
 
 /** A key for a request that brought none (`derive`): the same request, the same key; method, path, query, who asks, what body. */
 async function derivedKey(method: string, subject: ClaimSubject, canonical: Uint8Array): Promise<string> {
-  const { path, query, principal } = subject;
+  const { path, query } = subject;
+  const { principal } = await subject.who();
   return sha256Hex(
     new TextEncoder().encode(JSON.stringify([method, path, query, principal, await sha256Hex(canonical)])),
   );

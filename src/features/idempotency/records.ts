@@ -96,6 +96,18 @@ async function call(r: RecordRef, op: string, owner: string, rest: Array<string 
   return reply;
 }
 
+/** How long a claim is held: its lease (renewed, or for a queued job its life), and the longest its call may run. */
+export interface ClaimTerms {
+  leaseMs: number;
+  ttlMs: number;
+  /**
+   * The longest the claim's call may still run from the claim, renewed or not: the record is kept
+   * at least that long plus `ttlMs`, so a holder cut off from Redis never leaves its key free
+   * while its call may run (lua/idempotency.lua, `life_until`).
+   */
+  lifeMs: number;
+}
+
 /**
  * Claims the key for `owner`, or says why not (see the script's contract). An answer from a
  * completed key is a replay, paid from the principal's and the client address's replay buckets
@@ -105,13 +117,13 @@ export async function claim(
   r: RecordRef,
   owner: string,
   fp: string,
-  leaseMs: number,
-  ttlMs: number,
+  terms: ClaimTerms,
   replays: ReplayBound,
 ): Promise<Claim> {
   // whole µs between replays, rounded up: never more than `rate` per `period`
   const intervalUs = Math.ceil((replays.period * 1000) / replays.rate);
-  const [kind, a, b, c, d] = await call(r, "claim", owner, [fp, leaseMs, ttlMs, intervalUs, replays.rate]);
+  const { leaseMs, ttlMs, lifeMs } = terms;
+  const [kind, a, b, c, d] = await call(r, "claim", owner, [fp, leaseMs, ttlMs, intervalUs, replays.rate, lifeMs]);
   switch (kind) {
     case "claimed":
       return { kind, fence: Number(a), takeover: Number(b) === 1 };
@@ -134,7 +146,12 @@ export async function claim(
   }
 }
 
-/** Extends `owner`'s lease to `leaseMs` from now, only while it holds the claim in flight (false: it does not). */
+/**
+ * Extends `owner`'s lease to `leaseMs` from now, only while it holds the claim (false: it does
+ * not). A claim that lapsed (its holder lost Redis for longer than the lease) stays
+ * indeterminate, but its holder's renewal keeps its record `leaseMs` plus `ttl` longer: the holder
+ * is alive and may still settle it.
+ */
 export async function renew(r: RecordRef, owner: string, leaseMs: number): Promise<boolean> {
   const [result] = await call(r, "renew", owner, [leaseMs]);
   return result === "ok";
@@ -151,14 +168,16 @@ export function jobOwner(): string {
 /**
  * A queued job's delivery begins: only if the claim is still the job's and its delivery never
  * started (`sent`: a copy of the job went this far before, and may have reached the origin). The
- * claim is then held `leaseMs`, to be renewed as a live request's is.
+ * claim is then held `leaseMs`, to be renewed as a live request's is, and its record kept at
+ * least the delivery's life (`lifeMs`) plus `ttl`.
  */
 export async function startDelivery(
   r: RecordRef,
   owner: string,
   leaseMs: number,
+  lifeMs: number,
 ): Promise<"ok" | "not_owner" | "sent"> {
-  const [result] = await call(r, "start", owner, [leaseMs]);
+  const [result] = await call(r, "start", owner, [leaseMs, lifeMs]);
   return result === "ok" || result === "sent" ? result : "not_owner";
 }
 
@@ -204,6 +223,18 @@ export async function settleFailure(
   const [result] = await call(r, how, owner, [originStatus ?? ""]);
   if (result === "ok") noteIdempotency(r, how, how === "release" ? "released" : "indeterminate");
   return result === "ok";
+}
+
+/**
+ * Gives the key back only if nothing of it can have reached the origin: `owner`'s claim (in flight
+ * or lapsed) not marked `sent` (a queued job's copy that never ran, or a claim whose reply was lost
+ * before its request went anywhere). A claim marked `sent` is left held (`sent`: its lease runs out
+ * into indeterminate); `not_owner` is not ledgered (the caller may never have held it).
+ */
+export async function releaseUnsent(r: RecordRef, owner: string): Promise<"released" | "sent" | "not_owner"> {
+  const [result] = await call(r, "release_unsent", owner, [""]);
+  if (result === "ok") noteIdempotency(r, "release", "released");
+  return result === "ok" ? "released" : result === "sent" ? "sent" : "not_owner";
 }
 
 /** The operator's way out of `indeterminate`: release the key, or replay a given answer. */

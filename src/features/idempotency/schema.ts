@@ -3,6 +3,7 @@ import { lazy } from "../../config/lazy.js";
 import { compiledPrincipal, duration, method, principal, tierRate } from "../../config/primitives.js";
 import { isJsonPointer } from "./json-pointer.js";
 import { enLocale } from "../../config/messages.js";
+import { leaseProblem } from "../../util/renewal.js";
 
 /** `derive = { fields, window }`: the key is these JSON pointers' values in the body, one per window (src/features/idempotency/derive.ts). */
 const deriveFields = lazy(() =>
@@ -64,7 +65,8 @@ function idempotencyFields() {
       /**
        * How long a claim holds unrenewed before another request may take it over. A live request
        * renews its claim until it is settled, so this bounds how long a holder that died blocks its
-       * key, not the origin's run: shorter than the route's origin_timeout is fine.
+       * key, not the origin's run: shorter than the route's origin_timeout is fine. At least 1 s:
+       * it is renewed every third of it, and a renewal must land before it runs out.
        */
       lease: z._default(duration(), 30_000),
       /** How long a completed answer is replayed (default a day; with `derive.fields`, the window). */
@@ -111,7 +113,9 @@ export const idempotencySettings = lazy(() =>
     .check(
       z.superRefine((i, ctx) => {
         const what = typeof i.derive === "object" ? ["derive", "window"] : ["ttl"];
-        if (i.lease >= i.ttl)
+        const short = leaseProblem(i.lease);
+        if (short) ctx.addIssue({ code: "custom", path: ["lease"], message: short });
+        else if (i.lease >= i.ttl)
           ctx.addIssue({ code: "custom", path: ["lease"], message: `must be shorter than ${what.join(".")}` });
       }),
     ),

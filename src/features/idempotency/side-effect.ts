@@ -1,6 +1,15 @@
 import type { Route } from "../../config/index.js";
 import type { Scope } from "../../context.js";
-import { guard, type ClaimStores, type ClaimSubject, type Guarded, type IdempotencySettings } from "./guard.js";
+import {
+  guard,
+  SETTLE_LIFE_MS,
+  type Asker,
+  type ClaimStores,
+  type ClaimSubject,
+  type Guarded,
+  type IdempotencySettings,
+} from "./guard.js";
+import { LATE_ANSWER_MS } from "../../origin/forward.js";
 import type { ClaimTicket } from "./records.js";
 import { principalOf } from "../../identity/principal.js";
 import { Problem } from "../../problem.js";
@@ -19,16 +28,30 @@ import { readPart } from "../../identity/identify.js";
 import { idKeyOf } from "../../identity/pseudonym.js";
 import { traceparentOf } from "../../util/traceparent.js";
 
-/** What makes two requests the same request, for a route's idempotency keys. */
-export async function claimSubject(scope: Scope, route: Route, settings: IdempotencySettings): Promise<ClaimSubject> {
-  return {
-    route: route.name,
-    path: scope.forwardPath,
-    query: scope.facts.url.search,
+/**
+ * What makes two requests the same request, for a route's idempotency keys. Who asks is worked out
+ * once, and only for a request with a key to claim.
+ */
+export function claimSubject(scope: Scope, route: Route, settings: IdempotencySettings): ClaimSubject {
+  let asker: Promise<Asker> | undefined;
+  const who = async (): Promise<Asker> => ({
     principal: await principalOf(settings.principal, scope.facts, settings.principalOf),
     // replays are bounded per address too: a principal can be invented per request (issue 29, finding 9)
     client: await principalOf(["ip"], scope.facts),
-  };
+  });
+  return { route: route.name, path: scope.forwardPath, query: scope.facts.url.search, who: () => (asker ??= who()) };
+}
+
+/**
+ * The longest a live call may hold its claim: its session's wait for the lock, `origin_timeout`
+ * (twice on a route that fails over: the divert origin gets its own), the wait for a late answer
+ * past it and the storing of its outcome. Its record is kept at least that long plus `ttl`
+ * (lua/idempotency.lua, `life_until`), so a holder that loses Redis while its call runs never
+ * leaves its key free while the origin may still be acting on it.
+ */
+export function callLifeMs(route: Route): number {
+  const calls = route.divertUrl === undefined ? 1 : 2;
+  return (route.session?.wait ?? 0) + calls * route.origin_timeout + LATE_ANSWER_MS + SETTLE_LIFE_MS;
 }
 
 /** The home region's Redis, where claims and session locks live (a `StoreError` when none is configured). */
@@ -129,10 +152,10 @@ export async function claimSideEffect(
       guarded = await guard(
         request,
         route.idempotency,
-        await claimSubject(scope, route, route.idempotency),
+        claimSubject(scope, route, route.idempotency),
         claimStores(scope),
         scope.defer,
-        leaseMs,
+        leaseMs === undefined ? { lifeMs: callLifeMs(route) } : { lifeMs: leaseMs, queued: true },
       );
       if (guarded.kind === "replay") return guarded;
     }

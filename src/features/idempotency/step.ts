@@ -3,7 +3,7 @@ import { publicDecision, type Scope, type SluiceEnv, type Step } from "../../con
 import { guard } from "./guard.js";
 import type { OriginReply } from "../../origin/forward.js";
 import { Problem } from "../../problem.js";
-import { claimStores, claimSubject, coordinated } from "./side-effect.js";
+import { callLifeMs, claimStores, claimSubject, coordinated } from "./side-effect.js";
 
 /**
  * One side effect per key: claims the request's key before it goes on (a duplicate gets the
@@ -14,8 +14,9 @@ export const idempotencyStep: Step = async (c, scope, next) => {
   const route = scope.route;
   const settings = route?.idempotency;
   if (!route || !settings?.methods.includes(scope.method)) return next();
-  const subject = await claimSubject(scope, route, settings);
-  const guarded = await coordinated(() => guard(c.req.raw, settings, subject, claimStores(scope), scope.defer));
+  const subject = claimSubject(scope, route, settings);
+  const life = { lifeMs: callLifeMs(route) };
+  const guarded = await coordinated(() => guard(c.req.raw, settings, subject, claimStores(scope), scope.defer, life));
   if (guarded.kind === "replay") {
     scope.decision = "replay";
     // for the limits' refund, in this mount or one further out (never the response's header)

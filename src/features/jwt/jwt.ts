@@ -6,10 +6,14 @@ import { logFailure } from "../../util/log.js";
  * A bearer token's verification. `signed`, on a refusal: the claims of a token whose signature,
  * issuer and audience verified but whose time claims (`exp`, `nbf`, `iat`) refuse it at this
  * moment. They say who the caller is (an `auto` principal's `sub`: one token is one principal
- * whenever it is checked), never that the request is admitted.
+ * whenever it is checked), never that the request is admitted. `unavailable`, on a refusal: the
+ * signature could not be checked at all (the key set could not be had, or lacks the token's key
+ * id and cannot be fetched again yet): another isolate, or this one a moment later, may verify
+ * the same token, so the refusal says nothing about who the caller is.
  */
 export type Verified =
-  { ok: true; claims?: Record<string, unknown> } | { ok: false; detail: string; signed?: Record<string, unknown> };
+  | { ok: true; claims?: Record<string, unknown> }
+  | { ok: false; detail: string; signed?: Record<string, unknown>; unavailable?: true };
 
 type JwtSettings = NonNullable<Config["jwt"]>;
 type Jwk = NonNullable<Parameters<typeof verifyWithJwks>[1]["keys"]>[number];
@@ -47,8 +51,14 @@ export async function verifyBearer(
   let claims: Record<string, unknown>;
   try {
     if (s.jwks_url) {
-      const keys = await jwks.keys(s.jwks_url, kidOf(token));
-      claims = await verifyWithJwks(token, { keys, verification, allowedAlgorithms: [s.alg as "RS256"] });
+      const header = headerOf(token);
+      // a bearer that is no JWT at all is refused the same way wherever it is checked: no key set needed
+      if (!header) return { ok: false, detail: "the bearer token is not a JWT" };
+      const kid = typeof header.kid === "string" ? header.kid : undefined;
+      const set = await jwks.keySet(s.jwks_url, kid).catch((e: unknown) => unavailable((e as Error).message));
+      if ("ok" in set) return set;
+      if (!set.current) return unavailable(`key id ${JSON.stringify(kid)} is not in the key set held`);
+      claims = await verifyWithJwks(token, { keys: set.keys, verification, allowedAlgorithms: [s.alg as "RS256"] });
     } else {
       if (typeof secret !== "string" || secret === "")
         return { ok: false, detail: `no ${s.secret_env} to verify tokens with` };
@@ -60,6 +70,11 @@ export async function verifyBearer(
   const untimely = timeRefusal(claims, Math.floor(Date.now() / 1000));
   if (untimely) return { ok: false, detail: `the bearer token did not verify: ${untimely}`, signed: claims };
   return { ok: true, claims };
+}
+
+/** A token whose signature cannot be checked just now: refused, and no word on who sent it. */
+function unavailable(why: string): Verified & { ok: false } {
+  return { ok: false, detail: `the bearer token could not be verified: ${why}`, unavailable: true };
 }
 
 /**
@@ -122,11 +137,10 @@ export function statedClaims(request: Request): Record<string, unknown> | undefi
   }
 }
 
-/** The token's key id, if it names one (its signature is checked later, against the key set). */
-function kidOf(token: string): string | undefined {
+/** The token's header, if it decodes as a JWT (its key id names the key its signature is checked with, later). */
+function headerOf(token: string): { kid?: unknown } | undefined {
   try {
-    const kid = decode(token).header.kid;
-    return typeof kid === "string" ? kid : undefined;
+    return decode(token).header as { kid?: unknown };
   } catch {
     return undefined;
   }
@@ -171,20 +185,30 @@ export class JwksCache {
   ) {}
 
   async keys(url: string, kid?: string): Promise<Jwk[]> {
+    return (await this.keySet(url, kid)).keys;
+  }
+
+  /**
+   * The keys to check a token naming `kid` with, and whether they are `current` for it: the held
+   * set has the key id (or the token names none), or was fetched just now to look for it. Not
+   * current: the held set lacks the key id and may not be fetched again yet (the 30 s rule), so
+   * the token may be signed by a key the issuer added since. Throws while no set can be had.
+   */
+  async keySet(url: string, kid?: string): Promise<{ keys: Jwk[]; current: boolean }> {
     const now = this.clock();
     const s = this.state?.url === url ? this.state : (this.state = { url, until: 0, attempted: 0, failures: 0 });
     const fresh = s.keys !== undefined && s.until > now ? s.keys : undefined;
     const unknownKid =
       kid !== undefined && fresh !== undefined && !fresh.some((k) => (k as { kid?: string }).kid === kid);
-    if (fresh && !unknownKid) return fresh;
+    if (fresh && !unknownKid) return { keys: fresh, current: true };
     const waitMs = this.waitAfter(s, fresh !== undefined) - (now - s.attempted);
     if (waitMs > 0) {
-      if (fresh) return fresh; // the unknown key id fails against the held set
+      if (fresh) return { keys: fresh, current: false }; // the unknown key id fails against the held set
       throw new Error(
         `JWKS ${url} unavailable after ${s.failures} failed fetches; next try in ${Math.ceil(waitMs / 1000)} s`,
       );
     }
-    return this.fetchInto(s, now);
+    return { keys: await this.fetchInto(s, now), current: true };
   }
 
   /** How long after the last fetch the next may start: 30 s to look for a new key id, the backoff after failures, else at once. */

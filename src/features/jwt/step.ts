@@ -62,7 +62,9 @@ export function jwtSecret(scope: Pick<Scope, "config" | "env">): unknown {
  * another identity; no token means no claims. The claims go to the request's facts. Where the
  * deployment has a `jwt` table and the route's only reader of claims is an `auto` principal, the
  * token is verified too, but one that does not verify leaves the principal to the next rule, unless
- * only its time claims refused it: its `sub` stays the principal.
+ * only its time claims refused it: its `sub` stays the principal. A token whose signature cannot
+ * be checked just now (the key set unavailable) is neither: the principal cannot be named, and a
+ * guarded request is a 503 (src/identity/principal.ts), never filed under the header's hash.
  */
 export const verifyJwtStep: Step = async (c, scope, next) => {
   const route = scope.route;
@@ -76,6 +78,7 @@ export const verifyJwtStep: Step = async (c, scope, next) => {
     // one refused only by its time claims is still its signer's `sub` (one token, one principal)
     const verified = await verifiedBearer(c, scope);
     if (verified.ok) scope.facts.claims = verified.claims;
+    else if (verified.unavailable) scope.facts.unverifiable = verified.detail;
     else scope.facts.signedClaims = verified.signed;
   }
   await next();

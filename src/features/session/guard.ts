@@ -17,7 +17,19 @@ export type SessionSettings = NonNullable<Route["session"]>;
 
 export type SessionHold =
   | { kind: "none" }
-  | { kind: "held"; headers: Record<string, string>; release: () => Promise<void>; ticket: SessionTicket };
+  | {
+      kind: "held";
+      headers: Record<string, string>;
+      /** The call's outcome is known (or it never went out): the lock is given back. */
+      release: () => Promise<void>;
+      /**
+       * The call's outcome is unknown (the origin may still be acting on it): the lock is not
+       * given back but no longer renewed, so it runs out its lease and only then can the
+       * session's next call take it (with a higher fencing token).
+       */
+      letLapse: () => void;
+      ticket: SessionTicket;
+    };
 
 /** What a held lock travelling with a queued job needs to be released by the consumer. */
 export interface SessionTicket {
@@ -62,17 +74,7 @@ export async function holdSession(
 ): Promise<SessionHold> {
   const who = identify([settings.key], facts, "skip");
   if (who.kind !== "id") return { kind: "none" };
-  const ref = {
-    ...(await sessionRef(
-      place.store,
-      place.prefix,
-      place.route,
-      await principalOf(settings.principal, facts, settings.principalOf),
-      who.id,
-      place.idKey,
-    )),
-    ledgerLength: place.ledgerLength,
-  };
+  const ref = await lockOf(settings, facts, place, who.id);
   const owner = crypto.randomUUID();
   // polls start at 20 ms and back off to 200 ms: a session's calls follow each other closely
   const lease = leaseMs ?? settings.lease;
@@ -95,8 +97,21 @@ export async function holdSession(
       renewal?.stop();
       await settleQuietly(release(ref, owner), "session_release_failed", { route: ref.route });
     },
+    letLapse: () => renewal?.stop(),
     ticket: { hash: ref.hash, owner, ledgerId: ref.ledgerId },
   };
+}
+
+/** The lock of the request's principal and session `identity`, where `place` keeps locks. */
+async function lockOf(
+  settings: SessionSettings,
+  facts: RequestFacts,
+  place: SessionPlace,
+  identity: string,
+): Promise<SessionRef> {
+  const principal = await principalOf(settings.principal, facts, settings.principalOf);
+  const ref = await sessionRef(place.store, place.prefix, place.route, principal, identity, place.idKey);
+  return { ...ref, ledgerLength: place.ledgerLength };
 }
 
 function sessionBusy(a: { leftMs: number; fence: number }): Problem {

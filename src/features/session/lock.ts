@@ -48,7 +48,7 @@ export async function sessionRef(
 
 async function call(
   r: SessionRef,
-  op: "acquire" | "renew" | "release",
+  op: "acquire" | "renew" | "start" | "park" | "release" | "release_unsent",
   owner: string,
   rest: Array<string | number>,
 ): Promise<unknown[]> {
@@ -81,8 +81,27 @@ export async function renew(r: SessionRef, owner: string, leaseMs: number): Prom
   return result === "ok";
 }
 
+/**
+ * A queued job's lock is taken up for its delivery (`start`: renewed to `leaseMs`, and marked: the
+ * job may reach the origin from now on) or put back for a retry after a failure that did not act
+ * (`park`: held `leaseMs`, the mark cleared). False: the lock is no longer `owner`'s.
+ */
+export async function mark(r: SessionRef, owner: string, how: "start" | "park", leaseMs: number): Promise<boolean> {
+  const [result] = await call(r, how, owner, [leaseMs]);
+  return result === "ok";
+}
+
 /** Releases the lock, only if `owner` still holds it. */
 export async function release(r: SessionRef, owner: string): Promise<boolean> {
   const [result] = await call(r, "release", owner, []);
   return result === "ok";
+}
+
+/**
+ * Releases a queued job's lock only if no delivery of the job may have begun (`start` never marked
+ * it, or `park` cleared the mark); else it is left to run out its lease (`sent`).
+ */
+export async function releaseUnsent(r: SessionRef, owner: string): Promise<"ok" | "sent" | "not_owner"> {
+  const [result] = await call(r, "release_unsent", owner, []);
+  return result === "ok" || result === "sent" ? result : "not_owner";
 }

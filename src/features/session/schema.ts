@@ -1,6 +1,7 @@
 import * as z from "zod/mini";
 import { lazy } from "../../config/lazy.js";
 import { compiledPrincipal, duration, keyPart, method, principal } from "../../config/primitives.js";
+import { leaseProblem } from "../../util/renewal.js";
 
 export const sessionSettings = lazy(() =>
   z.pipe(
@@ -13,8 +14,16 @@ export const sessionSettings = lazy(() =>
        */
       principal: principal(),
       mode: z._default(z.literal("exclusive"), "exclusive"),
-      /** How long a grant holds before the next request may take it over. */
-      lease: z._default(duration(), 30_000),
+      /**
+       * How long a grant holds unrenewed before the next request may take it over (at least 1 s:
+       * a live call renews it every third of it).
+       */
+      lease: z._default(duration(), 30_000).check(
+        z.superRefine((lease: number, ctx) => {
+          const short = leaseProblem(lease);
+          if (short) ctx.addIssue({ code: "custom", message: short, input: lease });
+        }),
+      ),
       /** How long a second call of a busy session waits for the lock (0: 409 at once). */
       wait: z.optional(duration()),
       /** Methods that take the lock (reads do not). */

@@ -57,7 +57,9 @@ const DELIVERIES_AT_ONCE = 6;
  * The queue consumer: delivers shed requests to the origin through the same limits as live
  * traffic. A message the limits refuse is sent again with a delay taken from the bucket's
  * retry-after (never delivered early); a 5xx or network failure is retried after the route's
- * `retry_delays`, one by one, then the job is marked `failed` and goes to the dead-letter queue. A
+ * `retry_delays`, one by one, then the job is marked `failed` and goes to the dead-letter queue
+ * (a job with an idempotency key whose outcome may have acted, including a 5xx under
+ * `on_origin_error = "hold"`, is failed at once, its key held indeterminate). A
  * job older than the route's `max_age` is dropped there unsent. A job already delivered is never
  * delivered again (the queue itself delivers at least once).
  */
@@ -230,9 +232,10 @@ async function afterDelivery(
 ): Promise<void> {
   const m = message.body;
   const originStatus = reply.response.status;
-  if (reply.outcome === "unrelayable" || (m.claim && outcomeUnknown(reply))) {
+  if (mayHaveActed(m, route, reply)) {
     // the origin may have acted on it (no final answer, a connection broken after sending, no
-    // answer even late): a side effect is never sent again; its key is held as indeterminate
+    // answer even late, a 5xx the route holds as such): a side effect is never sent again; its
+    // key is held as indeterminate
     await settleGuards(m, route, consumer, reply);
     await status({ status: "failed", origin_status: originStatus, failures: m.failures, indeterminate: true });
     await done(m, route, consumer, home, { status: "failed", origin_status: originStatus });
@@ -260,6 +263,20 @@ async function afterDelivery(
   await status({ status: "queued", origin_status: originStatus, failures });
   await releaseLease(home, consumer.config, m.id);
   return later(message, consumer.env, { ...m, failures }, delay);
+}
+
+/**
+ * Whether a delivery that failed may have acted at the origin, so that the job must not be sent
+ * again: no final answer (an interim 1xx), or, for a job with an idempotency key, a connection
+ * broken after sending or no answer even late, or a 5xx on a route whose `on_origin_error =
+ * "hold"` says a 5xx may have acted (as the live path holds it, and failover does not resend it).
+ * Under `release` a 5xx says the origin did not act, and the job is retried.
+ */
+function mayHaveActed(m: JobMessage, route: Route, reply: OriginReply): boolean {
+  if (reply.outcome === "unrelayable") return true;
+  if (!m.claim) return false;
+  const heldFailure = reply.outcome === "answered" && route.idempotency?.on_origin_error === "hold";
+  return outcomeUnknown(reply) || (heldFailure && originFailed(reply));
 }
 
 /**

@@ -1,11 +1,12 @@
 import type { Config, Route } from "../../../config/index.js";
-import type { OriginReply } from "../../../origin/forward.js";
+import { outcomeUnknown, type OriginReply } from "../../../origin/forward.js";
 import { noteSettled, settleClaim } from "../../idempotency/guard.js";
-import { park, refFromTicket, settleFailure, startDelivery, type RecordRef } from "../../idempotency/records.js";
+import { park, refFromTicket, releaseUnsent, startDelivery, type RecordRef } from "../../idempotency/records.js";
 import { keepClaimed } from "../../idempotency/renewal.js";
+import { callLifeMs } from "../../idempotency/side-effect.js";
 import type { RecordTrail } from "../../idempotency/trail.js";
 import { keepLocked } from "../../session/guard.js";
-import { release, renew, type SessionRef } from "../../session/lock.js";
+import { mark, release, releaseUnsent as releaseLockUnsent, type SessionRef } from "../../session/lock.js";
 import { SETTLE_TIMEOUT_MS, type Stores } from "../../../region/index.js";
 import type { Store } from "../../../store/redis.js";
 import type { Defer } from "../../../util/defer.js";
@@ -16,8 +17,9 @@ import type { JobMessage } from "./queue.js";
 
 // A queued job's guards (its idempotency claim and session lock), taken when it was queued and
 // held unrenewed for the job's life: taken up by the consumer before it delivers (checked to be
-// still the job's, then renewed as a live call's), settled once the origin's outcome is known,
-// parked while the job waits for a retry, given back when it never ran.
+// still the job's, marked as sent, then renewed as a live call's), settled once the origin's
+// outcome is known, parked while the job waits for a retry (the mark cleared), given back only
+// while no delivery of the job may have begun.
 
 /** The leases of a guard the consumer holds while it delivers, when the route no longer names it. */
 const DEFAULT_LEASE_MS = 30_000;
@@ -72,9 +74,10 @@ function lockRef(m: JobMessage, place: GuardPlace): SessionRef | undefined {
 
 /**
  * Before the job goes to the origin: its session lock must still be its own (renewed to the
- * route's lease), then its claim (`start`: still the job's, and never started by a copy of the
- * job, which may have reached the origin). Refused, nothing is delivered, and what is still the
- * job's and certainly unsent is given back. Taken up, both are renewed while the job runs.
+ * route's lease, and marked: the job may reach the origin from now on), then its claim (`start`:
+ * still the job's, and never started by a copy of the job, which may have reached the origin; its
+ * record kept for the delivery's life). Refused, nothing is delivered, and what is still the job's
+ * and certainly unsent is given back. Taken up, both are renewed while the job runs.
  */
 export async function takeUpGuards(m: JobMessage, route: Route, place: GuardPlace): Promise<TakenUp> {
   const claim = claimRef(m, place);
@@ -82,13 +85,13 @@ export async function takeUpGuards(m: JobMessage, route: Route, place: GuardPlac
   const claimLease = route.idempotency?.lease ?? DEFAULT_LEASE_MS;
   const lockLease = route.session?.lease ?? DEFAULT_LEASE_MS;
   const none: TakenUp = { stop: async () => undefined };
-  if (lock && m.session && !(await renew(lock, m.session.owner, lockLease))) {
+  if (lock && m.session && !(await mark(lock, m.session.owner, "start", lockLease))) {
     await giveBack(m, place, { claim: true, lock: false });
     return { ...none, refused: "lost" };
   }
-  const started = claim && m.claim ? await startDelivery(claim, m.claim.owner, claimLease) : "ok";
+  const started = claim && m.claim ? await startDelivery(claim, m.claim.owner, claimLease, callLifeMs(route)) : "ok";
   if (started !== "ok") {
-    // a copy that started it may still run, or have reached the origin: its lock stays until its lease runs out
+    // a copy that started it may still run, or have reached the origin: the lock (marked now) stays until its lease runs out
     if (started === "not_owner") await giveBack(m, place, { claim: false, lock: true });
     return { ...none, refused: started === "sent" ? "sent" : "lost" };
   }
@@ -107,7 +110,10 @@ export async function takeUpGuards(m: JobMessage, route: Route, place: GuardPlac
 /**
  * The job is done with (delivered, or failed for good): its idempotency claim is settled with
  * what the origin did, exactly as on the live path (the answer stored for replays, tried again
- * while the store fails, or the key released or held), and its session lock is given back.
+ * while the store fails, or the key released or held), and its session lock is given back once the
+ * outcome is known. An unknown outcome (a connection broken after the job was sent, no answer even
+ * late, an interim 1xx) keeps the lock: the origin may still be acting on it, so it is left to run
+ * out its lease (the caller stops renewing it), never handed to the session's next call at once.
  */
 export async function settleGuards(m: JobMessage, route: Route, place: GuardPlace, reply: OriginReply): Promise<void> {
   const pending: Array<Promise<void>> = [];
@@ -120,7 +126,9 @@ export async function settleGuards(m: JobMessage, route: Route, place: GuardPlac
     pending.push(reply.response.body?.cancel() ?? Promise.resolve());
   }
   await Promise.all(pending);
-  await giveBack(m, place, { claim: !route.idempotency, lock: true });
+  // a claim the route no longer settles stays held: its job was sent
+  if (!route.idempotency) await giveBack(m, place, { claim: true, lock: false });
+  if (!outcomeUnknown(reply)) await releaseLock(m, place);
 }
 
 /**
@@ -133,11 +141,19 @@ export async function parkGuards(m: JobMessage, route: Route, place: GuardPlace)
   const lock = lockRef(m, place);
   const lease = jobGuardLease(route);
   if (claim && m.claim && !(await park(claim, m.claim.owner, lease))) return false;
-  if (lock && m.session) await renew(lock, m.session.owner, lease);
+  if (lock && m.session) await mark(lock, m.session.owner, "park", lease);
   return true;
 }
 
-/** Gives back what the job holds and never used: its session lock, its claim (released: nothing was sent). */
+/**
+ * Gives back what the job holds and never used, and only that: a copy of the job past `max_age`,
+ * for a route that is gone, or whose lock or claim was lost, may follow a copy whose delivery began
+ * (and may have reached the origin: the consumer died, or its status write failed). Its claim is
+ * released only if no delivery of it started (`release_unsent`: a claim marked `sent` stays held,
+ * and becomes indeterminate when its lease runs out), and its lock only if no delivery of it began
+ * either (the lock's own mark, and the claim's when it has one): one whose job may still be at the
+ * origin runs out its lease instead.
+ */
 export async function giveBack(
   m: JobMessage,
   place: GuardPlace,
@@ -145,11 +161,29 @@ export async function giveBack(
 ): Promise<void> {
   const claim = claimRef(m, place);
   const lock = lockRef(m, place);
-  if (what.claim && claim && m.claim)
-    await settleFailure(claim, m.claim.owner, "release", undefined).catch((e: unknown) =>
-      logError("job_claim_release_failed", e, { job: m.id }),
-    );
-  if (what.lock && lock && m.session)
+  let sent = false;
+  if (what.claim && claim && m.claim) {
+    const owner = m.claim.owner;
+    sent = (await orSent(releaseUnsent(claim, owner), "job_claim_release_failed", m.id)) === "sent";
+  }
+  if (what.lock && lock && m.session && !sent) {
+    const owner = m.session.owner;
+    await orSent(releaseLockUnsent(lock, owner), "job_session_release_failed", m.id);
+  }
+}
+
+/** A guard's release_unsent; one that fails is logged and taken as `sent` (nothing more is given back). */
+function orSent<T extends string>(release: Promise<T>, event: string, job: string): Promise<T | "sent"> {
+  return release.catch((e: unknown): "sent" => {
+    logError(event, e, { job });
+    return "sent";
+  });
+}
+
+/** Releases a job's session lock outright: its delivery's outcome is known (settled) and nothing of the job runs anymore. */
+export async function releaseLock(m: JobMessage, place: GuardPlace): Promise<void> {
+  const lock = lockRef(m, place);
+  if (lock && m.session)
     await release(lock, m.session.owner).catch((e: unknown) =>
       logError("job_session_release_failed", e, { job: m.id }),
     );
