@@ -15,6 +15,8 @@ const ADMIN = "admin-token-for-queue-bounds-0123456789";
 const hourly = [{ name: "hourly", key: "global", rate: 1, period: "1h" }];
 const SLUICE: SluiceInput = {
   key_prefix: "qb",
+  // decisions are Redis's, even on a loaded machine (the default 50 ms floor is meant for production)
+  timeout_ms: 5_000,
   routes: [
     { name: "bounded", match: "/bounded", on_limit: "queue", queue: { max_depth: 3 }, limits: hourly },
     {
