@@ -19,6 +19,8 @@ const DOCS_SCREENSHOT = process.env.SLUICE_SCREENSHOT === "1" ? resolve("docs/da
 const rig = useStack({
   sluice: {
     key_prefix: "d",
+    // decisions are Redis's, even on a loaded machine: the figures and refusals below count on it
+    timeout_ms: 10_000,
     routes: [
       { name: "products", match: "/products/*", limits: [{ name: "per-ip", rate: 5, period: "1h" }] },
       { name: "search", match: "/search", limits: [{ name: "site", key: "global", rate: 3, period: "1h" }] },
