@@ -13,7 +13,7 @@ import { call, sleep, useStack } from "./stack.js";
 
 const SLUICE: SluiceInput = {
   key_prefix: "ai",
-  timeout_ms: 2_000,
+  timeout_ms: 10_000, // decisions are Redis's, even when a loaded machine stalls
   routes: [
     { name: "orders", match: "/orders/create", methods: ["POST"], origin_timeout: "1s", idempotency: {} },
     { name: "long", match: "/orders/long", methods: ["POST"], idempotency: { lease: "1s" } },

@@ -27,7 +27,7 @@ function config(replica: string, down: string): SluiceInput {
   });
   return {
     key_prefix: "dv",
-    timeout_ms: 1_000,
+    timeout_ms: 10_000, // decisions are Redis's, even when a loaded machine stalls
     routes: [
       divert("reads", "/reads/*", `${replica}/replica`, page),
       divert("bare", "/bare/*", `${replica}/replica`),
