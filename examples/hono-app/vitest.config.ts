@@ -3,8 +3,9 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
-    // beforeAll bundles the Worker with wrangler and starts workerd
-    hookTimeout: 60_000,
-    testTimeout: 15_000,
+    // caps for a hang, not budgets: beforeAll bundles the Worker with wrangler and starts workerd,
+    // and a loaded machine may take several times as long as an idle one
+    hookTimeout: 120_000,
+    testTimeout: 120_000,
   },
 });

@@ -13,7 +13,7 @@ import { call, sleep, useStack } from "./stack.js";
 
 const SLUICE: SluiceInput = {
   key_prefix: "ai",
-  timeout_ms: 2_000,
+  timeout_ms: 10_000, // decisions are Redis's, even when a loaded machine stalls
   routes: [
     { name: "orders", match: "/orders/create", methods: ["POST"], origin_timeout: "1s", idempotency: {} },
     { name: "long", match: "/orders/long", methods: ["POST"], idempotency: { lease: "1s" } },
@@ -155,7 +155,7 @@ describe("through the queue", () => {
     const retried = await retryWhileInFlight(() => createOrder(isolate[1]!, "/queued/create", "q-1"));
     expect([retried.status, retried.headers.get("idempotent-replayed")]).toEqual([201, "true"]);
     expect(retried.json()).toEqual({ order: "ord-q-1-1" });
-  }, 30_000);
+  });
 });
 
 describe("chaos: the origin drops 3 connections in 10 after creating the order", () => {
@@ -191,5 +191,5 @@ describe("chaos: the origin drops 3 connections in 10 after creating the order",
     console.log(
       `chaos figures: ${keys.length} keys, ${keys.length * 3} requests, ${lost.length} connections dropped after the order was created (indeterminate, 409), ${keys.length - lost.length} answered and replayed, orders created ${[...keys].reduce((n, k) => n + (origin.orders.get(k) ?? 0), 0)}, duplicates 0`,
     );
-  }, 60_000);
+  });
 });

@@ -27,7 +27,7 @@ function config(replica: string, down: string): SluiceInput {
   });
   return {
     key_prefix: "dv",
-    timeout_ms: 1_000,
+    timeout_ms: 10_000, // decisions are Redis's, even when a loaded machine stalls
     routes: [
       divert("reads", "/reads/*", `${replica}/replica`, page),
       divert("bare", "/bare/*", `${replica}/replica`),
@@ -164,9 +164,10 @@ describe("when the divert origin fails too", () => {
     expectStaticPage(page);
     const bare = await refused("/bare/slow", "?delay=5000");
     expectTooManyRequests(bare);
+    // abandoned: answered after the timeout, and before the divert origin would have answered
     for (const r of [page, bare]) {
       expect(r.ms).toBeGreaterThanOrEqual(DIVERT_TIMEOUT_MS - 50);
-      expect(r.ms).toBeLessThan(4_000);
+      expect(r.ms).toBeLessThan(5_000);
     }
   });
 });

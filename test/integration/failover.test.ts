@@ -17,7 +17,7 @@ function config(replica: string, sick: string): SluiceInput {
   const divert_url = `${replica}/replica`;
   return {
     key_prefix: "fo",
-    timeout_ms: 1_000,
+    timeout_ms: 10_000, // decisions are Redis's, even when a loaded machine stalls
     routes: [
       { name: "reads", match: "/reads/*", divert_url, divert_on: ["5xx", "timeout"], origin_timeout: "500ms" },
       // today's divert route: refusals only (the default divert_on)

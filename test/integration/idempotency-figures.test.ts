@@ -14,7 +14,7 @@ import { call, type DemoOrigin, sleep, useStack } from "./stack.js";
 const ADMIN = "figures-admin-token-0123456789";
 const SLUICE: SluiceInput = {
   key_prefix: "fig",
-  timeout_ms: 2_000,
+  timeout_ms: 10_000, // decisions are Redis's, even when a loaded machine stalls
   ledger_length: 5_000,
   routes: [
     { name: "storm", match: "/storm", idempotency: {} },

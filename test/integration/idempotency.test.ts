@@ -2,12 +2,14 @@ import { readFileSync } from "node:fs";
 import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
+import { until } from "../support/pace.js";
 import { call, startWorker, type DemoOrigin, type RedisStack, sleep, useStack } from "./stack.js";
 
 const ADMIN = "admin-token-0123456789abcdef";
 const SLUICE: SluiceInput = {
   key_prefix: "i",
-  timeout_ms: 2_000,
+  // decisions and claims are Redis's, even for 300 requests at once on a loaded machine
+  timeout_ms: 10_000,
   routes: [
     { name: "orders", match: "/orders", idempotency: { principal: "header:x-user" } },
     { name: "strict", match: "/strict", idempotency: { required: true } },
@@ -52,6 +54,14 @@ const post = (
     },
   });
 const seenWith = (key: string) => origin.seen.filter((s) => s.headers["idempotency-key"] === key);
+/** Until a request with that key has reached the origin (its claim is taken, its call under way). */
+const reaching = async (key: string) =>
+  expect(
+    await until(
+      async () => seenWith(key).length,
+      (n) => n > 0,
+    ),
+  ).toBe(1);
 const ledger = async () =>
   (await call(mf, "/__sluice/ledger?count=1000", { headers: { authorization: `Bearer ${ADMIN}` } })).json()
     .entries as Array<Record<string, string>>;
@@ -91,9 +101,10 @@ describe("one side effect per key", () => {
   });
 
   it("answers 409 with Retry-After while the first is in flight, and 422 when the key comes with another request", async () => {
-    const slow = post(mf, "/orders?delay=600", "order-2", "{}", { "x-user": "u1" });
-    await sleep(150);
-    const dup = await post(workers[1] as Miniflare, "/orders?delay=600", "order-2", "{}", { "x-user": "u1" });
+    // in flight for 3 s once it reaches the origin: the duplicate comes meanwhile, however slow the machine
+    const slow = post(mf, "/orders?delay=3000", "order-2", "{}", { "x-user": "u1" });
+    await reaching("order-2");
+    const dup = await post(workers[1] as Miniflare, "/orders?delay=3000", "order-2", "{}", { "x-user": "u1" });
     expect(dup.status).toBe(409);
     expect(dup.headers.get("retry-after")).toBe("1");
     expect(dup.json()).toMatchObject({ title: "Request in flight" });
@@ -113,7 +124,7 @@ describe("one side effect per key", () => {
 
   it("with wait, a duplicate waits for the first answer and replays it", async () => {
     const first = post(mf, "/patient?delay=500", "p-1", "{}");
-    await sleep(100);
+    await reaching("p-1");
     const dup = await post(workers[2] as Miniflare, "/patient?delay=500", "p-1", "{}");
     expect(dup.status).toBe(200);
     expect(dup.headers.get("idempotent-replayed")).toBe("true");
@@ -140,8 +151,9 @@ describe("one side effect per key", () => {
   });
 
   it("a live holder's claim is renewed past its lease: a duplicate mid-call is refused, not run", async () => {
-    const slow = post(mf, "/short", "s-2", "{}", { "x-demo-delay": "2500" });
-    await sleep(1_600); // past the 1 s lease
+    const slow = post(mf, "/short", "s-2", "{}", { "x-demo-delay": "4000" });
+    await reaching("s-2");
+    await sleep(1_600); // past the 1 s lease (renewed every third of it), well before the answer
     const dup = await post(workers[1] as Miniflare, "/short", "s-2", "{}");
     expect(dup.status).toBe(409);
     expect(dup.json()).toMatchObject({ title: "Request in flight" });
@@ -150,8 +162,8 @@ describe("one side effect per key", () => {
   });
 
   it("a stale owner can neither renew, complete nor release (the script checks the holder)", async () => {
-    const held = post(mf, "/orders?delay=800", "s-3", "{}", { "x-user": "u9" });
-    await sleep(300);
+    const held = post(mf, "/orders?delay=3000", "s-3", "{}", { "x-user": "u9" });
+    await reaching("s-3");
     const entry = (await ledger()).find((e) => e.event === "claim" && e.route === "orders" && e.status === "")!;
     const sha = await rig.redis.scriptLoad(readFileSync("lua/idempotency.lua", "utf8"));
     const keys = [`i:idem:orders:${entry.key}`, "i:idem:orders:fence:-", "i:ledger"];
@@ -229,7 +241,14 @@ describe("around the key", () => {
   it("runs rate limits first, and a replay costs no token", async () => {
     expect((await post(mf, "/metered", "m-1", "{}", {})).status).toBe(200);
     await untilReplayed("/metered", "m-1", "{}");
-    await sleep(200); // the refund goes after the response
+    // the replay's refund goes after the response (waitUntil): until the bucket has it back
+    const peek = async () =>
+      (
+        await call(mf, "/__sluice/buckets/metered/per-ip?ip=203.0.113.1", {
+          headers: { authorization: `Bearer ${ADMIN}` },
+        })
+      ).json().remaining;
+    expect(await until(peek, (left) => left === 1)).toBe(1);
     expect((await post(mf, "/metered", "m-2", "{}")).status).toBe(200);
     const refused = await post(mf, "/metered", "m-3", "{}");
     expect(refused.status).toBe(429);

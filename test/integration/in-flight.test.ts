@@ -20,7 +20,7 @@ const KEY = "header:x-api-key";
 
 const SLUICE: SluiceInput = {
   // a decision under a loaded machine is still Redis's (not a degraded, local one)
-  timeout_ms: 5_000,
+  timeout_ms: 10_000,
   routes: [
     {
       name: "tools",
@@ -41,7 +41,9 @@ const SLUICE: SluiceInput = {
       name: "agent",
       match: "/agent",
       limits: [
-        { name: "per-hour", key: KEY, algorithm: "fixed_window", rate: 4, period: "1h" },
+        // a token bucket: four an hour whatever the clock says (a fixed window starts again on the
+        // hour, and a run across it would count twice)
+        { name: "per-hour", key: KEY, rate: 4, period: "1h", burst: 4, lease: false },
         { name: "in-flight", key: KEY, algorithm: "concurrency", limit: 2, lease: "30s" },
       ],
     },

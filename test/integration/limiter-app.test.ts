@@ -36,7 +36,7 @@ beforeAll(async () => {
     queueConsumers: { jobs: { maxBatchSize: 10, maxBatchTimeout: 1 } },
     handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => (out.resume(), err.resume()),
   });
-}, 60_000);
+});
 
 afterAll(async () => {
   await mf?.dispose();

@@ -10,7 +10,7 @@ import { call, useStack } from "./stack.js";
  */
 const SLUICE: SluiceInput = {
   key_prefix: "prio",
-  timeout_ms: 1_000,
+  timeout_ms: 10_000, // decisions are Redis's, even when a loaded machine stalls
   routes: [
     {
       name: "shop",

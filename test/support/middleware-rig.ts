@@ -8,7 +8,7 @@ import { Runtime, type SluiceEnv } from "../../src/index.js";
 import { fileRedis, TOKEN } from "../integration/stack.js";
 
 /** A Redis budget the loaded test machine can meet (the default is meant for production). */
-export const TIMEOUT_MS = 2_000;
+export const TIMEOUT_MS = 10_000;
 
 /** How a middleware reaches the file's Redis: the bridge, and an isolate state of its own. */
 export interface Connection {

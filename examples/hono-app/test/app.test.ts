@@ -18,13 +18,43 @@ const token = process.env.UPSTASH_REDIS_REST_TOKEN;
 const appDir = fileURLToPath(new URL("..", import.meta.url));
 
 /**
- * Client addresses and user ids of their own per run: a Redis that outlives the run (Upstash)
- * still has last run's buckets and lists.
+ * Client addresses and user ids of their own per run (and per attempt, see `byRedis`): a Redis that
+ * outlives the run (Upstash) still has last run's buckets and lists.
  */
 const hex = () => Math.floor(Math.random() * 0x10000).toString(16);
-const run = `${hex()}${hex()}`;
-const clientIp = `2001:db8:${hex()}:${hex()}::1`;
+let run = `${hex()}${hex()}`;
+let clientIp = `2001:db8:${hex()}:${hex()}::1`;
 const user = (name: string) => `${name}-${run}`;
+
+/**
+ * The Worker's `store_error` log lines so far: a call Redis did not answer within its budget
+ * (sluice's default, a 50 ms floor, is meant for a real deployment), which the Worker then decided
+ * in the isolate (`on_store_error = "local"`), so a count the test expects from Redis is off.
+ */
+let storeErrors = 0;
+
+/**
+ * A test whose figures are Redis's, run again (twice at most) with fresh clients and users when it
+ * failed after Redis missed its budget: on a loaded machine a loopback Redis can be slower than
+ * the default 50 ms, and the isolate's own decision is then right, but not the figure asserted.
+ */
+const byRedis = (name: string, fn: () => Promise<void>, timeout?: number) =>
+  it(
+    name,
+    async () => {
+      for (let attempt = 1; ; attempt++) {
+        const before = storeErrors;
+        try {
+          return await fn();
+        } catch (e) {
+          if (storeErrors === before || attempt === 3) throw e;
+          run = `${hex()}${hex()}`;
+          clientIp = `2001:db8:${hex()}:${hex()}::1`;
+        }
+      }
+    },
+    timeout,
+  );
 const adminToken = `admin-${run}`;
 
 type Call = {
@@ -90,17 +120,25 @@ describe.skipIf(!url || !token)("the example Worker, with sluice as installed fr
       // as wrangler.toml's [[queues.producers]] and [[queues.consumers]]
       queueProducers: { REPORTS: { queueName: "sluice-example-reports" } },
       queueConsumers: { "sluice-example-reports": { maxBatchSize: 10, maxBatchTimeout: 1 } },
+      // the log lines as they come, counting the store errors among them
+      handleRuntimeStdio: (out: NodeJS.ReadableStream, err: NodeJS.ReadableStream) => {
+        out.pipe(process.stdout);
+        err.on("data", (chunk: Buffer) => {
+          storeErrors += chunk.toString().split('"event":"store_error"').length - 1;
+          process.stderr.write(chunk);
+        });
+      },
     });
     bare = new Miniflare({ ...worker, bindings: { DEMO_AUTH: "1" } });
     await Promise.all([mf.ready, bare.ready]);
-  }, 60_000);
+  });
 
   afterAll(async () => {
     await Promise.all([mf?.dispose(), bare?.dispose()]);
     if (outdir) rmSync(outdir, { recursive: true, force: true });
   });
 
-  it("GET /api/items: five answers a minute per IP, then a 429 with Retry-After and RateLimit", async () => {
+  byRedis("GET /api/items: five answers a minute per IP, then a 429 with Retry-After and RateLimit", async () => {
     for (let i = 0; i < 5; i++) {
       const res = await call("/api/items");
       expect(res.status, res.text).toBe(200);
@@ -148,50 +186,56 @@ describe.skipIf(!url || !token)("the example Worker, with sluice as installed fr
     expect(res.status, res.text).toBe(400);
   });
 
-  it("GET /me/profile: three an hour per user from the app's own auth, whatever the IP; no user is a 400", async () => {
-    const alice = user("alice");
-    // one user from three addresses: one budget
-    const seen = [];
-    for (const ip of [clientIp, `${clientIp}2`, `${clientIp}3`]) {
-      const res = await call("/me/profile", { ip, user: alice });
-      expect(res.status, res.text).toBe(200);
-      seen.push(res.json());
-    }
-    expect(seen).toEqual([0, 1, 2].map((i) => ({ user: alice, remaining: 2 - i })));
-    const refused = await call("/me/profile", { ip: `${clientIp}4`, user: alice });
-    expect(refused.status, refused.text).toBe(429);
-    expect(refused.headers.get("RateLimit")).toMatch(/"per-user";r=0;t=\d+/);
-    // another user on alice's first address has a budget of her own
-    const bob = await call("/me/profile", { user: user("bob") });
-    expect(bob.status, bob.text).toBe(200);
-    expect(bob.json()).toEqual({ user: user("bob"), remaining: 2 });
-    // a request without a user has no key: missing = "reject"
-    const anonymous = await call("/me/profile");
-    expect(anonymous.status, anonymous.text).toBe(400);
-    expect(anonymous.headers.get("Content-Type")).toContain("application/problem+json");
-  });
+  byRedis(
+    "GET /me/profile: three an hour per user from the app's own auth, whatever the IP; no user is a 400",
+    async () => {
+      const alice = user("alice");
+      // one user from three addresses: one budget
+      const seen = [];
+      for (const ip of [clientIp, `${clientIp}2`, `${clientIp}3`]) {
+        const res = await call("/me/profile", { ip, user: alice });
+        expect(res.status, res.text).toBe(200);
+        seen.push(res.json());
+      }
+      expect(seen).toEqual([0, 1, 2].map((i) => ({ user: alice, remaining: 2 - i })));
+      const refused = await call("/me/profile", { ip: `${clientIp}4`, user: alice });
+      expect(refused.status, refused.text).toBe(429);
+      expect(refused.headers.get("RateLimit")).toMatch(/"per-user";r=0;t=\d+/);
+      // another user on alice's first address has a budget of her own
+      const bob = await call("/me/profile", { user: user("bob") });
+      expect(bob.status, bob.text).toBe(200);
+      expect(bob.json()).toEqual({ user: user("bob"), remaining: 2 });
+      // a request without a user has no key: missing = "reject"
+      const anonymous = await call("/me/profile");
+      expect(anonymous.status, anonymous.text).toBe(400);
+      expect(anonymous.headers.get("Content-Type")).toContain("application/problem+json");
+    },
+  );
 
-  it("POST /reports: limiter().limit() from a route, five then the app's own 429; the quota route spends nothing", async () => {
-    const dana = user("dana");
-    const quota = async () => (await call("/reports/quota", { user: dana })).json();
-    expect(await quota()).toMatchObject({ remaining: 5, limit: 5 });
-    expect(await quota()).toMatchObject({ remaining: 5 });
-    for (let left = 4; left >= 0; left--) {
-      const res = await call("/reports", { method: "POST", user: dana });
-      expect(res.status, res.text).toBe(201);
-      expect(res.json().remaining).toBe(left);
-    }
-    const refused = await call("/reports", { method: "POST", user: dana });
-    expect(refused.status, refused.text).toBe(429);
-    expect(refused.json().retryAfterMs).toBeGreaterThan(0);
-    expect(Number(refused.headers.get("Retry-After"))).toBeGreaterThan(0);
-    expect(await quota()).toMatchObject({ remaining: 0 });
-    // per user: another one's reports are untouched
-    expect(await (await call("/reports/quota", { user: user("erin") })).json()).toMatchObject({ remaining: 5 });
-    expect((await call("/reports", { method: "POST" })).status).toBe(401);
-  });
+  byRedis(
+    "POST /reports: limiter().limit() from a route, five then the app's own 429; the quota route spends nothing",
+    async () => {
+      const dana = user("dana");
+      const quota = async () => (await call("/reports/quota", { user: dana })).json();
+      expect(await quota()).toMatchObject({ remaining: 5, limit: 5 });
+      expect(await quota()).toMatchObject({ remaining: 5 });
+      for (let left = 4; left >= 0; left--) {
+        const res = await call("/reports", { method: "POST", user: dana });
+        expect(res.status, res.text).toBe(201);
+        expect(res.json().remaining).toBe(left);
+      }
+      const refused = await call("/reports", { method: "POST", user: dana });
+      expect(refused.status, refused.text).toBe(429);
+      expect(refused.json().retryAfterMs).toBeGreaterThan(0);
+      expect(Number(refused.headers.get("Retry-After"))).toBeGreaterThan(0);
+      expect(await quota()).toMatchObject({ remaining: 0 });
+      // per user: another one's reports are untouched
+      expect(await (await call("/reports/quota", { user: user("erin") })).json()).toMatchObject({ remaining: 5 });
+      expect((await call("/reports", { method: "POST" })).status).toBe(401);
+    },
+  );
 
-  it("POST /reports/queued: the queue consumer's limiter().limit() spends from the same budget", async () => {
+  byRedis("POST /reports/queued: the queue consumer's limiter().limit() spends from the same budget", async () => {
     const carol = user("carol");
     const queued = 3;
     for (let i = 0; i < queued; i++) {
@@ -211,7 +255,7 @@ describe.skipIf(!url || !token)("the example Worker, with sluice as installed fr
     expect(Number((await call("/reports/quota", { user: carol })).json().remaining)).toBe(5 - queued);
     // and the route's own call spends from what the consumer left
     expect((await call("/reports", { method: "POST", user: carol })).json().remaining).toBe(5 - queued - 1);
-  }, 30_000);
+  });
 
   it("/__sluice/*: adminApi() answers only the admin token, and a deny entry it puts is enforced on /api/*", async () => {
     expect((await call("/__sluice/health")).status).toBe(200);

@@ -11,11 +11,18 @@ import { rateLimit } from "../../index.js";
  */
 const rig = middlewareRig("adaptive");
 
+/**
+ * The latency target, and how slow a slow handler is: far apart, and far from what a loaded machine
+ * adds to a fast (1 ms) handler's latency, so that slow and fast are the handler's, not the machine's.
+ */
+const TARGET_MS = 200;
+const SLOW_MS = 3 * TARGET_MS;
+
 /** An app with an adaptive limit whose handler takes `delay.ms` and answers `delay.status`. */
 function appWith(delay: { ms: number; status: number }) {
   const options = rig.options({
     limits: [],
-    adaptive: { target: "20ms", interval: "100ms", initial: 8, min: 2, max: 12 },
+    adaptive: { target: `${TARGET_MS}ms`, interval: "100ms", initial: 8, min: 2, max: 12 },
   });
   const { app } = countedApp(rateLimit(options), async (c) => {
     await new Promise((r) => setTimeout(r, delay.ms));
@@ -56,7 +63,7 @@ async function rounds(app: ReturnType<typeof appWith>["app"], n: number): Promis
 
 describe("rateLimit() with adaptive", () => {
   it("falls below its initial 8 while the handler is slower than the target, and refuses past it; climbs back once fast", async () => {
-    const delay = { ms: 80, status: 200 };
+    const delay = { ms: SLOW_MS, status: 200 };
     const { app, limit } = appWith(delay);
     await rounds(app, 6);
     const fallen = await limit();
@@ -64,7 +71,8 @@ describe("rateLimit() with adaptive", () => {
     const statuses = await rounds(app, 1);
     expect(statuses.filter((s) => s === 429).length).toBeGreaterThanOrEqual(8 - Math.ceil(fallen));
     delay.ms = 1;
-    const until = Date.now() + 8_000;
+    // a step per window (100 ms) that saw the handler fast; the cap is far above it
+    const until = Date.now() + 30_000;
     while (Date.now() < until && (await limit()) < 8) await rounds(app, 1);
     expect(await limit()).toBeGreaterThanOrEqual(8);
   });

@@ -80,9 +80,10 @@ describe('on_limit = "divert" with an origin', () => {
     const { app } = appWith(reads(replica.url, { divert_timeout: "200ms", fallback: { body: "later" } }), main.url);
     expect((await app.request("/reads/d", from("198.51.100.4"))).status).toBe(200);
     const started = Date.now();
-    const res = await app.request("/reads/d?delay=3000", from("198.51.100.4"));
+    const res = await app.request("/reads/d?delay=5000", from("198.51.100.4"));
     expect(await res.text()).toBe("later");
-    expect(Date.now() - started).toBeLessThan(2_000);
+    // abandoned at the timeout: answered before the divert origin would have (however slow the machine)
+    expect(Date.now() - started).toBeLessThan(5_000);
   });
 });
 

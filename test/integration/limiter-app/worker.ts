@@ -11,7 +11,7 @@ interface Bindings {
   JOBS: Queue<{ user: string }>;
 }
 
-const shared = { key_prefix: "lw", timeout_ms: 2_000 };
+const shared = { key_prefix: "lw", timeout_ms: 10_000 };
 const app = new Hono<{ Bindings: Bindings; Variables: { user?: string } }>();
 
 // the app's own auth: a signed-in request names its user
