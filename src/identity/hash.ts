@@ -1,4 +1,4 @@
-const encoder = new TextEncoder();
+import { sha256Hex } from "../util/digest.js";
 
 declare const keyHashBrand: unique symbol;
 
@@ -13,10 +13,7 @@ export type KeyHash = string & { readonly [keyHashBrand]: true };
  * client input may reach a Redis key name, so keys stay short and nothing can be injected.
  */
 export async function hashIdentifier(text: string): Promise<KeyHash> {
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(text)));
-  let hex = "";
-  for (let i = 0; i < 16; i++) hex += (digest[i] as number).toString(16).padStart(2, "0");
-  return hex as KeyHash;
+  return (await sha256Hex(text)).slice(0, 32) as KeyHash;
 }
 
 const KEY_HASH = /^[0-9a-f]{32}$/;
