@@ -16,6 +16,29 @@ export async function hashIdentifier(text: string): Promise<KeyHash> {
   return (await sha256Hex(text)).slice(0, 32) as KeyHash;
 }
 
+/**
+ * The hash of one client's identity as `identify()` spells it (a limit's key parts, a principal):
+ * with a `region`, its bucket's there (`{identity}@{region}`: regions sharing one database keep
+ * separate buckets); without, the client's wherever it calls (a global bucket, its queued jobs,
+ * its replay bucket).
+ *
+ * @example await identityHash('[["ip","203.0.113.9"]]', "us") // the IP's buckets in region "us"
+ */
+export function identityHash(identity: string, region?: string): Promise<KeyHash> {
+  return hashIdentifier(region === undefined ? identity : `${identity}@${region}`);
+}
+
+/**
+ * The hash of a name a principal gives (an `Idempotency-Key`, a session id) within that
+ * principal's own names: the same name sent by another principal is another hash, so nobody can
+ * meet, hold or replay another caller's key or session by sending its name.
+ *
+ * @example await ownedHash('[["jwt:sub","alice"]]', "order-42") // alice's record of "order-42"
+ */
+export function ownedHash(principal: string, name: string): Promise<KeyHash> {
+  return hashIdentifier(JSON.stringify([principal, name]));
+}
+
 const KEY_HASH = /^[0-9a-f]{32}$/;
 
 /**
