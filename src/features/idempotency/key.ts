@@ -38,23 +38,20 @@ export function canonicalBody(bytes: Uint8Array, contentType: string | null, ign
 }
 
 /**
- * What makes two requests "the same request", as JSON: method, the path and query the origin is
- * asked for (`?amount=1` and `?amount=1000` are two requests), principal, the digest of the
- * canonical body (or of a derived key's fields).
+ * What makes two requests "the same request": method, the path and query the origin is asked for
+ * (`?amount=1` and `?amount=1000` are two requests), principal, and the body (its canonical form,
+ * or a derived key's fields' encoding), which is hashed into the tuple.
  */
-async function sameRequest(method: string, path: string, query: string, principal: string, body: Uint8Array) {
+type SameRequest = [method: string, path: string, query: string, principal: string, body: Uint8Array];
+
+/** {@link SameRequest} as the JSON text both hashes below are taken of. */
+async function sameRequest(...[method, path, query, principal, body]: SameRequest): Promise<string> {
   return JSON.stringify([method, path, query, principal, await sha256Hex(body)]);
 }
 
 /** The fingerprint stored beside a key: 128 bits of the SHA-256 of {@link sameRequest}. */
-export async function fingerprint(
-  method: string,
-  path: string,
-  query: string,
-  principal: string,
-  body: Uint8Array,
-): Promise<string> {
-  return hashIdentifier(await sameRequest(method, path, query, principal, body));
+export async function fingerprint(...request: SameRequest): Promise<string> {
+  return hashIdentifier(await sameRequest(...request));
 }
 
 /**
@@ -62,12 +59,6 @@ export async function fingerprint(
  * {@link sameRequest}, so the same request gets the same key (and its fingerprint is the key's
  * first 32 hex digits).
  */
-export async function derivedKey(
-  method: string,
-  path: string,
-  query: string,
-  principal: string,
-  body: Uint8Array,
-): Promise<string> {
-  return sha256Hex(await sameRequest(method, path, query, principal, body));
+export async function derivedKey(...request: SameRequest): Promise<string> {
+  return sha256Hex(await sameRequest(...request));
 }
