@@ -1,5 +1,5 @@
 import { timingSafeEqual } from "hono/utils/buffer";
-import { sha256 } from "hono/utils/crypto";
+import { hex, sha256Hex } from "../util/digest.js";
 
 const encoder = new TextEncoder();
 
@@ -11,8 +11,7 @@ const encoder = new TextEncoder();
 export async function tokenMatches(presented: string | null, expected: string): Promise<boolean> {
   const m = /^Bearer\s+(.+)$/i.exec(presented?.trim() ?? "");
   // compared even without a "Bearer" match, so a malformed header costs the same time as a wrong token
-  const [a, b] = await Promise.all([sha256(m?.[1] ?? ""), sha256(expected)]);
-  if (a === null || b === null) return false;
+  const [a, b] = await Promise.all([sha256Hex(m?.[1] ?? ""), sha256Hex(expected)]);
   const equal = await timingSafeEqual(a, b);
   return m !== null && equal;
 }
@@ -64,8 +63,4 @@ async function sign(token: string, session: Session): Promise<string> {
   ]);
   const signed = encoder.encode(`sluice-admin-session:${session.expiry}:${session.id}`);
   return hex(new Uint8Array(await crypto.subtle.sign("HMAC", key, signed)));
-}
-
-function hex(bytes: Uint8Array): string {
-  return [...bytes].map((x) => x.toString(16).padStart(2, "0")).join("");
 }

@@ -1,4 +1,4 @@
-const encoder = new TextEncoder();
+import { sha256Hex } from "../util/digest.js";
 
 declare const keyHashBrand: unique symbol;
 
@@ -13,10 +13,30 @@ export type KeyHash = string & { readonly [keyHashBrand]: true };
  * client input may reach a Redis key name, so keys stay short and nothing can be injected.
  */
 export async function hashIdentifier(text: string): Promise<KeyHash> {
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(text)));
-  let hex = "";
-  for (let i = 0; i < 16; i++) hex += (digest[i] as number).toString(16).padStart(2, "0");
-  return hex as KeyHash;
+  return (await sha256Hex(text)).slice(0, 32) as KeyHash;
+}
+
+/**
+ * The hash of one client's identity as `identify()` spells it (a limit's key parts, a principal):
+ * with a `region`, its bucket's there (`{identity}@{region}`: regions sharing one database keep
+ * separate buckets); without, the client's wherever it calls (a global bucket, its queued jobs,
+ * its replay bucket).
+ *
+ * @example await identityHash('[["ip","203.0.113.9"]]', "us") // the IP's buckets in region "us"
+ */
+export function identityHash(identity: string, region?: string): Promise<KeyHash> {
+  return hashIdentifier(region === undefined ? identity : `${identity}@${region}`);
+}
+
+/**
+ * The hash of a name a principal gives (an `Idempotency-Key`, a session id) within that
+ * principal's own names: the same name sent by another principal is another hash, so nobody can
+ * meet, hold or replay another caller's key or session by sending its name.
+ *
+ * @example await ownedHash('[["jwt:sub","alice"]]', "order-42") // alice's record of "order-42"
+ */
+export function ownedHash(principal: string, name: string): Promise<KeyHash> {
+  return hashIdentifier(JSON.stringify([principal, name]));
 }
 
 const KEY_HASH = /^[0-9a-f]{32}$/;

@@ -57,7 +57,23 @@ export function identify(
     else if (missing === "ip") values.push([part, "missing->ip", facts.ip]);
     else return missing === "skip" ? { kind: "skip" } : { kind: "missing", part };
   }
-  return { kind: "id", id: JSON.stringify(values) };
+  return { kind: "id", id: spelled(values) };
+}
+
+/**
+ * An identity in its one spelling: its key parts and their values, as JSON pairs. Every identity
+ * that reaches a hash is spelled here, so that one client named two ways (a limit keyed on `ip`, an
+ * `auto` principal falling back to the IP) is one bucket, one principal, one client.
+ *
+ * @example spelled([["jwt:sub", "alice"]]) // '[["jwt:sub","alice"]]'
+ */
+export function spelled(values: ReadonlyArray<readonly string[]>): string {
+  return JSON.stringify(values);
+}
+
+/** The identity of the client by its address alone: as a limit keyed on `ip` names it. */
+export function ipIdentity(ip: string): string {
+  return spelled([["ip", ip]]);
 }
 
 /** The value of one key part in this request, or `undefined` when the request does not carry it. */

@@ -1,6 +1,6 @@
 import { hashIdentifier } from "./hash.js";
 import type { Context } from "hono";
-import { headerValue, identify, readPart, type RequestFacts } from "./identify.js";
+import { headerValue, identify, ipIdentity, readPart, spelled, type RequestFacts } from "./identify.js";
 import { Problem } from "../problem.js";
 import { PROBLEMS } from "../problem-types.js";
 
@@ -45,12 +45,11 @@ export async function principalOf(
  */
 export async function autoPrincipal(facts: RequestFacts): Promise<string> {
   const sub = readPart("jwt:sub", facts) ?? readPart("jwt:sub", { ...facts, claims: facts.signedClaims });
-  if (sub !== undefined) return JSON.stringify([["jwt:sub", sub]]);
+  if (sub !== undefined) return spelled([["jwt:sub", sub]]);
   if (facts.unverifiable !== undefined) throw identityUnavailable(facts.unverifiable);
   const authorization = headerValue(facts.headers, "authorization");
-  if (authorization !== undefined)
-    return JSON.stringify([["authorization:sha256", await hashIdentifier(authorization)]]);
-  return JSON.stringify([["ip", facts.ip]]);
+  if (authorization !== undefined) return spelled([["authorization:sha256", await hashIdentifier(authorization)]]);
+  return ipIdentity(facts.ip);
 }
 
 /** An `auto` principal that cannot be named just now: the request is not run rather than filed under another. */

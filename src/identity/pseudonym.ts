@@ -9,6 +9,7 @@
  * API has one; rotating it changes the ids from then on). With neither, ids are the plain hash:
  * pseudonyms only, which `npm run check` says.
  */
+import { hex } from "../util/digest.js";
 import { logFailure } from "../util/log.js";
 
 const encoder = new TextEncoder();
@@ -53,9 +54,7 @@ const imported = new Map<string, Promise<CryptoKey>>();
 export async function pseudonym(key: IdKey | undefined, hash: string): Promise<string> {
   if (!key) return unkeyed(hash);
   const mac = new Uint8Array(await crypto.subtle.sign("HMAC", await hmacKey(key.secret), encoder.encode(hash)));
-  let hex = "";
-  for (let i = 0; i < 16; i++) hex += (mac[i] as number).toString(16).padStart(2, "0");
-  return hex;
+  return hex(mac.subarray(0, 16));
 }
 
 /** Whether this isolate has said that its ids are plain hashes (once is enough). */

@@ -17,14 +17,14 @@ import type { Env } from "../env.js";
 import { CODE_PART } from "../identity/identify.js";
 import { deferrer } from "../pipeline/scope.js";
 import { redisNotConfigured } from "../pipeline/redis-required.js";
-import { chooseRegion, envConnections, type Connect } from "../region/index.js";
+import { chooseRegion } from "../region/index.js";
 import { isolateRuntime } from "../runtime.js";
 import { isMisconfigured, type StoreError } from "../store/deadline.js";
 import type { RedisConnection } from "../store/redis.js";
 import { decideLimits } from "../features/rate-limit/step.js";
 import type { Decision } from "../features/rate-limit/types.js";
 import type { LimitOptions } from "./rate-limit.js";
-import { compileOptions, recordServed, type SharedOptions } from "./standalone.js";
+import { compileOptions, connectionOf, recordServed, type SharedOptions } from "./standalone.js";
 
 /** Where a call runs: a Hono context, or a Worker's `env` and `ExecutionContext` (queue, cron, Durable Object). */
 export type LimiterContext = Context | { env?: unknown; executionCtx?: { waitUntil(work: Promise<unknown>): void } };
@@ -130,7 +130,7 @@ function callScope(
     runtime,
     config,
     region,
-    stores: runtime.stores(connectionOf(options, c, env, config), config),
+    stores: runtime.stores(connectionOf(options, c, config), config),
     facts: { ip: "", matchPath: "/", headers: new Headers(), url, ...given },
     defer: "req" in c ? deferrer(c) : (work) => c.executionCtx?.waitUntil(work),
     env,
@@ -141,13 +141,6 @@ function callScope(
     allowListed: false,
     sluiceHeaders: {},
   };
-}
-
-function connectionOf(options: LimiterOptions, c: LimiterContext, env: Env, config: Config): Connect {
-  const given = options.redis;
-  if (given === undefined) return envConnections(env, config.home_region);
-  const connection = typeof given === "function" ? given(c) : given;
-  return () => connection;
 }
 
 /**

@@ -119,8 +119,15 @@ export function tableFields(fields: Record<string, unknown>): Record<string, unk
   return Object.fromEntries(Object.entries(fields).filter(([k, v]) => v !== undefined && !shared.has(k)));
 }
 
-/** How a middleware reaches Redis: what it was given, else the Worker's secrets. */
-export function connectionOf(options: SharedOptions, c: Context, config: Config): Connect {
+/**
+ * How a middleware (or `limiter()`) reaches Redis: what it was given, a connection or a function
+ * of the call's context giving one, else the Worker's secrets in the context's `env`.
+ */
+export function connectionOf<C extends { env?: unknown }>(
+  options: { redis?: RedisConnection | ((c: C) => RedisConnection) },
+  c: C,
+  config: Config,
+): Connect {
   const given = options.redis;
   if (given === undefined) return envConnections((c.env ?? {}) as Env, config.home_region);
   const connection = typeof given === "function" ? given(c) : given;

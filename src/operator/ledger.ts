@@ -1,7 +1,7 @@
 import type { Context } from "hono";
 import { getCookie } from "hono/cookie";
-import { sha256 } from "hono/utils/crypto";
 import { appendAudit } from "../store/ledger.js";
+import { sha256Hex } from "../util/digest.js";
 import { ADMIN_SESSION_COOKIE, type AdminEnv } from "./context.js";
 
 /**
@@ -45,5 +45,5 @@ export async function ledgerAdminAction(
 export async function adminActor(c: Context<AdminEnv>): Promise<string> {
   if (c.req.header("authorization")) return "token";
   const session = getCookie(c, ADMIN_SESSION_COOKIE);
-  return session ? `session:${((await sha256(session)) ?? "").slice(0, 12)}` : "unknown";
+  return session ? `session:${(await sha256Hex(session)).slice(0, 12)}` : "unknown";
 }

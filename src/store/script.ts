@@ -1,3 +1,4 @@
+import { sha1Hex } from "../util/digest.js";
 import { clockArg, isTimeRefusal, type ScriptClock } from "./clock.js";
 
 /**
@@ -108,9 +109,4 @@ async function runLoaded(
 /** Redis's answer to an EVALSHA of a script it does not hold. */
 export function isNoScript(e: unknown): boolean {
   return /NOSCRIPT/.test(e instanceof Error ? e.message : String(e));
-}
-
-async function sha1Hex(text: string): Promise<string> {
-  const bytes = new Uint8Array(await crypto.subtle.digest("SHA-1", new TextEncoder().encode(text)));
-  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }

@@ -3,6 +3,7 @@
  * a request carries, checked, or one made up for a request without a valid one, so that the log
  * lines, the ledger and the origin all name the request by the same trace.
  */
+import { hex } from "./digest.js";
 
 /** version "-" trace-id "-" parent-id "-" trace-flags, lowercase hex; a later version may add "-" fields. */
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/;
@@ -38,5 +39,5 @@ function randomHex(bytes: number): string {
   const b = crypto.getRandomValues(new Uint8Array(bytes));
   // an all-zero id is invalid: the chance is nil, but a made-up header must never be one
   if (b.every((x) => x === 0)) b[0] = 1;
-  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  return hex(b);
 }

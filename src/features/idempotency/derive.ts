@@ -1,6 +1,7 @@
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
-import { sha256Hex } from "./key.js";
+import { canonicalJson } from "../../util/canonical-json.js";
+import { sha256Hex } from "../../util/digest.js";
 import { resolvePointer } from "./json-pointer.js";
 
 /** `derive = { fields, window }`: which body fields make a request the same request. */
@@ -36,9 +37,7 @@ export async function keyFromFields(
     return canonicalValue(found.value, field);
   });
   const encoding = `[${values.join(",")}]`;
-  const key = await sha256Hex(
-    new TextEncoder().encode(JSON.stringify(["fields", request.method, request.path, request.query, encoding])),
-  );
+  const key = await sha256Hex(JSON.stringify(["fields", request.method, request.path, request.query, encoding]));
   return { key, canonical: new TextEncoder().encode(encoding) };
 }
 
@@ -51,26 +50,22 @@ function parseJson(body: Uint8Array): unknown {
 }
 
 /**
- * A JSON value in one spelling per value, type and all: `1` and `"1"` differ, `1.0` and `1` do
- * not (one number), object members are sorted by name at every depth. An integer beyond 2^53 is
- * refused: JSON.parse rounds it, so two different ids could read as one, and two orders as one.
+ * A field's value in one spelling per value, type and all (src/util/canonical-json.ts): `1` and
+ * `"1"` differ, `1.0` and `1` do not (one number), object members are sorted by name at every
+ * depth. An integer beyond 2^53 is refused (a whole body's is not: key.ts canonicalBody): JSON.parse
+ * rounds it, so two different ids could read as one, and two orders as one.
  *
  * @example canonicalValue({ b: "1", a: 1 }, "/x") // '{"a":1,"b":"1"}'
  */
 export function canonicalValue(v: unknown, field: string): string {
-  if (Array.isArray(v)) return `[${v.map((e) => canonicalValue(e, field)).join(",")}]`;
-  if (v !== null && typeof v === "object") {
-    const members = Object.keys(v)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalValue((v as Record<string, unknown>)[k], field)}`);
-    return `{${members.join(",")}}`;
-  }
-  if (typeof v === "number" && Number.isInteger(v) && !Number.isSafeInteger(v))
-    throw fieldsMissing(
-      `${field} holds a number too large to compare exactly (beyond 2^53): send it as a string`,
-      field,
-    );
-  return JSON.stringify(v);
+  return canonicalJson(v, {
+    onUnsafeInteger: () => {
+      throw fieldsMissing(
+        `${field} holds a number too large to compare exactly (beyond 2^53): send it as a string`,
+        field,
+      );
+    },
+  });
 }
 
 function fieldsMissing(detail: string, field?: string): Problem {

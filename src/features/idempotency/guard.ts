@@ -7,7 +7,7 @@ import { Problem } from "../../problem.js";
 import { PROBLEMS, type ProblemKind } from "../../problem-types.js";
 import type { Store } from "../../store/redis.js";
 import { keyFromFields } from "./derive.js";
-import { canonicalBody, fingerprint, parseKey, sha256Hex } from "./key.js";
+import { canonicalBody, derivedKey, fingerprint, parseKey } from "./key.js";
 import {
   claim,
   complete,
@@ -302,16 +302,13 @@ async function keyOf(
   }
   const body = await readBody(request);
   const canonical = canonicalBody(body, request.headers.get("content-type"), settings.ignore);
-  return { key: parsed.key ?? (await derivedKey(request.method, subject, canonical)), body, canonical };
+  return { key: parsed.key ?? (await keyOfBody(request.method, subject, canonical)), body, canonical };
 }
 
 /** A key for a request that brought none (`derive`): the same request, the same key; method, path, query, who asks, what body. */
-async function derivedKey(method: string, subject: ClaimSubject, canonical: Uint8Array): Promise<string> {
-  const { path, query } = subject;
+async function keyOfBody(method: string, subject: ClaimSubject, canonical: Uint8Array): Promise<string> {
   const { principal } = await subject.who();
-  return sha256Hex(
-    new TextEncoder().encode(JSON.stringify([method, path, query, principal, await sha256Hex(canonical)])),
-  );
+  return derivedKey(method, subject.path, subject.query, principal, canonical);
 }
 
 /** The whole body, to fingerprint it: 413 past the cap. */

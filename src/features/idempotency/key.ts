@@ -1,4 +1,6 @@
 import { hashIdentifier } from "../../identity/hash.js";
+import { canonicalJson } from "../../util/canonical-json.js";
+import { sha256Hex } from "../../util/digest.js";
 
 export type KeyResult = { ok: true; key: string } | { ok: false; detail: string } | { ok: true; key: undefined };
 
@@ -18,9 +20,11 @@ export function parseKey(header: string | null): KeyResult {
 }
 
 /**
- * The body in a canonical form, so that two serialisations of one JSON value hash alike: object
- * keys sorted at every depth, `ignore`d top-level fields dropped. A body that is not JSON is used
- * as it is.
+ * The body in a canonical form (src/util/canonical-json.ts), so that two serialisations of one
+ * JSON value hash alike: members sorted at every depth, `ignore`d top-level members left out. A
+ * body that is empty, not declared JSON, or not JSON is used as it is. Integers beyond 2^53 are
+ * taken (rounded, as they always were: a refusal would turn a stored key's retry into a 400);
+ * bytes that are not UTF-8 are read as U+FFFD, and a leading BOM is dropped.
  */
 export function canonicalBody(bytes: Uint8Array, contentType: string | null, ignore: readonly string[]): Uint8Array {
   if (bytes.length === 0 || !/json/i.test(contentType ?? "")) return bytes;
@@ -30,38 +34,31 @@ export function canonicalBody(bytes: Uint8Array, contentType: string | null, ign
   } catch {
     return bytes;
   }
-  if (value && typeof value === "object" && !Array.isArray(value))
-    for (const f of ignore) delete (value as Record<string, unknown>)[f];
-  return new TextEncoder().encode(canonicalJson(value));
-}
-
-function canonicalJson(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(",")}]`;
-  if (v && typeof v === "object") {
-    const entries = Object.keys(v as object)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson((v as Record<string, unknown>)[k])}`);
-    return `{${entries.join(",")}}`;
-  }
-  return JSON.stringify(v) ?? "null";
-}
-
-/** SHA-256 of bytes, hex. */
-export async function sha256Hex(bytes: Uint8Array): Promise<string> {
-  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
-  return [...d].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return new TextEncoder().encode(canonicalJson(value, { ignore }));
 }
 
 /**
  * What makes two requests "the same request": method, the path and query the origin is asked for
- * (`?amount=1` and `?amount=1000` are two requests), principal, canonical body.
+ * (`?amount=1` and `?amount=1000` are two requests), principal, and the body (its canonical form,
+ * or a derived key's fields' encoding), which is hashed into the tuple.
  */
-export async function fingerprint(
-  method: string,
-  path: string,
-  query: string,
-  principal: string,
-  body: Uint8Array,
-): Promise<string> {
-  return hashIdentifier(JSON.stringify([method, path, query, principal, await sha256Hex(body)]));
+type SameRequest = [method: string, path: string, query: string, principal: string, body: Uint8Array];
+
+/** {@link SameRequest} as the JSON text both hashes below are taken of. */
+async function sameRequest(...[method, path, query, principal, body]: SameRequest): Promise<string> {
+  return JSON.stringify([method, path, query, principal, await sha256Hex(body)]);
+}
+
+/** The fingerprint stored beside a key: 128 bits of the SHA-256 of {@link sameRequest}. */
+export async function fingerprint(...request: SameRequest): Promise<string> {
+  return hashIdentifier(await sameRequest(...request));
+}
+
+/**
+ * The key of a request that brought none (`derive = true`): the whole SHA-256 of
+ * {@link sameRequest}, so the same request gets the same key (and its fingerprint is the key's
+ * first 32 hex digits).
+ */
+export async function derivedKey(...request: SameRequest): Promise<string> {
+  return sha256Hex(await sameRequest(...request));
 }

@@ -1,5 +1,5 @@
 import idempotencyLua from "../../../lua/idempotency.lua";
-import { asKeyHash, hashIdentifier } from "../../identity/hash.js";
+import { asKeyHash, hashIdentifier, identityHash, ownedHash } from "../../identity/hash.js";
 import { pseudonym } from "../../identity/pseudonym.js";
 import { StoreError } from "../../store/deadline.js";
 import { idempotencyFenceKey, idempotencyRecordKey, idempotencyReplaysKey, ledgerKey } from "../../store/layout.js";
@@ -55,18 +55,18 @@ export async function recordRef(
   trail?: RecordTrail,
   client?: string,
 ): Promise<RecordRef> {
-  const principalHash = await hashIdentifier(principal);
+  const principalHash = await identityHash(principal);
   return {
     store,
     prefix,
     route,
-    keyHash: await hashIdentifier(JSON.stringify([principal, key])),
+    keyHash: await ownedHash(principal, key),
     fenceKey: idempotencyFenceKey(prefix, route),
     replaysKey: idempotencyReplaysKey(prefix, route, principalHash),
     // spelled as the principal "ip" is: the same bucket when the principal is the address
     ...(client === undefined
       ? {}
-      : { clientReplaysKey: idempotencyReplaysKey(prefix, route, await hashIdentifier(client)) }),
+      : { clientReplaysKey: idempotencyReplaysKey(prefix, route, await identityHash(client)) }),
     principal: await pseudonym(trail?.idKey, principalHash),
     trail: trail?.session
       ? { ...trail, session: await pseudonym(trail.idKey, await hashIdentifier(trail.session)) }

@@ -24,7 +24,7 @@ import {
 } from "../session/guard.js";
 import { isMisconfigured, StoreError } from "../../store/deadline.js";
 import type { RecordTrail } from "./trail.js";
-import { readPart } from "../../identity/identify.js";
+import { ipIdentity, readPart } from "../../identity/identify.js";
 import { idKeyOf } from "../../identity/pseudonym.js";
 import { traceparentOf } from "../../util/traceparent.js";
 
@@ -37,7 +37,7 @@ export function claimSubject(scope: Scope, route: Route, settings: IdempotencySe
   const who = async (): Promise<Asker> => ({
     principal: await principalOf(settings.principal, scope.facts, settings.principalOf),
     // replays are bounded per address too: a principal can be invented per request (issue 29, finding 9)
-    client: await principalOf(["ip"], scope.facts),
+    client: ipIdentity(scope.facts.ip),
   });
   return { route: route.name, path: scope.forwardPath, query: scope.facts.url.search, who: () => (asker ??= who()) };
 }

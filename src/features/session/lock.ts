@@ -1,5 +1,5 @@
 import sessionLua from "../../../lua/session.lua";
-import { asKeyHash, hashIdentifier } from "../../identity/hash.js";
+import { asKeyHash, ownedHash } from "../../identity/hash.js";
 import { pseudonym, type IdKey } from "../../identity/pseudonym.js";
 import { LEDGER_MAXLEN } from "../idempotency/records.js";
 import { StoreError } from "../../store/deadline.js";
@@ -42,7 +42,7 @@ export async function sessionRef(
   identity: string,
   idKey?: IdKey,
 ): Promise<SessionRef> {
-  const hash = await hashIdentifier(JSON.stringify([principal, identity]));
+  const hash = await ownedHash(principal, identity);
   return { store, prefix, route, hash, ledgerId: await pseudonym(idKey, hash) };
 }
 

@@ -1,5 +1,5 @@
 import type { Config, Limit, Route } from "../../../config/index.js";
-import { hashIdentifier, type KeyHash } from "../../../identity/hash.js";
+import { identityHash, type KeyHash } from "../../../identity/hash.js";
 import { identify, readPart, type RequestFacts } from "../../../identity/identify.js";
 import { allRegions } from "../../../region/index.js";
 import { equalShare } from "../../../region/shares.js";
@@ -129,7 +129,7 @@ export function logEntryId(): string {
  * carry the region, so regions sharing one database still keep separate buckets.
  */
 export function bucketHash(limit: Pick<Limit, "scope">, identity: string, region: string): Promise<KeyHash> {
-  return hashIdentifier(identity + (limit.scope === "global" ? "" : `@${region}`));
+  return identityHash(identity, limit.scope === "global" ? undefined : region);
 }
 
 /**

@@ -25,8 +25,8 @@
 import depthLua from "../../../../lua/queue-depth.lua";
 import type { Config, Limit, Route } from "../../../config/index.js";
 import type { BacklogRow } from "../../../metrics/queue.js";
-import { asKeyHash, hashIdentifier, type KeyHash } from "../../../identity/hash.js";
-import { identify, type RequestFacts } from "../../../identity/identify.js";
+import { asKeyHash, hashIdentifier, identityHash, type KeyHash } from "../../../identity/hash.js";
+import { identify, ipIdentity, type RequestFacts } from "../../../identity/identify.js";
 import { limitFacts } from "../../rate-limit/decision/buckets.js";
 import { queueClientKey, queueDepthKey } from "../../../store/layout.js";
 import type { Store } from "../../../store/redis.js";
@@ -126,7 +126,7 @@ async function keysOf(prefix: string, route: string, client: KeyHash | undefined
 export function clientOf(limit: Limit, facts: RequestFacts): Promise<KeyHash> {
   const names = limit.key.some((part) => !SHARED_PARTS.has(part));
   const identity = names ? identify(limit.key, limitFacts(limit, facts), "ip") : undefined;
-  return hashIdentifier(identity?.kind === "id" ? identity.id : JSON.stringify([["ip", facts.ip]]));
+  return identityHash(identity?.kind === "id" ? identity.id : ipIdentity(facts.ip));
 }
 
 /** Key parts every client shares: a limit keyed on these alone says nothing of who the client is. */
