@@ -18,7 +18,7 @@ Clock    Redis's TIME, read once at the top. A Redis that refuses TIME in script
 Algorithms (ARGV algo):
   1 token_bucket    continuous refill of `rate` per `period` up to `burst`. Tokens are integers in
                     units (one token = `unit` = period_us / g units, refill = rate / g units per µs,
-                    g = gcd(period_us, rate)), so refill is exact. With warm-up (p1 = warmup_us > 0),
+                    g = gcd(period_us, rate)), so refill is exact. With warm-up (warmup_us > 0),
                     a bucket idle for the warm-up period restarts cold: one request's worth of
                     tokens, refilled at rate/3 rising linearly to rate over the warm-up period
                     (Guava's SmoothWarmingUp, cold factor 3).
@@ -31,8 +31,8 @@ Algorithms (ARGV algo):
   2 leaky_bucket    a queue drained at `rate` per `period` (nginx limit_req, GCRA): up to `burst`
                     requests may wait ahead of this one (a request of cost c takes c slots, all
                     within the burst); the request is given the wait until its first slot
-                    (delay_ms) and refused when that is beyond max_delay (p1, µs). With nodelay
-                    (p2 = 1) the queue is taken at once and the wait is 0.
+                    (delay_ms) and refused when that is beyond max_delay_us. With nodelay = 1
+                    the queue is taken at once and the wait is 0.
                     value "l:level:unit:last_us" (level in the same units as tokens)
   3 fixed_window    at most `rate` per window of `period`, windows aligned on Redis time (on UTC),
                     or with `window` on local midnight in a time zone (see `window` below).
@@ -41,7 +41,7 @@ Algorithms (ARGV algo):
                     still overlaps the sliding period: prev × (P − elapsed) / P + curr ≤ rate.
                     value "s:prev:curr:window"
   5 concurrency     at most `rate` requests in flight at once (docs/algorithms.md, In-flight caps): a slot per
-                    admitted request, named by the caller (p1, the slot id) and held until it is
+                    admitted request, named by the caller (slot_id) and held until it is
                     released ("release" mode) or its lease (`period`) expires, whichever is first.
                     A request holds one slot whatever its `cost` (the configuration allows 1 only);
                     `burst` is ignored; an override's rate and period are the limit and the lease.
@@ -52,10 +52,10 @@ Algorithms (ARGV algo):
                     value "c:{id}@{expiry_us},{id}@{expiry_us},..." (the live slots, in the order
                     taken; at most 1000 of them, the configuration's cap)
   6 sliding_log     exact: at most `rate` cost units admitted in any sliding `period` (now - period, now],
-                    or in any period + margin when p2 gives a margin (µs).
+                    or in any period + margin_us when a margin is given.
                     The key is a sorted set, not a string (MGET reads it as nil): one member
                     "{entry}*{cost}" per admitted request, whatever its cost, scored by its time
-                    (µs), `entry` the request's id (p1; required in "take" and "refund", which
+                    (µs), `entry` the request's id (entry_id; required in "take" and "refund", which
                     removes the request's own member: named by its id and cost, so a refund passes
                     the cost its take charged), and the member "#sum" scored by minus the
                     sum of the others' costs (the running total the count is read from). Members
@@ -101,15 +101,15 @@ KEYS     1..n: the bucket of limit i: {key_prefix}:{route}:{limit}:{hash}
          Every key the script touches is one of these (Upstash's key-based locking needs that).
 ARGV[1]  mode: "take" decide and charge; "peek" decide, charge nothing, record nothing;
          "refund" give back `cost` to every bucket (undoing a take another Redis vetoed, or one
-         answered by a replay), and free the slot (p1) of every concurrency limit;
+         answered by a replay), and free the slot (slot_id) of every concurrency limit;
          "lease" grant leases, no request attached (an isolate renewing ahead of exhaustion);
          "return" close leases, giving back their unused tokens;
-         "release" free the slot (p1) of every concurrency limit, the others untouched (a request
+         "release" free the slot (slot_id) of every concurrency limit, the others untouched (a request
          whose response has been delivered, or whose client went away); a slot no longer held
          (expired, or freed already) changes nothing and writes nothing;
-         "settle" (token_bucket only) charge a finished request what its origin reported: p2 is
-         the signed delta in whole tokens (real cost - the reserve it took; > 0 charges more, < 0
-         gives back, up to the burst). Never refuses: the bucket may go below zero (debt)
+         "settle" (token_bucket only) charge a finished request what its origin reported: `delta`
+         (below), the signed delta in whole tokens (real cost - the reserve it took; > 0 charges
+         more, < 0 gives back, up to the burst). Never refuses: the bucket may go below zero (debt)
 ARGV[2]  n, the number of limits
 ARGV[3]  override_idx: 0 when the caller passes the overrides in ARGV and no check is wanted;
          "{idx}:{version}" when it passes its isolate's copy of the hash (the usual case), read
@@ -120,15 +120,13 @@ ARGV[3]  override_idx: 0 when the caller passes the overrides in ARGV and no che
          {key_prefix}:{route}:overrides, fields "{limit}:{bucket hash}" (one client) and
          "{limit}:*" (everybody), values "rate:burst:period_ms:until_ms".
 ARGV     then per limit i one value for each column of COLUMNS (below, by these names), in that
-         order, at 3 + #COLUMNS*(i-1) + 1 ..:
+         order, at 3 + #COLUMNS*(i-1) + 1 ..: each column means one thing whatever the algorithm,
+         and a column the limit's algorithm (or the mode) does not read is sent as 0, or "" for the
+         ids and the window:
            algo, rate, period_us, burst, cost   (integers; cost <= burst is checked at load)
            shadow      1: decide and report, but never block the request
            share_idx   index in KEYS of the share key, 0 for none
            demand_idx  index in KEYS of the demand key, 0 for none
-           p1, p2      token_bucket: warmup_us, 0 (in "settle": 0, the delta); leaky_bucket: max_delay_us, nodelay;
-                   concurrency: the request's slot id (1-64 of A-Z a-z 0-9 - _; required but in
-                   "peek"), 0; sliding_log: the request's entry id (likewise; required in "take"
-                   and "refund"), margin_us (the log counts over period + margin); else 0, 0
            override_all, override_own  the values of the hash fields "{limit}:*" and
                    "{limit}:{bucket hash}" as the caller knows them ("" for none; ignored when the
                    script reads the hash). The client's own wins over everybody's; one whose until_ms
@@ -148,10 +146,18 @@ ARGV     then per limit i one value for each column of COLUMNS (below, by these 
                    priorities, docs/algorithms.md, "Priorities"; the script knows nothing of priorities.)
            window      fixed_window aligned to a time zone: "start_ms:end_ms:offset_ms", the window
                    of whole days holding the caller's clock (UTC ms; Lua has no zone database), and
-                   index × period − start_ms; "" for windows on UTC (and for every other algorithm).
+                   index × period − start_ms; "" for windows on UTC.
                    Used while start_ms <= now_ms < end_ms and the period is not overridden; else
                    the script floors now_ms + offset_ms to the period (exact without DST, off by at
                    most the DST shift for a window spanning a change). The stored window is the index.
+           warmup_us     token_bucket: the warm-up period, µs (0: none)
+           max_delay_us  leaky_bucket: the longest wait for the request's first slot, µs
+           nodelay       leaky_bucket: 1 takes the queue at once with a wait of 0 (max_delay_us unread)
+           slot_id       concurrency: the request's slot id (1-64 of A-Z a-z 0-9 - _; required in
+                   every mode but "peek" and "settle")
+           entry_id      sliding_log: the request's entry id (likewise; required in "take" and "refund")
+           margin_us     sliding_log: the log counts over period + margin_us
+           delta         "settle" only: the signed delta in whole tokens (see ARGV[1])
 ARGV     last, optional: "clock:{µs}", the caller's clock, used instead of TIME (see Clock)
 Returns  { admitted, then eight per limit: allowed, remaining, retry_after_ms, reset_ms, delay_ms,
            leased, lease_ms, lease_epoch, then the version }
@@ -198,16 +204,14 @@ local now_ms = math.floor(now / 1000)
 -- the call's clock; `now` is each limit's own while it is decided (at least its key's last time)
 local clock, clock_ms = now, now_ms
 
-local mode = ARGV[1]
-local n = tonumber(ARGV[2])
 -- The ARGV columns of each limit, in their order (see the contract above), read by name. Named
 -- once: the TypeScript that writes them builds each limit's ARGV from the same list
 -- (DECIDE_LIMIT_COLUMNS, src/features/rate-limit/decision/limit-columns.ts), and a unit test holds
 -- the two lists equal.
 local COLUMNS = {
-  'algo', 'rate', 'period_us', 'burst', 'cost', 'shadow', 'share_idx', 'demand_idx', 'p1', 'p2',
-  'override_all', 'override_own', 'lease_ask', 'lease_epoch', 'lease_granted', 'lease_left', 'floor',
-  'window',
+  'algo', 'rate', 'period_us', 'burst', 'cost', 'shadow', 'share_idx', 'demand_idx', 'override_all',
+  'override_own', 'lease_ask', 'lease_epoch', 'lease_granted', 'lease_left', 'floor', 'window',
+  'warmup_us', 'max_delay_us', 'nodelay', 'slot_id', 'entry_id', 'margin_us', 'delta',
 }
 local COLUMN = {}
 for j, name in ipairs(COLUMNS) do COLUMN[name] = j end
@@ -549,7 +553,7 @@ end
 
 -- sliding log -----------------------------------------------------------------------------
 -- The bucket's key is a sorted set: one member per admitted request still in the period,
--- "{entry}*{cost}" (`entry` the request's id, p1) scored by its time in µs, and beside them the
+-- "{entry}*{cost}" (`entry` the request's id, entry_id) scored by its time in µs, and beside them the
 -- running sum of every member's cost, the member SUM scored by minus that sum (<= 0, so below
 -- every time: the ranges of times start at "(0"). One member per request, whatever its cost: a
 -- request of cost 10,000 is one member, not 10,000 (issue 29, finding 6). The sum keeps a
@@ -563,7 +567,7 @@ local SUM = '#sum'
 -- a member's cost: "{entry}*{cost}", or a unit of an older log
 local function member_cost(m) return tonumber(string.match(m, '%*(%d+)$')) or 1 end
 function slog.load(l, raw, key)
-  l.key, l.entry, l.added = key, l.slot, false
+  l.key, l.added = key, false
   l.member = l.entry .. '*' .. l.cost
   -- the clock's floor (see Clock), for a passed clock: never before the log's newest member
   if passed and not raw then
@@ -674,26 +678,61 @@ local function scale_floor(l, capacity)
   end
 end
 
--- every read in one MGET: the buckets (KEYS 1..n), then the shares of split limits, then the version
-local reads, share_at = {}, {}
-for i = 1, n do reads[i] = KEYS[i] end
-for i = 1, n do
-  local share_idx = tonumber(arg(i, 'share_idx'))
-  if share_idx > 0 then
-    reads[#reads + 1] = KEYS[share_idx]
-    share_at[i] = #reads
+-- the call, step by step -------------------------------------------------------------------
+
+-- limit i's columns, as the fields the algorithms read (nothing read from Redis yet)
+local function read_args(i)
+  local l = {
+    algo = algorithms[tonumber(arg(i, 'algo'))],
+    rate = tonumber(arg(i, 'rate')), period = tonumber(arg(i, 'period_us')), burst = tonumber(arg(i, 'burst')), cost = tonumber(arg(i, 'cost')),
+    shadow = arg(i, 'shadow') == '1', share_idx = tonumber(arg(i, 'share_idx')), demand_idx = tonumber(arg(i, 'demand_idx')),
+    override_all = arg(i, 'override_all'), override_own = arg(i, 'override_own'),
+    ask = tonumber(arg(i, 'lease_ask')), close_epoch = tonumber(arg(i, 'lease_epoch')), close_granted = tonumber(arg(i, 'lease_granted')), close_left = tonumber(arg(i, 'lease_left')),
+    floor = tonumber(arg(i, 'floor')), window = arg(i, 'window'),
+    warmup = tonumber(arg(i, 'warmup_us')), max_delay = tonumber(arg(i, 'max_delay_us')), nodelay = tonumber(arg(i, 'nodelay')),
+    slot = arg(i, 'slot_id'), entry = arg(i, 'entry_id'), margin = tonumber(arg(i, 'margin_us')), delta = tonumber(arg(i, 'delta')),
+    retry = 0, delay = 0,
+  }
+  l.asked_period = l.period
+  l.split = l.share_idx > 0 or l.demand_idx > 0
+  return l
+end
+
+-- a concurrency limit's slot id, a sliding log's entry id, is part of its bucket's value: checked,
+-- in the modes that use it, before anything is read or written. Returns the error, if any.
+local function valid_id(id) return #id <= 64 and string.match(id, '^[%w_%-]+$') end
+local function check_ids(limits, how)
+  for i, l in ipairs(limits) do
+    if l.algo == inflight and how.slot and not valid_id(l.slot) then
+      return 'decide.lua: limit ' .. i .. ' (concurrency) needs a slot id of 1-64 letters, digits, "-" or "_"'
+    end
+    if l.algo == slog and how.entry and not valid_id(l.entry) then
+      return 'decide.lua: limit ' .. i .. ' (sliding_log) needs an entry id of 1-64 letters, digits, "-" or "_"'
+    end
   end
 end
-reads[#reads + 1] = KEYS[#KEYS]
-local stored = redis.call('MGET', unpack(reads))
-local version = tonumber(stored[#reads]) or 0
+
+-- every read in one MGET: the buckets (KEYS 1..n), then the shares of split limits (l.share_at:
+-- where its share is in the reply), then the version. Returns the values and the version.
+local function read_keys(limits)
+  local reads = {}
+  for i = 1, #limits do reads[i] = KEYS[i] end
+  for _, l in ipairs(limits) do
+    if l.share_idx > 0 then
+      reads[#reads + 1] = KEYS[l.share_idx]
+      l.share_at = #reads
+    end
+  end
+  reads[#reads + 1] = KEYS[#KEYS]
+  local stored = redis.call('MGET', unpack(reads))
+  return stored, tonumber(stored[#reads]) or 0
+end
 
 -- runtime overrides set through the admin API: the values the caller knows, or, when it has no
 -- copy (or the hash is too large to copy) or its copy was read at another version than the one
--- just read, one HMGET of both fields of every limit
-local override = {}
-do
-  local values = {}
+-- just read, one HMGET of both fields of every limit. Returns { rate, burst, period_us } by limit.
+local function read_overrides(limits, version)
+  local n, values, override = #limits, {}, {}
   local idx, copy_version = string.match(ARGV[3], '^(%d+):?(%d*)$')
   local ov_idx = tonumber(idx)
   if ov_idx > 0 and (copy_version == '' or tonumber(copy_version) ~= version) then
@@ -706,7 +745,7 @@ do
     end
     values = redis.call('HMGET', KEYS[ov_idx], unpack(fields))
   else
-    for i = 1, n do values[2 * i - 1], values[2 * i] = arg(i, 'override_all'), arg(i, 'override_own') end
+    for i, l in ipairs(limits) do values[2 * i - 1], values[2 * i] = l.override_all, l.override_own end
   end
   for j = 1, 2 * n do
     local r, b, p, u = string.match(values[j] or '', '^(%d+):(%d+):(%d+):(%d+)$')
@@ -714,69 +753,44 @@ do
       override[math.ceil(j / 2)] = { tonumber(r), tonumber(b), tonumber(p) * 1000 }
     end
   end
+  return override
 end
 
--- a concurrency limit's slot id (p1) becomes part of its bucket's value: checked before anything is written
-for i = 1, n do
-  local slot = arg(i, 'p1')
-  local algo = algorithms[tonumber(arg(i, 'algo'))]
-  local valid = #slot <= 64 and string.match(slot, '^[%w_%-]+$')
-  if algo == inflight and mode ~= 'peek' and not valid then
-    return redis.error_reply('decide.lua: limit ' .. i .. ' (concurrency) needs a slot id of 1-64 letters, digits, "-" or "_"')
-  end
-  if algo == slog and (mode == 'take' or mode == 'refund') and not valid then
-    return redis.error_reply('decide.lua: limit ' .. i .. ' (sliding_log) needs an entry id of 1-64 letters, digits, "-" or "_"')
-  end
-end
-
--- modes that decide a request; the others (refund, lease, return, release) admit by definition
-local deciding = mode == 'take' or mode == 'peek'
-
--- pass 1: every limit loaded at now, and whether each would admit
-local admitted = 1
-local limits = {}
-for i = 1, n do
-  -- each limit from the call's clock; its load may raise `now` to its key's last time
+-- limit i at the call's clock (its load may raise `now` to its key's last time, kept in l.now),
+-- with its override or its region's share, its split demand counted ("take": every attempt,
+-- refused ones too; the rebalancer reads and resets it with GETDEL), and checked in a deciding mode
+local function load_limit(l, i, how, stored, override)
   now, now_ms = clock, clock_ms
-  local l = {
-    algo = algorithms[tonumber(arg(i, 'algo'))],
-    rate = tonumber(arg(i, 'rate')), period = tonumber(arg(i, 'period_us')), burst = tonumber(arg(i, 'burst')), cost = tonumber(arg(i, 'cost')),
-    shadow = arg(i, 'shadow') == '1', retry = 0, delay = 0, window = arg(i, 'window'), asked_period = tonumber(arg(i, 'period_us')),
-    ask = tonumber(arg(i, 'lease_ask')), close_epoch = tonumber(arg(i, 'lease_epoch')), close_granted = tonumber(arg(i, 'lease_granted')), close_left = tonumber(arg(i, 'lease_left')),
-  }
-  local demand_idx = tonumber(arg(i, 'demand_idx'))
-  l.split = tonumber(arg(i, 'share_idx')) > 0 or demand_idx > 0
-  -- p2 is also the token bucket's delta in "settle"
-  l.warmup, l.max_delay, l.nodelay, l.margin = tonumber(arg(i, 'p1')), tonumber(arg(i, 'p1')), tonumber(arg(i, 'p2')), tonumber(arg(i, 'p2'))
-  l.slot = arg(i, 'p1')
-  l.floor = tonumber(arg(i, 'floor'))
   local capacity = (l.algo == token or l.algo == leaky) and l.burst or l.rate
-  if override[i] then l.rate, l.burst, l.period = unpack(override[i]) end
-  if share_at[i] then
-    local r, b = string.match(stored[share_at[i]] or '', '^(%d+):(%d+)$')
+  if override then l.rate, l.burst, l.period = unpack(override) end
+  if l.share_at then
+    local r, b = string.match(stored[l.share_at] or '', '^(%d+):(%d+)$')
     if r then l.rate, l.burst = tonumber(r), tonumber(b) end
   end
-  if mode == 'take' and demand_idx > 0 then
-    -- demand counts every attempt, refused ones too; the rebalancer reads and resets it (GETDEL)
-    if redis.call('INCRBY', KEYS[demand_idx], l.cost) == l.cost then redis.call('PEXPIRE', KEYS[demand_idx], 3600000) end
+  if how.demand and l.demand_idx > 0 then
+    if redis.call('INCRBY', KEYS[l.demand_idx], l.cost) == l.cost then redis.call('PEXPIRE', KEYS[l.demand_idx], 3600000) end
   end
   scale_floor(l, capacity)
   l.algo.load(l, stored[i], KEYS[i])
   l.now, now_ms = now, math.floor(now / 1000)
-  if deciding then
-    check(l)
+  if how.decides then check(l) else l.allowed = 1 end
+end
+
+-- pass 1: every limit loaded, and whether each would admit. Returns admitted (1: no enforced
+-- limit refused; always 1 in the modes that do not decide)
+local function load_limits(limits, how, stored, override)
+  local admitted = 1
+  for i, l in ipairs(limits) do
+    load_limit(l, i, how, stored, override[i])
     if l.allowed == 0 and not l.shadow then admitted = 0 end
-  else
-    l.allowed = 1
   end
-  limits[i] = l
+  return admitted
 end
 
 -- A lease for limit l, if it may have one and enough is left: debits it and returns
--- leased, lease_ms, lease_epoch (zeros for none). Only in "take" after admission, and "lease".
+-- leased, lease_ms, lease_epoch (zeros for none)
 local function lease(l)
   if l.ask <= 0 or l.shadow or l.split or not l.algo.grant or l.rate <= 0 then return 0, 0, 0 end
-  if not ((mode == 'take' and admitted == 1) or mode == 'lease') then return 0, 0, 0 end
   local capacity = l.algo == token and l.burst or l.rate
   local left = l.algo.left(l)
   if left < math.max(math.ceil(capacity / 4), l.cost) then return 0, 0, 0 end
@@ -787,30 +801,16 @@ local function lease(l)
   return tokens, ms, epoch
 end
 
--- pass 2: charge (only if admitted), refund, close and grant leases, and report
-local out = { admitted }
-for i = 1, n do
-  local l = limits[i]
+-- pass 2 for limit i: the mode's change (how.act, which says whether it changed the key), the
+-- lease, then the key written: a value's SET, a log's PEXPIRE, or a DEL (back to its initial state)
+local function write_limit(l, i, how, admitted)
   now, now_ms = l.now, math.floor(l.now / 1000)
-  local write = false
-  if mode == 'take' and admitted == 1 and l.allowed == 1 then
-    l.algo.commit(l, 1)
-    write = true
-  elseif mode == 'refund' or (mode == 'release' and l.algo == inflight) then
-    -- a slot that expired meanwhile leaves nothing to write
-    write = l.algo.commit(l, -1) ~= false
-  end
-  if (mode == 'lease' or mode == 'return') and l.close_epoch > 0 and l.algo.close then
-    l.algo.close(l, l.close_epoch, l.close_granted, l.close_left)
-    write = true
-  end
-  if mode == 'settle' and l.algo.settle and l.nodelay ~= 0 then
-    l.algo.settle(l, l.nodelay)
-    write = true
-  end
-  local leased, lease_ms, lease_epoch = lease(l)
-  if leased > 0 then write = true end
+  local write = how.act(l, admitted)
+  l.leased, l.lease_ms, l.lease_epoch = 0, 0, 0
+  if how.leases and admitted == 1 then l.leased, l.lease_ms, l.lease_epoch = lease(l) end
+  if l.leased > 0 then write = true end
   local remaining, reset_ms, ttl_ms, value, empty = l.algo.report(l)
+  l.remaining, l.reset_ms = remaining, reset_ms
   -- the one TTL expression (the test clock extends it): a value's PX, or a log's PEXPIRE
   local px = { 'PX', math.max(1, ttl_ms) }
   if write then
@@ -818,16 +818,74 @@ for i = 1, n do
     elseif l.algo.expire then l.algo.expire(l, px[2])
     else redis.call('SET', KEYS[i], value, unpack(px)) end
   end
-  local o = 1 + 8 * (i - 1)
-  out[o + 1] = l.allowed
-  -- what requests like this one may still take: the floor is not theirs
-  out[o + 2] = math.max(0, remaining - l.floor)
-  out[o + 3] = l.retry
-  out[o + 4] = reset_ms
-  out[o + 5] = (admitted == 1 and not l.shadow) and l.delay or 0
-  out[o + 6] = leased
-  out[o + 7] = lease_ms
-  out[o + 8] = lease_epoch
 end
-out[#out + 1] = version
-return out
+
+-- the reply (see Returns): admitted, eight figures per limit, the version
+local function reply(limits, admitted, version)
+  local out = { admitted }
+  for i, l in ipairs(limits) do
+    local o = 1 + 8 * (i - 1)
+    out[o + 1] = l.allowed
+    -- what requests like this one may still take: the floor is not theirs
+    out[o + 2] = math.max(0, l.remaining - l.floor)
+    out[o + 3] = l.retry
+    out[o + 4] = l.reset_ms
+    out[o + 5] = (admitted == 1 and not l.shadow) and l.delay or 0
+    out[o + 6] = l.leased
+    out[o + 7] = l.lease_ms
+    out[o + 8] = l.lease_epoch
+  end
+  out[#out + 1] = version
+  return out
+end
+
+-- the modes -------------------------------------------------------------------------------
+-- What each changes in limit l once every limit is loaded; returns whether l's key must be written.
+local function charge(l, admitted) -- "take": only if admitted
+  local charged = admitted == 1 and l.allowed == 1
+  if charged then l.algo.commit(l, 1) end
+  return charged
+end
+-- "refund", "release" (a slot or an entry that expired meanwhile leaves nothing to write)
+local function give_back(l) return l.algo.commit(l, -1) ~= false end
+local function free_slot(l) return l.algo == inflight and give_back(l) end
+local function close_lease(l) -- "lease", "return": the lease passed, if any
+  local closing = l.close_epoch > 0 and l.algo.close ~= nil
+  if closing then l.algo.close(l, l.close_epoch, l.close_granted, l.close_left) end
+  return closing
+end
+local function settle_delta(l) -- "settle"
+  local settling = l.algo.settle ~= nil and l.delta ~= 0
+  if settling then l.algo.settle(l, l.delta) end
+  return settling
+end
+local function change_nothing() return false end
+
+-- decides: checks each limit (the others admit by definition); slot, entry: needs the request's
+-- slot_id, entry_id; demand: counts split demand; leases: grants the leases asked for (in "take",
+-- only when admitted); act: what it changes (above)
+local MODES = {
+  take = { decides = true, slot = true, entry = true, demand = true, leases = true, act = charge },
+  peek = { decides = true, act = change_nothing },
+  refund = { slot = true, entry = true, act = give_back },
+  lease = { slot = true, leases = true, act = close_lease },
+  ['return'] = { slot = true, act = close_lease },
+  release = { slot = true, act = free_slot },
+  settle = { act = settle_delta },
+}
+
+-- one call in the mode `how`: read, load and decide every limit (pass 1), then change, write and reply (pass 2)
+local function run(how)
+  local limits = {}
+  for i = 1, tonumber(ARGV[2]) do limits[i] = read_args(i) end
+  local bad = check_ids(limits, how)
+  if bad then return redis.error_reply(bad) end
+  local stored, version = read_keys(limits)
+  local admitted = load_limits(limits, how, stored, read_overrides(limits, version))
+  for i, l in ipairs(limits) do write_limit(l, i, how, admitted) end
+  return reply(limits, admitted, version)
+end
+
+local how = MODES[ARGV[1]]
+if not how then return redis.error_reply('decide.lua: unknown mode "' .. tostring(ARGV[1]) .. '"') end
+return run(how)

@@ -73,17 +73,17 @@ describe("priorities", () => {
     expect(refusalCacheable(l)).toBe(false);
   });
 
-  it("sends the floor as the limit's seventeenth ARGV figure, in terms of the capacity sent", () => {
+  it("sends the floor in the limit's `floor` ARGV column, in terms of the capacity sent", () => {
     const r = load({ rate: 20, burst: 20, reserve: { critical: 0.25 } });
     if (!r.ok) throw r.error;
     const limit = r.config.routes[0]!.limits[0] as Limit;
     const params = { rate: 20, period: 1000, burst: 20, cost: 1, floor: 5 };
-    // the seventeenth column, then the window (a token bucket's: "")
-    expect(DECIDE_LIMIT_COLUMNS.indexOf("floor")).toBe(16);
+    // one value per column; the floor's found by its name
+    const floor = 3 + DECIDE_LIMIT_COLUMNS.indexOf("floor");
     expect(scriptCall([{ limit, key: "k", params }], "take").args.slice(3)).toHaveLength(DECIDE_LIMIT_COLUMNS.length);
-    expect(scriptCall([{ limit, key: "k", params }], "take").args[3 + 16]).toBe("5");
+    expect(scriptCall([{ limit, key: "k", params }], "take").args[floor]).toBe("5");
     // a split limit's starting share of 10 out of 20: 5 of 20 is 3 (rounded up) of 10
     const split = { shareKey: "s", demandKey: "d", start: { rate: 10, burst: 10 } };
-    expect(scriptCall([{ limit, key: "k", params, split }], "take").args[3 + 16]).toBe("3");
+    expect(scriptCall([{ limit, key: "k", params, split }], "take").args[floor]).toBe("3");
   });
 });

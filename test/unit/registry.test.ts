@@ -19,6 +19,12 @@ import {
   refusalCacheable,
 } from "../../src/features/rate-limit/algorithms/registry.js";
 import { scriptCall } from "../../src/features/rate-limit/decision/script-call.js";
+import {
+  ALGORITHM_COLUMNS,
+  DECIDE_LIMIT_COLUMNS,
+  type AlgorithmColumn,
+  type DecideLimitColumn,
+} from "../../src/features/rate-limit/decision/limit-columns.js";
 import { allowance } from "../../src/features/rate-limit/headers.js";
 import { logEntryId } from "../../src/features/rate-limit/decision/buckets.js";
 import type { Store } from "../../src/store/redis.js";
@@ -60,6 +66,15 @@ const oldScriptArgs = (l: OldLimit) =>
     : l.algorithm === "leaky_bucket"
       ? [l.max_delay * 1000, l.nodelay ? 1 : 0]
       : [0, 0];
+/** The columns the old p1, p2 went to once each column had one meaning (a value without one was 0). */
+const OLD_P_COLUMNS: Record<OldAlgorithm, AlgorithmColumn[]> = {
+  token_bucket: ["warmup_us"],
+  leaky_bucket: ["max_delay_us", "nodelay"],
+  fixed_window: [],
+  sliding_window: [],
+};
+/** A limit's value of a column in decide.lua's ARGV (without mode, n and override_idx). */
+const columnOf = (args: string[], name: DecideLimitColumn) => args[DECIDE_LIMIT_COLUMNS.indexOf(name)];
 const OLD_MODELS = {
   token_bucket: TokenBucket,
   leaky_bucket: LeakyBucket,
@@ -193,9 +208,17 @@ describe("the algorithm registry", () => {
           });
         else expect(terms).toBeUndefined();
 
-        // ARGV of the limit: algo, ..., p1, p2 at 0 and 8, 9 of its seventeen
-        const args = scriptCall([bucket], "take").args.slice(3).map(Number);
-        expect([args[0], args[8], args[9]]).toEqual([OLD_CODES[l.algorithm], ...oldScriptArgs(l)]);
+        // ARGV of the limit: algo, and what p1, p2 were in the columns named for them
+        const args = scriptCall([bucket], "take").args.slice(3);
+        const old = oldScriptArgs(l);
+        const moved = OLD_P_COLUMNS[l.algorithm];
+        expect([columnOf(args, "algo"), ...moved.map((c) => columnOf(args, c))].map(Number)).toEqual([
+          OLD_CODES[l.algorithm],
+          ...old.slice(0, moved.length),
+        ]);
+        expect(old.slice(moved.length).every((v) => v === 0)).toBe(true);
+        for (const c of Object.keys(ALGORITHM_COLUMNS) as AlgorithmColumn[])
+          if (!moved.includes(c)) expect(columnOf(args, c), c).toBe(String(ALGORITHM_COLUMNS[c]));
 
         const model = algorithm(l.algorithm).model({
           rate: l.rate,
@@ -230,23 +253,25 @@ describe("the sliding log's entry", () => {
     expect(parse({ name: "l", algorithm: "sliding_log", rate: 10, period: "1s", burst: 20 }).success).toBe(false);
   });
 
-  it("sends the request's entry id as p1, the id a refund removes", () => {
+  it("sends the request's entry id as entry_id, the id a refund removes", () => {
     const bucket = { limit: log(), key: "p:r:l:h", entry: "AbC-_9" };
     for (const mode of ["take", "refund", "peek"] as const) {
       const args = scriptCall([bucket], mode).args.slice(3);
-      expect([args[0], args[8], args[9]]).toEqual(["6", "AbC-_9", "0"]);
+      expect((["algo", "entry_id", "margin_us"] as const).map((c) => columnOf(args, c))).toEqual(["6", "AbC-_9", "0"]);
     }
-    expect(scriptCall([{ limit: log(), key: "p:r:l:h" }], "peek").args[3 + 8]).toBe("");
+    expect(columnOf(scriptCall([{ limit: log(), key: "p:r:l:h" }], "peek").args.slice(3), "entry_id")).toBe("");
   });
 
-  it("takes a margin (sent as p2, in µs), refused on other algorithms and above the period, with the field named", () => {
+  it("takes a margin (sent as margin_us), refused on other algorithms and above the period, with the field named", () => {
     const r = parse({ name: "l", algorithm: "sliding_log", rate: 10, period: "1s", margin: "50ms" });
     if (!r.success) throw new Error(JSON.stringify(r.error.issues));
     const l = r.data.routes[0]?.limits[0] as Limit;
     expect(l.margin).toBe(50);
     // a refused client is told the margin is part of what it is limited over
     expect(allowance(l)).toBe("allows 10 per 1000 ms + a 50 ms margin (burst 10)");
-    expect(scriptCall([{ limit: l, key: "p:r:l:h", entry: "e" }], "take").args.slice(3)[9]).toBe("50000");
+    expect(columnOf(scriptCall([{ limit: l, key: "p:r:l:h", entry: "e" }], "take").args.slice(3), "margin_us")).toBe(
+      "50000",
+    );
     const misplaced = parse({ name: "l", algorithm: "token_bucket", rate: 10, period: "1s", margin: "50ms" });
     expect(misplaced.success).toBe(false);
     expect(JSON.stringify(misplaced.error?.issues)).toMatch(/margin.*applies to sliding_log only/);

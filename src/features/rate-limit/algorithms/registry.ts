@@ -9,6 +9,7 @@ import {
   type AlgoModel,
 } from "./algorithms.js";
 import type { ResponseSource } from "../cost/response-figures.js";
+import type { AlgorithmColumns } from "../decision/limit-columns.js";
 
 /**
  * Every algorithm sluice knows, and what each place that treats them differently needs to know:
@@ -16,7 +17,9 @@ import type { ResponseSource } from "../cost/response-figures.js";
  * (lease-broker.ts, and the schema's `lease` default), local decisions (local.ts), and the
  * configuration's checks (../schema.ts, config/exactness.ts). An algorithm is one entry here
  * plus its table in lua/decide.lua (`code` is its index in the script's `algorithms`); one that
- * brings a setting of its own also adds it to AlgorithmSetting, and its field to the schema.
+ * brings a setting of its own also adds it to AlgorithmSetting, and its field to the schema; one
+ * the script reads gets a column of its own (never another algorithm's), named in
+ * ../decision/limit-columns.ts and the script's `COLUMNS`, and sent by its `columns`.
  *
  * Nothing here imports the configuration: config/ imports this file.
  */
@@ -71,8 +74,8 @@ export interface CountedFigures {
 export interface AlgorithmEntry {
   /** `algo` in decide.lua's ARGV: the number atop lua/decide.lua, the index in its `algorithms`. */
   readonly code: number;
-  /** ARGV p1 and p2 of decide.lua for a limit, in one call. */
-  scriptArgs(l: AlgorithmSettings, call: CallArgs): readonly [number | string, number];
+  /** decide.lua's ARGV columns of this algorithm alone (../decision/limit-columns.ts) for a limit, in one call. */
+  columns(l: AlgorithmSettings, call: CallArgs): AlgorithmColumns;
   /** What a bucket holds at most, and so what a lease is a share of: `burst`, or `rate` for a window (a limit's `burst` must then equal it). */
   readonly capacity: "burst" | "rate";
   /**
@@ -100,7 +103,7 @@ export interface AlgorithmEntry {
 export const ALGORITHMS = {
   token_bucket: {
     code: 1,
-    scriptArgs: (l) => [(l.warmup ?? 0) * 1000, 0],
+    columns: (l) => ({ warmup_us: (l.warmup ?? 0) * 1000 }),
     capacity: "burst",
     settings: ["warmup"],
     // warm-up retry-afters are estimates at the current rate, which only rises
@@ -112,7 +115,7 @@ export const ALGORITHMS = {
   },
   leaky_bucket: {
     code: 2,
-    scriptArgs: (l) => [l.max_delay * 1000, l.nodelay ? 1 : 0],
+    columns: (l) => ({ max_delay_us: l.max_delay * 1000, nodelay: l.nodelay ? 1 : 0 }),
     capacity: "burst",
     // nodelay first: a limit setting both is told about nodelay
     settings: ["nodelay", "max_delay"],
@@ -122,7 +125,7 @@ export const ALGORITHMS = {
   },
   fixed_window: {
     code: 3,
-    scriptArgs: () => [0, 0],
+    columns: () => ({}),
     capacity: "rate",
     settings: [],
     refusalHolds: () => true,
@@ -132,7 +135,7 @@ export const ALGORITHMS = {
   },
   sliding_window: {
     code: 4,
-    scriptArgs: () => [0, 0],
+    columns: () => ({}),
     capacity: "rate",
     settings: [],
     refusalHolds: () => true,
@@ -142,7 +145,7 @@ export const ALGORITHMS = {
   concurrency: {
     code: 5,
     // the slot the request takes ("" for a peek, which takes none)
-    scriptArgs: (_, call) => [call.slot ?? "", 0],
+    columns: (_, call) => ({ slot_id: call.slot ?? "" }),
     // `rate` and `burst` are both the limit (the schema compiles them so)
     capacity: "rate",
     // its own fields (`limit`, a `lease` duration) are checked with the figures: ./figures.ts
@@ -155,7 +158,7 @@ export const ALGORITHMS = {
   sliding_log: {
     code: 6,
     // the request's entry id: its members in the log, which a refund removes; the margin in µs
-    scriptArgs: (l, call) => [call.entry ?? "", (l.margin ?? 0) * 1000],
+    columns: (l, call) => ({ entry_id: call.entry ?? "", margin_us: (l.margin ?? 0) * 1000 }),
     capacity: "rate",
     settings: ["margin"],
     // room comes only as members leave the period, at the time the refusal names (or a refund)

@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import decideLua from "../../../../lua/decide.lua";
 import { loadConfig, type Limit } from "../../../config/index.js";
-import { DECIDE_LIMIT_COLUMNS, limitArgv, type DecideLimitArgs } from "./limit-columns.js";
+import { ALGORITHM_NAMES, algorithm } from "../algorithms/registry.js";
+import { ALGORITHM_COLUMNS, DECIDE_LIMIT_COLUMNS, limitArgv, type DecideLimitArgs } from "./limit-columns.js";
 import { scriptCall } from "./script-call.js";
 
 /*
@@ -49,6 +50,18 @@ describe("decide.lua's per-limit ARGV columns", () => {
     }
   });
 
+  it("each mean one thing: an algorithm's own columns are read by that algorithm alone", () => {
+    const settings = { warmup: 1, max_delay: 2, nodelay: true, margin: 3 };
+    const owner = new Map<string, string>();
+    for (const name of ALGORITHM_NAMES) {
+      for (const column of Object.keys(algorithm(name).columns(settings, { slot: "s", entry: "e" }))) {
+        expect(Object.keys(ALGORITHM_COLUMNS), `${name}'s ${column}`).toContain(column);
+        expect(owner.get(column), `${column}, sent by ${name}`).toBeUndefined();
+        owner.set(column, name);
+      }
+    }
+  });
+
   it("are written by name, one value per column and limit, in the list's order", () => {
     const row = Object.fromEntries(DECIDE_LIMIT_COLUMNS.map((c, i) => [c, `v${i}`])) as DecideLimitArgs;
     expect(limitArgv(row)).toEqual(DECIDE_LIMIT_COLUMNS.map((_, i) => `v${i}`));
@@ -81,7 +94,15 @@ describe("decide.lua's per-limit ARGV columns", () => {
       column(0, "burst"),
       column(0, "cost"),
     ]).toEqual(["2", "7", "2000000", "9", "2"]);
-    expect([column(0, "p1"), column(0, "p2"), column(0, "floor")]).toEqual(["3000000", "1", "3"]);
+    expect([column(0, "max_delay_us"), column(0, "nodelay"), column(0, "floor")]).toEqual(["3000000", "1", "3"]);
+    // the columns of the other algorithms, and settle's, as their defaults
+    expect((["warmup_us", "slot_id", "entry_id", "margin_us", "delta"] as const).map((c) => column(0, c))).toEqual([
+      "0",
+      "",
+      "",
+      "0",
+      "0",
+    ]);
     expect((["lease_ask", "lease_epoch", "lease_granted", "lease_left"] as const).map((c) => column(0, c))).toEqual([
       "4",
       "11",

@@ -4,7 +4,7 @@ import type { Store } from "../../../store/redis.js";
 import { overridesKeyOf, type OverrideInput } from "./overrides.js";
 import { versionKeyOfBucket } from "../../../store/layout.js";
 import { algorithm } from "../algorithms/registry.js";
-import { limitArgv, type DecideLimitArgs } from "./limit-columns.js";
+import { ALGORITHM_COLUMNS, limitArgv, type DecideLimitArgs } from "./limit-columns.js";
 import { windowColumn } from "../algorithms/zone-window.js";
 import type { Bucket, LimitOutcome } from "../types.js";
 
@@ -57,7 +57,7 @@ const PER_LIMIT = 8;
  */
 export function scriptCall(buckets: ReadonlyArray<ScriptBucket>, mode: ScriptMode): { keys: string[]; args: string[] } {
   const keys = buckets.map((b) => b.key);
-  const perLimit = buckets.flatMap((b) => limitArgv(limitArgs(b, mode, keys)));
+  const perLimit = buckets.flatMap((b) => limitArgv(limitArgs(b, keys)));
   const overrideIdx = overrideArg(buckets, keys);
   // last: the Redis's change counter, which the script reads in its MGET and returns
   keys.push(versionKeyOfBucket((buckets[0] as ScriptBucket).key));
@@ -65,14 +65,13 @@ export function scriptCall(buckets: ReadonlyArray<ScriptBucket>, mode: ScriptMod
 }
 
 /** One bucket's columns of decide.lua's ARGV; a split bucket's share and demand keys are added to `keys`, which the columns point at. */
-function limitArgs(b: ScriptBucket, mode: ScriptMode, keys: string[]): DecideLimitArgs {
+function limitArgs(b: ScriptBucket, keys: string[]): DecideLimitArgs {
   const { limit: l, split, params, override, lease, slot, entry, delta } = b;
   const share_idx = split ? keys.push(split.shareKey) : 0;
   const demand_idx = split ? keys.push(split.demandKey) : 0;
   const p = params ?? l;
   const { rate, burst } = split?.start ?? p;
   const algo = algorithm(l.algorithm);
-  const [p1, p2] = mode === "settle" ? [0, delta ?? 0] : algo.scriptArgs(l, { slot, entry });
   const known = override === "read" ? undefined : override;
   const close = lease?.close ?? { epoch: 0, granted: 0, left: 0 };
   return {
@@ -84,8 +83,6 @@ function limitArgs(b: ScriptBucket, mode: ScriptMode, keys: string[]): DecideLim
     shadow: l.shadow ? 1 : 0,
     share_idx,
     demand_idx,
-    p1,
-    p2,
     override_all: known?.everybody ?? "",
     override_own: known?.own ?? "",
     lease_ask: lease?.ask ?? 0,
@@ -95,6 +92,10 @@ function limitArgs(b: ScriptBucket, mode: ScriptMode, keys: string[]): DecideLim
     floor: floorAt(params?.floor ?? 0, algo.capacity === "burst" ? [p.burst, burst] : [p.rate, rate]),
     // the window by the isolate's clock; the script checks it against Redis's
     window: l.algorithm === "fixed_window" ? windowColumn(l.align, p.period, Date.now()) : "",
+    ...ALGORITHM_COLUMNS,
+    ...algo.columns(l, { slot, entry }),
+    // read in "settle" mode only
+    delta: delta ?? 0,
   };
 }
 
