@@ -5,6 +5,7 @@ import { exactnessProblem, maxDelayProblem, responseMaxProblem } from "./exactne
 import { compilePattern, type PathPattern } from "../routing/match.js";
 import { usesJwt } from "./uses-jwt.js";
 import { divertReasons, type DivertReason } from "../features/shedding/schema.js";
+import { reconcileHostProblem } from "../features/idempotency/reconcile-url.js";
 
 /** A limit as the request path uses it (durations in ms, key as a list of parts). */
 export type Limit = LimitSettings;
@@ -127,6 +128,7 @@ function compile(schema: ConfigSchema, vars: ConfigVars): Config {
   const s = parsed.data;
   checkWorker(s, vars, written);
   if (originUrl) s.routes.forEach((r, ri) => checkKeptThroughCall(r, ri, written));
+  s.routes.forEach((r, ri) => checkReconcileHost(r, ri, originUrl, written));
   return {
     ...s,
     originUrl,
@@ -185,6 +187,13 @@ function checkKeptThroughCall(r: RouteSettings, ri: number, written: unknown): v
     `must be at least the route's origin_timeout (${i.ttl} ms < ${r.origin_timeout} ms): it is kept from the answer, and a call may run origin_timeout before it answers, so a shorter one cannot mean "a duplicate this long after the first is new"; raise it or lower origin_timeout`,
     written,
   );
+}
+
+/** A reconcile URL is trusted only from the origin's host or one the route allows (src/features/idempotency/reconcile-url.ts). */
+function checkReconcileHost(r: RouteSettings, ri: number, originUrl: URL | undefined, written: unknown): void {
+  const template = r.idempotency?.reconcile;
+  const problem = template === undefined ? undefined : reconcileHostProblem(template, originUrl, r.queue.callbacks);
+  if (problem) throw fieldError(["SLUICE", "routes", ri, "idempotency", "reconcile"], problem, written);
 }
 
 /**

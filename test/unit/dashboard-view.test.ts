@@ -124,6 +124,8 @@ describe("the dashboard's panels", () => {
       released: 2,
       taken_over: 1,
       late_answer: 0,
+      reconciled: 0,
+      reconcile_failed: 0,
     };
     const data: PanelsData = {
       ...FULL,

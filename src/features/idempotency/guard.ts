@@ -24,20 +24,11 @@ import {
 import { StoreError } from "../../store/deadline.js";
 import { keepClaimed } from "./renewal.js";
 import { IdempotencyRefusal } from "./refusal.js";
+import { replayedHeaders } from "./replayed-headers.js";
+import { reconcileDuplicate } from "./reconcile.js";
 import { noteIdempotency, noteOriginReply, traceHeader, type RecordTrail } from "./trail.js";
 import { discardBody, log, logError, settleQuietly } from "../../util/log.js";
 
-/** Headers of the origin's answer that are kept and replayed; cookies and hop-by-hop ones never are. */
-const REPLAYED_HEADERS = [
-  "content-type",
-  "content-language",
-  "cache-control",
-  "etag",
-  "last-modified",
-  "location",
-  "link",
-  "retry-after",
-];
 export { LATE_ANSWER_MS };
 
 /**
@@ -101,6 +92,8 @@ export interface ClaimSubject {
    * a 503 problem (src/identity/principal.ts) rather than name another principal.
    */
   who: () => Promise<Asker>;
+  /** The route's origin, where a `reconcile` path is asked (absent: an app without ORIGIN_URL). */
+  origin?: URL;
 }
 
 /**
@@ -168,10 +161,11 @@ export async function guard(
   // a queued job's claim says so: until its delivery starts, nothing of it reached the origin
   const owner = hold.queued ? jobOwner() : crypto.randomUUID();
   const leaseMs = hold.queued ? hold.lifeMs : settings.lease;
-  const c = await claimed(ref, owner, fp, { leaseMs, ttlMs: settings.ttl, lifeMs: hold.lifeMs }, settings, {
-    settle: stores.settle,
-    defer,
-  });
+  const terms = { leaseMs, ttlMs: settings.ttl, lifeMs: hold.lifeMs, reconcileKey: reconcileKeyOf(settings, key) };
+  const claimOnce = () => claimed(ref, owner, fp, terms, settings, { settle: stores.settle, defer });
+  // an indeterminate key is reconciled with the origin first, on a route that says where (reconcile.ts)
+  const asked = { ref: { ...ref, store: stores.settle }, settings, key, origin: subject.origin };
+  const c = noteClaim(ref, await reconcileDuplicate(await claimOnce(), asked, claimOnce));
   if (c.kind !== "claimed") return countedAsOutcome(() => refused(c));
 
   const sluiceHeaders = {
@@ -201,11 +195,16 @@ async function claimed(
   const once = () => claim(ref, owner, fp, terms, settings.replays);
   const poll = { startMs: 50, maxMs: 500, budgetMs: settings.wait };
   try {
-    return noteClaim(ref, await pollWhile(await once(), (r) => r.kind === "inflight", once, poll));
+    return await pollWhile(await once(), (r) => r.kind === "inflight", once, poll);
   } catch (e) {
     if (e instanceof StoreError) after.defer(giveBackUnsent({ ...ref, store: after.settle }, owner));
     throw e;
   }
+}
+
+/** The key as the record keeps it for reconciliation: only on a route that reconciles. */
+function reconcileKeyOf(settings: IdempotencySettings, key: string): string | undefined {
+  return settings.reconcile === undefined ? undefined : key;
 }
 
 /** Gives back `owner`'s claim if it landed and nothing of its request was sent (tried again while the store fails). */
@@ -422,10 +421,7 @@ async function storeAnswer(
   res: Response,
   body: ReadableStream<Uint8Array> | null,
 ): Promise<SettleOutcome> {
-  const headers = REPLAYED_HEADERS.flatMap((h): Array<[string, string]> => {
-    const v = res.headers.get(h);
-    return v === null ? [] : [[h, v]];
-  });
+  const headers = replayedHeaders(res);
   let read;
   try {
     read = await readCapped(body, settings.max_body);

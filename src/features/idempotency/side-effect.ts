@@ -39,7 +39,13 @@ export function claimSubject(scope: Scope, route: Route, settings: IdempotencySe
     // replays are bounded per address too: a principal can be invented per request (issue 29, finding 9)
     client: ipIdentity(scope.facts.ip),
   });
-  return { route: route.name, path: scope.forwardPath, query: scope.facts.url.search, who: () => (asker ??= who()) };
+  return {
+    route: route.name,
+    path: scope.forwardPath,
+    query: scope.facts.url.search,
+    who: () => (asker ??= who()),
+    origin: scope.config.originUrl,
+  };
 }
 
 /**
