@@ -30,6 +30,12 @@ const SLUICE: SluiceInput = {
     // the cron asks about keys indeterminate for longer than this: any key, by the time a test runs it
     reconciling("later", { reconcile_after: "1ms" }),
     { name: "plain", match: "/plain/orders", methods: ["POST"], idempotency: {} },
+    {
+      // one order per 2 s: the second of two at once is queued, and delivered by the consumer
+      ...reconciling("queued"),
+      on_limit: "queue",
+      limits: [{ name: "provider", key: "global", rate: 1, period: "2s", burst: 1 }],
+    },
   ],
 };
 
@@ -48,6 +54,8 @@ interface Shop {
   drop: Map<string, Drop>;
   /** The fencing token each order request of a key came with. */
   fences: Map<string, string[]>;
+  /** What reached the shop, in order: `order:{key}` and `ask:{key}`. */
+  events: string[];
   /** Each reconcile question: the key it named (path and header) and the fencing token. */
   asked: Array<{ key: string; header: string; fence: string }>;
   reconcileDown: boolean;
@@ -61,6 +69,7 @@ async function startShop(): Promise<Shop> {
     orders: new Map(),
     drop: new Map(),
     fences: new Map(),
+    events: [],
     asked: [],
     reconcileDown: false,
     gates: new Map(),
@@ -71,6 +80,7 @@ async function startShop(): Promise<Shop> {
     res.end(body === undefined ? "" : JSON.stringify(body));
   };
   const reconcile = async (req: IncomingMessage, res: ServerResponse, key: string) => {
+    shop.events.push(`ask:${key}`);
     shop.asked.push({
       key,
       header: String(req.headers["idempotency-key"]),
@@ -83,6 +93,7 @@ async function startShop(): Promise<Shop> {
   };
   const order = (req: IncomingMessage, res: ServerResponse) => {
     const key = String(req.headers["idempotency-key"]);
+    shop.events.push(`order:${key}`);
     shop.fences.set(key, [...(shop.fences.get(key) ?? []), String(req.headers["sluice-fencing-token"])]);
     const drop = shop.drop.get(key);
     shop.drop.delete(key);
@@ -112,7 +123,13 @@ async function startShop(): Promise<Shop> {
   });
 }
 
-const rig = useStack({ sluice: SLUICE, instances: 2, bindings: { SLUICE_ADMIN_TOKEN: ADMIN }, origin: startShop });
+const rig = useStack({
+  sluice: SLUICE,
+  instances: 2,
+  queues: true,
+  bindings: { SLUICE_ADMIN_TOKEN: ADMIN },
+  origin: startShop,
+});
 const bearer = { authorization: `Bearer ${ADMIN}` };
 
 type Answer = Awaited<ReturnType<typeof call>>;
@@ -272,5 +289,47 @@ describe("the cron trigger reconciles what is left", () => {
     expect(rig.origin.orders.get("lt-1")).toBe(1);
     // a route without reconcile is looked at, never asked about
     expect(await waiting("plain")).toHaveLength(1);
+  });
+});
+
+/** A queued order (the route's one order per 2 s spent just before): its job's final status, polled at its Location. */
+async function queuedOrder(key: string): Promise<Record<string, unknown>> {
+  // answered (201) or queued itself (202): either way, the bucket is empty for the next one
+  expect([201, 202]).toContain((await createOrder("queued", `spend-${key}`)).status);
+  const queued = await createOrder("queued", key);
+  expect(queued.status, show(queued)).toBe(202);
+  const location = queued.headers.get("location") as string;
+  for (let i = 0; i < 300; i++) {
+    const s = await call(rig.mf, location);
+    const status = s.status === 200 ? s.json() : {};
+    if (status.status === "delivered" || status.status === "failed") return status;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`job of ${key} never finished`);
+}
+
+describe("a queued delivery whose outcome is unknown is reconciled before anything else", () => {
+  it("the origin created the order: the job is delivered with that answer, never sent again", async () => {
+    rig.origin.drop.set("q-1", "after");
+    const job = await queuedOrder("q-1");
+    expect(job).toMatchObject({ status: "delivered", origin_status: 201 });
+    expect(rig.origin.events.filter((e) => e.endsWith(":q-1"))).toEqual(["order:q-1", "ask:q-1"]);
+    const retry = await createOrder("queued", "q-1", 1);
+    expect([retry.status, retry.text, retry.headers.get("idempotent-replayed")]).toEqual([
+      201,
+      '{"order":"ord-q-1-1"}',
+      "true",
+    ]);
+    expect(rig.origin.orders.get("q-1")).toBe(1);
+  });
+
+  it("the origin never got it (404): asked first, then redelivered, once", async () => {
+    rig.origin.drop.set("q-2", "before");
+    const job = await queuedOrder("q-2");
+    expect(job).toMatchObject({ status: "delivered", origin_status: 201, failures: 1 });
+    expect(rig.origin.events.filter((e) => e.endsWith(":q-2"))).toEqual(["order:q-2", "ask:q-2", "order:q-2"]);
+    expect(rig.origin.orders.get("q-2")).toBe(1);
+    const events = (await ledger("queued")).filter((e) => e.event === "reconciled").map((e) => e.status);
+    expect(events.sort()).toEqual(["201", "404"]);
   });
 });

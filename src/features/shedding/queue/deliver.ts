@@ -25,6 +25,7 @@ import type { MetricsBuffer } from "../../../metrics/index.js";
 import { countQueue, observeDelivery } from "../../../metrics/queue.js";
 import { countedJob, leaveQueue } from "./depth.js";
 import { callBack, type CallbackOutcome } from "./callback.js";
+import { reconciledDelivery } from "./reconcile-job.js";
 import { forEachConcurrently } from "../../../util/concurrently.js";
 
 /**
@@ -157,7 +158,11 @@ async function deliverGuarded(
   const guards = await takeUpGuards(m, route, consumer);
   if (guards.refused) return notDelivered(message, route, consumer, job.status, job.home, guards.refused);
   try {
-    const reply = await deliver(request, m, route, job.origin);
+    const sent = await deliver(request, m, route, job.origin);
+    // an unknown outcome is first asked about, on a route that reconciles: the origin's word decides
+    const reply = mayHaveActed(m, route, sent)
+      ? await reconciledDelivery(m, route, { ...consumer, metrics: consumer.runtime.metrics }, sent)
+      : sent;
     await afterDelivery(message, route, reply, consumer, job.status, job.home, guards);
   } finally {
     await guards.stop();
