@@ -19,7 +19,6 @@ export const CALLBACK_HEADER = "sluice-callback";
 const MAX_URL = 2_048;
 const CALL_TIMEOUT_MS = 5_000;
 
-
 /**
  * The job's callback URL from the request's `Sluice-Callback` (normalised), or undefined without
  * one. Anything but an https URL the route's `queue.callbacks` allows is a 400 problem.
