@@ -35,6 +35,9 @@ Returns { now_ms, { hash, since_ms, fence, key, next_ms, busy (1: a lapsed claim
 still run) } ... } for the members still indeterminate.
 
 op oldest: KEYS[1] index, ARGV[2] how many. Returns { hash, since_ms, ... } oldest first.
+
+op waiting (the dashboard): KEYS the indexes of several routes. Returns { now_ms, { count,
+oldest_since_ms or "" } per index } (members not yet pruned by a cron run included).
 ]]
 
 local now_us = tonumber(string.match(ARGV[#ARGV] or '', '^clock:(%d+)$'))
@@ -48,6 +51,15 @@ local op = ARGV[1]
 
 if op == 'oldest' then
   return redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1, 'WITHSCORES')
+end
+
+if op == 'waiting' then
+  local out = {}
+  for i, index in ipairs(KEYS) do
+    local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+    out[i] = { redis.call('ZCARD', index), first[2] or '' }
+  end
+  return { now, out }
 end
 
 -- a lapsed claim's holder may still be calling the origin until life_until: never asked about then

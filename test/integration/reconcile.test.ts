@@ -265,6 +265,14 @@ describe("a duplicate of an indeterminate key is reconciled before it is answere
     expect([r.status, r.json().title]).toEqual([409, "Outcome indeterminate"]);
     expect(rig.origin.asked.filter((a) => a.key === "pl-1")).toEqual([]);
     expect(await waiting("plain")).toHaveLength(1);
+    // the dashboard's idempotency panel shows it waiting
+    const data = (await call(rig.mf, "/__sluice/api/dashboard", { headers: bearer })).json() as {
+      idempotency: Array<{ route: string; indeterminate?: { waiting: number; oldest_ms: number | null } }>;
+    };
+    const plain = data.idempotency.find((r) => r.route === "plain")?.indeterminate;
+    expect(plain?.waiting).toBe(1);
+    expect(plain?.oldest_ms).toBeGreaterThanOrEqual(0);
+    expect(data.idempotency.find((r) => r.route === "found")?.indeterminate).toEqual({ waiting: 0, oldest_ms: null });
   });
 });
 

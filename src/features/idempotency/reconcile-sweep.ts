@@ -109,3 +109,27 @@ async function lookAt(store: Store, prefix: string, route: string): Promise<{ no
   }));
   return { now: Number(now), waiting };
 }
+
+/** A route's indeterminate keys, for the dashboard: how many wait, and how long the oldest has (ms). */
+export interface IndeterminateWaiting {
+  waiting: number;
+  oldestMs: number | null;
+}
+
+/** Every idempotent route's indeterminate keys (as the index holds them), in one call, by route. */
+export async function indeterminateWaiting(
+  store: Store,
+  config: Pick<Config, "key_prefix" | "routes">,
+): Promise<Map<string, IndeterminateWaiting>> {
+  const routes = config.routes.filter((r) => r.idempotency).map((r) => r.name);
+  if (routes.length === 0) return new Map();
+  const keys = routes.map((r) => idempotencyIndeterminateKey(config.key_prefix, r));
+  const [now, rows] = (await store.run(store.script(reconcileLua), keys, ["waiting"])) as [number, unknown[][]];
+  return new Map(
+    routes.map((route, i) => {
+      const [count, since] = rows[i] ?? [0, ""];
+      const oldestMs = since === "" || since === undefined ? null : Math.max(0, Number(now) - Number(since));
+      return [route, { waiting: Number(count), oldestMs }];
+    }),
+  );
+}
