@@ -514,6 +514,7 @@ describe("fault switch and counters", () => {
         hung: 0,
         commands: { set: 2, get: 2 },
         requestsWith: { set: 1, get: 2 },
+        scripts: {},
       });
       expect(b.requests).toBe(2);
       expect(await control(b, "counts")).toEqual({ status: 200, json: { result: b.counts() } });

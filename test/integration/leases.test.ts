@@ -401,73 +401,53 @@ describe("through three Worker instances", () => {
     expect(leased.all).toBeLessThan(0.75);
   });
 
-  it("a client in recurring bursts gets its later bursts decided in the isolate (fewer script requests than decisions), while a one-off burst stays fully central", async (ctx) => {
+  it("a client in one burst, then in recurring bursts: every request allowed, and decide.lua's calls within what leases allow (one take per central decision, a renewal only after a local admission, a give-back only of a grant)", async () => {
     await settled(); // what the tests before left to give back is in
-    /** BURST concurrent requests from one client into one instance: the script requests made meanwhile, and the ms from the first send to the last answer. */
-    const burst = async (ip: string) => {
-      const before = scriptRequests();
-      const sent = Date.now();
-      const rs = await Promise.all(Array.from({ length: BURST }, () => call(worker(1), "/bursty", { ip })));
-      const ms = Date.now() - sent;
-      for (const r of rs) {
+    // What the isolate calls a burst, and so whether it asks a lease, is a matter of time
+    // (src/features/rate-limit/isolate/bursts.ts, demand.ts): a one-off burst that asks nothing,
+    // recurring bursts that ask a lease the size of a burst and are decided from it are held with a
+    // test clock in test/unit/leases.test.ts. A loaded machine spreads concurrent requests and
+    // their answers over hundreds of ms, and then a one-off burst can rightly look like two to the
+    // isolate. What holds however slowly the machine sends is decide.lua's bookkeeping: each
+    // decision is one take or none (decided from a lease), a renewal follows a local admission, a
+    // give-back returns one grant of a take or a renewal; and no request is refused. Only
+    // decide.lua's calls are counted: the isolate reads its access lists with a script of their
+    // own now and then (lua/access-lists.lua, `read`), whatever the leases do.
+    const BURST = 10;
+    const calls = () => {
+      const s = db.stack.bridge.counts().scripts;
+      return { take: s.take ?? 0, lease: s.lease ?? 0, give: s.return ?? 0 };
+    };
+    /** `bursts` bursts of BURST concurrent requests from one client into one instance, `everyMs` apart, then settled: decide.lua's calls from the first send until quiet. */
+    const bursts = async (ip: string, count: number, everyMs: number) => {
+      const before = calls();
+      const answers = await paced(
+        () => Promise.all(Array.from({ length: BURST }, () => call(worker(1), "/bursty", { ip }))),
+        count,
+        everyMs,
+      );
+      for (const r of answers.results.flat()) {
         expect(r.status).toBe(200);
         expect(r.headers.get("sluice-decision")).toBe("allow");
       }
-      return { requests: scriptRequests() - before, ms };
+      await settled();
+      const after = calls();
+      return { take: after.take - before.take, lease: after.lease - before.lease, give: after.give - before.give };
     };
-    // What the isolate calls a burst is a matter of time (src/features/rate-limit/isolate/bursts.ts,
-    // demand.ts): admissions less than 100 ms apart, over within 250 ms, and no demand before a
-    // bucket has been in use for a second. A loaded machine can spread concurrent requests over
-    // more than that, and then they are, rightly, not a burst: each sequence below runs on a fresh
-    // client until its requests came as bursts (three tries). Bursts of 10, so that they take a
-    // loaded machine less time to send and answer than 20 would.
-    const BURST = 10;
-    const tries = ["1", "2", "3"];
+    const withinLeases = (c: { take: number; lease: number; give: number }, decisions: number) => {
+      expect(c.take, JSON.stringify(c)).toBeGreaterThan(0); // the first decision is central
+      expect(c.take, JSON.stringify(c)).toBeLessThanOrEqual(decisions);
+      expect(c.lease, JSON.stringify(c)).toBeLessThanOrEqual(decisions - c.take);
+      expect(c.give, JSON.stringify(c)).toBeLessThanOrEqual(c.take + c.lease);
+    };
 
-    // a one-off burst, all of it decided within a second: every decision central, no lease asked,
-    // so nothing to renew or give back later
-    let oneOff = false;
-    for (const t of tries) {
-      const ip = `10.4.0.${t}`;
-      const before = scriptRequests();
-      const b = await burst(ip);
-      if (b.ms >= 1_000) continue;
-      expect(b.requests).toBe(BURST);
-      expect((await stored(await keyOf("bursty", ipIdentity(ip)))).held).toBe(0);
-      await sleep(1_500);
-      expect(scriptRequests() - before).toBe(BURST);
-      oneOff = true;
-      break;
-    }
-
-    // bursts every 300 ms, each over within 250 ms: the first is central (it may be all there is),
-    // the ones after it ask a lease the size of a burst, and the later ones are decided from it,
-    // renewed once spent
-    let recurring: number[] | undefined;
-    const spans: number[][] = [];
-    for (const t of tries) {
-      const perBurst: Array<{ requests: number; ms: number }> = [];
-      for (let i = 0; i < 8; i++) {
-        perBurst.push(await burst(`10.4.1.${t}`));
-        await sleep(300);
-      }
-      spans.push(perBurst.map((b) => b.ms));
-      if (perBurst.some((b) => b.ms > 250)) continue;
-      recurring = perBurst.map((b) => b.requests);
-      break;
-    }
+    const oneOff = await bursts("10.4.0.1", 1, 0);
+    withinLeases(oneOff, BURST);
+    // bursts every 300 ms: on an idle machine the first two are central and the later ones decided
+    // from a lease renewed once spent (the unit tests' figures); here, whatever the machine's pace
+    const recurring = await bursts("10.4.1.1", 8, 300);
+    withinLeases(recurring, 8 * BURST);
     if (process.env.SLUICE_TEST_LOGS)
-      console.log(
-        `bursts of ${BURST}, script requests per burst: ${recurring?.join(" ")} (ms: ${JSON.stringify(spans)})`,
-      );
-    if (!oneOff || !recurring) {
-      // not a failure of sluice: this machine could not send a burst as one in three tries
-      ctx.skip(`no burst came as one in ${tries.length} tries (ms: ${JSON.stringify(spans)})`);
-      return;
-    }
-    expect(recurring[0]).toBe(BURST);
-    const later = recurring.slice(3).reduce((a, b) => a + b, 0);
-    expect(later).toBeLessThan((5 * BURST) / 2);
-    expect(Math.min(...recurring.slice(3))).toBeLessThan(BURST);
+      console.log(`bursts of ${BURST}: one-off ${JSON.stringify(oneOff)}, 8 recurring ${JSON.stringify(recurring)}`);
   });
 });
