@@ -85,7 +85,8 @@ ARGV[6..argc-1] per op (argc: #ARGV, less the clock when one is passed):
   resolve_release ""
 then, optional, the very last: "clock:{µs}", the caller's clock, used instead of TIME
 Returns  claim:     { "claimed", fence, takeover (0|1) } | { "mismatch" } | { "inflight", lease_left_ms, fence }
-                    | { "completed", status, headers, body, stored } | { "indeterminate", fence }
+                    | { "completed", status, headers, body, stored } | { "indeterminate", fence, busy }
+                    (busy 1: a lapsed claim whose call may still run: never reconciled yet)
                     | { "replay_limited", retry_after_ms }  (completed, but the principal's replays are spent)
          renew, park, complete, release, hold: { "ok" } | { "not_owner" } (renewals are not in the ledger)
                     (complete is "ok" again for the holder of a key it completed already: a retry
@@ -216,7 +217,7 @@ local function lapse(fence, ttl)
   keep_at_least(life_left() + ttl)
   index()
   ledger('lapsed', fence, '')
-  return { 'indeterminate', fence }
+  return { 'indeterminate', fence, life_left() > 0 and 1 or 0 }
 end
 
 local state, holder, fence, lease_until = unpack(redis.call('HMGET', rec, 'state', 'owner', 'fence', 'lease_until'))
@@ -234,7 +235,10 @@ if op == 'claim' then
     ledger('replay', fence, s)
     return { 'completed', s, h, b or '', stored }
   end
-  if state == 'indeterminate' then return { 'indeterminate', fence } end
+  if state == 'indeterminate' then
+    local busy = redis.call('HGET', rec, 'lapsed') == '1' and life_left() > 0
+    return { 'indeterminate', fence, busy and 1 or 0 }
+  end
   local left = tonumber(redis.call('HGET', rec, 'lease_until')) - now
   if left > 0 then return { 'inflight', left, fence } end
   -- a queued job whose delivery never started reached nobody: the next request takes over

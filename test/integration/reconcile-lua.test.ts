@@ -13,8 +13,10 @@ import { fileRedis } from "./stack.js";
 
 const db = fileRedis();
 let sha = "";
+let idemSha = "";
 beforeAll(async () => {
   sha = await db.redis.scriptLoad(readFileSync("lua/reconcile.lua", "utf8"));
+  idemSha = await db.redis.scriptLoad(readFileSync("lua/idempotency.lua", "utf8"));
 });
 
 const NOW_MS = 1_764_000_000_000; // late 2025
@@ -151,5 +153,44 @@ describe("reconcile.lua: the index", () => {
         [0, ""],
       ],
     ]);
+  });
+});
+
+describe("idempotency.lua keeps the index of indeterminate keys", () => {
+  /** lua/idempotency.lua on one key (hash `h`) of a fresh route, its index as KEYS[6]. */
+  function idem() {
+    const k = keys();
+    const all = [k.record, `${k.index}:fence`, k.ledger, `${k.index}:rp`, `${k.index}:rp`, k.index];
+    const op = (name: string, owner: string, atMs: number, ...rest: Array<string | number>) =>
+      db.redis.evalsha(idemSha, all, [name, owner, "r", "h", 100, ...rest, "{}", clock(atMs)].map(String)) as Promise<
+        unknown[]
+      >;
+    const claim = (owner: string, atMs: number, life = 60_000) =>
+      op("claim", owner, atMs, "fp", 1_000, 600_000, 1_000_000, 1, life, "order-1");
+    const members = async () => (await db.redis.zrange(k.index, 0, -1, { withScores: true })).map(String);
+    return { k, op, claim, members };
+  }
+
+  it("a hold joins it (as of then), keeps the key itself for the cron, and a resolution leaves it", async () => {
+    const r = idem();
+    expect((await r.claim("a", NOW_MS))[0]).toBe("claimed");
+    expect((await record(r.k))?.key).toBe("order-1");
+    expect(await r.members()).toEqual([]);
+    expect(await r.op("hold", "a", NOW_MS + 5, "")).toEqual(["ok"]);
+    expect(await r.members()).toEqual(["h", String(NOW_MS + 5)]);
+    expect(await r.claim("b", NOW_MS + 6)).toEqual(["indeterminate", expect.anything(), 0]);
+    expect(await r.op("resolve_release", "", NOW_MS + 7, "")).toEqual(["ok"]);
+    expect(await r.members()).toEqual([]);
+  });
+
+  it("a lapse joins it, busy while the call may run; the holder settling it takes it out", async () => {
+    const r = idem();
+    expect((await r.claim("holder", NOW_MS, 10_000))[0]).toBe("claimed");
+    // the lease (1 s) lapsed, the call's life (10 s) is not over: indeterminate and busy
+    expect(await r.claim("dup", NOW_MS + 5_000)).toEqual(["indeterminate", expect.anything(), 1]);
+    expect(await r.members()).toEqual(["h", String(NOW_MS + 5_000)]);
+    expect((await r.claim("dup", NOW_MS + 10_000))[2]).toBe(0);
+    expect(await r.op("complete", "holder", NOW_MS + 11_000, 201, "[]", "", 1, 60_000)).toEqual(["ok"]);
+    expect(await r.members()).toEqual([]);
   });
 });

@@ -159,7 +159,8 @@ export async function reconcileDuplicate(
   ask: DuplicateReconcile,
   again: () => Promise<Claim>,
 ): Promise<Claim> {
-  if (c.kind !== "indeterminate" || ask.settings.reconcile === undefined) return c;
+  // never about a call that may still be running (a lapsed claim within its call's longest life)
+  if (c.kind !== "indeterminate" || c.busy || ask.settings.reconcile === undefined) return c;
   const url = reconcileUrl(ask.settings.reconcile, ask.origin, ask.key);
   if (url === undefined) return c;
   const fence = String(c.fence);

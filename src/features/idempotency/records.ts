@@ -49,7 +49,8 @@ export type Claim =
   | { kind: "mismatch" }
   | { kind: "inflight"; leftMs: number; fence: number }
   | { kind: "completed"; status: number; headers: Array<[string, string]>; body: string; stored: boolean }
-  | { kind: "indeterminate"; fence: number }
+  /** `busy`: a lapsed claim whose call may still run (its longest life is not over): not to be reconciled yet. */
+  | { kind: "indeterminate"; fence: number; busy?: boolean }
   | { kind: "replay_limited"; retryAfterMs: number };
 
 export async function recordRef(
@@ -148,7 +149,7 @@ export async function claim(
         stored: String(d) === "1",
       };
     case "indeterminate":
-      return { kind, fence: Number(a) };
+      return { kind, fence: Number(a), busy: Number(b) === 1 };
     case "replay_limited":
       return { kind, retryAfterMs: Number(a) };
     default:

@@ -60,7 +60,8 @@ const DELIVERIES_AT_ONCE = 6;
  * retry-after (never delivered early); a 5xx or network failure is retried after the route's
  * `retry_delays`, one by one, then the job is marked `failed` and goes to the dead-letter queue
  * (a job with an idempotency key whose outcome may have acted, including a 5xx under
- * `on_origin_error = "hold"`, is failed at once, its key held indeterminate). A
+ * `on_origin_error = "hold"`, is failed at once, its key held indeterminate, unless the route's
+ * reconcile endpoint says what became of it: src/features/shedding/queue/reconcile-job.ts). A
  * job older than the route's `max_age` is dropped there unsent. A job already delivered is never
  * delivered again (the queue itself delivers at least once).
  */
