@@ -1,4 +1,4 @@
-import { ListCache } from "./features/access/lists.js";
+import type { ListCache } from "./features/access/lists.js";
 import { AdaptiveReports } from "./features/adaptive/reports.js";
 import { JwksCache } from "./features/jwt/jwt.js";
 import { BlockedBuckets } from "./features/rate-limit/isolate/blocked.js";
@@ -44,8 +44,13 @@ export class Runtime {
     ENTRIES,
     (r) => this.overrides.observe(r.store, r.version, r.receivedAt),
   );
-  /** Deny and allow lists, copied from Redis and read again in the background when a counter moves. */
-  readonly lists = new ListCache(this.versions);
+  /**
+   * Deny and allow lists, copied from Redis and read again in the background when a counter moves:
+   * made by the first middleware that applies or manages them (`listsOf`, src/features/access/lists.ts),
+   * so a Worker that applies none (`rateLimit()` alone) carries none of their code. A ban puts its
+   * entry in force here at once when there is a copy, and there is nothing to do when there is none.
+   */
+  lists?: ListCache;
   /** Decision counts waiting to be flushed to Redis. */
   readonly metrics = new MetricsBuffer();
   /** Keys of the JWKS endpoint, fetched at most every ten minutes. */
