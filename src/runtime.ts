@@ -1,6 +1,5 @@
 import type { ListCache } from "./features/access/lists.js";
 import { AdaptiveReports } from "./features/adaptive/reports.js";
-import { JwksCache } from "./features/jwt/jwt.js";
 import { BlockedBuckets } from "./features/rate-limit/isolate/blocked.js";
 import type { IsolateState } from "./features/rate-limit/decision/decision.js";
 import { LeaseBroker } from "./features/rate-limit/isolate/lease-broker.js";
@@ -53,8 +52,6 @@ export class Runtime {
   lists?: ListCache;
   /** Decision counts waiting to be flushed to Redis. */
   readonly metrics = new MetricsBuffer();
-  /** Keys of the JWKS endpoint, fetched at most every ten minutes. */
-  readonly jwks = new JwksCache();
   /** When this isolate last started a rebalance of `split` limits. */
   readonly rebalance = new RebalanceClock();
   /** What the origins of adaptive routes did, waiting to be reported to their region's Redis. */
@@ -63,7 +60,7 @@ export class Runtime {
 
   /**
    * The isolate's state of a feature not every Worker has (the gateway's validated configurations,
-   * the breakers, the admin's login throttle), made on its first use: the runtime imports none of
+   * the breakers, the admin's login throttle, the JWKS keys), made on its first use: the runtime imports none of
    * them, so an app using `rateLimit()` alone bundles none of their code.
    *
    * @example runtime.own(Breakers).of(route)

@@ -2,7 +2,7 @@ import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
 import type { Scope, Step } from "../../context.js";
 import { usesJwt } from "../../config/uses-jwt.js";
-import { verifyBearer, type Verified } from "./jwt.js";
+import { JwksCache, verifyBearer, type Verified } from "./jwt.js";
 import { AUTO_PRINCIPAL } from "../../identity/principal.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
@@ -16,7 +16,7 @@ export type Verifier = Pick<Scope, "config" | "env" | "runtime" | "bearer">;
  * ask the same question): with the `jwt` settings and the HMAC key in the Worker's `secret_env`.
  */
 export function verifiedBearer(c: Context, scope: Verifier, secret = jwtSecret(scope)): Promise<Verified> {
-  scope.bearer ??= verifyBearer(c.req.raw, scope.config.jwt, secret, scope.runtime.jwks);
+  scope.bearer ??= verifyBearer(c.req.raw, scope.config.jwt, secret, scope.runtime.own(JwksCache));
   return scope.bearer;
 }
 
