@@ -10,7 +10,6 @@ import { envConnections, type Connect } from "../region/index.js";
 import { withoutOverride } from "../routing/method.js";
 import { isolateRuntime, type Runtime } from "../runtime.js";
 import type { RedisConnection } from "../store/redis.js";
-import { verifyJwtStep } from "../features/jwt/step.js";
 import { ServedRoutes, type Duty } from "../operator/served.js";
 import type { Step } from "./step.js";
 
@@ -186,12 +185,4 @@ function optionsScope(config: Config, options: SharedOptions, matchRoutes: boole
     scope.facts.context = c;
     return scope;
   };
-}
-
-/**
- * With a `jwt` option the middleware verifies the bearer token itself (unless `verifyJwt()` or
- * hono's `jwt()` ran before), so that an `auto` or `jwt:` principal is the token's subject.
- */
-export function withJwt(config: Config, step: Step): Step[] {
-  return config.jwt ? [verifyJwtStep, step] : [step];
 }
