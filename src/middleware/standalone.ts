@@ -1,5 +1,5 @@
 import type { Context, MiddlewareHandler } from "hono";
-import { loadConfigWith, ConfigError, type Config, type ConfigSchema } from "../config/load.js";
+import { loadConfigWith, ConfigError, OPTIONS_SOURCE, type Config, type ConfigSchema } from "../config/load.js";
 import type { SluiceInput } from "../config/schema.js";
 import type { SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
@@ -75,7 +75,7 @@ export function compileOptions(
   checkRedisOption(middleware, options.redis);
   const shared = Object.fromEntries(SHARED_FIELDS.flatMap((f) => (options[f] === undefined ? [] : [[f, options[f]]])));
   const SLUICE = { ...shared, routes: [{ match: "/*", ...route }] };
-  const loaded = loadConfigWith(schema(), { SLUICE, originOptional: true });
+  const loaded = loadConfigWith(schema(), { SLUICE }, OPTIONS_SOURCE);
   if (loaded.ok) return loaded.config;
   // the options spell a route's table (idempotency, session, breaker) at their top level
   const inTable = table ? new RegExp(`^${table}\\.?`) : /^$/;
