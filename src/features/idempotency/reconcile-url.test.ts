@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { loadConfig } from "../../config/index.js";
+import { idempotency } from "../../index.js";
 import { originalStatus } from "./reconcile.js";
 import { reconcileHostProblem, reconcileTemplateProblem, reconcileUrl } from "./reconcile-url.js";
 
@@ -58,6 +59,13 @@ describe("idempotency.reconcile: the configuration", () => {
     expect(allowed.ok).toBe(true);
     // another port of the origin's host is another origin
     expect(load({ reconcile: "https://api.example.com:8443/{key}" }).ok).toBe(false);
+  });
+
+  it("holds in the middleware's options too: an app has no origin, so a full URL must be allowed", () => {
+    expect(() => idempotency({ reconcile: "https://ledger.example.net/orders/{key}" })).toThrow(
+      /idempotency\(\): reconcile: is on ledger\.example\.net/,
+    );
+    expect(() => idempotency({ reconcile: "/orders/{key}", reconcile_timeout: "1s" })).not.toThrow();
   });
 });
 
