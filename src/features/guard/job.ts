@@ -10,7 +10,7 @@ import {
   type RecordRef,
 } from "./idempotency/records.js";
 import { keepClaimed } from "./idempotency/renewal.js";
-import { callLifeMs } from "./place.js";
+import { callLifeMs, renewingOf, type GuardPlace } from "./place.js";
 import type { RecordTrail } from "./idempotency/trail.js";
 import { keepLocked, type SessionTicket } from "./session/lock-hold.js";
 import { mark, release, releaseUnsent as releaseLockUnsent, type SessionRef } from "./session/lock.js";
@@ -51,10 +51,12 @@ export function jobGuardLease(route: Route): number {
 }
 
 /** What the consumer works with. */
-export interface GuardPlace {
-  config: Config;
-  stores: Stores;
+export interface JobGuardPlace {
+  config: Pick<Config, "key_prefix" | "ledger_length">;
+  stores: Pick<Stores, "fixed">;
   defer: Defer;
+  /** How the guards are kept alive while the job is delivered (src/util/renewal.ts; a test drives its own). */
+  renewing?: GuardPlace["renewing"];
 }
 
 /** A job's guards, taken up for its delivery. */
@@ -65,13 +67,13 @@ export interface TakenUp {
   stop(): Promise<void>;
 }
 
-function claimRef(m: JobGuards, place: GuardPlace): RecordRef | undefined {
+function claimRef(m: JobGuards, place: JobGuardPlace): RecordRef | undefined {
   const { config, stores } = place;
   const store = stores.fixed(SETTLE_TIMEOUT_MS) as Store;
   return m.claim && refFromTicket(store, config.key_prefix, m.route, m.claim, jobTrail(m, config));
 }
 
-function lockRef(m: JobGuards, place: GuardPlace): SessionRef | undefined {
+function lockRef(m: JobGuards, place: JobGuardPlace): SessionRef | undefined {
   const { config, stores } = place;
   const store = stores.fixed(SETTLE_TIMEOUT_MS) as Store;
   return (
@@ -94,7 +96,7 @@ function lockRef(m: JobGuards, place: GuardPlace): SessionRef | undefined {
  * record kept for the delivery's life). Refused, nothing is delivered, and what is still the job's
  * and certainly unsent is given back. Taken up, both are renewed while the job runs.
  */
-export async function takeUpJobGuards(m: JobGuards, route: Route, place: GuardPlace): Promise<TakenUp> {
+export async function takeUpJobGuards(m: JobGuards, route: Route, place: JobGuardPlace): Promise<TakenUp> {
   const claim = claimRef(m, place);
   const lock = lockRef(m, place);
   const claimLease = route.idempotency?.lease ?? DEFAULT_LEASE_MS;
@@ -111,8 +113,8 @@ export async function takeUpJobGuards(m: JobGuards, route: Route, place: GuardPl
     return { ...none, refused: started === "sent" ? "sent" : "lost" };
   }
   const renewals: Renewal[] = [];
-  if (claim && m.claim) renewals.push(keepClaimed(claim, m.claim.owner, claimLease));
-  if (lock && m.session) renewals.push(keepLocked(lock, m.session.owner, lockLease));
+  if (claim && m.claim) renewals.push(keepClaimed(claim, m.claim.owner, claimLease, renewingOf(place)));
+  if (lock && m.session) renewals.push(keepLocked(lock, m.session.owner, lockLease, renewingOf(place)));
   for (const r of renewals) place.defer(r.done);
   return {
     stop: async () => {
@@ -133,7 +135,7 @@ export async function takeUpJobGuards(m: JobGuards, route: Route, place: GuardPl
 export async function settleJobGuards(
   m: JobGuards,
   route: Route,
-  place: GuardPlace,
+  place: JobGuardPlace,
   reply: OriginReply,
 ): Promise<void> {
   const pending: Array<Promise<void>> = [];
@@ -157,7 +159,7 @@ export async function settleJobGuards(
  * is parked (held for the job's life again, and startable by the next copy) and its lock held as
  * long. False: the claim is no longer the job's, so it must not be retried.
  */
-export async function parkJobGuards(m: JobGuards, route: Route, place: GuardPlace): Promise<boolean> {
+export async function parkJobGuards(m: JobGuards, route: Route, place: JobGuardPlace): Promise<boolean> {
   const claim = claimRef(m, place);
   const lock = lockRef(m, place);
   const lease = jobGuardLease(route);
@@ -177,7 +179,7 @@ export async function parkJobGuards(m: JobGuards, route: Route, place: GuardPlac
  */
 export async function giveBackJobGuards(
   m: JobGuards,
-  place: GuardPlace,
+  place: JobGuardPlace,
   what: { claim: boolean; lock: boolean } = { claim: true, lock: true },
 ): Promise<void> {
   const claim = claimRef(m, place);
@@ -202,7 +204,7 @@ function orSent<T extends string>(release: Promise<T>, event: string, job: strin
 }
 
 /** Releases a job's session lock outright: its delivery's outcome is known (settled) and nothing of the job runs anymore. */
-export async function releaseJobLock(m: JobGuards, place: GuardPlace): Promise<void> {
+export async function releaseJobLock(m: JobGuards, place: JobGuardPlace): Promise<void> {
   const lock = lockRef(m, place);
   if (lock && m.session)
     await release(lock, m.session.owner).catch((e: unknown) =>
@@ -211,6 +213,6 @@ export async function releaseJobLock(m: JobGuards, place: GuardPlace): Promise<v
 }
 
 /** The ledger's context of a job's claim: the trace it was queued with (forwarded to the origin too), the ledger's length. */
-function jobTrail(m: JobGuards, config: Config): RecordTrail {
+function jobTrail(m: JobGuards, config: JobGuardPlace["config"]): RecordTrail {
   return { trace: m.sluiceHeaders?.traceparent ?? newTraceparent(), ledgerLength: config.ledger_length };
 }
