@@ -11,7 +11,7 @@ import type { AdminEnv } from "../operator/context.js";
 import { dashboardApp } from "./dashboard.js";
 import { guard } from "./guard.js";
 import { healthApp } from "./health.js";
-import { idempotencyApp } from "../features/idempotency/admin.js";
+import { idempotencyApp } from "../features/guard/idempotency/admin.js";
 import { ledgerApp } from "./ledger-query.js";
 import { listsApp } from "../features/access/admin.js";
 import { listsOf } from "../features/access/lists.js";

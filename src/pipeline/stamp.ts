@@ -2,7 +2,7 @@ import type { Context } from "hono";
 import type { DecisionMeta, Scope, SluiceEnv } from "../context.js";
 import { madeWithoutRedis } from "../features/rate-limit/decision/decision.js";
 import { Problem, type DecisionHeader } from "../problem.js";
-import { IdempotencyRefusal } from "../features/idempotency/refusal.js";
+import { IdempotencyRefusal } from "../features/guard/idempotency/refusal.js";
 import { log } from "../util/log.js";
 
 /**

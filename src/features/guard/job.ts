@@ -1,19 +1,34 @@
-import type { Config, Route } from "../../../config/index.js";
-import { outcomeUnknown, type OriginReply } from "../../../origin/forward.js";
-import { noteSettled, settleClaim } from "../../idempotency/guard.js";
-import { park, refFromTicket, releaseUnsent, startDelivery, type RecordRef } from "../../idempotency/records.js";
-import { keepClaimed } from "../../idempotency/renewal.js";
-import { callLifeMs } from "../../idempotency/side-effect.js";
-import type { RecordTrail } from "../../idempotency/trail.js";
-import { keepLocked } from "../../session/guard.js";
-import { mark, release, releaseUnsent as releaseLockUnsent, type SessionRef } from "../../session/lock.js";
-import { SETTLE_TIMEOUT_MS, type Stores } from "../../../region/index.js";
-import type { Store } from "../../../store/redis.js";
-import type { Defer } from "../../../util/defer.js";
-import { logError } from "../../../util/log.js";
-import type { Renewal } from "../../../util/renewal.js";
-import { newTraceparent } from "../../../util/traceparent.js";
-import type { JobMessage } from "./queue.js";
+import type { Config, Route } from "../../config/index.js";
+import { outcomeUnknown, type OriginReply } from "../../origin/forward.js";
+import { noteKeyOutcome, settleKeyClaim } from "./idempotency/key-claim.js";
+import {
+  park,
+  refFromTicket,
+  releaseUnsent,
+  startDelivery,
+  type ClaimTicket,
+  type RecordRef,
+} from "./idempotency/records.js";
+import { keepClaimed } from "./idempotency/renewal.js";
+import { callLifeMs, renewingOf, type GuardPlace } from "./place.js";
+import type { RecordTrail } from "./idempotency/trail.js";
+import { keepLocked, type SessionTicket } from "./session/lock-hold.js";
+import { mark, release, releaseUnsent as releaseLockUnsent, type SessionRef } from "./session/lock.js";
+import { SETTLE_TIMEOUT_MS, type Stores } from "../../region/index.js";
+import type { Store } from "../../store/redis.js";
+import type { Defer } from "../../util/defer.js";
+import { logError } from "../../util/log.js";
+import type { Renewal } from "../../util/renewal.js";
+import { newTraceparent } from "../../util/traceparent.js";
+
+/** What a queued job carries of its guards (src/features/shedding/queue/queue.ts `JobGuards`). */
+export interface JobGuards {
+  id: string;
+  route: string;
+  claim?: ClaimTicket;
+  session?: SessionTicket;
+  sluiceHeaders?: Record<string, string>;
+}
 
 // A queued job's guards (its idempotency claim and session lock), taken when it was queued and
 // held unrenewed for the job's life: taken up by the consumer before it delivers (checked to be
@@ -29,17 +44,19 @@ const DEFAULT_LEASE_MS = 30_000;
  * life, `max_age` (past it the job is dropped unsent), else `status_ttl`. The consumer takes them
  * up when it delivers (renewed then as a live call's), and settles them sooner. A claim whose job
  * outlives it (lost by the queue) may be taken over, as its delivery never started; a consumer
- * that finds it so does not deliver (`takeUpGuards`).
+ * that finds it so does not deliver (`takeUpJobGuards`).
  */
 export function jobGuardLease(route: Route): number {
   return route.queue.max_age ?? route.queue.status_ttl;
 }
 
 /** What the consumer works with. */
-export interface GuardPlace {
-  config: Config;
-  stores: Stores;
+export interface JobGuardPlace {
+  config: Pick<Config, "key_prefix" | "ledger_length">;
+  stores: Pick<Stores, "fixed">;
   defer: Defer;
+  /** How the guards are kept alive while the job is delivered (src/util/renewal.ts; a test drives its own). */
+  renewing?: GuardPlace["renewing"];
 }
 
 /** A job's guards, taken up for its delivery. */
@@ -50,13 +67,13 @@ export interface TakenUp {
   stop(): Promise<void>;
 }
 
-function claimRef(m: JobMessage, place: GuardPlace): RecordRef | undefined {
+function claimRef(m: JobGuards, place: JobGuardPlace): RecordRef | undefined {
   const { config, stores } = place;
   const store = stores.fixed(SETTLE_TIMEOUT_MS) as Store;
   return m.claim && refFromTicket(store, config.key_prefix, m.route, m.claim, jobTrail(m, config));
 }
 
-function lockRef(m: JobMessage, place: GuardPlace): SessionRef | undefined {
+function lockRef(m: JobGuards, place: JobGuardPlace): SessionRef | undefined {
   const { config, stores } = place;
   const store = stores.fixed(SETTLE_TIMEOUT_MS) as Store;
   return (
@@ -79,25 +96,25 @@ function lockRef(m: JobMessage, place: GuardPlace): SessionRef | undefined {
  * record kept for the delivery's life). Refused, nothing is delivered, and what is still the job's
  * and certainly unsent is given back. Taken up, both are renewed while the job runs.
  */
-export async function takeUpGuards(m: JobMessage, route: Route, place: GuardPlace): Promise<TakenUp> {
+export async function takeUpJobGuards(m: JobGuards, route: Route, place: JobGuardPlace): Promise<TakenUp> {
   const claim = claimRef(m, place);
   const lock = lockRef(m, place);
   const claimLease = route.idempotency?.lease ?? DEFAULT_LEASE_MS;
   const lockLease = route.session?.lease ?? DEFAULT_LEASE_MS;
   const none: TakenUp = { stop: async () => undefined };
   if (lock && m.session && !(await mark(lock, m.session.owner, "start", lockLease))) {
-    await giveBack(m, place, { claim: true, lock: false });
+    await giveBackJobGuards(m, place, { claim: true, lock: false });
     return { ...none, refused: "lost" };
   }
   const started = claim && m.claim ? await startDelivery(claim, m.claim.owner, claimLease, callLifeMs(route)) : "ok";
   if (started !== "ok") {
     // a copy that started it may still run, or have reached the origin: the lock (marked now) stays until its lease runs out
-    if (started === "not_owner") await giveBack(m, place, { claim: false, lock: true });
+    if (started === "not_owner") await giveBackJobGuards(m, place, { claim: false, lock: true });
     return { ...none, refused: started === "sent" ? "sent" : "lost" };
   }
   const renewals: Renewal[] = [];
-  if (claim && m.claim) renewals.push(keepClaimed(claim, m.claim.owner, claimLease));
-  if (lock && m.session) renewals.push(keepLocked(lock, m.session.owner, lockLease));
+  if (claim && m.claim) renewals.push(keepClaimed(claim, m.claim.owner, claimLease, renewingOf(place)));
+  if (lock && m.session) renewals.push(keepLocked(lock, m.session.owner, lockLease, renewingOf(place)));
   for (const r of renewals) place.defer(r.done);
   return {
     stop: async () => {
@@ -115,20 +132,26 @@ export async function takeUpGuards(m: JobMessage, route: Route, place: GuardPlac
  * late, an interim 1xx) keeps the lock: the origin may still be acting on it, so it is left to run
  * out its lease (the caller stops renewing it), never handed to the session's next call at once.
  */
-export async function settleGuards(m: JobMessage, route: Route, place: GuardPlace, reply: OriginReply): Promise<void> {
+export async function settleJobGuards(
+  m: JobGuards,
+  route: Route,
+  place: JobGuardPlace,
+  reply: OriginReply,
+): Promise<void> {
   const pending: Array<Promise<void>> = [];
   const ref = claimRef(m, place);
   if (ref && m.claim && route.idempotency) {
-    const settlement = await settleClaim(ref, m.claim.owner, route.idempotency, reply);
+    const holder = { ref, owner: m.claim.owner, settings: route.idempotency };
+    const settlement = await settleKeyClaim(holder, reply);
     pending.push(settlement.response.arrayBuffer().then(() => undefined));
-    pending.push(settlement.settled.then((o) => noteSettled(ref, o)));
+    pending.push(settlement.outcome.then((o) => noteKeyOutcome(ref, o)));
   } else {
     pending.push(reply.response.body?.cancel() ?? Promise.resolve());
   }
   await Promise.all(pending);
   // a claim the route no longer settles stays held: its job was sent
-  if (!route.idempotency) await giveBack(m, place, { claim: true, lock: false });
-  if (!outcomeUnknown(reply)) await releaseLock(m, place);
+  if (!route.idempotency) await giveBackJobGuards(m, place, { claim: true, lock: false });
+  if (!outcomeUnknown(reply)) await releaseJobLock(m, place);
 }
 
 /**
@@ -136,7 +159,7 @@ export async function settleGuards(m: JobMessage, route: Route, place: GuardPlac
  * is parked (held for the job's life again, and startable by the next copy) and its lock held as
  * long. False: the claim is no longer the job's, so it must not be retried.
  */
-export async function parkGuards(m: JobMessage, route: Route, place: GuardPlace): Promise<boolean> {
+export async function parkJobGuards(m: JobGuards, route: Route, place: JobGuardPlace): Promise<boolean> {
   const claim = claimRef(m, place);
   const lock = lockRef(m, place);
   const lease = jobGuardLease(route);
@@ -154,9 +177,9 @@ export async function parkGuards(m: JobMessage, route: Route, place: GuardPlace)
  * either (the lock's own mark, and the claim's when it has one): one whose job may still be at the
  * origin runs out its lease instead.
  */
-export async function giveBack(
-  m: JobMessage,
-  place: GuardPlace,
+export async function giveBackJobGuards(
+  m: JobGuards,
+  place: JobGuardPlace,
   what: { claim: boolean; lock: boolean } = { claim: true, lock: true },
 ): Promise<void> {
   const claim = claimRef(m, place);
@@ -181,7 +204,7 @@ function orSent<T extends string>(release: Promise<T>, event: string, job: strin
 }
 
 /** Releases a job's session lock outright: its delivery's outcome is known (settled) and nothing of the job runs anymore. */
-export async function releaseLock(m: JobMessage, place: GuardPlace): Promise<void> {
+export async function releaseJobLock(m: JobGuards, place: JobGuardPlace): Promise<void> {
   const lock = lockRef(m, place);
   if (lock && m.session)
     await release(lock, m.session.owner).catch((e: unknown) =>
@@ -190,6 +213,6 @@ export async function releaseLock(m: JobMessage, place: GuardPlace): Promise<voi
 }
 
 /** The ledger's context of a job's claim: the trace it was queued with (forwarded to the origin too), the ledger's length. */
-function jobTrail(m: JobMessage, config: Config): RecordTrail {
+function jobTrail(m: JobGuards, config: JobGuardPlace["config"]): RecordTrail {
   return { trace: m.sluiceHeaders?.traceparent ?? newTraceparent(), ledgerLength: config.ledger_length };
 }

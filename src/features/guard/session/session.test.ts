@@ -1,7 +1,7 @@
 import { Hono, type Context } from "hono";
 import { describe, expect, it } from "vitest";
-import { countedApp, gate, middlewareRig, type Gate } from "../../../test/support/middleware-rig.js";
-import { session, type SessionOptions, type SluiceEnv } from "../../index.js";
+import { countedApp, gate, middlewareRig, type Gate } from "../../../../test/support/middleware-rig.js";
+import { session, type SessionOptions, type SluiceEnv } from "../../../index.js";
 
 /** session() in an app of its own, in Node, against a real Redis behind the Upstash-REST bridge. */
 const rig = middlewareRig("ses");

@@ -1,4 +1,4 @@
-import { Problem } from "../../problem.js";
+import { Problem } from "../../../problem.js";
 
 /**
  * A duplicate refused for its key (409 in flight or indeterminate, 422 mismatch): counted in

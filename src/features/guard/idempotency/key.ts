@@ -1,6 +1,6 @@
-import { hashIdentifier } from "../../identity/hash.js";
-import { canonicalJson } from "../../util/canonical-json.js";
-import { sha256Hex } from "../../util/digest.js";
+import { hashIdentifier } from "../../../identity/hash.js";
+import { canonicalJson } from "../../../util/canonical-json.js";
+import { sha256Hex } from "../../../util/digest.js";
 
 export type KeyResult = { ok: true; key: string } | { ok: false; detail: string } | { ok: true; key: undefined };
 

@@ -1,9 +1,9 @@
-import idempotencyLua from "../../../lua/idempotency.lua";
-import { asKeyHash, hashIdentifier, identityHash, ownedHash } from "../../identity/hash.js";
-import { pseudonym } from "../../identity/pseudonym.js";
-import { StoreError } from "../../store/deadline.js";
-import { idempotencyFenceKey, idempotencyRecordKey, idempotencyReplaysKey, ledgerKey } from "../../store/layout.js";
-import type { Store } from "../../store/redis.js";
+import idempotencyLua from "../../../../lua/idempotency.lua";
+import { asKeyHash, hashIdentifier, identityHash, ownedHash } from "../../../identity/hash.js";
+import { pseudonym } from "../../../identity/pseudonym.js";
+import { StoreError } from "../../../store/deadline.js";
+import { idempotencyFenceKey, idempotencyRecordKey, idempotencyReplaysKey, ledgerKey } from "../../../store/layout.js";
+import type { Store } from "../../../store/redis.js";
 import { ledgerContext, noteIdempotency, type RecordTrail } from "./trail.js";
 
 export const LEDGER_MAXLEN = 10_000;
@@ -113,7 +113,7 @@ export interface ClaimTerms {
  * completed key is a replay, paid from the principal's and the client address's replay buckets
  * (`replays` each) in the same call.
  */
-export async function claim(
+export async function claimRecord(
   r: RecordRef,
   owner: string,
   fp: string,
@@ -214,7 +214,7 @@ export async function complete(
 }
 
 /** Gives the key up (`release`) or marks it indeterminate (`hold`), only if `owner` holds it. */
-export async function settleFailure(
+export async function releaseOrHold(
   r: RecordRef,
   owner: string,
   how: "release" | "hold",

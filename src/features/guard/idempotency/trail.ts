@@ -7,10 +7,10 @@ import {
   observeFirstArrival,
   type FieldCounter,
   type IdempotencyOutcome,
-} from "../../metrics/idempotency.js";
-import { originFailed, type OriginReply } from "../../origin/forward.js";
-import { log } from "../../util/log.js";
-import type { IdKey } from "../../identity/pseudonym.js";
+} from "../../../metrics/idempotency.js";
+import { originFailed, type OriginReply } from "../../../origin/forward.js";
+import { log } from "../../../util/log.js";
+import type { IdKey } from "../../../identity/pseudonym.js";
 
 /** The header that tells the origin the request's trace. */
 export function traceHeader(trail: RecordTrail | undefined): Record<string, string> {

@@ -1,9 +1,9 @@
 import * as z from "zod/mini";
-import { lazy } from "../../config/lazy.js";
-import { compiledPrincipal, duration, method, principal, tierRate } from "../../config/primitives.js";
+import { lazy } from "../../../config/lazy.js";
+import { compiledPrincipal, duration, method, principal, tierRate } from "../../../config/primitives.js";
 import { isJsonPointer } from "./json-pointer.js";
-import { enLocale } from "../../config/messages.js";
-import { leaseProblem } from "../../util/renewal.js";
+import { enLocale } from "../../../config/messages.js";
+import { leaseProblem } from "../../../util/renewal.js";
 
 /** `derive = { fields, window }`: the key is these JSON pointers' values in the body, one per window (src/features/idempotency/derive.ts). */
 const deriveFields = lazy(() =>

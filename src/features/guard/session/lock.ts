@@ -1,10 +1,10 @@
-import sessionLua from "../../../lua/session.lua";
-import { asKeyHash, ownedHash } from "../../identity/hash.js";
-import { pseudonym, type IdKey } from "../../identity/pseudonym.js";
+import sessionLua from "../../../../lua/session.lua";
+import { asKeyHash, ownedHash } from "../../../identity/hash.js";
+import { pseudonym, type IdKey } from "../../../identity/pseudonym.js";
 import { LEDGER_MAXLEN } from "../idempotency/records.js";
-import { StoreError } from "../../store/deadline.js";
-import { ledgerKey, sessionFenceKey, sessionLockKey } from "../../store/layout.js";
-import type { Store } from "../../store/redis.js";
+import { StoreError } from "../../../store/deadline.js";
+import { ledgerKey, sessionFenceKey, sessionLockKey } from "../../../store/layout.js";
+import type { Store } from "../../../store/redis.js";
 
 /** A session's lock: where it lives (home region's Redis) and how the ledger names it. */
 export interface SessionRef {

@@ -1,12 +1,12 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { refFromHash, resolve } from "./records.js";
-import { asKeyHash } from "../../identity/hash.js";
-import { Problem } from "../../problem.js";
-import { PROBLEMS } from "../../problem-types.js";
-import { required, type AdminEnv } from "../../operator/context.js";
-import { BODILESS_STATUSES, badRequest, headerValue, jsonBody, replayableStatus } from "../../operator/validate.js";
-import { toBase64 } from "../../util/base64.js";
+import { asKeyHash } from "../../../identity/hash.js";
+import { Problem } from "../../../problem.js";
+import { PROBLEMS } from "../../../problem-types.js";
+import { required, type AdminEnv } from "../../../operator/context.js";
+import { BODILESS_STATUSES, badRequest, headerValue, jsonBody, replayableStatus } from "../../../operator/validate.js";
+import { toBase64 } from "../../../util/base64.js";
 
 const NO_HOME = "no Redis configured for the home region";
 

@@ -1,6 +1,6 @@
 import { renew, type RecordRef } from "./records.js";
-import { logError } from "../../util/log.js";
-import { keepRenewing, type Renewal } from "../../util/renewal.js";
+import { logError } from "../../../util/log.js";
+import { keepRenewing, type Renewal } from "../../../util/renewal.js";
 
 export type { Renewal };
 
@@ -10,8 +10,13 @@ export type { Renewal };
  * holder that died, or lost Redis, lets its lease lapse, and a lapsed claim is indeterminate, not
  * free (lua/idempotency.lua). Stops by itself when the claim is no longer this owner's.
  */
-export function keepClaimed(ref: RecordRef, owner: string, leaseMs: number): Renewal {
-  return keepRenewing(
+export function keepClaimed(
+  ref: RecordRef,
+  owner: string,
+  leaseMs: number,
+  renewing: typeof keepRenewing = keepRenewing,
+): Renewal {
+  return renewing(
     () => renew(ref, owner, leaseMs),
     leaseMs,
     (e) => logError("idempotency_renew_error", e, { route: ref.route }),

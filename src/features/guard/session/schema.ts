@@ -1,7 +1,7 @@
 import * as z from "zod/mini";
-import { lazy } from "../../config/lazy.js";
-import { compiledPrincipal, duration, keyPart, method, principal } from "../../config/primitives.js";
-import { leaseProblem } from "../../util/renewal.js";
+import { lazy } from "../../../config/lazy.js";
+import { compiledPrincipal, duration, keyPart, method, principal } from "../../../config/primitives.js";
+import { leaseProblem } from "../../../util/renewal.js";
 
 export const sessionSettings = lazy(() =>
   z.pipe(

@@ -1,7 +1,7 @@
-import { Problem } from "../../problem.js";
-import { PROBLEMS } from "../../problem-types.js";
-import { canonicalJson } from "../../util/canonical-json.js";
-import { sha256Hex } from "../../util/digest.js";
+import { Problem } from "../../../problem.js";
+import { PROBLEMS } from "../../../problem-types.js";
+import { canonicalJson } from "../../../util/canonical-json.js";
+import { sha256Hex } from "../../../util/digest.js";
 import { resolvePointer } from "./json-pointer.js";
 
 /** `derive = { fields, window }`: which body fields make a request the same request. */

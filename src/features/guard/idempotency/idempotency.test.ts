@@ -1,10 +1,10 @@
 import { Hono, type Context } from "hono";
 import { describe, expect, it } from "vitest";
-import { flushedTotals } from "../../../test/support/flushed-totals.js";
-import { background, countedApp, gate, middlewareRig } from "../../../test/support/middleware-rig.js";
-import { idempotency, type IdempotencyOptions, type SluiceEnv } from "../../index.js";
-import type { MetricsBuffer } from "../../metrics/index.js";
-import { asHash } from "../../store/replies.js";
+import { flushedTotals } from "../../../../test/support/flushed-totals.js";
+import { background, countedApp, gate, middlewareRig } from "../../../../test/support/middleware-rig.js";
+import { idempotency, type IdempotencyOptions, type SluiceEnv } from "../../../index.js";
+import type { MetricsBuffer } from "../../../metrics/index.js";
+import { asHash } from "../../../store/replies.js";
 
 /** idempotency() in an app of its own, in Node, against a real Redis behind the Upstash-REST bridge. */
 const rig = middlewareRig("idem");
