@@ -3,7 +3,7 @@ import type { Config, Route } from "./config/index.js";
 import type { Env } from "./env.js";
 import type { RequestFacts } from "./identity/identify.js";
 import type { Verified } from "./features/jwt/jwt.js";
-import type { RouteMode } from "./features/mode/store.js";
+import type { RouteMode } from "./features/access/mode/store.js";
 import type { Defer } from "./util/defer.js";
 import type { Bucket, Decision } from "./features/rate-limit/types.js";
 import type { ClientLabel } from "./metrics/labels.js";
@@ -101,7 +101,7 @@ export interface Scope {
   /** What `Sluice-Decision` says, as the steps have it so far. */
   decision: DecisionHeader;
   allowListed: boolean;
-  /** The operator switched the route to `open` or `divert` (src/features/mode/): its limits are not asked. */
+  /** The operator switched the route to `open` or `divert` (src/features/access/mode/): its limits are not asked. */
   routeOpen?: boolean;
   /** The operator's switch in force for the route, when it lets the request on (`open`; `divert`, done after the guards). */
   forcedMode?: RouteMode;

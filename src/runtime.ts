@@ -1,5 +1,5 @@
 import { ListCache } from "./features/access/lists.js";
-import { AdaptiveReports } from "./features/adaptive/reports.js";
+import { AdaptiveReports } from "./features/rate-limit/adaptive/reports.js";
 import { JwksCache } from "./features/jwt/jwt.js";
 import { BlockedBuckets } from "./features/rate-limit/isolate/blocked.js";
 import type { IsolateState } from "./features/rate-limit/decision/decision.js";

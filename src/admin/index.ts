@@ -14,7 +14,7 @@ import { healthApp } from "./health.js";
 import { idempotencyApp } from "../features/idempotency/admin.js";
 import { ledgerApp } from "./ledger-query.js";
 import { listsApp } from "../features/access/admin.js";
-import { routesApp } from "../features/mode/admin.js";
+import { routesApp } from "../features/access/mode/admin.js";
 import { metricsApp } from "./metrics.js";
 import { overridesApp } from "../features/rate-limit/admin-overrides.js";
 import { problemsApp } from "./problems.js";

@@ -1,5 +1,5 @@
 import { ownValue } from "../util/own.js";
-import { ADAPTIVE_LIMIT } from "../features/adaptive/schema.js";
+import { ADAPTIVE_LIMIT } from "../features/rate-limit/adaptive/schema.js";
 import type { ConfigWarning } from "./route-warnings.js";
 import type { LimitSettings, SluiceSettings } from "./schema.js";
 

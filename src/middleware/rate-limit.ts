@@ -12,8 +12,7 @@ import { plainConfigSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import { usesJwt } from "../config/uses-jwt.js";
 import { verifyJwtStep } from "../features/jwt/step.js";
-import { reject } from "../features/shedding/refusal.js";
-import { rateLimitStep } from "../features/rate-limit/step.js";
+import { rateLimitStep, reject } from "../features/rate-limit/step.js";
 import type { Literal } from "./literal-options.js";
 import { compileOptions, standalone, type SharedOptions } from "./standalone.js";
 

@@ -5,7 +5,7 @@ import type { Batch, Store } from "../../store/redis.js";
 import { bumpVersions, VERSION_TTL_MS, versionOf } from "../../store/versions.js";
 import { everyStore, type Stores } from "../../region/index.js";
 import type { Config } from "../../config/index.js";
-import { decodeModes, type RouteMode } from "../mode/store.js";
+import { decodeModes, type RouteMode } from "./mode/store.js";
 
 /**
  * The deny and allow lists in the home region's Redis: one hash (`{prefix}:lists`), a field per

@@ -4,7 +4,7 @@ import type { Store } from "../../store/redis.js";
 import { StoreVersions } from "../../store/versions.js";
 import { listField, readEntriesAt, type ListEntry } from "./lists-store.js";
 import { compileEntry, EntryIndex } from "./list-index.js";
-import { modeInForce, type RouteMode } from "../mode/store.js";
+import { modeInForce, type RouteMode } from "./mode/store.js";
 
 export type { ListEntry } from "./lists-store.js";
 

@@ -38,8 +38,3 @@ export function rateLimitHeaders(outcomes: readonly LimitOutcome[]): Record<stri
     RateLimit: `"${name}";r=${Math.max(0, o.remaining)};t=${Math.ceil(Math.max(0, o.resetMs) / 1000)}`,
   };
 }
-
-/** Whole seconds, rounded up, never less than one: a refused request should not retry at once. */
-export function retryAfterSeconds(ms: number): number {
-  return Math.max(1, Math.ceil(ms / 1000));
-}

@@ -1,7 +1,7 @@
 import type { Context } from "hono";
-import { countRefusal } from "../access/bans.js";
+import { countRefusal, type RefusalSite } from "../access/bans.js";
 import type { Route } from "../../config/index.js";
-import { ADAPTIVE_LIMIT } from "../adaptive/schema.js";
+import { ADAPTIVE_LIMIT } from "./adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
 import { type LimitRun, publicDecision, type Scope, type SluiceEnv, type Step } from "../../context.js";
 import { BadLimitInput, bucketsFor, keyedBuckets } from "./decision/buckets.js";
@@ -14,7 +14,9 @@ import type { Decision, LimitOutcome } from "./types.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { isMisconfigured, StoreError } from "../../store/deadline.js";
-import { withHeaders, type Shed } from "../shedding/refusal.js";
+import { tooManyRequests, withHeaders, type Refusal } from "./refusal.js";
+import { clientLabel } from "../../metrics/labels.js";
+import { idKeyOf, pseudonym } from "../../identity/pseudonym.js";
 import { limitedRoute } from "../../routing/route.js";
 import { logError, settleQuietly } from "../../util/log.js";
 
@@ -26,7 +28,7 @@ import { logError, settleQuietly } from "../../util/log.js";
  * route's adaptive limit is freed when the origin's answer is in (what its latency measures); the
  * slots of its concurrency limits once its response body has been delivered (or the client went
  * away); both at once when a later step answered instead. `shed` answers refusals: the gateway's
- * sheds them as `on_limit` says, the middleware's refuses them (src/features/shedding/refusal.ts).
+ * sheds them as `on_limit` says, the middleware's refuses them (`reject`, below).
  */
 export const rateLimitStep =
   (shed: Shed): Step =>
@@ -48,7 +50,7 @@ export const rateLimitStep =
       scope.runtime.rebalance.nudge(scope.config, scope.stores, Date.now(), scope.defer);
     if (decision.verdict === "reject" && !peek) {
       // every refusal counts towards a ban, from the blocked-bucket cache too, however it is shed
-      countRefusal(scope, decision.blocking);
+      countRefusal(refusalSite(scope), decision.blocking.limit);
       return shed(c, scope, decision);
     }
     if (decision.verdict === "shadow" && scope.meta)
@@ -305,3 +307,44 @@ function watchDelivery(c: Context<SluiceEnv>, scope: Scope, watches: readonly De
   c.res = new Response(observeBody(res.body, { onChunk, onEnd: delivered }), res);
   scope.defer(done.then(finish));
 }
+
+/** The refusal's site, as the ban count takes it. */
+function refusalSite(scope: Scope): RefusalSite {
+  const { facts, stores, config, env, defer, runtime } = scope;
+  return {
+    route: scope.route?.name,
+    facts,
+    stores,
+    config,
+    env,
+    defer,
+    lists: runtime.lists,
+    metrics: runtime.metrics,
+  };
+}
+
+/**
+ * How a refused request is answered: the gateway sheds it as the route's `on_limit` says
+ * (src/features/shedding/step.ts), the `rateLimit()` middleware, which has no `on_limit`, refuses
+ * it (`reject`), so an app using it alone carries none of the queue, fallback or divert code.
+ */
+export type Shed = (c: Context<SluiceEnv>, scope: Scope, refusal: Refusal) => Promise<Response>;
+
+/**
+ * The refusing limit and client, for the request's log line and the dashboard: the client by the
+ * keyed id of its bucket (`pseudonym`), never the bucket's plain hash, which a guess could be
+ * tested against.
+ */
+export async function noteRefusal(scope: Scope, refusal: Refusal): Promise<void> {
+  if (!scope.meta) return;
+  scope.meta.limit = refusal.blocking.limit.name;
+  const hash = refusal.blocking.key.slice(refusal.blocking.key.lastIndexOf(":") + 1);
+  scope.meta.blockedId = await pseudonym(idKeyOf(scope.env), hash);
+  scope.meta.label = clientLabel(refusal.blocking.limit, scope.facts, scope.config.labels);
+}
+
+/** `on_limit = "reject"`, the only way a refusal is answered outside the gateway: the 429 problem. */
+export const reject: Shed = async (_c, scope, refusal) => {
+  await noteRefusal(scope, refusal);
+  throw tooManyRequests(refusal, scope.route?.name ?? "-");
+};

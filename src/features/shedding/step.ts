@@ -1,7 +1,8 @@
 import type { Route } from "../../config/index.js";
 import type { Scope, Step } from "../../context.js";
 import { rateLimitHeaders } from "../rate-limit/headers.js";
-import { noteRefusal, tooManyRequests, withHeaders, type Shed } from "./refusal.js";
+import { tooManyRequests, withHeaders } from "../rate-limit/refusal.js";
+import { noteRefusal, type Shed } from "../rate-limit/step.js";
 import { enqueue } from "./queue/enqueue.js";
 import { overflowAnswer } from "./queue/overflow.js";
 import { copyAddress, fallbackFor } from "./fallback/answer.js";

@@ -1,9 +1,9 @@
 import type { Context } from "hono";
 import type { Route } from "../../../config/index.js";
 import type { Scope } from "../../../context.js";
-import { Problem } from "../../../problem.js";
+import { Problem, retryAfterSeconds } from "../../../problem.js";
 import { PROBLEMS } from "../../../problem-types.js";
-import { rateLimitHeaders, retryAfterSeconds } from "../../rate-limit/headers.js";
+import { rateLimitHeaders } from "../../rate-limit/headers.js";
 import type { Decision } from "../../rate-limit/types.js";
 import { fallbackFor } from "../fallback/answer.js";
 import { countQueue } from "../../../metrics/queue.js";

@@ -6,7 +6,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { ClientShare, clientTag, FLOOR } from "./client-share.js";
-import { loadConfig } from "../../config/index.js";
+import { loadConfig } from "../../../config/index.js";
 
 /** Feeds `clients` (one sample each, in order) and tallies what counted per client. */
 function feed(share: ClientShare, clients: readonly string[]): Map<string, number> {

@@ -1,14 +1,13 @@
 import type { Context } from "hono";
-import type { Route } from "../../config/index.js";
-import type { Scope, SluiceEnv, Step } from "../../context.js";
-import { Problem } from "../../problem.js";
-import { PROBLEMS } from "../../problem-types.js";
-import { retryAfterSeconds } from "../rate-limit/headers.js";
-import { fallbackFor } from "../shedding/fallback/answer.js";
-import { divert } from "../shedding/divert.js";
-import { countDivert } from "../../metrics/diverts.js";
+import type { Route } from "../../../config/index.js";
+import type { Scope, SluiceEnv, Step } from "../../../context.js";
+import { PROBLEMS } from "../../../problem-types.js";
+import { Problem, retryAfterSeconds } from "../../../problem.js";
+import { fallbackFor } from "../../shedding/fallback/answer.js";
+import { divert } from "../../shedding/divert.js";
+import { countDivert } from "../../../metrics/diverts.js";
 import type { RouteMode } from "./store.js";
-import { failover } from "../shedding/failover.js";
+import { failover } from "../../shedding/failover.js";
 
 /**
  * The route's degrade switch, set by an operator (`PUT /__sluice/routes/{name}/mode`) and read

@@ -1,8 +1,8 @@
 import * as z from "zod/mini";
-import { deferred, lazy } from "../../config/lazy.js";
-import { duration } from "../../config/primitives.js";
-import { MAX_IN_FLIGHT } from "../rate-limit/algorithms/registry.js";
-import { limit, reserve } from "../rate-limit/schema.js";
+import { deferred, lazy } from "../../../config/lazy.js";
+import { duration } from "../../../config/primitives.js";
+import { MAX_IN_FLIGHT } from "../algorithms/registry.js";
+import { limit, reserve } from "../schema.js";
 
 /**
  * A route's `adaptive` in-flight limit for its origin (docs/algorithms.md, Adaptive limit; src/features/adaptive/):
