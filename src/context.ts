@@ -5,7 +5,7 @@ import type { RequestFacts } from "./identity/identify.js";
 import type { Verified } from "./features/jwt/jwt.js";
 import type { RouteMode } from "./features/access/mode/store.js";
 import type { Defer } from "./util/defer.js";
-import type { Bucket, Decision } from "./features/rate-limit/types.js";
+import type { LimitRun } from "./features/rate-limit/core.js";
 import type { ClientLabel } from "./metrics/labels.js";
 import type { ForwardTarget, OriginReply } from "./origin/forward.js";
 import type { DecisionHeader } from "./problem.js";
@@ -60,16 +60,6 @@ export interface DecisionMeta {
   /** What the dashboard shows of the refused client (none under `labels = "off"`). */
   label?: ClientLabel;
   rttMs?: number;
-}
-
-/** The rate-limit step's decision, kept for what runs after the response. */
-export interface LimitRun {
-  decision: Decision;
-  buckets: Bucket[];
-  /** Decided without Redis's answer (Redis failed; `open` or `local`). */
-  degraded: boolean;
-  peek: boolean;
-  delayMs: number;
 }
 
 /**

@@ -3,17 +3,14 @@ import { countRefusal, type RefusalSite } from "../access/bans.js";
 import type { Route } from "../../config/index.js";
 import { ADAPTIVE_LIMIT } from "./adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
-import { type LimitRun, publicDecision, type Scope, type SluiceEnv, type Step } from "../../context.js";
-import { BadLimitInput, bucketsFor, keyedBuckets } from "./decision/buckets.js";
-import { decide, giveBack, madeWithoutRedis, type Bucket } from "./decision/decision.js";
+import { publicDecision, type Scope, type SluiceEnv, type Step } from "../../context.js";
+import { decideLimits, type LimitRun } from "./core.js";
+import { giveBack } from "./decision/decision.js";
 import { rateLimitHeaders } from "./headers.js";
 import { heldSlots, releaseSlots } from "./decision/in-flight.js";
 import { observeBody } from "./cost/observe-body.js";
 import { BodyCosts, chargedFromResponse, headerSettlements, readCostBody, settle } from "./cost/response-cost.js";
-import type { Decision, LimitOutcome } from "./types.js";
-import { Problem } from "../../problem.js";
-import { PROBLEMS } from "../../problem-types.js";
-import { isMisconfigured, StoreError } from "../../store/deadline.js";
+import type { LimitOutcome } from "./types.js";
 import { tooManyRequests, withHeaders, type Refusal } from "./refusal.js";
 import { clientLabel } from "../../metrics/labels.js";
 import { idKeyOf, pseudonym } from "../../identity/pseudonym.js";
@@ -38,7 +35,7 @@ export const rateLimitStep =
     const limited = limitedRoute(scope, route);
     if (limited.limits.length === 0) return next();
     const peek = route.peek !== false;
-    const run = await decideLimits(scope, limited, peek);
+    const run = await decideRequest(scope, limited, peek);
     scope.limits = run;
     if (!run) {
       scope.decision = "degraded";
@@ -101,57 +98,22 @@ function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, el
 }
 
 /**
- * The decision, or `undefined` when Redis failed and the deployment fails open. Redis failing
- * under `on_store_error = "local"` is decided by this isolate alone; under `closed` it is a 503.
- * A misconfigured store's `StoreError` is thrown as it is, whatever `on_store_error` says.
+ * The rate limiter's core (./core.ts) asked for this request: its facts, under `limited`'s limits.
+ * The round trip goes on the request's log line.
  */
-export async function decideLimits(scope: Scope, limited: Route, peek: boolean): Promise<LimitRun | undefined> {
-  const { config, region, stores, facts, runtime } = scope;
+async function decideRequest(scope: Scope, limited: Route, peek: boolean): Promise<LimitRun | undefined> {
+  const { config, region, stores, facts, runtime, defer } = scope;
+  const place = {
+    config,
+    region,
+    stores,
+    defer,
+    isolate: { ...runtime.decisions, localBuckets: runtime.localBuckets },
+  };
   const mode = peek ? "peek" : "take";
-  let buckets: Bucket[] = [];
-  try {
-    buckets = await bucketsFor(limited, facts, config, {
-      region,
-      regional: stores.decision(region),
-      home: stores.home(),
-    });
-    const started = Date.now();
-    const decision = await decide(buckets, runtime.decisions, started, scope.defer, mode);
-    if (!madeWithoutRedis(decision) && scope.meta) scope.meta.rttMs = Date.now() - started;
-    return { decision, buckets, degraded: false, peek, delayMs: delayOf(decision, peek) };
-  } catch (e) {
-    if (e instanceof BadLimitInput)
-      throw new Problem({
-        type: PROBLEMS.badRequestForLimit,
-        detail: e.message,
-        extensions: { limit: e.limit },
-      });
-    // a misconfigured store (a token refused, a URL that is not REST) is no outage: it is answered
-    // loudly where the request is answered (src/pipeline/redis-required.ts), never by on_store_error
-    if (!(e instanceof StoreError) || isMisconfigured(e)) throw e;
-    storeTrouble(e, scope);
-    if (config.on_store_error !== "local") return undefined;
-    // idempotency and sessions still apply: only the limits are decided here, by this isolate
-    const keyed = buckets.length > 0 ? buckets : await keyedBuckets(limited, facts, config, region);
-    const decision = runtime.localBuckets.decide(keyed, Date.now(), mode);
-    return { decision, buckets, degraded: true, peek, delayMs: delayOf(decision, peek) };
-  }
-}
-
-function delayOf(decision: Decision, peek: boolean): number {
-  return peek ? 0 : Math.max(0, ...decision.outcomes.map((o) => o.delayMs));
-}
-
-/** Logs a store failure; under `on_store_error = "closed"` it is the 503 the client gets. */
-function storeTrouble(e: StoreError, scope: Scope): void {
-  const { config, region, route } = scope;
-  logError("store_error", e, { reason: e.reason, region, route: route?.name, on_store_error: config.on_store_error });
-  if (config.on_store_error !== "closed") return;
-  throw new Problem({
-    type: PROBLEMS.rateLimiterUnavailable,
-    detail: `the rate limit store did not answer (${e.reason}) and this deployment fails closed`,
-    headers: { "Retry-After": "1" },
-  });
+  const run = await decideLimits(place, { route: limited, caller: { facts }, mode, cameBy: scope.route?.name });
+  if (run?.rttMs !== undefined && scope.meta) scope.meta.rttMs = run.rttMs;
+  return run;
 }
 
 /**
