@@ -22,6 +22,7 @@ import { isolateRuntime } from "../runtime.js";
 import { isMisconfigured, type StoreError } from "../store/deadline.js";
 import type { RedisConnection } from "../store/redis.js";
 import { decideLimits } from "../features/rate-limit/core.js";
+import { hasTrait } from "../features/rate-limit/algorithms/registry.js";
 import type { Decision } from "../features/rate-limit/types.js";
 import type { LimitOptions } from "./rate-limit.js";
 import { compileOptions, connectionOf, recordServed, type SharedOptions } from "./standalone.js";
@@ -132,7 +133,7 @@ function callPlace(config: Config, options: LimiterOptions, c: LimiterContext) {
  */
 function callable(limit: Limit, index: number): void {
   const named = (field: string) => `limiter(): limits[${index}] (${JSON.stringify(limit.name)}).${field}`;
-  if (limit.algorithm === "concurrency")
+  if (hasTrait(limit.algorithm, "inFlight"))
     throw new ConfigError(
       `limiter(): limits[${index}].algorithm`,
       "concurrency needs a request to end: use rateLimit()",

@@ -7,6 +7,7 @@ import { StoreError } from "../../../store/deadline.js";
 import { bucketKey, shareKeys } from "../../../store/layout.js";
 import type { Store } from "../../../store/redis.js";
 import type { Bucket, BucketParams } from "../types.js";
+import { algorithm } from "../algorithms/registry.js";
 import { ownValue } from "../../../util/own.js";
 import { floorOf, isPriority, priorityOf, type Priority } from "./priority.js";
 
@@ -92,8 +93,9 @@ export async function keyedBuckets(
       const params = paramsFor(limit, facts, priority);
       const hash = await bucketHash(limit, identity.id, region);
       const key = bucketKey(config.key_prefix, route.name, limit.name, hash);
-      if (limit.algorithm === "concurrency") return { limit, key, params, slot: crypto.randomUUID() };
-      if (limit.algorithm === "sliding_log") return { limit, key, params, entry: logEntryId() };
+      const callId = algorithm(limit.algorithm).callId;
+      if (callId === "slot") return { limit, key, params, slot: crypto.randomUUID() };
+      if (callId === "entry") return { limit, key, params, entry: logEntryId() };
       return { limit, key, params };
     }),
   );
