@@ -1,6 +1,5 @@
 import type { Context } from "hono";
 import type { DecisionMeta, Scope, SluiceEnv } from "../context.js";
-import { madeWithoutRedis } from "../features/rate-limit/decision/decision.js";
 import { Problem, type DecisionHeader } from "../problem.js";
 import { IdempotencyRefusal } from "../features/idempotency/refusal.js";
 import { log } from "../util/log.js";
@@ -67,7 +66,7 @@ function countDecision(scope: Scope, meta: DecisionMeta, decision: DecisionHeade
     blockedId: meta.blockedId,
     label: meta.label,
     region,
-    local: limits !== undefined && !limits.degraded && madeWithoutRedis(limits.decision),
+    local: limits !== undefined && !limits.degraded && limits.withoutRedis,
     // fail open leaves no run (`degraded`); the isolate's own buckets leave a degraded one, refusals too
     storeFailed: decision === "degraded" || limits?.degraded === true,
   });

@@ -3,9 +3,9 @@ import { countRefusal, type RefusalSite } from "../access/bans.js";
 import type { Route } from "../../config/index.js";
 import { ADAPTIVE_LIMIT } from "./adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
-import { publicDecision, type Scope, type SluiceEnv, type Step } from "../../context.js";
+import { publicDecision, type LimitSummary, type Scope, type SluiceEnv, type Step } from "../../context.js";
 import { decideLimits, type LimitRun } from "./core.js";
-import { giveBack } from "./decision/decision.js";
+import { giveBack, madeWithoutRedis } from "./decision/decision.js";
 import { rateLimitHeaders } from "./headers.js";
 import { heldSlots, releaseSlots } from "./decision/in-flight.js";
 import { observeBody } from "./cost/observe-body.js";
@@ -36,7 +36,7 @@ export const rateLimitStep =
     if (limited.limits.length === 0) return next();
     const peek = route.peek !== false;
     const run = await decideRequest(scope, limited, peek);
-    scope.limits = run;
+    scope.limits = run && summaryOf(run);
     if (!run) {
       scope.decision = "degraded";
       c.set("sluice", publicDecision(scope));
@@ -310,3 +310,8 @@ export const reject: Shed = async (_c, scope, refusal) => {
   await noteRefusal(scope, refusal);
   throw tooManyRequests(refusal, scope.route?.name ?? "-");
 };
+
+/** The decision as the pipeline reads it: the handler's view, and how the decision is counted. */
+function summaryOf(run: LimitRun): LimitSummary {
+  return { outcomes: run.decision.outcomes, degraded: run.degraded, withoutRedis: madeWithoutRedis(run.decision) };
+}

@@ -1,7 +1,6 @@
 import type { Context } from "hono";
-import type { Scope, SluiceEnv, Step } from "../../../context.js";
+import type { Scope, SluiceEnv, Step, SwitchInForce } from "../../../context.js";
 import { shedWithoutOrigin } from "../../shedding/step.js";
-import type { RouteMode } from "./store.js";
 import { failover } from "../../shedding/failover.js";
 
 /**
@@ -53,6 +52,6 @@ export const modeDivertStep: Step = async (c, scope, next) => {
  * static fallback page (`fallback`, and `divert` when the divert origin gave nothing), else the 503
  * problem.
  */
-function answerSwitched(c: Context<SluiceEnv>, scope: Scope, switched: RouteMode): Promise<Response> {
+function answerSwitched(c: Context<SluiceEnv>, scope: Scope, switched: SwitchInForce): Promise<Response> {
   return shedWithoutOrigin(c, scope, { kind: "switch", switched });
 }
