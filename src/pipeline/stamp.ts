@@ -78,7 +78,7 @@ function countDecision(scope: Scope, meta: DecisionMeta, decision: DecisionHeade
  * `Sluice-Decision` the handler's response carries is no sign of it): this one's decision is then
  * counted only (its route's metrics), the nearer one's headers stay.
  */
-export function settle(c: Context<SluiceEnv>, scope: Scope | undefined, nested: boolean): void {
+export function stampAndCount(c: Context<SluiceEnv>, scope: Scope | undefined, nested: boolean): void {
   if (!nested || c.get("sluiceStamped") !== true) stamp(c, scope);
   else if (scope?.meta && firstOfRoute(c, scope.meta.route))
     record(scope, scope.meta, decisionOf(c, scope), countsAsDecision(c));

@@ -23,7 +23,7 @@ export const breakerStep: Step = async (c, scope, next) => {
   const admission = breaker?.admit(Date.now());
   if (admission && !admission.pass) {
     if (!failsOver(scope, route)) return breakerOpen(c, scope, admission.retryAfterMs);
-    // the divert origin answers in the origin's place, after the limits and guards (src/pipeline/forward.ts)
+    // the divert origin answers in the origin's place, after the limits and guards (src/pipeline/forward-to-origin.ts)
     scope.failover = "breaker";
     if (scope.meta) scope.meta.limit = "breaker";
     return next();

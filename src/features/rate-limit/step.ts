@@ -9,7 +9,13 @@ import { giveBack, madeWithoutRedis } from "./decision/decision.js";
 import { rateLimitHeaders } from "./headers.js";
 import { heldSlots, releaseSlots } from "./decision/in-flight.js";
 import { observeBody } from "./cost/observe-body.js";
-import { BodyCosts, chargedFromResponse, headerSettlements, readCostBody, settle } from "./cost/response-cost.js";
+import {
+  BodyCosts,
+  chargedFromResponse,
+  headerSettlements,
+  readCostBody,
+  settleResponseCosts,
+} from "./cost/response-cost.js";
 import type { LimitOutcome } from "./types.js";
 import { tooManyRequests, withHeaders, type Refusal } from "./refusal.js";
 import { clientLabel } from "../../metrics/labels.js";
@@ -173,11 +179,11 @@ function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun):
   if (charged.length === 0) return undefined;
   const { overrides } = scope.runtime;
   const due = headerSettlements(charged, c.res);
-  if (due.length > 0) scope.defer(settle(due, overrides).catch(settleFailed));
+  if (due.length > 0) scope.defer(settleResponseCosts(due, overrides).catch(settleFailed));
   const body = BodyCosts.of(charged, c.res);
   if (!body) return undefined;
   if (!c.res.body) {
-    scope.defer(settle(body.due(true), overrides).catch(settleFailed));
+    scope.defer(settleResponseCosts(body.due(true), overrides).catch(settleFailed));
     return undefined;
   }
   const [toClient, toRead] = c.res.body.tee();
@@ -185,7 +191,7 @@ function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun):
   let delivered: () => void = () => undefined;
   const deliveryOver = new Promise<void>((resolve) => (delivered = resolve));
   const read = readCostBody(toRead, body, deliveryOver);
-  scope.defer(read.then((whole) => settle(body.due(whole), overrides)).catch(settleFailed));
+  scope.defer(read.then((whole) => settleResponseCosts(body.due(whole), overrides)).catch(settleFailed));
   return { finish: async () => delivered() };
 }
 

@@ -11,7 +11,7 @@ import type { Problem } from "../../problem.js";
 import { rateLimitHeaders } from "../rate-limit/headers.js";
 import { tooManyRequests, withHeaders, type Refusal } from "../rate-limit/refusal.js";
 import { divert } from "./divert.js";
-import { fallbackFor } from "./fallback/answer.js";
+import { fallbackFor } from "./fallback/fallback-page.js";
 import { breakerOpenProblem, queueFullProblem, switchedProblem, type SwitchedMode } from "./last-word.js";
 import type { Overflow } from "./queue/enqueue.js";
 import type { ShedSite } from "./site.js";

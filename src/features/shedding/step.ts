@@ -4,7 +4,7 @@ import type { Scope, SluiceEnv, Step } from "../../context.js";
 import { noteRefusal, type Shed } from "../rate-limit/step.js";
 import { enqueue } from "./queue/enqueue.js";
 import { countOverflow } from "./queue/overflow.js";
-import { copyAddress } from "./fallback/answer.js";
+import { copyAddress } from "./fallback/fallback-page.js";
 import { isKeepable, keepCopy } from "./fallback/copies.js";
 import { answerWithoutOrigin, type ShedReason } from "./shedder.js";
 import type { ShedSite } from "./site.js";

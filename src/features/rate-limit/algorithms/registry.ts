@@ -13,7 +13,7 @@ import type { AlgorithmColumns } from "../decision/limit-columns.js";
 
 /**
  * Every algorithm sluice knows, and what each place that treats them differently needs to know:
- * decide.lua's ARGV (src/features/rate-limit/decision/script-call.ts), the blocked-bucket cache (isolate/answer.ts, decision/settle.ts), leases
+ * decide.lua's ARGV (src/features/rate-limit/decision/script-call.ts), the blocked-bucket cache (isolate/isolate-answer.ts, decision/settle-decision.ts), leases
  * (lease-broker.ts, and the schema's `lease` default), local decisions (local.ts), and the
  * configuration's checks (../schema.ts, config/exactness.ts). An algorithm is one entry here
  * plus its table in lua/decide.lua (`code` is its index in the script's `algorithms`); one that
