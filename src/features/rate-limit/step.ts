@@ -75,7 +75,7 @@ export const rateLimitStep =
   };
 
 /**
- * A response of an adaptive route is a sample of its origin (src/features/adaptive/): the gateway's own
+ * A response of an adaptive route is a sample of its origin (src/features/rate-limit/adaptive/): the gateway's own
  * measure of the origin when it forwarded (none when a later step answered instead, a replay or a
  * conflict), or, in an app, how long the handlers after this middleware took. A 4xx (a 429 from
  * the origin's own per-user limit, a 408 for a client too slow to send) is about the client's

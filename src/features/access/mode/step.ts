@@ -2,6 +2,7 @@ import type { Context } from "hono";
 import type { Scope, SluiceEnv, Step, SwitchInForce } from "../../../context.js";
 import { shedWithoutOrigin } from "../../shedding/step.js";
 import { failover } from "../../shedding/failover.js";
+import { listsOf } from "../lists.js";
 
 /**
  * The route's degrade switch, set by an operator (`PUT /__sluice/routes/{name}/mode`) and read
@@ -17,7 +18,7 @@ export const routeModeStep: Step = async (c, scope, next) => {
   const route = scope.route;
   if (!route) return next();
   const source = { prefix: scope.config.key_prefix, store: scope.stores.home() };
-  const forced = await scope.runtime.lists.modeOf(source, route.name, scope.defer);
+  const forced = await listsOf(scope.runtime).modeOf(source, route.name, scope.defer);
   if (!forced) return next();
   if (scope.meta) scope.meta.limit = `mode:${forced.mode}`;
   if (forced.mode === "open" || (forced.mode === "divert" && route.divertUrl)) {

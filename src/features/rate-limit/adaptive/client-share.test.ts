@@ -1,5 +1,5 @@
 /**
- * Each client's share of an adaptive report (src/features/adaptive/client-share.ts): whatever the order in
+ * Each client's share of an adaptive report (src/features/rate-limit/adaptive/client-share.ts): whatever the order in
  * which clients' samples arrive, no client holds more than max(FLOOR, share × counted) of what the
  * report counts; a lone client still counts FLOOR; the table of clients stays bounded.
  */
