@@ -6,7 +6,7 @@ import { rateLimitStep } from "../features/rate-limit/step.js";
 import { keepFallbackCopies, shed } from "../features/shedding/step.js";
 import { verifyJwtStep } from "../features/jwt/step.js";
 import { jobStatus } from "../features/shedding/queue/enqueue.js";
-import { modeDivertStep, routeModeStep } from "../features/mode/step.js";
+import { modeDivertStep, routeModeStep } from "../features/access/mode/step.js";
 
 /** The steps of the request path, in the order a request meets them (the gateway's and `sluice()`'s). */
 export const PIPELINE_STEPS: Step[] = [

@@ -1,8 +1,7 @@
 import type { Config, Route } from "../../../config/index.js";
 import type { Env } from "../../../env.js";
-import type { RequestFacts } from "../../../identity/identify.js";
-import { bucketsFor } from "../../rate-limit/decision/buckets.js";
-import { decide, type IsolateState } from "../../rate-limit/decision/decision.js";
+import { decideLimits } from "../../rate-limit/core.js";
+import type { IsolateState } from "../../rate-limit/decision/decision.js";
 import type { Defer } from "../../../util/defer.js";
 import { heldSlots, releaseSlots } from "../../rate-limit/decision/in-flight.js";
 import type { OverrideCopies } from "../../rate-limit/decision/overrides.js";
@@ -192,20 +191,15 @@ async function paced(
   const { config, stores, runtime, defer, env } = consumer;
   const m = message.body;
   // the claims sluice verified at enqueue: the job is decided on the buckets, tier and priority of the live request
-  const facts: RequestFacts = {
-    ip: m.ip,
-    matchPath: m.matchPath,
-    headers: request.headers,
-    url: new URL(request.url),
-    ...(m.claims ? { claims: m.claims } : {}),
+  const caller = {
+    facts: { ip: m.ip, matchPath: m.matchPath, headers: request.headers, url: new URL(request.url), claims: m.claims },
   };
-  const buckets = await bucketsFor(route, facts, config, {
-    region: m.region,
-    regional: stores.decision(m.region),
-    home: stores.home(),
-  });
+  const place = { config, region: m.region, stores, defer, isolate: runtime.decisions };
   for (;;) {
-    const decision = await decide(buckets, runtime.decisions, Date.now(), defer);
+    // a Redis that does not answer is thrown: the job is tried again later, never let past its limits
+    const run = await decideLimits(place, { route, caller, mode: "take", onStoreError: "throw" });
+    if (!run) throw new Error("the rate limiter decided nothing");
+    const { decision, buckets } = run;
     const held = heldSlots(decision);
     if (decision.verdict !== "reject")
       return {

@@ -1,12 +1,12 @@
 /**
- * Each client's share of an adaptive report (src/features/adaptive/client-share.ts): whatever the order in
+ * Each client's share of an adaptive report (src/features/rate-limit/adaptive/client-share.ts): whatever the order in
  * which clients' samples arrive, no client holds more than max(FLOOR, share × counted) of what the
  * report counts; a lone client still counts FLOOR; the table of clients stays bounded.
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { ClientShare, clientTag, FLOOR } from "./client-share.js";
-import { loadConfig } from "../../config/index.js";
+import { loadConfig } from "../../../config/index.js";
 
 /** Feeds `clients` (one sample each, in order) and tallies what counted per client. */
 function feed(share: ClientShare, clients: readonly string[]): Map<string, number> {

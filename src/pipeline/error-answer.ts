@@ -6,14 +6,14 @@ import { PROBLEMS } from "../problem-types.js";
 import { logError } from "../util/log.js";
 
 /** The response to an error thrown in a pipeline; throws the error on when it is not sluice's to answer. */
-export type Answer = (err: Error, c: Context, scope: Scope | undefined) => Response;
+export type ErrorAnswer = (err: Error, c: Context, scope: Scope | undefined) => Response;
 
 /**
  * The gateway's answer: a problem is answered as itself; anything else that throws becomes a 500
  * problem (still stamped with the decision headers), never a bare 500. Types take the
  * configuration's `problem_base` once a scope exists (before it, the configuration may be the problem).
  */
-export const answerAll: Answer = (err, _c, scope) => {
+export const answerEveryError: ErrorAnswer = (err, _c, scope) => {
   const base = scope?.config.problem_base;
   if (err instanceof Problem) return err.getResponse(base);
   if (err instanceof HTTPException) return err.getResponse();
@@ -25,7 +25,7 @@ export const answerAll: Answer = (err, _c, scope) => {
  * A middleware's answer in an app: its own refusals (problems) replace the response whole; any
  * other exception is the app's (its handler's), thrown on to the app's error handler.
  */
-export const answerProblems: Answer = (err, c, scope) => {
+export const answerOwnProblems: ErrorAnswer = (err, c, scope) => {
   if (!(err instanceof Problem)) throw err;
   c.res = undefined;
   return err.getResponse(scope?.config.problem_base);

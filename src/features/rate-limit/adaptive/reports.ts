@@ -1,14 +1,14 @@
-import adaptiveLua from "../../../lua/adaptive.lua";
-import type { Route } from "../../config/index.js";
-import type { Defer } from "../../util/defer.js";
-import type { OverrideCopies } from "../rate-limit/decision/overrides.js";
-import type { Bucket, LimitOutcome } from "../rate-limit/types.js";
-import { asKeyHash, type KeyHash } from "../../identity/hash.js";
-import { StoreError } from "../../store/deadline.js";
-import { adaptiveStateKey, overrideField, overridesKeyOfBucket, versionKey } from "../../store/layout.js";
+import adaptiveLua from "../../../../lua/adaptive.lua";
+import type { Route } from "../../../config/index.js";
+import type { Defer } from "../../../util/defer.js";
+import type { OverrideCopies } from "../decision/overrides.js";
+import type { Bucket, LimitOutcome } from "../types.js";
+import { asKeyHash, type KeyHash } from "../../../identity/hash.js";
+import { StoreError } from "../../../store/deadline.js";
+import { adaptiveStateKey, overrideField, overridesKeyOfBucket, versionKey } from "../../../store/layout.js";
 import { ClientShare } from "./client-share.js";
-import { latencyBucket, QUANTILES, serialiseHistogram } from "../../metrics/histogram.js";
-import { settleQuietly } from "../../util/log.js";
+import { latencyBucket, QUANTILES, serialiseHistogram } from "../../../metrics/histogram.js";
+import { settleQuietly } from "../../../util/log.js";
 
 /*
  * The isolate's side of an adaptive limit (docs/algorithms.md, Adaptive limit): each response of an adaptive

@@ -1,15 +1,8 @@
 import type { Context } from "hono";
-import type { Route } from "../../config/index.js";
-import type { Scope, SluiceEnv, Step } from "../../context.js";
-import { Problem } from "../../problem.js";
-import { PROBLEMS } from "../../problem-types.js";
-import { retryAfterSeconds } from "../rate-limit/headers.js";
-import { fallbackFor } from "../shedding/fallback/answer.js";
-import { divert } from "../shedding/divert.js";
-import { countDivert } from "../../metrics/diverts.js";
-import type { RouteMode } from "./store.js";
-import { listsOf } from "../access/lists.js";
-import { failover } from "../shedding/failover.js";
+import type { Scope, SluiceEnv, Step, SwitchInForce } from "../../../context.js";
+import { shedWithoutOrigin } from "../../shedding/step.js";
+import { failover } from "../../shedding/failover.js";
+import { listsOf } from "../lists.js";
 
 /**
  * The route's degrade switch, set by an operator (`PUT /__sluice/routes/{name}/mode`) and read
@@ -34,7 +27,7 @@ export const routeModeStep: Step = async (c, scope, next) => {
     scope.forcedMode = forced;
     return next();
   }
-  return answerForced(c, scope, route, forced);
+  return answerSwitched(c, scope, forced);
 };
 
 /**
@@ -50,44 +43,16 @@ export const modeDivertStep: Step = async (c, scope, next) => {
   const forced = scope.forcedMode;
   if (!route || forced?.mode !== "divert") return next();
   if (scope.sluiceHeaders["sluice-fencing-token"] !== undefined) return failover(scope, c.req.raw, "mode");
-  return answerForced(c, scope, route, forced);
+  return answerSwitched(c, scope, forced);
 };
 
 /**
- * A request of a route switched to `fallback`, `reject` or `divert`, answered as that shedding
- * answers a refusal, but with no refusal to report (no limit refused it, so no `RateLimit`
- * headers): the divert origin's answer (`divert`), else the last good copy or the static fallback
- * page (`fallback`, and `divert` when the divert origin gave nothing), else the 503 problem.
+ * A request of a route switched to `fallback`, `reject` or `divert`, answered by the shedder as
+ * that shedding answers a refusal, but with no refusal to report (no limit refused it, so no
+ * `RateLimit` headers): the divert origin's answer (`divert`), else the last good copy or the
+ * static fallback page (`fallback`, and `divert` when the divert origin gave nothing), else the 503
+ * problem.
  */
-async function answerForced(c: Context<SluiceEnv>, scope: Scope, route: Route, forced: RouteMode): Promise<Response> {
-  if (forced.mode === "divert") {
-    const diverted = await divert(c, scope, route);
-    if (diverted) {
-      scope.decision = "diverted";
-      countDivert(scope.runtime.metrics, route.name, "mode");
-      return diverted;
-    }
-  }
-  if (forced.mode !== "reject") {
-    const copy = await fallbackFor(c, scope);
-    if (copy) {
-      scope.decision = "fallback";
-      return copy;
-    }
-  }
-  throw degraded(route, forced);
-}
-
-/**
- * 503, not 429: the client is over no limit of its own, the operator has taken the route out of
- * service; `Retry-After` is when the switch ends by itself.
- */
-function degraded(route: Route, forced: RouteMode): Problem {
-  const retryAfterMs = Math.max(0, forced.until - Date.now());
-  return new Problem({
-    type: PROBLEMS.routeDegraded,
-    detail: `route "${route.name}" is switched to "${forced.mode}" by the operator for ${retryAfterMs} ms more`,
-    extensions: { mode: forced.mode, retry_after_ms: retryAfterMs },
-    headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)) },
-  });
+function answerSwitched(c: Context<SluiceEnv>, scope: Scope, switched: SwitchInForce): Promise<Response> {
+  return shedWithoutOrigin(c, scope, { kind: "switch", switched });
 }

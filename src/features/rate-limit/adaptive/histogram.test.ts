@@ -5,8 +5,8 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { bucketBound, LAST_BUCKET, latencyBucket, serialiseHistogram } from "../../metrics/histogram.js";
-import { loadConfig } from "../../config/index.js";
+import { bucketBound, LAST_BUCKET, latencyBucket, serialiseHistogram } from "../../../metrics/histogram.js";
+import { loadConfig } from "../../../config/index.js";
 
 const ORIGIN_URL = "https://api.example.com";
 const routeWith = (over: Record<string, unknown>) => ({

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startOrigin, type DemoOrigin } from "@sluice/dev";
-import { background, countedApp, middlewareRig, TIMEOUT_MS } from "../../../test/support/middleware-rig.js";
-import { sluice } from "../../index.js";
-import { listsKey, versionKey } from "../../store/layout.js";
+import { background, countedApp, middlewareRig, TIMEOUT_MS } from "../../../../test/support/middleware-rig.js";
+import { sluice } from "../../../index.js";
+import { listsKey, versionKey } from "../../../store/layout.js";
 import { modeField, type RouteMode } from "./store.js";
 
 /**

@@ -1,11 +1,11 @@
 import * as z from "zod/mini";
-import { deferred, lazy } from "../../config/lazy.js";
-import { duration } from "../../config/primitives.js";
-import { MAX_IN_FLIGHT } from "../rate-limit/algorithms/registry.js";
-import { limit, reserve } from "../rate-limit/schema.js";
+import { deferred, lazy } from "../../../config/lazy.js";
+import { duration } from "../../../config/primitives.js";
+import { MAX_IN_FLIGHT } from "../algorithms/registry.js";
+import { limit, reserve } from "../schema.js";
 
 /**
- * A route's `adaptive` in-flight limit for its origin (docs/algorithms.md, Adaptive limit; src/features/adaptive/):
+ * A route's `adaptive` in-flight limit for its origin (docs/algorithms.md, Adaptive limit; src/features/rate-limit/adaptive/):
  * the limit moves with the origin's latency at `latency` (a percentile) towards `target`, or,
  * without one, towards `tolerance` times the latency it learns the origin has unloaded.
  */
@@ -48,7 +48,7 @@ export const ADAPTIVE_LIMIT = "adaptive";
 /**
  * The concurrency limit an adaptive route is decided with: one bucket per region (`global` key,
  * `region` scope), `initial` slots until the region's Redis holds a learnt figure, which reaches
- * the script as an override of this bucket (src/features/adaptive/).
+ * the script as an override of this bucket (src/features/rate-limit/adaptive/).
  */
 export function adaptiveLimit(a: z.output<ReturnType<typeof adaptiveSettings>>, originTimeoutMs: number) {
   return limit().parse({

@@ -13,7 +13,7 @@ import { longestWait } from "./verdict.js";
  * remembered in the blocked-bucket cache (`blocked`). Without either (a peek) the isolate is left
  * as it was. Throws the central call's `StoreError` when a Redis failed and no lease answers.
  */
-export function settle(
+export function settleDecision(
   buckets: Bucket[],
   central: CentralAnswer,
   asks: Map<Bucket, number>,

@@ -40,7 +40,7 @@ const UNAUTHORISED: ProblemInit = {
  * throttled per client) or the dashboard's session. Without a configured token the whole API is
  * off (404). Sets `authorised` for the handlers.
  */
-export function guard(throttle: AuthThrottle): MiddlewareHandler<AdminEnv> {
+export function tokenGate(throttle: AuthThrottle): MiddlewareHandler<AdminEnv> {
   return async (c, next) => {
     const token = c.env.SLUICE_ADMIN_TOKEN;
     const health = c.req.path === HEALTH;

@@ -1,14 +1,14 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import type { Config } from "../../config/index.js";
-import { parseDuration } from "../../config/duration.js";
-import type { Stores } from "../../region/index.js";
-import { adminHandlers, required, requireServed, type AdminEnv } from "../../operator/context.js";
-import { adminActor, ledgerAdminAction } from "../../operator/ledger.js";
-import { badRequest, duration, jsonBody } from "../../operator/validate.js";
-import { PROBLEMS } from "../../problem-types.js";
-import { announce, readEntriesAt, removeField, writeField } from "../access/lists-store.js";
-import { APPLIED, rereadHere, type ListsCopy } from "../access/admin.js";
+import type { Config } from "../../../config/index.js";
+import { parseDuration } from "../../../config/duration.js";
+import type { Stores } from "../../../region/index.js";
+import { adminHandlers, required, requireServed, type AdminEnv } from "../../../operator/context.js";
+import { adminActor, ledgerAdminAction } from "../../../operator/ledger.js";
+import { badRequest, duration, jsonBody } from "../../../operator/validate.js";
+import { PROBLEMS } from "../../../problem-types.js";
+import { announce, readEntriesAt, removeField, writeField } from "../lists-store.js";
+import { APPLIED, rereadHere, type ListsCopy } from "../admin.js";
 import { FORCED_MODES, modeField, modeInForce, type RouteMode } from "./store.js";
 
 const modeBody = z
