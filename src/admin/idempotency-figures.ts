@@ -6,7 +6,7 @@ import type { Config } from "../config/index.js";
 import { duplicateFigures, idempotencyFigures, noFigures } from "../metrics/idempotency.js";
 import type { IdempotencyRow } from "./dashboard-data.js";
 import { quantile } from "./figures.js";
-import type { IndeterminateWaiting } from "../features/idempotency/reconcile-sweep.js";
+import type { IndeterminateWaiting } from "../features/guard/idempotency/reconcile-sweep.js";
 
 /** The figures of every route with an `idempotency` table, over `hour` (in configuration order). */
 export function idempotencyRows(

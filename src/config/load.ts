@@ -4,7 +4,7 @@ import { enLocale } from "./messages.js";
 import { exactnessProblem, maxDelayProblem, responseMaxProblem } from "./exactness.js";
 import { compilePattern, type PathPattern } from "../routing/match.js";
 import { divertReasons, type DivertReason } from "../features/shedding/schema.js";
-import { reconcileHostProblem } from "../features/idempotency/reconcile-url.js";
+import { reconcileHostProblem } from "../features/guard/idempotency/reconcile-url.js";
 
 /** A limit as the request path uses it (durations in ms, key as a list of parts). */
 export type Limit = LimitSettings;
@@ -170,7 +170,7 @@ function compile(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource): 
 /** The error for a field of the limit being compiled, by its path within the limit. */
 type LimitError = (path: string[], problem: string) => ConfigError;
 
-/** A reconcile URL is trusted only from the origin's host or one the route allows (src/features/idempotency/reconcile-url.ts). */
+/** A reconcile URL is trusted only from the origin's host or one the route allows (src/features/guard/idempotency/reconcile-url.ts). */
 function checkReconcileHost(r: RouteSettings, ri: number, originUrl: URL | undefined, written: unknown): void {
   const template = r.idempotency?.reconcile;
   const problem = template === undefined ? undefined : reconcileHostProblem(template, originUrl, r.queue.callbacks);

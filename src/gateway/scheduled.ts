@@ -4,11 +4,11 @@ import { rebalance, type RebalanceReport } from "../region/rebalance.js";
 import { ConfigCache } from "../config/cache.js";
 import type { Runtime } from "../runtime.js";
 import { log } from "../util/log.js";
-import { reconcileSweep } from "../features/idempotency/reconcile-sweep.js";
+import { reconcileSweep } from "../features/guard/idempotency/reconcile-sweep.js";
 
 /**
  * The cron trigger: rebalance split limits even when no request nudges it, and reconcile the
- * idempotency keys left indeterminate (src/features/idempotency/reconcile-sweep.ts).
+ * idempotency keys left indeterminate (src/features/guard/idempotency/reconcile-sweep.ts).
  */
 export async function onSchedule(env: Env, runtime: Runtime): Promise<RebalanceReport | undefined> {
   const loaded = runtime.own(ConfigCache).of(env);

@@ -1,6 +1,6 @@
 /*
  * The allowlist of URLs a route may call besides its origin: a queued job's completion callbacks
- * (`queue.callbacks`), and the hosts a reconcile URL may be on (src/features/idempotency/reconcile-url.ts).
+ * (`queue.callbacks`), and the hosts a reconcile URL may be on (src/features/guard/idempotency/reconcile-url.ts).
  * A module of its own, free of the configuration, so the configuration's checks can use it.
  */
 
