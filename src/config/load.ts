@@ -127,6 +127,7 @@ function compile(schema: ConfigSchema, vars: ConfigVars): Config {
   const s = parsed.data;
   checkWorker(s, vars, written);
   if (originUrl) s.routes.forEach((r, ri) => checkKeptThroughCall(r, ri, written));
+  s.routes.forEach((r, ri) => checkMcpWindow(r, ri, written));
   return {
     ...s,
     originUrl,
@@ -183,6 +184,22 @@ function checkKeptThroughCall(r: RouteSettings, ri: number, written: unknown): v
   throw fieldError(
     ["SLUICE", "routes", ri, "idempotency", ...(derived ? ["derive", "window"] : ["ttl"])],
     `must be at least the route's origin_timeout (${i.ttl} ms < ${r.origin_timeout} ms): it is kept from the answer, and a call may run origin_timeout before it answers, so a shorter one cannot mean "a duplicate this long after the first is new"; raise it or lower origin_timeout`,
+    written,
+  );
+}
+
+/**
+ * An MCP route keeps a guarded call's result `mcp.window` from its answer (its `ttl`): as with a
+ * key's ttl, at least the call (`origin_timeout`), and longer than the claim's `lease`.
+ */
+function checkMcpWindow(r: RouteSettings, ri: number, written: unknown): void {
+  if (!r.mcp) return;
+  const lease = r.idempotency?.lease ?? 30_000;
+  const floor = Math.max(r.origin_timeout, lease + 1);
+  if (r.mcp.window >= floor) return;
+  throw fieldError(
+    ["SLUICE", "routes", ri, "mcp", "window"],
+    `must be at least the route's origin_timeout (${r.origin_timeout} ms) and longer than the claims' lease (${lease} ms): a call's result is kept this long from its answer`,
     written,
   );
 }
