@@ -33,6 +33,7 @@ const SLUICE: SluiceInput = {
     }),
     mcpRoute("shop-json", "/json-mcp"),
     mcpRoute("shop-stateless", "/stateless-mcp", { origin_timeout: "1s", mcp: { wait: "20s" } }),
+    mcpRoute("shop-stateless-long", "/stateless-long-mcp"),
   ],
 };
 
@@ -144,6 +145,9 @@ describe("a guarded call repeated with new ids runs once", () => {
     const fences = origin.fences.slice(before).map(Number);
     expect(fences).toHaveLength(2);
     expect(fences[1]).toBeGreaterThan(fences[0] as number);
+    // the ledger's entries of a guarded call name its tool
+    const ledger = JSON.stringify(await rig.redis.xrange("mcp:ledger", "-", "+"));
+    expect(ledger).toContain('"tool","create_order"');
   });
 
   it("a result with isError is kept too: the tool ran", async () => {
@@ -220,6 +224,26 @@ describe("a slow call the client gives up on", () => {
     const again = await client.callTool({ name: "slow", arguments: { ref: "s-2" } });
     expect(textOf(again)).toBe("slow s-2 done");
     expect(origin.runs("slow", { ref: "s-2" })).toBe(1);
+  });
+
+  it("a client that closes its stream (the 2026-07-28 cancel) does not close the server's: the retry gets the result", async () => {
+    const gate = origin.gate("s-3");
+    const closing = new AbortController();
+    const first = fetch(new URL("/stateless-long-mcp", base), {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream" },
+      body: JSON.stringify(callBody(1, "slow", { ref: "s-3" })),
+      signal: closing.signal,
+    }).catch((e: unknown) => e);
+    await gate.entered;
+    closing.abort();
+    expect(await first).toBeInstanceOf(Error);
+    const retry = rawPost("/stateless-long-mcp", callBody(2, "slow", { ref: "s-3" }));
+    gate.open();
+    const body = (await (await retry).json()) as { id: number; result: unknown };
+    expect(body.id).toBe(2);
+    expect(textOf(body.result)).toBe("slow s-3 done");
+    expect(origin.runs("slow", { ref: "s-3" })).toBe(1);
   });
 
   it("a connection broken after the call was sent: unknown, and the repeat is refused, not run", async () => {

@@ -132,7 +132,7 @@ export async function startMcpOrigin(): Promise<McpOrigin> {
       res.socket?.destroy();
       return;
     }
-    if (path === "/stateless-mcp") {
+    if (path?.startsWith("/stateless")) {
       const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
       await toolServer(state).connect(transport);
       await transport.handleRequest(req, res, body);

@@ -115,15 +115,22 @@ async function forwarded(g: GuardedCall, guarded: Forward): Promise<Response> {
   // a held claim must learn what the server did: past origin_timeout its answer is still awaited
   if (scope.target && guarded.lateAnswerMs) scope.target = { ...scope.target, lateAnswerMs: guarded.lateAnswerMs };
   const started = Date.now();
-  await g.next();
-  const reply = replyOf(c, scope, started);
-  if (!reply) {
+  const journey = (async () => {
+    await g.next();
+    const reply = replyOf(c, scope, started);
+    if (reply) return settleReply(g, guarded, reply);
     await guarded.abandon();
     g.settled();
     return c.res;
-  }
-  return settleReply(g, guarded, reply);
+  })();
+  // the call's trip and its settling are work after the response too: a client that closes its
+  // stream (the 2026-07-28 revision's cancel) or goes away does not stop the server's answer
+  // from being awaited and kept
+  scope.defer(journey.then(noop, noop));
+  return journey;
 }
+
+const noop = (): void => undefined;
 
 /** A request with another body (its length recomputed). */
 export function withBody(request: Request, body: string): Request {

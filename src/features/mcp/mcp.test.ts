@@ -90,7 +90,9 @@ describe("which calls are guarded and limited", () => {
   });
 
   it("a limit's tools narrow it to those tools", () => {
-    const limits = [{ name: "all" }, { name: "orders", tools: ["create_order"] }] as Parameters<typeof limitsFor>[0];
+    const limits = [{ name: "all" }, { name: "orders", tools: ["create_order"] }] as unknown as Parameters<
+      typeof limitsFor
+    >[0];
     expect(limitsFor(limits, "create_order").map((l) => l.name)).toEqual(["all", "orders"]);
     expect(limitsFor(limits, "search").map((l) => l.name)).toEqual(["all"]);
   });
