@@ -34,6 +34,7 @@ const SLUICE: SluiceInput = {
     mcpRoute("shop-json", "/json-mcp"),
     mcpRoute("shop-stateless", "/stateless-mcp", { origin_timeout: "1s", mcp: { wait: "20s" } }),
     mcpRoute("shop-stateless-long", "/stateless-long-mcp"),
+    mcpRoute("shop-trusting", "/trusting-json-mcp", { mcp: { trust_annotations: true } }),
   ],
 };
 
@@ -278,6 +279,29 @@ describe("limits and pass", () => {
     await client.callTool({ name: "search", arguments: { q: "shoes" } });
     await client.callTool({ name: "search", arguments: { q: "shoes" } });
     expect(origin.runs("search", { q: "shoes" })).toBe(2);
+  });
+});
+
+describe("trust_annotations", () => {
+  it("a tool is guarded until the server's tools/list, read on its way, marks it read-only", async () => {
+    const { client } = await agent("/trusting-json-mcp");
+    await client.callTool({ name: "search", arguments: { q: "before" } });
+    await client.callTool({ name: "search", arguments: { q: "before" } });
+    expect(origin.runs("search", { q: "before" })).toBe(1);
+    const listed = await client.listTools();
+    expect(listed.tools.find((t) => t.name === "search")?.annotations?.readOnlyHint).toBe(true);
+    // the list is read from a copy after the answer: ask until a repeat runs again (bounded tries, no clock)
+    let ran = 1;
+    for (let i = 0; i < 50 && ran < 2; i++) {
+      await client.callTool({ name: "search", arguments: { q: `after-${i}` } });
+      await client.callTool({ name: "search", arguments: { q: `after-${i}` } });
+      ran = origin.runs("search", { q: `after-${i}` });
+    }
+    expect(ran).toBe(2);
+    // a tool it does not mark stays guarded
+    await client.callTool({ name: "create_order", arguments: { sku: "trust", qty: 1 } });
+    await client.callTool({ name: "create_order", arguments: { sku: "trust", qty: 1 } });
+    expect(origin.runs("create_order", { sku: "trust", qty: 1 })).toBe(1);
   });
 });
 

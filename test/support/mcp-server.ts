@@ -9,8 +9,8 @@ import { z } from "zod";
  * The official TypeScript SDK's MCP server (v1: `McpServer` and `StreamableHTTPServerTransport`
  * on node:http, loopback only), as an origin for sluice, with three endpoints:
  * - `/mcp`: sessions (`Mcp-Session-Id`), answers as event streams (the SDK's default);
- * - `/json-mcp`: sessions, answers as JSON (`enableJsonResponse`);
- * - `/stateless-mcp`: no sessions (a server and transport per request).
+ * - `/json-mcp` (any path ending so): sessions, answers as JSON (`enableJsonResponse`);
+ * - `/stateless-mcp` (any path starting so): no sessions (a server and transport per request).
  * Its tools count their runs by tool and arguments; a tool waits on a gate the test opens (no
  * sleeps); `explode` breaks the connection after reading the call.
  */
@@ -138,7 +138,7 @@ export async function startMcpOrigin(): Promise<McpOrigin> {
       await transport.handleRequest(req, res, body);
       return;
     }
-    const json = path === "/json-mcp";
+    const json = path?.endsWith("json-mcp") === true;
     const sid = req.headers["mcp-session-id"];
     let transport = typeof sid === "string" ? sessions.get(sid) : undefined;
     if (!transport && isInitialize(body)) {
