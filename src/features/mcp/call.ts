@@ -44,9 +44,26 @@ export function headerMismatch(headers: Headers, message: Message): string | und
     return `the Mcp-Method header (${method}) does not match the body's method (${bodyMethod ?? "none"})`;
   if (name === null || message.kind !== "request") return undefined;
   const bodyName = bodyMethod === "tools/call" ? message.params.name : (message.params.name ?? message.params.uri);
-  if (name.trim() !== bodyName)
+  if (headerText(name) !== bodyName)
     return `the Mcp-Name header (${name}) does not match the body's name (${typeof bodyName === "string" ? bodyName : "none"})`;
   return undefined;
+}
+
+/**
+ * A routing header's value: as sent, or a name outside the header alphabet sent base64-encoded
+ * as `=?base64?…?=` (the 2026-07-28 revision's form), decoded.
+ */
+function headerText(value: string): string {
+  const v = value.trim();
+  const encoded = /^=\?base64\?([A-Za-z0-9+/=]*)\?=$/.exec(v)?.[1];
+  if (encoded === undefined) return v;
+  try {
+    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(
+      Uint8Array.from(atob(encoded), (ch) => ch.charCodeAt(0)),
+    );
+  } catch {
+    return v;
+  }
 }
 
 /** Whether a call of `tool` runs at most once: guarded by the table, not passed, not trusted read-only or idempotent. */

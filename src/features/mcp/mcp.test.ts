@@ -141,6 +141,8 @@ describe("the 2026-07-28 routing headers", () => {
     expect(headerMismatch(h({ "mcp-method": "tools/call", "mcp-name": "create_order" }), msg)).toBeUndefined();
     expect(headerMismatch(h({ "mcp-method": "tools/list" }), msg)).toMatch(/Mcp-Method/);
     expect(headerMismatch(h({ "mcp-method": "tools/call", "mcp-name": "search" }), msg)).toMatch(/Mcp-Name/);
+    const encoded = `=?base64?${btoa("create_order")}?=`;
+    expect(headerMismatch(h({ "mcp-method": "tools/call", "mcp-name": encoded }), msg)).toBeUndefined();
   });
 });
 
