@@ -514,6 +514,7 @@ describe("fault switch and counters", () => {
         hung: 0,
         commands: { set: 2, get: 2 },
         requestsWith: { set: 1, get: 2 },
+        scripts: {},
       });
       expect(b.requests).toBe(2);
       expect(await control(b, "counts")).toEqual({ status: 200, json: { result: b.counts() } });
@@ -522,6 +523,18 @@ describe("fault switch and counters", () => {
       await client({}, b).incr(key("n"));
       expect(before.requests).toBe(2);
       expect(b.counts().commands.incr).toBe(1);
+      // script calls by their first argument (decide.lua's mode), whatever their keys
+      await raw("/", ["eval", "return ARGV[1]", 1, k1, "take", "x"], {}, b);
+      await raw(
+        "/pipeline",
+        [
+          ["eval", "return ARGV[1]", 0, "lease"],
+          ["eval", "return 1", 2, k1, k2, "take"],
+        ],
+        {},
+        b,
+      );
+      expect(b.counts().scripts).toEqual({ take: 2, lease: 1 });
     });
   });
 

@@ -73,6 +73,12 @@ export interface BridgeCounts {
   commands: Record<string, number>;
   /** HTTP requests that carried at least one command of that name. */
   requestsWith: Record<string, number>;
+  /**
+   * Script calls (EVAL, EVALSHA and their `_ro` forms) by their first argument: decide.lua's mode
+   * (`take`, `lease`, `return` …), access-lists.lua's operation (`read` …), so that a test can tell
+   * one script's calls from another's.
+   */
+  scripts: Record<string, number>;
 }
 
 export type Bridge = {
@@ -200,7 +206,7 @@ class BridgeState {
   readonly redis: RespClient;
   readonly fault: BridgeFault;
   scriptTime: ScriptTime;
-  readonly counts: BridgeCounts = { requests: 0, refused: 0, hung: 0, commands: {}, requestsWith: {} };
+  readonly counts: BridgeCounts = { requests: 0, refused: 0, hung: 0, commands: {}, requestsWith: {}, scripts: {} };
   readonly drops: Array<DropRule & { left: number }> = [];
   private readonly scripts = new ScriptShas();
   private readonly expectedAuth: Buffer;
@@ -261,6 +267,12 @@ class BridgeState {
     const names = commands.map((c) => String(c[0]).toLowerCase());
     for (const name of names) this.counts.commands[name] = (this.counts.commands[name] ?? 0) + 1;
     for (const name of new Set(names)) this.counts.requestsWith[name] = (this.counts.requestsWith[name] ?? 0) + 1;
+    for (const c of commands) {
+      if (!/^eval/i.test(String(c[0]))) continue;
+      // EVAL|EVALSHA script numkeys key… arg…
+      const first = String(c[3 + Number(c[2])] ?? "");
+      this.counts.scripts[first] = (this.counts.scripts[first] ?? 0) + 1;
+    }
   }
 
   /** Resolves never, until the mode leaves hang: then rejects, and the request is dropped. */
@@ -386,7 +398,7 @@ const pause = (ms: number) => (ms > 0 ? new Promise<void>((resolve) => setTimeou
 const pathOf = (req: IncomingMessage): string => (req.url ?? "/").split("?")[0]?.replace(/\/+$/, "") ?? "";
 
 function snapshot(c: BridgeCounts): BridgeCounts {
-  return { ...c, commands: { ...c.commands }, requestsWith: { ...c.requestsWith } };
+  return { ...c, commands: { ...c.commands }, requestsWith: { ...c.requestsWith }, scripts: { ...c.scripts } };
 }
 
 function checkedLatency(ms: number): number {

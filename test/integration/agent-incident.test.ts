@@ -9,6 +9,7 @@ import type { AddressInfo } from "node:net";
 import type { Miniflare } from "miniflare";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { SluiceInput } from "../../src/config/schema.js";
+import { until } from "../support/pace.js";
 import { call, sleep, useStack } from "./stack.js";
 
 const SLUICE: SluiceInput = {
@@ -24,28 +25,44 @@ const SLUICE: SluiceInput = {
       methods: ["POST"],
       origin_timeout: "1s",
       on_limit: "queue",
-      limits: [{ name: "provider", key: "global", rate: 1, period: "2s", burst: 1 }],
+      // one token per 5 s: the order sent right after the one that took it is queued, whatever the machine's pace
+      limits: [{ name: "provider", key: "global", rate: 1, period: "5s", burst: 1 }],
       idempotency: {},
     },
   ],
 };
 
-/** Paths under /chaos/ whose connection the origin drops after creating the order: 3 keys in 10. */
+/** Paths under /chaos/ whose connection the origin drops after creating the order: 3 keys in 10 (scripted by the key's hash, not drawn). */
 const dropped = (key: string) => [...key].reduce((h, ch) => (h * 31 + ch.charCodeAt(0)) % 1_000_003, 7) % 10 < 3;
+
+/** How long the origin takes over /queued/create once released: more than its origin_timeout (1 s), however busy the machine (a timer fires late, never early). */
+const QUEUED_ANSWER_MS = 1_500;
 
 /**
  * A loopback origin that creates an order for every request it reads (counted per
- * Idempotency-Key) before it answers: 1.5 s late on /orders/create and /queued/create, 2.5 s on
- * /orders/long; under /chaos/ it drops the connection without an answer for 3 keys in 10.
+ * Idempotency-Key) before it answers. /orders/create, /orders/long and /queued/create are held
+ * unanswered until the test releases their key (`release`), so a timeout and a duplicate while
+ * the origin works happen in that order whatever the machine's pace; once released, /queued/create
+ * answers QUEUED_ANSWER_MS later. Under /chaos/ it answers at once, or drops the connection without
+ * an answer for the keys `dropped` names.
  */
 interface OrderOrigin {
   url: string;
   orders: Map<string, number>;
+  /** Lets the held requests of `key` (and those to come) be answered. */
+  release(key: string, afterMs?: number): void;
   close(): Promise<void>;
 }
 
 async function startOrderOrigin(): Promise<OrderOrigin> {
   const orders = new Map<string, number>();
+  const released = new Map<string, number>();
+  const held = new Map<string, Array<() => void>>();
+  const whenReleased = (key: string, answer: () => void) => {
+    const afterMs = released.get(key);
+    if (afterMs !== undefined) setTimeout(answer, afterMs);
+    else held.set(key, [...(held.get(key) ?? []), answer]);
+  };
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     req.resume();
     req.on("end", () => {
@@ -54,17 +71,23 @@ async function startOrderOrigin(): Promise<OrderOrigin> {
       orders.set(key, n);
       const path = new URL(req.url ?? "/", "http://origin").pathname;
       if (path.startsWith("/chaos/") && dropped(key)) return req.socket.destroy();
-      const delay = path === "/orders/long" ? 2_500 : path.startsWith("/chaos/") ? 0 : 1_500;
-      setTimeout(() => {
+      const answer = () => {
         res.writeHead(201, { "content-type": "application/json" });
         res.end(JSON.stringify({ order: `ord-${key}-${n}` }));
-      }, delay);
+      };
+      if (path.startsWith("/chaos/")) answer();
+      else whenReleased(key, answer);
     });
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     orders,
+    release(key, afterMs = 0) {
+      released.set(key, afterMs);
+      for (const answer of held.get(key) ?? []) setTimeout(answer, afterMs);
+      held.delete(key);
+    },
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();
@@ -115,6 +138,7 @@ describe("the agent's create_order, answered after origin_timeout", () => {
     expect(atOnce.headers.get("retry-after")).toBe("1");
 
     // once the late answer is stored, retries replay it
+    origin.release("order-1");
     const later = await retryWhileInFlight(() => createOrder(isolate[1]!, "/orders/create", "order-1"));
     expect(later.status, show(later)).toBe(201);
     expect(later.headers.get("idempotent-replayed")).toBe("true");
@@ -126,9 +150,10 @@ describe("the agent's create_order, answered after origin_timeout", () => {
 
   it("a lease shorter than the origin's run: the claim is renewed, a duplicate mid-run is refused, one order", async () => {
     const first = createOrder(isolate[0]!, "/orders/long", "long-1");
-    await sleep(1_700); // past the 1 s lease, while the origin still works (2.5 s)
+    await sleep(1_700); // past the 1 s lease, while the origin still works (until released)
     const midRun = await createOrder(isolate[1]!, "/orders/long", "long-1");
     expect(midRun.status, show(midRun)).toBe(409);
+    origin.release("long-1");
     expect((await first).status).toBe(201);
     const later = await retryWhileInFlight(() => createOrder(isolate[1]!, "/orders/long", "long-1"));
     expect([later.status, later.headers.get("idempotent-replayed")]).toEqual([201, "true"]);
@@ -138,10 +163,19 @@ describe("the agent's create_order, answered after origin_timeout", () => {
 
 describe("through the queue", () => {
   it("a queued order whose answer comes after origin_timeout is delivered once, and replayed", async () => {
-    const spend = await createOrder(isolate[0]!, "/queued/create", "q-spend");
-    expect(spend.status, show(spend)).toBe(504); // the token is spent; its answer comes late
+    // the token is spent once the order reaches the origin, which holds it: its client gets a 504
+    const spend = createOrder(isolate[0]!, "/queued/create", "q-spend");
+    expect(
+      await until(
+        async () => origin.orders.get("q-spend"),
+        (n) => n === 1,
+      ),
+    ).toBe(1);
+    origin.release("q-1", QUEUED_ANSWER_MS);
     const queued = await createOrder(isolate[0]!, "/queued/create", "q-1");
     expect(queued.status, show(queued)).toBe(202);
+    const spent = await spend;
+    expect(spent.status, show(spent)).toBe(504);
     const location = queued.headers.get("location") as string;
     let status: Record<string, unknown> = {};
     for (let i = 0; i < 150 && status.status !== "delivered" && status.status !== "failed"; i++) {

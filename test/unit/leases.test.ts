@@ -280,6 +280,108 @@ describe("burst-aware asks", () => {
     ]);
   });
 
+  /**
+   * One isolate's table for bucket `b`, driven as src/features/rate-limit/isolate/lease-broker.ts
+   * drives it, on a test clock: a request is admitted from the lease (renewing it if the table says
+   * so) or sent to Redis as a take with the table's ask; every call's reply lands `rttMs` later,
+   * granting all it asked for `leaseMs`; what the table has to give back is sent whenever time
+   * moves on. decide.lua's calls are counted by mode.
+   */
+  const isolateOf = (b: TestBucket, rttMs: number, leaseMs = 1_000) => {
+    const table = tableOf(10);
+    const calls = { take: 0, lease: 0, return: 0 };
+    const asked: number[] = [];
+    const renewed: number[] = [];
+    let landing: Array<{ at: number; land: () => void }> = [];
+    let epoch = 0;
+    const send = (sentAt: number, ask: number, admitted: boolean) =>
+      landing.push({
+        at: sentAt + rttMs,
+        land: () => {
+          const grant = ask > 0 ? { tokens: ask, ms: leaseMs, epoch: ++epoch } : undefined;
+          table.settle(b, ask, grant, sentAt, sentAt + rttMs);
+          if (admitted) table.counted([b], [0], sentAt + rttMs);
+        },
+      });
+    /** The replies due by `now` land, and what is due to be given back is sent. */
+    const at = (now: number) => {
+      landing.sort((x, y) => x.at - y.at);
+      while (landing.length > 0 && (landing[0] as { at: number }).at <= now) landing.shift()?.land();
+      landing = landing.filter((l) => l.at > now);
+      calls.return += table.takeGiveBacks(now).length;
+    };
+    const request = (now: number): "local" | "central" => {
+      at(now);
+      if (table.admit([b], now)) {
+        for (const r of table.renewals([b], now, horizon)) {
+          calls.lease++;
+          renewed.push(r.ask);
+          send(now, r.ask, false);
+        }
+        return "local";
+      }
+      const [ask = 0] = table.asks([b], now, horizon);
+      asked.push(ask);
+      calls.take++;
+      send(now, ask, true);
+      return "central";
+    };
+    /** `n` requests at once (1 ms apart, as concurrent requests reach an isolate): how each was decided. */
+    const burst = (start: number, n: number) => Array.from({ length: n }, (_, i) => request(start + i));
+    return { table, calls, asked, renewed, at, request, burst };
+  };
+
+  it("a one-off burst is decided centrally, asks no lease and leaves nothing to give back, whether its requests come at once or one after another's answer", () => {
+    for (const spacing of [1, 20]) {
+      const isolate = isolateOf(one(1), 20);
+      const decided = Array.from({ length: 10 }, (_, i) => isolate.request(10_000 + spacing * i));
+      expect(decided).toEqual(Array(10).fill("central"));
+      isolate.at(12_000);
+      expect(isolate.asked).toEqual(Array(10).fill(0));
+      expect(isolate.calls).toEqual({ take: 10, lease: 0, return: 0 });
+      expect(isolate.table.tokens(one(1), 12_000)).toBe(0);
+      expect(isolate.request(12_000)).toBe("central"); // a request after it alone: still no burst that recurs
+      expect(isolate.asked.at(-1)).toBe(0);
+    }
+  });
+
+  it("a one-off burst whose answers a busy machine spreads into two runs 100 ms or more apart is two bursts to the isolate: a request after them asks a lease", () => {
+    const b = one(1);
+    const table = tableOf(10);
+    for (let i = 0; i < 5; i++) table.counted([b], [0], 10_000 + i);
+    expect(table.asks([b], 10_120, horizon)).toEqual([0]);
+    for (let i = 0; i < 5; i++) table.counted([b], [0], 10_150 + i);
+    expect(table.asks([b], 10_200, horizon)).toEqual([5]);
+  });
+
+  it("bursts of 10 every 300 ms: the first two central, then a lease the size of a burst, from which the later bursts are decided, renewed once spent", () => {
+    const b = one(1);
+    const isolate = isolateOf(b, 20);
+    const perBurst: Array<{ central: number; take: number; lease: number }> = [];
+    for (let k = 0; k < 8; k++) {
+      const before = { ...isolate.calls };
+      const decided = isolate.burst(10_000 + 300 * k, 10);
+      perBurst.push({
+        central: decided.filter((d) => d === "central").length,
+        take: isolate.calls.take - before.take,
+        lease: isolate.calls.lease - before.lease,
+      });
+    }
+    const central = { central: 10, take: 10, lease: 0 };
+    const leased = { central: 0, take: 0, lease: 1 };
+    // the third's requests all reach the isolate before the lease its first asked for is back
+    expect(perBurst).toEqual([central, central, central, leased, leased, leased, leased, leased]);
+    // asked by the third burst's first request, the size of a burst; each renewal the same, sent
+    // once the lease is spent (its last request), not at half
+    expect(isolate.asked).toEqual([...Array(20).fill(0), 10, ...Array(9).fill(0)]);
+    expect(isolate.renewed).toEqual(Array(5).fill(10));
+    // every lease granted was spent or given back
+    isolate.at(20_000);
+    expect(isolate.table.totals.granted).toBe(
+      isolate.table.totals.admitted + Object.values(isolate.table.totals.givenBack).reduce((x, y) => x + y, 0),
+    );
+  });
+
   it("a steady client, a sparse one, bursts more than a second apart and runs longer than a burst ask by demand alone", () => {
     const cases: Array<{ times: number[]; at: number }> = [
       { times: Array.from({ length: 60 }, (_, i) => 1_000 + 15 * i), at: 1_900 }, // 66/s: one run, a second old
