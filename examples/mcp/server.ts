@@ -26,6 +26,7 @@ function shopServer(orders: Map<string, number>, slowMs: number): McpServer {
     { description: "Create an order", inputSchema: { sku: z.string(), qty: z.number() } },
     async ({ sku, qty }) => {
       orders.set(sku, (orders.get(sku) ?? 0) + 1);
+      console.log(`order #${orders.get(sku)} for ${sku}`);
       await new Promise((r) => setTimeout(r, slowMs));
       return { content: [{ type: "text", text: `order for ${qty} x ${sku} created` }] };
     },
