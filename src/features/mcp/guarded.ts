@@ -133,7 +133,7 @@ async function forwarded(g: GuardedCall, guarded: Forward): Promise<Response> {
 const noop = (): void => undefined;
 
 /** A request with another body (its length recomputed). */
-export function withBody(request: Request, body: string): Request {
+export function withBody(request: Request, body: string | Uint8Array): Request {
   const headers = new Headers(request.headers);
   headers.delete("content-length");
   return new Request(request.url, { method: request.method, headers, body });

@@ -32,9 +32,10 @@ export const mcpStep: Step = async (c, scope, next) => {
   if (!route || !mcp) return next();
   scope.route = { ...route, limits: [], idempotency: undefined, session: undefined };
   if (scope.method !== "POST") return next();
-  const text = await readMessageText(c.req.raw);
-  c.req.raw = withBody(c.req.raw, text);
-  const message = readMessage(text);
+  const bytes = await readMessageBytes(c.req.raw);
+  // the same bytes go on, whatever they are: a message sluice cannot read is the server's to judge
+  c.req.raw = withBody(c.req.raw, bytes);
+  const message = readMessage(new TextDecoder().decode(bytes));
   if (message.kind === "batch")
     return rpcRefusal(
       null,
@@ -56,15 +57,15 @@ export const mcpStep: Step = async (c, scope, next) => {
   if (mcp.trust_annotations) listedTools(c, scope, route, message, isolate);
 };
 
-/** The message's text: the whole body, read (413 past the bound). */
-async function readMessageText(request: Request): Promise<string> {
+/** The message: the whole body, read (413 past the bound). */
+async function readMessageBytes(request: Request): Promise<Uint8Array> {
   const read = await readCapped(request.body, MAX_MESSAGE_BYTES);
   if (!read.whole)
     throw new Problem({
       type: PROBLEMS.requestTooLarge,
       detail: `a message to an MCP endpoint may be at most ${MAX_MESSAGE_BYTES} bytes`,
     });
-  return new TextDecoder().decode(read.bytes);
+  return read.bytes;
 }
 
 /** The session a request belongs to, for placing a cancel (none in the 2026-07-28 revision: ""). */
