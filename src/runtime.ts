@@ -1,6 +1,5 @@
-import { ListCache } from "./features/access/lists.js";
+import type { ListCache } from "./features/access/lists.js";
 import { AdaptiveReports } from "./features/adaptive/reports.js";
-import { JwksCache } from "./features/jwt/jwt.js";
 import { BlockedBuckets } from "./features/rate-limit/isolate/blocked.js";
 import type { IsolateState } from "./features/rate-limit/decision/decision.js";
 import { LeaseBroker } from "./features/rate-limit/isolate/lease-broker.js";
@@ -44,12 +43,15 @@ export class Runtime {
     ENTRIES,
     (r) => this.overrides.observe(r.store, r.version, r.receivedAt),
   );
-  /** Deny and allow lists, copied from Redis and read again in the background when a counter moves. */
-  readonly lists = new ListCache(this.versions);
+  /**
+   * Deny and allow lists, copied from Redis and read again in the background when a counter moves:
+   * made by the first middleware that applies or manages them (`listsOf`, src/features/access/lists.ts),
+   * so a Worker that applies none (`rateLimit()` alone) carries none of their code. A ban puts its
+   * entry in force here at once when there is a copy, and there is nothing to do when there is none.
+   */
+  lists?: ListCache;
   /** Decision counts waiting to be flushed to Redis. */
   readonly metrics = new MetricsBuffer();
-  /** Keys of the JWKS endpoint, fetched at most every ten minutes. */
-  readonly jwks = new JwksCache();
   /** When this isolate last started a rebalance of `split` limits. */
   readonly rebalance = new RebalanceClock();
   /** What the origins of adaptive routes did, waiting to be reported to their region's Redis. */
@@ -58,7 +60,7 @@ export class Runtime {
 
   /**
    * The isolate's state of a feature not every Worker has (the gateway's validated configurations,
-   * the breakers, the admin's login throttle), made on its first use: the runtime imports none of
+   * the breakers, the admin's login throttle, the JWKS keys), made on its first use: the runtime imports none of
    * them, so an app using `rateLimit()` alone bundles none of their code.
    *
    * @example runtime.own(Breakers).of(route)

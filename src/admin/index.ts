@@ -14,6 +14,7 @@ import { healthApp } from "./health.js";
 import { idempotencyApp } from "../features/idempotency/admin.js";
 import { ledgerApp } from "./ledger-query.js";
 import { listsApp } from "../features/access/admin.js";
+import { listsOf } from "../features/access/lists.js";
 import { routesApp } from "../features/mode/admin.js";
 import { metricsApp } from "./metrics.js";
 import { overridesApp } from "../features/rate-limit/admin-overrides.js";
@@ -50,8 +51,8 @@ export function adminApp(runtime: Runtime, load: MiddlewareHandler<AdminEnv> = w
   admin.route("/config", configApp());
   admin.route("/buckets", bucketsApp());
   admin.route("/overrides", overridesApp());
-  admin.route("/lists", listsApp(runtime.lists));
-  admin.route("/routes", routesApp(runtime.lists));
+  admin.route("/lists", listsApp(listsOf(runtime)));
+  admin.route("/routes", routesApp(listsOf(runtime)));
   admin.route("/metrics", metricsApp(runtime.metrics));
   admin.route("/ledger", ledgerApp());
   admin.route("/idempotency", idempotencyApp());

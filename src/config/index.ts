@@ -1,5 +1,6 @@
 import { loadConfigWith, type Config, type ConfigError, type ConfigVars } from "./load.js";
 import { sluiceSchema } from "./schema.js";
+import { WORKER_SOURCE } from "./worker-source.js";
 import { globalQuotaWarnings, type ScopeWarning } from "./global-quotas.js";
 import { routeWarnings, type ConfigWarning } from "./route-warnings.js";
 
@@ -23,7 +24,7 @@ export type ConfigResult = { ok: true; config: Config; warnings: ConfigWarning[]
  * if (!r.ok) console.error(r.error.message); // e.g. 'SLUICE.routes[0] ("api").limits[0] ("per-ip").rate: ...'
  */
 export function loadConfig(vars: ConfigVars): ConfigResult {
-  const result = loadConfigWith(sluiceSchema(), vars);
+  const result = loadConfigWith(sluiceSchema(), vars, WORKER_SOURCE);
   if (!result.ok) return result;
   // read as written (it parsed above): an explicit `scope = "region"` silences a warning, a default does not
   const written: unknown = typeof vars.SLUICE === "string" ? JSON.parse(vars.SLUICE) : (vars.SLUICE ?? {});

@@ -3,7 +3,6 @@ import type { LimitSettings, RouteSettings, SluiceSettings } from "./schema.js";
 import { enLocale } from "./messages.js";
 import { exactnessProblem, maxDelayProblem, responseMaxProblem } from "./exactness.js";
 import { compilePattern, type PathPattern } from "../routing/match.js";
-import { usesJwt } from "./uses-jwt.js";
 import { divertReasons, type DivertReason } from "../features/shedding/schema.js";
 
 /** A limit as the request path uses it (durations in ms, key as a list of parts). */
@@ -83,17 +82,17 @@ export type ConfigResult = { ok: true; config: Config } | { ok: false; error: Co
 export type ConfigSchema = z.ZodMiniType<SluiceSettings>;
 
 /**
- * Validates the `SLUICE` variable (an object, or its JSON text) and `ORIGIN_URL` with `schema`,
- * and compiles them into what the request path needs. Never throws: a bad configuration is a
- * value, so the Worker can answer every request with it and `npm run check` can print it.
+ * Validates the `SLUICE` settings with `schema` (and, from a Worker's variables, `ORIGIN_URL`: see
+ * `ConfigSource`), and compiles them into what the request path needs. Never throws: a bad
+ * configuration is a value, so the Worker can answer every request with it and `npm run check` can print it.
  *
  * @example
- * const r = loadConfigWith(sluiceSchema, { ORIGIN_URL: "https://api.example.com", SLUICE: { routes: [] } });
+ * const r = loadConfigWith(sluiceSchema(), { ORIGIN_URL: "https://api.example.com", SLUICE: { routes: [] } }, WORKER_SOURCE);
  * if (!r.ok) console.error(r.error.message); // e.g. 'SLUICE.routes[0] ("api").limits[0] ("per-ip").rate: ...'
  */
-export function loadConfigWith(schema: ConfigSchema, vars: ConfigVars): ConfigResult {
+export function loadConfigWith(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource): ConfigResult {
   try {
-    return { ok: true, config: compile(schema, vars) };
+    return { ok: true, config: compile(schema, vars, source) };
   } catch (e) {
     if (e instanceof ConfigError) return { ok: false, error: e };
     throw e;
@@ -112,9 +111,31 @@ export interface ConfigVars {
   originOptional?: boolean;
 }
 
-function compile(schema: ConfigSchema, vars: ConfigVars): Config {
-  const originUrl = vars.originOptional && vars.ORIGIN_URL === undefined ? undefined : parseOrigin(vars.ORIGIN_URL);
-  const raw = typeof vars.SLUICE === "string" ? parseJson(vars.SLUICE) : (vars.SLUICE ?? {});
+/**
+ * Where a configuration comes from, and what that asks of it besides its schema: the gateway's
+ * Worker variables (`WORKER_SOURCE`, ./worker-source.ts: `ORIGIN_URL`, `SLUICE` as JSON text, the
+ * bindings its routes need), or a middleware's options (`OPTIONS_SOURCE`: no origin, the settings
+ * as given, nothing of a Worker to check).
+ */
+export interface ConfigSource {
+  /** Where allowed requests go (a `ConfigError` when it is malformed), or none. */
+  origin(vars: ConfigVars): URL | undefined;
+  /** The settings as written, before the schema reads them. */
+  settings(vars: ConfigVars): unknown;
+  /** What the parsed settings need of where they run. */
+  check(s: SluiceSettings, vars: ConfigVars, written: unknown, originUrl: URL | undefined): void;
+}
+
+/** A middleware's options: no origin (the app's handlers answer), the settings object as given. */
+export const OPTIONS_SOURCE: ConfigSource = {
+  origin: () => undefined,
+  settings: (vars) => vars.SLUICE ?? {},
+  check: () => undefined,
+};
+
+function compile(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource): Config {
+  const originUrl = source.origin(vars);
+  const raw = source.settings(vars);
   // jitless: a configuration is parsed once per isolate, so compiling a fast path for each object
   // schema (`new Function`, where the runtime allows it; workerd does not) would cost more than it saves
   const parsed = schema.safeParse(raw, { error: enLocale.localeError, jitless: true });
@@ -125,8 +146,7 @@ function compile(schema: ConfigSchema, vars: ConfigVars): Config {
     throw fieldError(["SLUICE", ...issue.path], issue.message, written);
   }
   const s = parsed.data;
-  checkWorker(s, vars, written);
-  if (originUrl) s.routes.forEach((r, ri) => checkKeptThroughCall(r, ri, written));
+  source.check(s, vars, written, originUrl);
   s.routes.forEach((r, ri) => checkMcpWindow(r, ri, written));
   return {
     ...s,
@@ -145,49 +165,10 @@ function compile(schema: ConfigSchema, vars: ConfigVars): Config {
   };
 }
 
-/** What the settings need of the Worker: a queue binding for a queue route, a key to verify JWTs with. */
-function checkWorker(s: SluiceSettings, vars: ConfigVars, written: unknown): void {
-  const queued = s.routes.findIndex((r) => r.on_limit === "queue");
-  if (queued >= 0 && vars.hasQueue === false) {
-    throw fieldError(
-      ["SLUICE", "routes", queued, "on_limit"],
-      'is "queue" but the Worker has no SLUICE_QUEUE producer binding ([[queues.producers]] binding = "SLUICE_QUEUE" in wrangler.toml)',
-      written,
-    );
-  }
-  const jwtRoute = s.routes.findIndex(usesJwt);
-  const secretEnv = s.jwt?.secret_env ?? "SLUICE_JWT_SECRET";
-  if (jwtRoute >= 0 && !s.jwt?.jwks_url && vars.hasSecret && !vars.hasSecret(secretEnv)) {
-    throw fieldError(
-      ["SLUICE", "routes", jwtRoute],
-      `keys limits, sessions or idempotency on JWT claims but there is no ${secretEnv} secret (or SLUICE.jwt.jwks_url) to verify tokens with`,
-      written,
-    );
-  }
-}
-
 /** The error for a field of the limit being compiled, by its path within the limit. */
 type LimitError = (path: string[], problem: string) => ConfigError;
 
 /**
- * An idempotency key's `ttl` (its `derive.window` for keys derived from fields) is how long its
- * answer is kept from when it comes; the claim itself is held as long as the call runs, whatever
- * the ttl. A ttl shorter than the call it guards (`origin_timeout`, which the client waits for)
- * would read as "a duplicate that long after the first is a new request", which is not what
- * happens: refused. The wait for a late answer after the 504 does not count (it is fixed, 25 s,
- * and the claim is held through it): only a route with an origin has a call to measure.
- */
-function checkKeptThroughCall(r: RouteSettings, ri: number, written: unknown): void {
-  const i = r.idempotency;
-  if (!i || i.ttl >= r.origin_timeout) return;
-  const derived = typeof i.derive === "object";
-  throw fieldError(
-    ["SLUICE", "routes", ri, "idempotency", ...(derived ? ["derive", "window"] : ["ttl"])],
-    `must be at least the route's origin_timeout (${i.ttl} ms < ${r.origin_timeout} ms): it is kept from the answer, and a call may run origin_timeout before it answers, so a shorter one cannot mean "a duplicate this long after the first is new"; raise it or lower origin_timeout`,
-    written,
-  );
-}
-
 /**
  * An MCP route keeps a guarded call's result `mcp.window` from its answer (its `ttl`): as with a
  * key's ttl, at least the call (`origin_timeout`), and longer than the claim's `lease`.
@@ -230,27 +211,5 @@ function checkResponseMax(l: LimitSettings, max: number, error: LimitError): voi
   for (const r of rates) {
     const problem = responseMaxProblem(max, r);
     if (problem) throw error(["cost", "max"], problem);
-  }
-}
-
-function parseOrigin(value: unknown): URL {
-  if (typeof value !== "string" || value === "")
-    throw new ConfigError("ORIGIN_URL", "is required: the URL allowed requests are forwarded to");
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    throw new ConfigError("ORIGIN_URL", `"${value}" is not a URL`);
-  }
-  if (url.protocol !== "http:" && url.protocol !== "https:")
-    throw new ConfigError("ORIGIN_URL", "must be an http or https URL");
-  return url;
-}
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch (e) {
-    throw new ConfigError("SLUICE", `is a string but not valid JSON (${(e as Error).message})`);
   }
 }

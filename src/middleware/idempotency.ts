@@ -14,7 +14,8 @@ import type { SluiceEnv } from "../context.js";
 import { idempotencySettings } from "../features/idempotency/schema.js";
 import { idempotencyStep } from "../features/idempotency/step.js";
 import type { Literal } from "./literal-options.js";
-import { compileOptions, standalone, tableFields, withJwt, type SharedOptions } from "./standalone.js";
+import { compileOptions, standalone, tableFields, type SharedOptions } from "./standalone.js";
+import { withJwt } from "../features/jwt/step.js";
 
 export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "../context.js";
 export type { SharedOptions } from "./standalone.js";

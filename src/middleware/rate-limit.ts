@@ -9,11 +9,12 @@ import type { MiddlewareHandler } from "hono";
 import type { SluiceInput } from "../config/schema.js";
 import { ConfigError } from "../config/load.js";
 import { plainConfigSchema } from "../config/settings.js";
-import type { SluiceEnv } from "../context.js";
+import type { SluiceEnv, Step } from "../context.js";
 import { usesJwt } from "../config/uses-jwt.js";
-import { verifyJwtStep } from "../features/jwt/step.js";
 import { reject } from "../features/shedding/refusal.js";
 import { rateLimitStep } from "../features/rate-limit/step.js";
+import { Problem } from "../problem.js";
+import { PROBLEMS } from "../problem-types.js";
 import type { Literal } from "./literal-options.js";
 import { compileOptions, standalone, type SharedOptions } from "./standalone.js";
 
@@ -72,9 +73,25 @@ export function rateLimit(options: RateLimitOptions): MiddlewareHandler<SluiceEn
   const route = { name, limits, shadow, peek, priority, adaptive };
   const config = compileOptions("rateLimit", options, route, { schema: plainConfigSchema });
   const compiled = config.routes[0];
-  // limits keyed on JWT claims verify the token themselves, unless verifyJwt() ran before
   // no on_limit here: a refusal is a 429, and none of the shedding strategies is bundled
   const step = rateLimitStep(reject);
-  const steps = compiled && usesJwt(compiled) ? [verifyJwtStep, step] : [step];
+  const steps = compiled && usesJwt(compiled) ? [claimsVerifiedBefore, step] : [step];
   return standalone(config, options, steps, { by: "rateLimit()", duties: ["limits"] });
 }
+
+/**
+ * Limits keyed on JWT claims read the claims a verifier put on the context before `rateLimit()`:
+ * `verifyJwt()` (`sluice/access`) or hono's `jwt()`. rateLimit() verifies no token itself, so that
+ * a Worker whose limits read no claims carries no JWT code. A request with an `Authorization`
+ * header but no verified claims met no verifier (one refuses a token that does not verify): the
+ * app is composed wrongly, and the request is a 500 rather than keyed as though it carried no token.
+ * Without the header there are no claims, and the limits' `missing` policy applies, as after a verifier.
+ */
+const claimsVerifiedBefore: Step = async (c, scope, next) => {
+  if (!scope.facts.claims && c.req.header("authorization") !== undefined)
+    throw new Problem({
+      type: PROBLEMS.invalidConfiguration,
+      detail: "rateLimit()'s limits key on JWT claims, and no verifyJwt() (sluice/access) or jwt() ran before it",
+    });
+  await next();
+};

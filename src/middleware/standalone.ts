@@ -1,5 +1,5 @@
 import type { Context, MiddlewareHandler } from "hono";
-import { loadConfigWith, ConfigError, type Config, type ConfigSchema } from "../config/load.js";
+import { loadConfigWith, ConfigError, OPTIONS_SOURCE, type Config, type ConfigSchema } from "../config/load.js";
 import type { SluiceInput } from "../config/schema.js";
 import type { SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
@@ -10,7 +10,6 @@ import { envConnections, type Connect } from "../region/index.js";
 import { withoutOverride } from "../routing/method.js";
 import { isolateRuntime, type Runtime } from "../runtime.js";
 import type { RedisConnection } from "../store/redis.js";
-import { verifyJwtStep } from "../features/jwt/step.js";
 import { ServedRoutes, type Duty } from "../operator/served.js";
 import type { Step } from "./step.js";
 
@@ -76,7 +75,7 @@ export function compileOptions(
   checkRedisOption(middleware, options.redis);
   const shared = Object.fromEntries(SHARED_FIELDS.flatMap((f) => (options[f] === undefined ? [] : [[f, options[f]]])));
   const SLUICE = { ...shared, routes: [{ match: "/*", ...route }] };
-  const loaded = loadConfigWith(schema(), { SLUICE, originOptional: true });
+  const loaded = loadConfigWith(schema(), { SLUICE }, OPTIONS_SOURCE);
   if (loaded.ok) return loaded.config;
   // the options spell a route's table (idempotency, session, breaker) at their top level
   const inTable = table ? new RegExp(`^${table}\\.?`) : /^$/;
@@ -186,12 +185,4 @@ function optionsScope(config: Config, options: SharedOptions, matchRoutes: boole
     scope.facts.context = c;
     return scope;
   };
-}
-
-/**
- * With a `jwt` option the middleware verifies the bearer token itself (unless `verifyJwt()` or
- * hono's `jwt()` ran before), so that an `auto` or `jwt:` principal is the token's subject.
- */
-export function withJwt(config: Config, step: Step): Step[] {
-  return config.jwt ? [verifyJwtStep, step] : [step];
 }

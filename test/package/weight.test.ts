@@ -2,10 +2,11 @@
  * What a Worker carries for the sluice it imports: a Hono Worker whose only sluice import is
  * `rateLimit` is bundled as wrangler bundles it (esbuild: ESM, the workerd conditions, minified,
  * a metafile), and the metafile's inputs are the modules it carries. The gateway's composed
- * schema, the admin and dashboard, idempotency, sessions, the MCP gateway, the queue, zod's classic API and
- * `@upstash/redis` (Redis from the environment goes through sluice's own REST client) must not be
- * among them, whether `rateLimit` comes from `sluice/rate-limit` or from the root. Sizes are
- * not asserted here (`npm run bench`, section 12, measures them): the modules are, deterministically.
+ * schema, the admin and dashboard, idempotency, sessions, the MCP gateway, the queue, zod's classic API,
+ * `@upstash/redis` (Redis from the environment goes through sluice's own REST client), JWT
+ * verification (verifyJwt()'s) and the lists' isolate copy (accessLists()'s) must not be among
+ * them, whether `rateLimit` comes from `sluice/rate-limit` or from the root. Sizes are not
+ * asserted here (`npm run bench`, section 12, measures them): the modules are, deterministically.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -29,6 +30,8 @@ const LEFT_OUT: Array<[RegExp, string]> = [
   [/^lua\/(idempotency|session|admin-session)\.lua$/, "the scripts of idempotency, sessions and the admin"],
   [/node_modules\/zod\/(v4\/classic|v4\/locales\/(?!en\.js$)|v3)\//, "zod's classic API and its other locales"],
   [/node_modules\/@upstash\/redis\//, "@upstash/redis: Redis from the environment is sluice's own REST client"],
+  [/^src\/features\/jwt\/(jwt|step)\.ts$|node_modules\/hono\/dist\/utils\/jwt\//, "JWT verification: verifyJwt()'s"],
+  [/^src\/features\/access\/(lists|list-index|step)\.ts$/, "the lists' isolate copy: accessLists()'s"],
 ];
 
 /** Bundles a Worker as `wrangler deploy --minify` does, and gives the modules in its output. */

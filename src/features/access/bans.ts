@@ -59,8 +59,11 @@ export function banEntry(limit: Pick<Limit, "key">, facts: RequestFacts): string
 
 /** One refusal on its way to a ban: who refused whom, and where the count is kept. */
 interface BanCount {
-  /** The isolate's copy of the lists (the ban is in force here at once) and its ban counts. */
-  lists: Pick<ListCache, "add">;
+  /**
+   * The isolate's copy of the lists, if a middleware of this isolate applies them (the ban is in
+   * force here at once), and its ban counts.
+   */
+  lists: Pick<ListCache, "add"> | undefined;
   metrics: Pick<MetricsBuffer, "countBan">;
   store: Store;
   /** What tells every other Redis of the deployment that the lists changed. */
@@ -141,7 +144,7 @@ async function escalate(ban: BanCount): Promise<void> {
   if (dropped.length > 0)
     log("bans_dropped", { route: ban.route, limit: ban.limit, dropped: dropped.length, cap: MAX_BANS });
   await ban.announce();
-  ban.lists.add(ban.prefix, entry);
+  ban.lists?.add(ban.prefix, entry);
   ban.metrics.countBan(ban.route, ban.limit);
   const at = new Date(until).toISOString();
   log("ban", { route: ban.route, limit: ban.limit, level, until: at, id: await pseudonym(ban.idKey, ban.hash) });

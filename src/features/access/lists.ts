@@ -8,6 +8,11 @@ import { modeInForce, type RouteMode } from "../mode/store.js";
 
 export type { ListEntry } from "./lists-store.js";
 
+/** The isolate's copy of the lists, made on first use (see `Runtime.lists`). */
+export function listsOf(runtime: { lists?: ListCache; readonly versions: StoreVersions }): ListCache {
+  return (runtime.lists ??= new ListCache(runtime.versions));
+}
+
 /** A read that failed is tried again no sooner than this. */
 const RETRY_MS = 800;
 /**

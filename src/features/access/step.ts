@@ -6,6 +6,7 @@ import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { jwtSecret, verifiedBearer } from "../jwt/step.js";
 import { logFailure } from "../../util/log.js";
+import { listsOf } from "./lists.js";
 
 /**
  * The deny and allow lists (kept in the home region's Redis, managed with the admin API): a
@@ -15,7 +16,7 @@ import { logFailure } from "../../util/log.js";
  */
 export const accessListsStep: Step = async (c, scope, next) => {
   const source = { prefix: scope.config.key_prefix, store: scope.stores.home() };
-  const lists = scope.runtime.lists;
+  const lists = listsOf(scope.runtime);
   const claimed = (await lists.namesClaims(source, scope.defer)) ? await readClaims(c, scope) : undefined;
   const listed = await lists.verdict(source, scope.facts, scope.route?.name, scope.defer, claimed);
   if (listed === "deny") {

@@ -1,8 +1,8 @@
 import type { Context } from "hono";
-import type { Route } from "../../config/index.js";
+import type { Config, Route } from "../../config/index.js";
 import type { Scope, Step } from "../../context.js";
 import { usesJwt } from "../../config/uses-jwt.js";
-import { verifyBearer, type Verified } from "./jwt.js";
+import { JwksCache, verifyBearer, type Verified } from "./jwt.js";
 import { AUTO_PRINCIPAL } from "../../identity/principal.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
@@ -16,7 +16,7 @@ export type Verifier = Pick<Scope, "config" | "env" | "runtime" | "bearer">;
  * ask the same question): with the `jwt` settings and the HMAC key in the Worker's `secret_env`.
  */
 export function verifiedBearer(c: Context, scope: Verifier, secret = jwtSecret(scope)): Promise<Verified> {
-  scope.bearer ??= verifyBearer(c.req.raw, scope.config.jwt, secret, scope.runtime.jwks);
+  scope.bearer ??= verifyBearer(c.req.raw, scope.config.jwt, secret, scope.runtime.own(JwksCache));
   return scope.bearer;
 }
 
@@ -92,4 +92,15 @@ function followsCaller(route: Route, method: string): boolean {
   return [route.idempotency, route.session].some(
     (t) => t?.methods.includes(method) && t.principal.length === 1 && t.principal[0] === AUTO_PRINCIPAL,
   );
+}
+
+/**
+ * With a `jwt` option the middleware verifies the bearer token itself (unless `verifyJwt()` or
+ * hono's `jwt()` ran before), so that an `auto` or `jwt:` principal is the token's subject. Here,
+ * beside the step, so that only the middleware that use it (idempotency(), session()) import the
+ * JWT code: the package's shared chunks are split by module, and hono's JWT helpers, once
+ * imported, stay in every Worker that loads their chunk.
+ */
+export function withJwt(config: Pick<Config, "jwt">, step: Step): Step[] {
+  return config.jwt ? [verifyJwtStep, step] : [step];
 }

@@ -98,7 +98,7 @@ describe("rateLimit() keyed on jwt:sub", () => {
   }
 
   it("limits per subject across client IPs (secret from the Worker's environment)", async () => {
-    const app = limitedApp(false);
+    const app = limitedApp({});
     const env = { SLUICE_JWT_SECRET: SECRET };
     const alice = await tokenFor("alice");
     expect((await app.request("/api", from("198.51.100.83", alice), env)).status).toBe(200);
@@ -113,7 +113,7 @@ describe("rateLimit() keyed on jwt:sub", () => {
   });
 
   it("refuses a bad token with 401 rather than falling back to another identity", async () => {
-    const app = limitedApp(false);
+    const app = limitedApp({});
     const env = { SLUICE_JWT_SECRET: SECRET };
     await expectInvalidToken(await app.request("/api", from("198.51.100.86", await tokenFor("alice", "forged")), env));
   });
@@ -126,6 +126,20 @@ describe("rateLimit() keyed on jwt:sub", () => {
     expect(await first.json()).toEqual({ remaining: 1 });
     expect((await app.request("/api", from("198.51.100.88", alice))).status).toBe(200);
     expect((await app.request("/api", from("198.51.100.89", alice))).status).toBe(429);
+  });
+
+  it("without a verifier before it, a token is a 500 naming the fix, never keyed as no token", async () => {
+    const app = limitedApp(false);
+    const env = { SLUICE_JWT_SECRET: SECRET };
+    const res = await app.request("/api", from("198.51.100.91", await tokenFor("alice")), env);
+    expect(res.status).toBe(500);
+    const body = (await res.json()) as { title: string; detail: string };
+    expect(body.title).toBe("Invalid sluice configuration");
+    expect(body.detail).toContain("verifyJwt()");
+    // no token: no claims, and the limit's `missing` policy (the IP) applies, as after a verifier
+    const first = await app.request("/api", from("198.51.100.91"), env);
+    expect(first.status).toBe(200);
+    expect(await first.json()).toEqual({ remaining: 1 });
   });
 
   it("with verifyJwt({ required: true }), refuses a request without a token before any limit", async () => {

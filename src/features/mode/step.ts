@@ -8,6 +8,7 @@ import { fallbackFor } from "../shedding/fallback/answer.js";
 import { divert } from "../shedding/divert.js";
 import { countDivert } from "../../metrics/diverts.js";
 import type { RouteMode } from "./store.js";
+import { listsOf } from "../access/lists.js";
 import { failover } from "../shedding/failover.js";
 
 /**
@@ -24,7 +25,7 @@ export const routeModeStep: Step = async (c, scope, next) => {
   const route = scope.route;
   if (!route) return next();
   const source = { prefix: scope.config.key_prefix, store: scope.stores.home() };
-  const forced = await scope.runtime.lists.modeOf(source, route.name, scope.defer);
+  const forced = await listsOf(scope.runtime).modeOf(source, route.name, scope.defer);
   if (!forced) return next();
   if (scope.meta) scope.meta.limit = `mode:${forced.mode}`;
   if (forced.mode === "open" || (forced.mode === "divert" && route.divertUrl)) {
