@@ -137,8 +137,8 @@ export default defineConfig(
                 "src/util/**",
               ],
               from: [
-                "src/features/*/step.ts",
-                "src/features/*/admin*.ts",
+                "src/features/**/step.ts",
+                "src/features/**/admin*.ts",
                 "src/middleware/**",
                 "src/pipeline/**",
                 "src/admin/**",
@@ -166,13 +166,13 @@ export default defineConfig(
               message: "shared machinery imports a capability: move what both need below both",
             },
             {
-              target: "src/features/*/step.ts",
-              from: "src/features/*/admin*.ts",
+              target: "src/features/**/step.ts",
+              from: "src/features/**/admin*.ts",
               message: "a capability's step imports admin routes",
             },
             {
-              target: "src/features/*/admin*.ts",
-              from: "src/features/*/step.ts",
+              target: "src/features/**/admin*.ts",
+              from: "src/features/**/step.ts",
               message: "a capability's admin routes import a step",
             },
             {
@@ -197,9 +197,9 @@ export default defineConfig(
               target: "src/runtime.ts",
               from: [
                 "src/admin/**",
-                "src/features/*/admin*.ts",
+                "src/features/**/admin*.ts",
                 "src/middleware/**",
-                "src/features/*/step.ts",
+                "src/features/**/step.ts",
                 "src/pipeline/**",
                 "src/gateway/**",
               ],

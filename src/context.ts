@@ -2,10 +2,7 @@ import type { Context, Next } from "hono";
 import type { Config, Route } from "./config/index.js";
 import type { Env } from "./env.js";
 import type { RequestFacts } from "./identity/identify.js";
-import type { Verified } from "./features/jwt/jwt.js";
-import type { RouteMode } from "./features/mode/store.js";
 import type { Defer } from "./util/defer.js";
-import type { Bucket, Decision } from "./features/rate-limit/types.js";
 import type { ClientLabel } from "./metrics/labels.js";
 import type { ForwardTarget, OriginReply } from "./origin/forward.js";
 import type { DecisionHeader } from "./problem.js";
@@ -50,6 +47,30 @@ export interface SluiceVariables {
   sluice: SluiceDecision;
 }
 
+/** One limit as the rate limiter decided it, as far as the handler's view reads it (src/features/rate-limit/types.ts `LimitOutcome`). */
+export interface DecidedLimit {
+  limit: { name: string };
+  allowed: boolean;
+  remaining: number;
+  resetMs: number;
+  retryAfterMs: number;
+}
+
+/** The rate limiter's decision as the pipeline reads it (the decision itself stays with the rate limiter's step). */
+export interface LimitSummary {
+  outcomes: readonly DecidedLimit[];
+  /** Decided without Redis's answer (Redis failed; `open` or `local`). */
+  degraded: boolean;
+  /** Answered by the isolate alone (the blocked-bucket cache, leases): no central call. */
+  withoutRedis: boolean;
+}
+
+/** The operator's degrade switch on the route (src/features/access/mode/): its mode, until when (epoch ms). */
+export interface SwitchInForce {
+  mode: "fallback" | "reject" | "divert" | "open";
+  until: number;
+}
+
 /** What a decision is counted and logged under. */
 export interface DecisionMeta {
   route: string;
@@ -60,16 +81,6 @@ export interface DecisionMeta {
   /** What the dashboard shows of the refused client (none under `labels = "off"`). */
   label?: ClientLabel;
   rttMs?: number;
-}
-
-/** The rate-limit step's decision, kept for what runs after the response. */
-export interface LimitRun {
-  decision: Decision;
-  buckets: Bucket[];
-  /** Decided without Redis's answer (Redis failed; `open` or `local`). */
-  degraded: boolean;
-  peek: boolean;
-  delayMs: number;
 }
 
 /**
@@ -101,13 +112,12 @@ export interface Scope {
   /** What `Sluice-Decision` says, as the steps have it so far. */
   decision: DecisionHeader;
   allowListed: boolean;
-  /** The operator switched the route to `open` or `divert` (src/features/mode/): its limits are not asked. */
+  /** The operator switched the route to `open` or `divert` (src/features/access/mode/): its limits are not asked. */
   routeOpen?: boolean;
   /** The operator's switch in force for the route, when it lets the request on (`open`; `divert`, done after the guards). */
-  forcedMode?: RouteMode;
-  /** The bearer token's verification, done once per request by the first step that needs claims. */
-  bearer?: Promise<Verified>;
-  limits?: LimitRun;
+  forcedMode?: SwitchInForce;
+  /** What the rate limiter decided, as the handler's view and the decision's count read it. */
+  limits?: LimitSummary;
   /** Headers sluice tells the origin: fencing token, Idempotency-Key, Sluice-Session. */
   sluiceHeaders: Record<string, string>;
   /** The request's W3C `traceparent` (given, or made up), once a step needed it (idempotency). */
@@ -155,7 +165,7 @@ export type Step = (c: Context<SluiceEnv>, scope: Scope, next: Next) => Promise<
 
 /** The handler's view of a scope. */
 export function publicDecision(scope: Scope): SluiceDecision {
-  const outcomes = scope.limits?.decision.outcomes ?? [];
+  const outcomes = scope.limits?.outcomes ?? [];
   const now = Date.now();
   return {
     verdict: scope.decision,

@@ -98,3 +98,8 @@ export class Problem extends HTTPException {
     return problem(this.init, base ?? this.base);
   }
 }
+
+/** Whole seconds, rounded up, never less than one: a refused request should not retry at once. */
+export function retryAfterSeconds(ms: number): number {
+  return Math.max(1, Math.ceil(ms / 1000));
+}

@@ -1,5 +1,5 @@
 import type { ListCache } from "./features/access/lists.js";
-import { AdaptiveReports } from "./features/adaptive/reports.js";
+import { AdaptiveReports } from "./features/rate-limit/adaptive/reports.js";
 import { BlockedBuckets } from "./features/rate-limit/isolate/blocked.js";
 import type { IsolateState } from "./features/rate-limit/decision/decision.js";
 import { LeaseBroker } from "./features/rate-limit/isolate/lease-broker.js";

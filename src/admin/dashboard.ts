@@ -13,7 +13,7 @@ import { backlogRows } from "../features/shedding/queue/depth.js";
 import { orElse } from "../util/log.js";
 import type { AdminEnv } from "../operator/context.js";
 import type { ServedView } from "../operator/served.js";
-import { signedIn, signOut, startSession, throttledCompare } from "./guard.js";
+import { signedIn, signOut, startSession, throttledCompare } from "./token-gate.js";
 import { limitChoices, panelsData, routeChoices } from "./panels.js";
 import type { AuthThrottle } from "./throttle.js";
 import { loginForm } from "../operator/validate.js";
@@ -26,13 +26,13 @@ const NO_STORE = { "cache-control": "no-store" };
  * `POST /login` the form's target (the token, throttled like a bearer token, for a session
  * cookie), `POST /logout` the sign-out (ends the session server-side), `GET /fragments/panels` the
  * page's panels alone (which its script swaps in every few seconds), and `GET /api/dashboard` the
- * figures they draw as JSON (the last three behind the guard).
+ * figures they draw as JSON (the last three behind the token gate).
  */
 export function dashboardApp(throttle: AuthThrottle): Hono<AdminEnv> {
   const app = new Hono<AdminEnv>();
 
   app.get("/", async (c) => {
-    // the guard lets this page through with or without a session: it shows the form without one
+    // the token gate lets this page through with or without a session: it shows the form without one
     const token = c.env.SLUICE_ADMIN_TOKEN as string;
     if (!(await signedIn(c, token))) return c.html(loginPage(), 200, NO_STORE);
     const [config, stores, served] = [c.get("config"), c.get("stores"), c.get("served")];
@@ -55,7 +55,7 @@ export function dashboardApp(throttle: AuthThrottle): Hono<AdminEnv> {
     return c.redirect("/__sluice/", 303);
   });
 
-  // behind the guard: the session's cookie and a JSON body (what no cross-site form can send)
+  // behind the token gate: the session's cookie and a JSON body (what no cross-site form can send)
   app.post("/logout", async (c) => {
     const signedOut = await signOut(c, c.env.SLUICE_ADMIN_TOKEN as string);
     return c.json({ signed_out: signedOut }, 200, NO_STORE);

@@ -5,7 +5,7 @@
  */
 import { bucketBound, QUANTILES } from "../metrics/histogram.js";
 import type { Config, Route } from "../config/index.js";
-import { ADAPTIVE_LIMIT } from "../features/adaptive/schema.js";
+import { ADAPTIVE_LIMIT } from "../features/rate-limit/adaptive/schema.js";
 import { identify } from "../identity/identify.js";
 import { bucketHash } from "../features/rate-limit/decision/buckets.js";
 import { LOCAL, REGION_FIELD, RTT_FIELD, STORE_FAILED } from "../metrics/index.js";

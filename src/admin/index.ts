@@ -9,13 +9,13 @@ import { bucketsApp } from "../features/rate-limit/admin-buckets.js";
 import { configApp } from "./config.js";
 import type { AdminEnv } from "../operator/context.js";
 import { dashboardApp } from "./dashboard.js";
-import { guard } from "./guard.js";
+import { tokenGate } from "./token-gate.js";
 import { healthApp } from "./health.js";
-import { idempotencyApp } from "../features/idempotency/admin.js";
+import { idempotencyApp } from "../features/guard/idempotency/admin.js";
 import { ledgerApp } from "./ledger-query.js";
 import { listsApp } from "../features/access/admin.js";
 import { listsOf } from "../features/access/lists.js";
-import { routesApp } from "../features/mode/admin.js";
+import { routesApp } from "../features/access/mode/admin.js";
 import { metricsApp } from "./metrics.js";
 import { overridesApp } from "../features/rate-limit/admin-overrides.js";
 import { problemsApp } from "./problems.js";
@@ -26,7 +26,7 @@ import { logError } from "../util/log.js";
 export type { AdminEnv } from "../operator/context.js";
 
 /**
- * The admin API under `/__sluice/`, one sub-app per resource behind one guard: `health` answers
+ * The admin API under `/__sluice/`, one sub-app per resource behind one token gate: `health` answers
  * anybody that sluice is up, and the operator each region's Redis; everything else needs
  * `Authorization: Bearer <SLUICE_ADMIN_TOKEN>` (compared in constant time, failures throttled per
  * client) or the dashboard's session, and the whole API is off (404) when no token is
@@ -43,9 +43,9 @@ export type { AdminEnv } from "../operator/context.js";
  */
 export function adminApp(runtime: Runtime, load: MiddlewareHandler<AdminEnv> = withConfig(runtime)): Hono<AdminEnv> {
   const admin = new Hono<AdminEnv>().basePath("/__sluice");
-  // before the guard: the pages problem types link to are documentation for any client
+  // before the token gate: the pages problem types link to are documentation for any client
   admin.route("/problems", problemsApp(runtime));
-  admin.use("*", load, guard(runtime.own(AuthThrottle)));
+  admin.use("*", load, tokenGate(runtime.own(AuthThrottle)));
   admin.route("/", dashboardApp(runtime.own(AuthThrottle)));
   admin.route("/health", healthApp());
   admin.route("/config", configApp());
@@ -56,7 +56,7 @@ export function adminApp(runtime: Runtime, load: MiddlewareHandler<AdminEnv> = w
   admin.route("/metrics", metricsApp(runtime.metrics));
   admin.route("/ledger", ledgerApp());
   admin.route("/idempotency", idempotencyApp());
-  // reached after the guard, so an unknown path tells a caller without the token nothing either
+  // reached after the token gate, so an unknown path tells a caller without the token nothing either
   admin.notFound((c) => problem({ type: PROBLEMS.notFound, detail: "no such admin route" }, baseOf(c)));
   admin.onError(answerError);
   return admin;

@@ -4,7 +4,7 @@ import type { ServedView } from "../operator/served.js";
 import { regionsHealth } from "./health.js";
 import { entriesInForce } from "../features/access/admin.js";
 import { overridesInForce } from "../features/rate-limit/admin-overrides.js";
-import { routeModes } from "../features/mode/admin.js";
+import { routeModes } from "../features/access/mode/admin.js";
 import type { DashboardView, LimitChoice, PanelsData } from "./view/types.js";
 import { logError } from "../util/log.js";
 

@@ -1,5 +1,6 @@
 import { ownValue } from "../util/own.js";
-import { ADAPTIVE_LIMIT } from "../features/adaptive/schema.js";
+import { hasTrait } from "../features/rate-limit/algorithms/registry.js";
+import { ADAPTIVE_LIMIT } from "../features/rate-limit/adaptive/schema.js";
 import type { ConfigWarning } from "./route-warnings.js";
 import type { LimitSettings, SluiceSettings } from "./schema.js";
 
@@ -57,7 +58,7 @@ function messageFor(route: string, limit: LimitSettings, regions: string[]): str
   const n = regions.length;
   const key = limit.key.length === 1 ? `"${limit.key[0]}"` : JSON.stringify(limit.key);
   const per = limit.key.includes("path") ? " per path" : "";
-  const inFlight = limit.algorithm === "concurrency";
+  const inFlight = hasTrait(limit.algorithm, "inFlight");
   const figure = (count: number) => (inFlight ? `${count} in flight` : `${count}/${formatPeriod(limit.period)}`);
   const fix = inFlight
     ? 'set scope = "global" (one set of slots in the home region\'s Redis, a round trip there)'

@@ -2,8 +2,8 @@ import * as z from "zod/mini";
 import { deferred, lazy } from "./lazy.js";
 import { configSchema } from "./settings.js";
 import { breakerSettings } from "../features/breaker/schema.js";
-import { idempotencySettings } from "../features/idempotency/schema.js";
-import { sessionSettings } from "../features/session/schema.js";
+import { idempotencySettings } from "../features/guard/idempotency/schema.js";
+import { sessionSettings } from "../features/guard/session/schema.js";
 import { mcpSettings } from "../features/mcp/schema.js";
 
 // The configuration of [vars.SLUICE] as the gateway takes it: each feature's options come from its

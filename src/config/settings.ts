@@ -2,7 +2,7 @@ import * as z from "zod/mini";
 import { deferred, lazy } from "./lazy.js";
 import { duration, method, name } from "./primitives.js";
 import { DEFAULT_PROBLEM_BASE } from "../problem.js";
-import { adaptiveLimit, adaptiveSettings, ADAPTIVE_LIMIT } from "../features/adaptive/schema.js";
+import { adaptiveLimit, adaptiveSettings, ADAPTIVE_LIMIT } from "../features/rate-limit/adaptive/schema.js";
 import { jwtSettings } from "../features/jwt/schema.js";
 import { limit, priority } from "../features/rate-limit/schema.js";
 import { divertProblems, sheddingOptions } from "../features/shedding/schema.js";

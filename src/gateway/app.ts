@@ -4,8 +4,8 @@ import { adminRequest } from "../admin/path.js";
 import type { Scope, SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
 import { Runtime } from "../runtime.js";
-import { answerAll } from "../pipeline/answer.js";
-import { forwardToOrigin } from "../pipeline/forward.js";
+import { answerEveryError } from "../pipeline/error-answer.js";
+import { forwardToOrigin } from "../pipeline/forward-to-origin.js";
 import { mount } from "../pipeline/mount.js";
 import { entered, newScope, type ScopeSource } from "../pipeline/scope.js";
 import { ConfigCache, invalidConfiguration } from "../config/cache.js";
@@ -22,15 +22,15 @@ export type GatewayEnv = SluiceEnv & { Bindings: Env };
 export function createApp(runtime = new Runtime()): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>();
   app.use("*", adminApi(runtime)); //  /__sluice/… in any spelling: the admin API
-  app.use("*", mount({ scope: configuredScope(runtime), answer: answerAll, nested: false }, PIPELINE_STEPS));
+  app.use("*", mount({ scope: configuredScope(runtime), answer: answerEveryError, nested: false }, PIPELINE_STEPS));
   app.all("*", forwardToOrigin); //    the origin, body streamed both ways
   app.onError(answerError);
   return app;
 }
 
-/** What the origin's forwarding throws is answered as the pipeline answers (src/pipeline/answer.ts). */
+/** What the origin's forwarding throws is answered as the pipeline answers (src/pipeline/error-answer.ts). */
 export const answerError: ErrorHandler<GatewayEnv> = (err, c) =>
-  answerAll(err, c, c.get("sluiceScope") as Scope | undefined);
+  answerEveryError(err, c, c.get("sluiceScope") as Scope | undefined);
 
 /** Requests for the admin API go to it, under their normal path; the rest go on. */
 function adminApi(runtime: Runtime): MiddlewareHandler<GatewayEnv> {

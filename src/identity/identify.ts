@@ -33,6 +33,24 @@ export interface RequestFacts {
   cost?: number;
 }
 
+/**
+ * What a limit's key parts can be read from, whoever asks: a request's facts, or a caller that is
+ * no request at all (`limiter().limit(c, identifier)`, a tool call) and names itself by an
+ * identifier alone: it has no path, headers or URL, and a part read from them is missing.
+ */
+export type IdentityFacts = Omit<RequestFacts, "matchPath" | "headers" | "url"> &
+  Partial<Pick<RequestFacts, "matchPath" | "headers" | "url">>;
+
+/**
+ * The facts of a caller that names itself by an identifier (and, it may be, a cost): the key part
+ * `code` is the identifier; no request is read, so no address either.
+ *
+ * @example identifierFacts("user-7", 3) // { ip: "", code: "user-7", cost: 3 }
+ */
+export function identifierFacts(identifier: string, cost?: number): IdentityFacts {
+  return { ip: "", code: identifier, ...(cost !== undefined ? { cost } : {}) };
+}
+
 /** The key part of an identifier from the app's own code: only sluice sets it, never a configuration. */
 export const CODE_PART = "code";
 
@@ -49,7 +67,7 @@ export type Identity = { kind: "id"; id: string } | { kind: "skip" } | { kind: "
  */
 export function identify(
   parts: readonly string[],
-  facts: RequestFacts,
+  facts: IdentityFacts,
   missing: "ip" | "reject" | "skip" = "ip",
 ): Identity {
   const values: string[][] = [];
@@ -79,7 +97,7 @@ export function ipIdentity(ip: string): string {
 }
 
 /** The value of one key part in this request, or `undefined` when the request does not carry it. */
-export function readPart(part: string, facts: RequestFacts): string | undefined {
+export function readPart(part: string, facts: IdentityFacts): string | undefined {
   if (part === "ip") return facts.ip;
   if (part === "global") return "*";
   if (part === "path") return facts.matchPath;
@@ -88,9 +106,9 @@ export function readPart(part: string, facts: RequestFacts): string | undefined 
   const colon = part.indexOf(":");
   const source = part.slice(0, colon);
   const name = part.slice(colon + 1);
-  if (source === "header") return headerValue(facts.headers, name);
-  if (source === "query") return facts.url.searchParams.get(name) ?? undefined;
-  if (source === "cookie") return readCookie(facts.headers.get("cookie"), name);
+  if (source === "header") return facts.headers && headerValue(facts.headers, name);
+  if (source === "query") return facts.url?.searchParams.get(name) ?? undefined;
+  if (source === "cookie") return readCookie(facts.headers?.get("cookie") ?? null, name);
   if (source === "jwt") return claimText(ownValue(facts.claims, name));
   return undefined;
 }

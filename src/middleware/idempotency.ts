@@ -11,8 +11,8 @@ import type { SluiceInput } from "../config/schema.js";
 import { deferred, lazy } from "../config/lazy.js";
 import { configSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
-import { idempotencySettings } from "../features/idempotency/schema.js";
-import { idempotencyStep } from "../features/idempotency/step.js";
+import { idempotencySettings } from "../features/guard/idempotency/schema.js";
+import { guardStep } from "../features/guard/step.js";
 import type { Literal } from "./literal-options.js";
 import { compileOptions, standalone, tableFields, type SharedOptions } from "./standalone.js";
 import { withJwt } from "../features/jwt/step.js";
@@ -35,5 +35,5 @@ export function idempotency(options: IdempotencyOptions = {}): MiddlewareHandler
   const { name = "app", ...rest } = options;
   const route = { name, idempotency: tableFields(rest) };
   const config = compileOptions("idempotency", options, route, { schema: idempotencyConfig, table: "idempotency" });
-  return standalone(config, options, withJwt(config, idempotencyStep), { by: "idempotency()", duties: [] });
+  return standalone(config, options, withJwt(config, guardStep), { by: "idempotency()", duties: [] });
 }

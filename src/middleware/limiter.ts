@@ -12,16 +12,17 @@ import type { Context } from "hono";
 import { ConfigError, type Config } from "../config/load.js";
 import type { Limit } from "../config/index.js";
 import { plainConfigSchema } from "../config/settings.js";
-import type { Scope } from "../context.js";
 import type { Env } from "../env.js";
 import { CODE_PART } from "../identity/identify.js";
+import type { Defer } from "../util/defer.js";
 import { deferrer } from "../pipeline/scope.js";
 import { redisNotConfigured } from "../pipeline/redis-required.js";
 import { chooseRegion } from "../region/index.js";
 import { isolateRuntime } from "../runtime.js";
 import { isMisconfigured, type StoreError } from "../store/deadline.js";
 import type { RedisConnection } from "../store/redis.js";
-import { decideLimits } from "../features/rate-limit/step.js";
+import { decideLimits } from "../features/rate-limit/core.js";
+import { hasTrait } from "../features/rate-limit/algorithms/registry.js";
 import type { Decision } from "../features/rate-limit/types.js";
 import type { LimitOptions } from "./rate-limit.js";
 import { compileOptions, connectionOf, recordServed, type SharedOptions } from "./standalone.js";
@@ -94,14 +95,14 @@ export function limiter(options: LimiterOptions): Limiter {
       throw new TypeError("limiter(): the identifier must be a non-empty string");
     if (cost !== undefined && !(Number.isInteger(cost) && cost > 0))
       throw new TypeError("limiter(): cost must be a positive whole number");
-    const scope = callScope(config, options, c, { code: identifier, cost });
-    scope.route = route;
+    const call = callPlace(config, options, c);
     // missing configuration is no outage: never a quiet per-isolate decision (`on_store_error` is for outages)
-    const unconfigured = redisNotConfigured(scope);
+    const unconfigured = redisNotConfigured({ ...call, route });
     if (unconfigured && options.redis !== undefined)
       throw new ConfigError("limiter(): redis", "the function given as `redis` returned no connection");
     if (unconfigured) throw new ConfigError(`env.${String(unconfigured.extensions?.missing)}`, unconfigured.detail);
-    const decided = await decideLimits(scope, route, peek).catch((e: unknown) => {
+    const ask = { route, caller: { identifier, cost }, mode: peek ? "peek" : "take" } as const;
+    const decided = await decideLimits(call.place, ask).catch((e: unknown) => {
       throw isMisconfigured(e) ? misconfigured(e, options.redis !== undefined) : e;
     });
     return decided
@@ -114,33 +115,16 @@ export function limiter(options: LimiterOptions): Limiter {
   };
 }
 
-/** The scope of one call: the facts are the identifier (and cost) the app gave; no request is read. */
-function callScope(
-  config: Config,
-  options: LimiterOptions,
-  c: LimiterContext,
-  given: { code: string; cost?: number },
-): Scope {
+/** Where one call is decided: the caller's region (from the request, when there is one), its databases, the isolate. */
+function callPlace(config: Config, options: LimiterOptions, c: LimiterContext) {
   const runtime = options.runtime ?? isolateRuntime();
   const env = (c.env ?? {}) as Env;
-  const request = "req" in c ? c.req.raw : undefined;
-  const region = chooseRegion(config, request?.cf as { colo?: string; continent?: string } | undefined);
-  const url = new URL(request?.url ?? "http://limiter.invalid/");
-  return {
-    runtime,
-    config,
-    region,
-    stores: runtime.stores(connectionOf(options, c, config), config),
-    facts: { ip: "", matchPath: "/", headers: new Headers(), url, ...given },
-    defer: "req" in c ? deferrer(c) : (work) => c.executionCtx?.waitUntil(work),
-    env,
-    forwardPath: "/",
-    method: "POST",
-    methodOverridden: false,
-    decision: "allow",
-    allowListed: false,
-    sluiceHeaders: {},
-  };
+  const cf = "req" in c ? (c.req.raw.cf as { colo?: string; continent?: string } | undefined) : undefined;
+  const region = chooseRegion(config, cf);
+  const stores = runtime.stores(connectionOf(options, c, config), config);
+  const defer: Defer = "req" in c ? deferrer(c) : (work) => c.executionCtx?.waitUntil(work);
+  const isolate = { ...runtime.decisions, localBuckets: runtime.localBuckets };
+  return { runtime, env, config, region, stores, place: { config, region, stores, defer, isolate } };
 }
 
 /**
@@ -149,7 +133,7 @@ function callScope(
  */
 function callable(limit: Limit, index: number): void {
   const named = (field: string) => `limiter(): limits[${index}] (${JSON.stringify(limit.name)}).${field}`;
-  if (limit.algorithm === "concurrency")
+  if (hasTrait(limit.algorithm, "inFlight"))
     throw new ConfigError(
       `limiter(): limits[${index}].algorithm`,
       "concurrency needs a request to end: use rateLimit()",

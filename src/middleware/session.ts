@@ -11,8 +11,8 @@ import type { SluiceInput } from "../config/schema.js";
 import { deferred, lazy } from "../config/lazy.js";
 import { configSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
-import { sessionSettings } from "../features/session/schema.js";
-import { sessionStep } from "../features/session/step.js";
+import { sessionSettings } from "../features/guard/session/schema.js";
+import { guardStep } from "../features/guard/step.js";
 import type { Literal } from "./literal-options.js";
 import { compileOptions, standalone, tableFields, type SharedOptions } from "./standalone.js";
 import { withJwt } from "../features/jwt/step.js";
@@ -31,5 +31,5 @@ export function session(options: SessionOptions): MiddlewareHandler<SluiceEnv> {
   const { name = "app", ...rest } = options;
   const route = { name, session: tableFields(rest) };
   const config = compileOptions("session", options, route, { schema: sessionConfig, table: "session" });
-  return standalone(config, options, withJwt(config, sessionStep), { by: "session()", duties: [] });
+  return standalone(config, options, withJwt(config, guardStep), { by: "session()", duties: [] });
 }

@@ -2,7 +2,7 @@ import type { MiddlewareHandler } from "hono";
 import { loadConfig } from "../config/index.js";
 import type { SluiceInput } from "../config/schema.js";
 import type { SluiceEnv } from "../context.js";
-import { forwardToOrigin } from "../pipeline/forward.js";
+import { forwardToOrigin } from "../pipeline/forward-to-origin.js";
 import { PIPELINE_STEPS } from "../pipeline/steps.js";
 import type { Step } from "./step.js";
 import { standalone, type Serves, type SharedOptions } from "./standalone.js";

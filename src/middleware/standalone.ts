@@ -3,7 +3,7 @@ import { loadConfigWith, ConfigError, OPTIONS_SOURCE, type Config, type ConfigSc
 import type { SluiceInput } from "../config/schema.js";
 import type { SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
-import { answerProblems } from "../pipeline/answer.js";
+import { answerOwnProblems } from "../pipeline/error-answer.js";
 import { mount } from "../pipeline/mount.js";
 import { entered, newScope, type ScopeSource } from "../pipeline/scope.js";
 import { envConnections, type Connect } from "../region/index.js";
@@ -156,7 +156,7 @@ export function standalone(
 ): MiddlewareHandler<SluiceEnv> {
   recordServed(config, options, serves);
   return mount(
-    { scope: optionsScope(config, options, gateway.matchRoutes), answer: answerProblems, nested: true },
+    { scope: optionsScope(config, options, gateway.matchRoutes), answer: answerOwnProblems, nested: true },
     steps,
   );
 }

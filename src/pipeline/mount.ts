@@ -2,18 +2,18 @@ import type { Context, MiddlewareHandler, Next } from "hono";
 import { every } from "hono/combine";
 import { publicDecision, type Scope, type SluiceEnv, type Step } from "../context.js";
 import { withoutSluiceHeaders } from "../origin/forward.js";
-import type { Answer } from "./answer.js";
+import type { ErrorAnswer } from "./error-answer.js";
 import { misconfiguredStore } from "./redis-required.js";
 import { ScopedProblem, type ScopeSource } from "./scope.js";
 import { isMisconfigured } from "../store/deadline.js";
-import { settle } from "./stamp.js";
+import { stampAndCount } from "./stamp.js";
 
 /** What differs between the gateway and a sluice middleware in an app. */
 export interface Shell {
   /** Where the request's scope comes from: the environment's configuration, or the middleware's options. */
   scope: ScopeSource;
   /** Which errors sluice answers (the gateway: all; in an app: its own problems). */
-  answer: Answer;
+  answer: ErrorAnswer;
   /** In an app, a sluice middleware nearer the handler may have stamped the decision already. */
   nested: boolean;
 }
@@ -31,7 +31,7 @@ export function mount(shell: Shell, steps: Step[]): MiddlewareHandler<SluiceEnv>
     let scope: Scope | undefined;
     const scoping = scopeMaker(shell, (made) => (scope = made));
     await every(scoping, ...stepHandlers)(c, handOn(c, next));
-    settle(c, scope, shell.nested);
+    stampAndCount(c, scope, shell.nested);
   };
 }
 
@@ -77,7 +77,7 @@ function scopeMaker(shell: Shell, made: (scope: Scope) => void): MiddlewareHandl
  * A step as middleware: its scope is the one on the context when it is called (a sluice
  * middleware nearer the handler sets its own later); a response it returns becomes `c.res`.
  */
-function inScope(step: Step, answer: Answer): MiddlewareHandler<SluiceEnv> {
+function inScope(step: Step, answer: ErrorAnswer): MiddlewareHandler<SluiceEnv> {
   return async (c: Context<SluiceEnv>, next: Next) => {
     const scope = c.get("sluiceScope");
     try {
@@ -92,11 +92,11 @@ function inScope(step: Step, answer: Answer): MiddlewareHandler<SluiceEnv> {
 }
 
 /**
- * An error answered where it was thrown, as Hono's `onError` would be (or thrown on, see `Answer`).
+ * An error answered where it was thrown, as Hono's `onError` would be (or thrown on, see `ErrorAnswer`).
  * A misconfigured store is the deployment's error wherever it was met, in the gateway or an app:
  * its `500` problem (src/pipeline/redis-required.ts), never the outage a step might take it for.
  */
-function answered(c: Context<SluiceEnv>, thrown: Error, answer: Answer, scope: Scope | undefined): void {
+function answered(c: Context<SluiceEnv>, thrown: Error, answer: ErrorAnswer, scope: Scope | undefined): void {
   const err = isMisconfigured(thrown) ? misconfiguredStore(thrown, scope) : thrown;
   const res = answer(err, c, scope);
   c.error = err;

@@ -24,7 +24,9 @@ function firstTime(runtime: object, what: string): boolean {
  * is not an outage: `on_store_error` ("local", "open") would quietly limit each isolate alone, so
  * it is a `500` problem naming the variable, logged once per isolate. Undefined: nothing missing.
  */
-export function redisNotConfigured(scope: Scope): ProblemInit | undefined {
+export function redisNotConfigured(
+  scope: Pick<Scope, "route" | "stores" | "region" | "config" | "env" | "runtime">,
+): ProblemInit | undefined {
   if (!scope.route) return undefined;
   if (scope.stores.decision(scope.region) && scope.stores.home()) return undefined;
   const home = scope.config.home_region;

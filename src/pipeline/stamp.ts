@@ -1,8 +1,7 @@
 import type { Context } from "hono";
 import type { DecisionMeta, Scope, SluiceEnv } from "../context.js";
-import { madeWithoutRedis } from "../features/rate-limit/decision/decision.js";
 import { Problem, type DecisionHeader } from "../problem.js";
-import { IdempotencyRefusal } from "../features/idempotency/refusal.js";
+import { IdempotencyRefusal } from "../features/guard/idempotency/refusal.js";
 import { log } from "../util/log.js";
 
 /**
@@ -67,7 +66,7 @@ function countDecision(scope: Scope, meta: DecisionMeta, decision: DecisionHeade
     blockedId: meta.blockedId,
     label: meta.label,
     region,
-    local: limits !== undefined && !limits.degraded && madeWithoutRedis(limits.decision),
+    local: limits !== undefined && !limits.degraded && limits.withoutRedis,
     // fail open leaves no run (`degraded`); the isolate's own buckets leave a degraded one, refusals too
     storeFailed: decision === "degraded" || limits?.degraded === true,
   });
@@ -79,7 +78,7 @@ function countDecision(scope: Scope, meta: DecisionMeta, decision: DecisionHeade
  * `Sluice-Decision` the handler's response carries is no sign of it): this one's decision is then
  * counted only (its route's metrics), the nearer one's headers stay.
  */
-export function settle(c: Context<SluiceEnv>, scope: Scope | undefined, nested: boolean): void {
+export function stampAndCount(c: Context<SluiceEnv>, scope: Scope | undefined, nested: boolean): void {
   if (!nested || c.get("sluiceStamped") !== true) stamp(c, scope);
   else if (scope?.meta && firstOfRoute(c, scope.meta.route))
     record(scope, scope.meta, decisionOf(c, scope), countsAsDecision(c));

@@ -1,13 +1,12 @@
 import type { Step } from "../context.js";
 import { accessListsStep } from "../features/access/step.js";
 import { breakerStep } from "../features/breaker/step.js";
-import { idempotencyStep } from "../features/idempotency/step.js";
+import { guardStep } from "../features/guard/step.js";
 import { rateLimitStep } from "../features/rate-limit/step.js";
-import { sessionStep } from "../features/session/step.js";
 import { keepFallbackCopies, shed } from "../features/shedding/step.js";
 import { verifyJwtStep } from "../features/jwt/step.js";
 import { jobStatus } from "../features/shedding/queue/enqueue.js";
-import { modeDivertStep, routeModeStep } from "../features/mode/step.js";
+import { modeDivertStep, routeModeStep } from "../features/access/mode/step.js";
 import { mcpStep } from "../features/mcp/step.js";
 
 /** The steps of the request path, in the order a request meets them (the gateway's and `sluice()`'s). */
@@ -19,8 +18,8 @@ export const PIPELINE_STEPS: Step[] = [
   breakerStep, //         open → fallback or 503; records the origin's outcome after the response
   mcpStep, //             an MCP route: each tools/call limited per tool, a guarded one run once (docs/mcp.md)
   rateLimitStep(shed), // one Redis call decides every limit; a refusal is shed as on_limit says
-  idempotencyStep, //     one side effect per key; duplicates get the replay; settles after the response
-  sessionStep, //         one call per session at a time; released once the call's outcome is known
+  guardStep, //           one side effect per key, one call per session at a time; duplicates get the replay;
+  //                      the key settled with the origin's outcome, the lock released once it is known
   modeDivertStep, //      the `divert` switch: the divert origin answers, under the claim and session just taken
   keepFallbackCopies, //  keeps the last good copy of a fallback route's page after the response
 ];

@@ -281,7 +281,7 @@ export function breakerKey(prefix: string, route: string): string {
 
 const OVERRIDES = "overrides";
 
-/** The state of a route's adaptive limit in one region (its bucket's hash names the region): src/features/adaptive/. */
+/** The state of a route's adaptive limit in one region (its bucket's hash names the region): src/features/rate-limit/adaptive/. */
 export function adaptiveStateKey(prefix: string, route: string, hash: KeyHash): string {
   return `${routeKeyPrefix(prefix, route)}adaptive:state:${hash}`;
 }

@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { canonicalValue, keyFromFields } from "../../src/features/idempotency/derive.js";
-import { isJsonPointer, pointerTokens, resolvePointer } from "../../src/features/idempotency/json-pointer.js";
+import { canonicalValue, keyFromFields } from "../../src/features/guard/idempotency/derive.js";
+import { isJsonPointer, pointerTokens, resolvePointer } from "../../src/features/guard/idempotency/json-pointer.js";
 import { Problem } from "../../src/problem.js";
 
 /** RFC 6901 §3: "~" is written "~0" and "/" is written "~1" inside a reference token. */

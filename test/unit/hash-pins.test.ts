@@ -7,11 +7,11 @@
  */
 import { describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
-import { keyFromFields, canonicalValue } from "../../src/features/idempotency/derive.js";
-import { canonicalBody, fingerprint } from "../../src/features/idempotency/key.js";
-import { recordRef } from "../../src/features/idempotency/records.js";
+import { keyFromFields, canonicalValue } from "../../src/features/guard/idempotency/derive.js";
+import { canonicalBody, fingerprint } from "../../src/features/guard/idempotency/key.js";
+import { recordRef } from "../../src/features/guard/idempotency/records.js";
 import { bucketHash } from "../../src/features/rate-limit/decision/buckets.js";
-import { sessionRef } from "../../src/features/session/lock.js";
+import { sessionRef } from "../../src/features/guard/session/lock.js";
 import { clientOf } from "../../src/features/shedding/queue/depth.js";
 import type { Store } from "../../src/store/redis.js";
 import { Script } from "../../src/store/script.js";

@@ -4,7 +4,8 @@ import { hashIdentifier } from "../../src/identity/hash.js";
 import { bucketKey } from "../../src/store/layout.js";
 import { clientIp, identify, type RequestFacts } from "../../src/identity/identify.js";
 import { BlockedBuckets } from "../../src/features/rate-limit/isolate/blocked.js";
-import { rateLimitHeaders, retryAfterSeconds } from "../../src/features/rate-limit/headers.js";
+import { rateLimitHeaders } from "../../src/features/rate-limit/headers.js";
+import { retryAfterSeconds } from "../../src/problem.js";
 import type { LimitOutcome } from "../../src/features/rate-limit/types.js";
 
 function limits(...defs: Array<Record<string, unknown>>): Limit[] {

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { decodeEntries } from "../../src/features/access/lists-store.js";
-import { decodeModes, modeInForce, type RouteMode } from "../../src/features/mode/store.js";
+import { decodeModes, modeInForce, type RouteMode } from "../../src/features/access/mode/store.js";
 import { dashboardPage, panelsFragment } from "../../src/admin/view/page.js";
 import type { PanelsData } from "../../src/admin/view/types.js";
 

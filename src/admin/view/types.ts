@@ -6,7 +6,7 @@
 import type { DashboardData } from "../dashboard-data.js";
 import type { ListRow } from "../../features/access/admin.js";
 import type { OverrideRow } from "../../features/rate-limit/admin-overrides.js";
-import type { RouteRow } from "../../features/mode/admin.js";
+import type { RouteRow } from "../../features/access/mode/admin.js";
 
 /** The rows of the lists, overrides and route-mode tables, as the capabilities' admin routes answer them. */
 export type { ListRow, OverrideRow, RouteRow };

@@ -1,8 +1,9 @@
-import type { Limit } from "../../config/index.js";
-import type { Scope } from "../../context.js";
+import type { Config, Limit } from "../../config/index.js";
+import type { Env } from "../../env.js";
+import type { Stores } from "../../region/index.js";
+import type { Defer } from "../../util/defer.js";
 import { hashIdentifier, type KeyHash } from "../../identity/hash.js";
 import { readPart, trimHttpWhitespace, type RequestFacts } from "../../identity/identify.js";
-import type { LimitOutcome } from "../rate-limit/types.js";
 import { banLevelKey, banRefusalsKey } from "../../store/layout.js";
 import type { Store } from "../../store/redis.js";
 import { validEntry } from "../../identity/entry.js";
@@ -78,21 +79,32 @@ interface BanCount {
   idKey?: IdKey;
 }
 
+/** Where a refusal happened, as plain parts: the route, the client's facts and what a ban is written with. */
+export interface RefusalSite {
+  route?: string;
+  facts: RequestFacts;
+  stores: Stores;
+  lists: Pick<ListCache, "add"> | undefined;
+  metrics: Pick<MetricsBuffer, "countBan">;
+  config: Config;
+  env: Env;
+  defer: Defer;
+}
+
 /**
  * Counts a refusal towards the refused client's next ban, when the refusing limit has a `ban`:
  * off the request path, in the home region's Redis, best effort (a count that fails to land
  * never fails the request; the client is still limited).
  */
-export function countRefusal(scope: Scope, blocking: LimitOutcome): void {
-  const settings = blocking.limit.ban;
-  const route = scope.route?.name;
+export function countRefusal(site: RefusalSite, limit: Limit): void {
+  const settings = limit.ban;
+  const route = site.route;
   if (!settings || route === undefined) return;
-  const entry = banEntry(blocking.limit, scope.facts);
-  const store = scope.stores.offPath();
+  const entry = banEntry(limit, site.facts);
+  const store = site.stores.offPath();
   if (entry === undefined || !store) return;
-  const { runtime, config } = scope;
-  const { lists, metrics } = runtime;
-  const announced = () => announce(config, scope.stores, store);
+  const { config, lists, metrics } = site;
+  const announced = () => announce(config, site.stores, store);
   const counted = hashIdentifier(entry).then((hash) =>
     refused({
       lists,
@@ -101,14 +113,14 @@ export function countRefusal(scope: Scope, blocking: LimitOutcome): void {
       announce: announced,
       prefix: config.key_prefix,
       route,
-      limit: blocking.limit.name,
+      limit: limit.name,
       settings,
       entry,
       hash,
-      idKey: idKeyOf(scope.env),
+      idKey: idKeyOf(site.env),
     }),
   );
-  scope.defer(settleQuietly(counted, "ban_count_failed", { route }));
+  site.defer(settleQuietly(counted, "ban_count_failed", { route }));
 }
 
 /**

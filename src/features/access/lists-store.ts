@@ -5,12 +5,12 @@ import type { Batch, Store } from "../../store/redis.js";
 import { bumpVersions, VERSION_TTL_MS, versionOf } from "../../store/versions.js";
 import { everyStore, type Stores } from "../../region/index.js";
 import type { Config } from "../../config/index.js";
-import { decodeModes, type RouteMode } from "../mode/store.js";
+import { decodeModes, type RouteMode } from "./mode/store.js";
 
 /**
  * The deny and allow lists in the home region's Redis: one hash (`{prefix}:lists`), a field per
  * kind and entry (`{kind}:{entry}`) holding the entry as JSON (and a field per route whose
- * degrade switch is set, `mode:{route}`, src/features/mode/), the hash living `LISTS_TTL_S` past
+ * degrade switch is set, `mode:{route}`, src/features/access/mode/), the hash living `LISTS_TTL_S` past
  * its last change (each entry has its own expiry inside). Every read and write of it is here: the
  * isolates' refresh (lists.ts), the admin API (src/features/access/admin.ts) and automatic bans (bans.ts).
  * Each is one call of lua/access-lists.lua, which first drops the fields that have run out (so no reader
@@ -55,7 +55,7 @@ export async function readEntries(store: Store, prefix: string): Promise<ListEnt
 }
 
 /**
- * Every entry in force, the routes' degrade switches (src/features/mode/), and the Redis's change
+ * Every entry in force, the routes' degrade switches (src/features/access/mode/), and the Redis's change
  * counter, read in the same atomic call (access-lists.lua `read`, which drops what has run out first):
  * writers bump it after writing, so every write made before the counter reached that value is in
  * what was read.

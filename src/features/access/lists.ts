@@ -4,7 +4,7 @@ import type { Store } from "../../store/redis.js";
 import { StoreVersions } from "../../store/versions.js";
 import { listField, readEntriesAt, type ListEntry } from "./lists-store.js";
 import { compileEntry, EntryIndex } from "./list-index.js";
-import { modeInForce, type RouteMode } from "../mode/store.js";
+import { modeInForce, type RouteMode } from "./mode/store.js";
 
 export type { ListEntry } from "./lists-store.js";
 
@@ -31,7 +31,7 @@ interface Held {
   at: number;
   /** The entries in force when read (access-lists.lua prunes the rest), indexed by what names a client. */
   index: EntryIndex;
-  /** The routes' degrade switches read with the entries (src/features/mode/). */
+  /** The routes' degrade switches read with the entries (src/features/access/mode/). */
   modes: RouteMode[];
   /** The home Redis's change counter the entries were read at, and that Redis. */
   version?: number;
@@ -95,7 +95,7 @@ export class ListCache {
   }
 
   /**
-   * The degrade switch in force for `route` (src/features/mode/), from the copy the lists are read
+   * The degrade switch in force for `route` (src/features/access/mode/), from the copy the lists are read
    * into: no Redis call of its own. The request's `verdict` has already decided whether that copy
    * is due a refresh (asking again here would take this request for the next one); only a copy
    * never read is read first.

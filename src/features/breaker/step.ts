@@ -1,12 +1,10 @@
 import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope, Step } from "../../context.js";
+import type { Scope, SluiceEnv, Step } from "../../context.js";
 import { Breakers, SHARE_TIMEOUT_MS, type BreakerShare } from "./breakers.js";
-import { retryAfterSeconds } from "../rate-limit/headers.js";
-import { originFailed } from "../../origin/forward.js";
 import { Problem } from "../../problem.js";
-import { PROBLEMS } from "../../problem-types.js";
-import { fallbackFor } from "../shedding/fallback/answer.js";
+import { originFailed } from "../../origin/forward.js";
+import { shedWithoutOrigin } from "../shedding/step.js";
 import { divertsOn } from "../shedding/failover.js";
 import { breakerKey } from "../../store/layout.js";
 
@@ -24,8 +22,8 @@ export const breakerStep: Step = async (c, scope, next) => {
   const breaker = breakersOf(scope).of(route, share);
   const admission = breaker?.admit(Date.now());
   if (admission && !admission.pass) {
-    if (!failsOver(scope, route)) return breakerOpen(c, scope, route, admission.retryAfterMs);
-    // the divert origin answers in the origin's place, after the limits and guards (src/pipeline/forward.ts)
+    if (!failsOver(scope, route)) return breakerOpen(c, scope, admission.retryAfterMs);
+    // the divert origin answers in the origin's place, after the limits and guards (src/pipeline/forward-to-origin.ts)
     scope.failover = "breaker";
     if (scope.meta) scope.meta.limit = "breaker";
     return next();
@@ -64,20 +62,10 @@ function failsOver(scope: Scope, route: Route): boolean {
   return scope.target !== undefined && divertsOn(route, "breaker");
 }
 
-/** The breaker is open: the origin gets nothing; the client gets a copy, the static page, or a 503. */
-async function breakerOpen(c: Context, scope: Scope, route: Route, retryAfterMs: number): Promise<Response> {
+/** The breaker is open: the origin gets nothing; the shedder answers (a copy, the static page, or a 503). */
+function breakerOpen(c: Context<SluiceEnv>, scope: Scope, retryAfterMs: number): Promise<Response> {
   if (scope.meta) scope.meta.limit = "breaker";
-  const fallback = await fallbackFor(c, scope);
-  if (fallback) {
-    scope.decision = "fallback";
-    return fallback;
-  }
-  throw new Problem({
-    type: PROBLEMS.originUnavailable,
-    detail: `the origin of route "${route.name}" is failing; sluice is giving it ${retryAfterMs} ms to recover`,
-    extensions: { retry_after_ms: retryAfterMs },
-    headers: { "Retry-After": String(retryAfterSeconds(retryAfterMs)) },
-  });
+  return shedWithoutOrigin(c, scope, { kind: "breaker", retryAfterMs });
 }
 
 function shareOf(scope: Scope, route: Route): BreakerShare {

@@ -9,15 +9,26 @@ import { PROBLEMS } from "../../problem-types.js";
 import { limitedRoute } from "../../routing/route.js";
 
 /** What verifying a request's bearer token needs: the `jwt` settings, the key's variable, the JWKS cache. */
-export type Verifier = Pick<Scope, "config" | "env" | "runtime" | "bearer">;
+export type Verifier = Pick<Scope, "config" | "env" | "runtime">;
+
+/**
+ * Each request's verification, the JWT capability's own result: kept by the request's scope (a
+ * mount's, so two sluice middleware with other `jwt` settings never share one), never written into it.
+ */
+const verifications = new WeakMap<Verifier, Promise<Verified>>();
 
 /**
  * The request's bearer token, verified once per request (the lists and the route's own claims
  * ask the same question): with the `jwt` settings and the HMAC key in the Worker's `secret_env`.
  */
 export function verifiedBearer(c: Context, scope: Verifier, secret = jwtSecret(scope)): Promise<Verified> {
-  scope.bearer ??= verifyBearer(c.req.raw, scope.config.jwt, secret, scope.runtime.own(JwksCache));
-  return scope.bearer;
+  let verified = verifications.get(scope);
+  if (!verified)
+    verifications.set(
+      scope,
+      (verified = verifyBearer(c.req.raw, scope.config.jwt, secret, scope.runtime.own(JwksCache))),
+    );
+  return verified;
 }
 
 /** How `bearerClaims` treats a request: whether a token is required, the key, and the thrower's `problem_base`. */

@@ -1,9 +1,11 @@
 import type { Limit } from "../../config/index.js";
 import type { LimitOutcome } from "./types.js";
+import { hasTrait } from "./algorithms/registry.js";
 
 /** What a limit allows, in words, for a refusal's detail: "allows 100 per 1000 ms (burst 50)", "allows 3 in flight at once". */
 export function allowance(l: Pick<Limit, "algorithm" | "rate" | "period" | "burst" | "margin">): string {
-  if (l.algorithm === "concurrency") return `allows ${l.rate} in flight at once (slots held at most ${l.period} ms)`;
+  if (hasTrait(l.algorithm, "inFlight"))
+    return `allows ${l.rate} in flight at once (slots held at most ${l.period} ms)`;
   const margin = l.margin ? ` + a ${l.margin} ms margin` : "";
   return `allows ${l.rate} per ${l.period} ms${margin} (burst ${l.burst})`;
 }
@@ -31,15 +33,10 @@ export function rateLimitHeaders(outcomes: readonly LimitOutcome[]): Record<stri
   });
   const { name, rate, period, burst } = o.limit;
   const w = Math.max(1, Math.ceil(period / 1000));
-  const q = o.limit.algorithm === "concurrency" ? rate : Math.floor((rate * w * 1000) / period);
+  const q = hasTrait(o.limit.algorithm, "inFlight") ? rate : Math.floor((rate * w * 1000) / period);
   const burstParam = burst !== rate ? `;burst=${burst}` : "";
   return {
     "RateLimit-Policy": `"${name}";q=${q};w=${w}${burstParam}`,
     RateLimit: `"${name}";r=${Math.max(0, o.remaining)};t=${Math.ceil(Math.max(0, o.resetMs) / 1000)}`,
   };
-}
-
-/** Whole seconds, rounded up, never less than one: a refused request should not retry at once. */
-export function retryAfterSeconds(ms: number): number {
-  return Math.max(1, Math.ceil(ms / 1000));
 }

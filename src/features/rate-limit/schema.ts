@@ -7,9 +7,11 @@ import { banSettings, bannable } from "../access/schema.js";
 import {
   algorithm,
   ALGORITHM_NAMES,
+  hasTrait,
   leasableAlgorithms,
   leasableShape,
   MAX_IN_FLIGHT,
+  namesWith,
   readersOf,
   type Algorithm,
   type AlgorithmSetting,
@@ -121,7 +123,8 @@ function responseCostProblems(l: {
   responseCost?: { max: number };
 }): string[] {
   const problems: string[] = [];
-  if (l.algorithm !== "token_bucket") problems.push("from the response applies to token_bucket limits only");
+  if (!hasTrait(l.algorithm, "responseCost"))
+    problems.push(`from the response applies to ${namesWith("responseCost")} limits only`);
   if (l.warmup !== undefined) problems.push("from the response does not go with warmup");
   if (l.scope === "split") problems.push("from the response does not go with scope = split");
   if (l.max_cost !== undefined) problems.push("from the response takes its bound from `max`, not max_cost");
@@ -273,7 +276,7 @@ function limitProblems(l: CompiledLimit, ctx: z.core.$RefinementCtx<CompiledLimi
       "lease",
       `applies to ${leasableAlgorithms()} limits that are not split, with a fixed cost, no tier and no reserve`,
     );
-  const align = l.align === undefined ? undefined : alignProblem(l.align, l.algorithm, l.period);
+  const align = l.align === undefined ? undefined : alignmentProblem(l.align, l.algorithm, l.period);
   if (align) issue("align", align);
   const shortest = Math.min(l.period, ...Object.values(l.rates ?? {}).map((t) => t.period));
   if (l.margin !== undefined && l.margin > shortest)
@@ -289,3 +292,9 @@ function limitProblems(l: CompiledLimit, ctx: z.core.$RefinementCtx<CompiledLimi
 }
 
 export const limit = lazy(() => z.pipe(limitFields(), z.transform(compiledLimit)).check(z.superRefine(limitProblems)));
+
+/** What is wrong with a limit's `align`, if anything: an algorithm whose windows align, a period of whole days, a known zone. */
+function alignmentProblem(zone: string, name: Algorithm, periodMs: number): string | undefined {
+  if (!hasTrait(name, "aligned")) return `applies to ${namesWith("aligned")} only (not ${name})`;
+  return alignProblem(zone, periodMs);
+}

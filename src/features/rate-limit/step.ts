@@ -1,20 +1,25 @@
 import type { Context } from "hono";
-import { countRefusal } from "../access/bans.js";
+import { countRefusal, type RefusalSite } from "../access/bans.js";
 import type { Route } from "../../config/index.js";
-import { ADAPTIVE_LIMIT } from "../adaptive/schema.js";
+import { ADAPTIVE_LIMIT } from "./adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
-import { type LimitRun, publicDecision, type Scope, type SluiceEnv, type Step } from "../../context.js";
-import { BadLimitInput, bucketsFor, keyedBuckets } from "./decision/buckets.js";
-import { decide, giveBack, madeWithoutRedis, type Bucket } from "./decision/decision.js";
+import { publicDecision, type LimitSummary, type Scope, type SluiceEnv, type Step } from "../../context.js";
+import { decideLimits, type LimitRun } from "./core.js";
+import { giveBack, madeWithoutRedis } from "./decision/decision.js";
 import { rateLimitHeaders } from "./headers.js";
 import { heldSlots, releaseSlots } from "./decision/in-flight.js";
 import { observeBody } from "./cost/observe-body.js";
-import { BodyCosts, chargedFromResponse, headerSettlements, readCostBody, settle } from "./cost/response-cost.js";
-import type { Decision, LimitOutcome } from "./types.js";
-import { Problem } from "../../problem.js";
-import { PROBLEMS } from "../../problem-types.js";
-import { isMisconfigured, StoreError } from "../../store/deadline.js";
-import { withHeaders, type Shed } from "../shedding/refusal.js";
+import {
+  BodyCosts,
+  chargedFromResponse,
+  headerSettlements,
+  readCostBody,
+  settleResponseCosts,
+} from "./cost/response-cost.js";
+import type { LimitOutcome } from "./types.js";
+import { tooManyRequests, withHeaders, type Refusal } from "./refusal.js";
+import { clientLabel } from "../../metrics/labels.js";
+import { idKeyOf, pseudonym } from "../../identity/pseudonym.js";
 import { limitedRoute } from "../../routing/route.js";
 import { logError, settleQuietly } from "../../util/log.js";
 
@@ -26,7 +31,7 @@ import { logError, settleQuietly } from "../../util/log.js";
  * route's adaptive limit is freed when the origin's answer is in (what its latency measures); the
  * slots of its concurrency limits once its response body has been delivered (or the client went
  * away); both at once when a later step answered instead. `shed` answers refusals: the gateway's
- * sheds them as `on_limit` says, the middleware's refuses them (src/features/shedding/refusal.ts).
+ * sheds them as `on_limit` says, the middleware's refuses them (`reject`, below).
  */
 export const rateLimitStep =
   (shed: Shed): Step =>
@@ -36,8 +41,8 @@ export const rateLimitStep =
     const limited = limitedRoute(scope, route);
     if (limited.limits.length === 0) return next();
     const peek = route.peek !== false;
-    const run = await decideLimits(scope, limited, peek);
-    scope.limits = run;
+    const run = await decideRequest(scope, limited, peek);
+    scope.limits = run && summaryOf(run);
     if (!run) {
       scope.decision = "degraded";
       c.set("sluice", publicDecision(scope));
@@ -48,7 +53,7 @@ export const rateLimitStep =
       scope.runtime.rebalance.nudge(scope.config, scope.stores, Date.now(), scope.defer);
     if (decision.verdict === "reject" && !peek) {
       // every refusal counts towards a ban, from the blocked-bucket cache too, however it is shed
-      countRefusal(scope, decision.blocking);
+      countRefusal(refusalSite(scope), decision.blocking.limit);
       return shed(c, scope, decision);
     }
     if (decision.verdict === "shadow" && scope.meta)
@@ -70,7 +75,7 @@ export const rateLimitStep =
   };
 
 /**
- * A response of an adaptive route is a sample of its origin (src/features/adaptive/): the gateway's own
+ * A response of an adaptive route is a sample of its origin (src/features/rate-limit/adaptive/): the gateway's own
  * measure of the origin when it forwarded (none when a later step answered instead, a replay or a
  * conflict), or, in an app, how long the handlers after this middleware took. A 4xx (a 429 from
  * the origin's own per-user limit, a 408 for a client too slow to send) is about the client's
@@ -99,57 +104,22 @@ function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, el
 }
 
 /**
- * The decision, or `undefined` when Redis failed and the deployment fails open. Redis failing
- * under `on_store_error = "local"` is decided by this isolate alone; under `closed` it is a 503.
- * A misconfigured store's `StoreError` is thrown as it is, whatever `on_store_error` says.
+ * The rate limiter's core (./core.ts) asked for this request: its facts, under `limited`'s limits.
+ * The round trip goes on the request's log line.
  */
-export async function decideLimits(scope: Scope, limited: Route, peek: boolean): Promise<LimitRun | undefined> {
-  const { config, region, stores, facts, runtime } = scope;
+async function decideRequest(scope: Scope, limited: Route, peek: boolean): Promise<LimitRun | undefined> {
+  const { config, region, stores, facts, runtime, defer } = scope;
+  const place = {
+    config,
+    region,
+    stores,
+    defer,
+    isolate: { ...runtime.decisions, localBuckets: runtime.localBuckets },
+  };
   const mode = peek ? "peek" : "take";
-  let buckets: Bucket[] = [];
-  try {
-    buckets = await bucketsFor(limited, facts, config, {
-      region,
-      regional: stores.decision(region),
-      home: stores.home(),
-    });
-    const started = Date.now();
-    const decision = await decide(buckets, runtime.decisions, started, scope.defer, mode);
-    if (!madeWithoutRedis(decision) && scope.meta) scope.meta.rttMs = Date.now() - started;
-    return { decision, buckets, degraded: false, peek, delayMs: delayOf(decision, peek) };
-  } catch (e) {
-    if (e instanceof BadLimitInput)
-      throw new Problem({
-        type: PROBLEMS.badRequestForLimit,
-        detail: e.message,
-        extensions: { limit: e.limit },
-      });
-    // a misconfigured store (a token refused, a URL that is not REST) is no outage: it is answered
-    // loudly where the request is answered (src/pipeline/redis-required.ts), never by on_store_error
-    if (!(e instanceof StoreError) || isMisconfigured(e)) throw e;
-    storeTrouble(e, scope);
-    if (config.on_store_error !== "local") return undefined;
-    // idempotency and sessions still apply: only the limits are decided here, by this isolate
-    const keyed = buckets.length > 0 ? buckets : await keyedBuckets(limited, facts, config, region);
-    const decision = runtime.localBuckets.decide(keyed, Date.now(), mode);
-    return { decision, buckets, degraded: true, peek, delayMs: delayOf(decision, peek) };
-  }
-}
-
-function delayOf(decision: Decision, peek: boolean): number {
-  return peek ? 0 : Math.max(0, ...decision.outcomes.map((o) => o.delayMs));
-}
-
-/** Logs a store failure; under `on_store_error = "closed"` it is the 503 the client gets. */
-function storeTrouble(e: StoreError, scope: Scope): void {
-  const { config, region, route } = scope;
-  logError("store_error", e, { reason: e.reason, region, route: route?.name, on_store_error: config.on_store_error });
-  if (config.on_store_error !== "closed") return;
-  throw new Problem({
-    type: PROBLEMS.rateLimiterUnavailable,
-    detail: `the rate limit store did not answer (${e.reason}) and this deployment fails closed`,
-    headers: { "Retry-After": "1" },
-  });
+  const run = await decideLimits(place, { route: limited, caller: { facts }, mode, cameBy: scope.route?.name });
+  if (run?.rttMs !== undefined && scope.meta) scope.meta.rttMs = run.rttMs;
+  return run;
 }
 
 /**
@@ -209,11 +179,11 @@ function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun):
   if (charged.length === 0) return undefined;
   const { overrides } = scope.runtime;
   const due = headerSettlements(charged, c.res);
-  if (due.length > 0) scope.defer(settle(due, overrides).catch(settleFailed));
+  if (due.length > 0) scope.defer(settleResponseCosts(due, overrides).catch(settleFailed));
   const body = BodyCosts.of(charged, c.res);
   if (!body) return undefined;
   if (!c.res.body) {
-    scope.defer(settle(body.due(true), overrides).catch(settleFailed));
+    scope.defer(settleResponseCosts(body.due(true), overrides).catch(settleFailed));
     return undefined;
   }
   const [toClient, toRead] = c.res.body.tee();
@@ -221,7 +191,7 @@ function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun):
   let delivered: () => void = () => undefined;
   const deliveryOver = new Promise<void>((resolve) => (delivered = resolve));
   const read = readCostBody(toRead, body, deliveryOver);
-  scope.defer(read.then((whole) => settle(body.due(whole), overrides)).catch(settleFailed));
+  scope.defer(read.then((whole) => settleResponseCosts(body.due(whole), overrides)).catch(settleFailed));
   return { finish: async () => delivered() };
 }
 
@@ -304,4 +274,50 @@ function watchDelivery(c: Context<SluiceEnv>, scope: Scope, watches: readonly De
   const onChunk = (chunk: Uint8Array) => watches.forEach((w) => w.onChunk?.(chunk));
   c.res = new Response(observeBody(res.body, { onChunk, onEnd: delivered }), res);
   scope.defer(done.then(finish));
+}
+
+/** The refusal's site, as the ban count takes it. */
+function refusalSite(scope: Scope): RefusalSite {
+  const { facts, stores, config, env, defer, runtime } = scope;
+  return {
+    route: scope.route?.name,
+    facts,
+    stores,
+    config,
+    env,
+    defer,
+    lists: runtime.lists,
+    metrics: runtime.metrics,
+  };
+}
+
+/**
+ * How a refused request is answered: the gateway sheds it as the route's `on_limit` says
+ * (src/features/shedding/step.ts), the `rateLimit()` middleware, which has no `on_limit`, refuses
+ * it (`reject`), so an app using it alone carries none of the queue, fallback or divert code.
+ */
+export type Shed = (c: Context<SluiceEnv>, scope: Scope, refusal: Refusal) => Promise<Response>;
+
+/**
+ * The refusing limit and client, for the request's log line and the dashboard: the client by the
+ * keyed id of its bucket (`pseudonym`), never the bucket's plain hash, which a guess could be
+ * tested against.
+ */
+export async function noteRefusal(scope: Scope, refusal: Refusal): Promise<void> {
+  if (!scope.meta) return;
+  scope.meta.limit = refusal.blocking.limit.name;
+  const hash = refusal.blocking.key.slice(refusal.blocking.key.lastIndexOf(":") + 1);
+  scope.meta.blockedId = await pseudonym(idKeyOf(scope.env), hash);
+  scope.meta.label = clientLabel(refusal.blocking.limit, scope.facts, scope.config.labels);
+}
+
+/** `on_limit = "reject"`, the only way a refusal is answered outside the gateway: the 429 problem. */
+export const reject: Shed = async (_c, scope, refusal) => {
+  await noteRefusal(scope, refusal);
+  throw tooManyRequests(refusal, scope.route?.name ?? "-");
+};
+
+/** The decision as the pipeline reads it: the handler's view, and how the decision is counted. */
+function summaryOf(run: LimitRun): LimitSummary {
+  return { outcomes: run.decision.outcomes, degraded: run.degraded, withoutRedis: madeWithoutRedis(run.decision) };
 }

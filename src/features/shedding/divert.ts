@@ -1,6 +1,5 @@
-import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope } from "../../context.js";
+import type { ShedSite } from "./site.js";
 import { sendToOrigin, type OriginReply } from "../../origin/forward.js";
 import { discardBody } from "../../util/log.js";
 
@@ -23,7 +22,7 @@ export interface DivertGuards {
  */
 export function sendToDivert(
   request: Request,
-  scope: Scope,
+  scope: Pick<ShedSite, "forwardPath" | "methodOverridden"> & { facts: Pick<ShedSite["facts"], "ip"> },
   route: Route & { divertUrl: URL },
   guards: DivertGuards = {},
 ): Promise<OriginReply> {
@@ -47,11 +46,11 @@ export function sendToDivert(
  * Returns the divert origin's response, or `undefined` when it gave none worth relaying
  * (unreachable, too slow, a 5xx, no final response): the refusal then falls back.
  */
-export async function divert(c: Context, scope: Scope, route: Route): Promise<Response | undefined> {
+export async function divert(site: ShedSite, route: Route): Promise<Response | undefined> {
   // the schema requires divert_url with on_limit = "divert": without one there is nowhere to go
   const divertUrl = route.divertUrl;
   if (!divertUrl) return undefined;
-  const reply = await sendToDivert(c.req.raw, scope, { ...route, divertUrl });
+  const reply = await sendToDivert(site.request, site, { ...route, divertUrl });
   if (relayable(reply)) return reply.response;
   // a 5xx body nobody reads would hold the connection open until it is collected
   await discardBody(reply.response.body);

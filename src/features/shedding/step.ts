@@ -1,50 +1,57 @@
+import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope, Step } from "../../context.js";
-import { rateLimitHeaders } from "../rate-limit/headers.js";
-import { noteRefusal, tooManyRequests, withHeaders, type Shed } from "./refusal.js";
+import type { Scope, SluiceEnv, Step } from "../../context.js";
+import { noteRefusal, type Shed } from "../rate-limit/step.js";
 import { enqueue } from "./queue/enqueue.js";
-import { overflowAnswer } from "./queue/overflow.js";
-import { copyAddress, fallbackFor } from "./fallback/answer.js";
+import { countOverflow } from "./queue/overflow.js";
+import { copyAddress } from "./fallback/fallback-page.js";
 import { isKeepable, keepCopy } from "./fallback/copies.js";
-import { divert } from "./divert.js";
-import { countDivert } from "../../metrics/diverts.js";
+import { answerWithoutOrigin, type ShedReason } from "./shedder.js";
+import type { ShedSite } from "./site.js";
 import { settleQuietly } from "../../util/log.js";
 
-/** A way to answer a request its limits refused: the response, with `scope.decision` set; or a thrown problem. */
-type Strategy = Shed;
-
-/** The shedding strategies, by the route's `on_limit`: the one place a strategy is chosen. */
-const STRATEGIES: Record<Route["on_limit"], Strategy> = {
-  reject: async (_c, scope, refusal) => {
-    throw tooManyRequests(refusal, routeOf(scope).name);
-  },
-  fallback: async (c, scope, refusal) => {
-    const copy = await fallbackFor(c, scope);
-    if (!copy) throw tooManyRequests(refusal, routeOf(scope).name);
-    scope.decision = "fallback";
-    return withHeaders(copy, rateLimitHeaders([refusal.blocking]));
-  },
-  queue: async (c, scope, refusal) => {
-    const queued = await enqueue(c.req.raw, scope, refusal.blocking);
-    if ("overflow" in queued) return overflowAnswer(c, scope, routeOf(scope), refusal, queued.overflow);
-    scope.decision = queued.decision;
-    return queued.response;
-  },
-  // the divert origin's answer; if it has none, what `fallback` would give (static page, else 429)
-  divert: async (c, scope, refusal) => {
-    const diverted = await divert(c, scope, routeOf(scope));
-    if (!diverted) return STRATEGIES.fallback(c, scope, refusal);
-    scope.decision = "diverted";
-    countDivert(scope.runtime.metrics, routeOf(scope).name, "limit");
-    return withHeaders(diverted, rateLimitHeaders([refusal.blocking]));
-  },
-};
-
-/** A refused request, as the route's `on_limit` says: 429, the last good copy, the queue, or the divert origin. */
+/**
+ * A refused request, as the route's `on_limit` says: the queue takes it (`queue`), or the shedder
+ * answers it (`reject`: the 429; `fallback`: the last good copy; `divert`: the divert origin).
+ */
 export const shed: Shed = async (c, scope, refusal) => {
   await noteRefusal(scope, refusal);
-  return STRATEGIES[routeOf(scope).on_limit](c, scope, refusal);
+  const route = routeOf(scope);
+  if (route.on_limit !== "queue") return shedWithoutOrigin(c, scope, { kind: "limit", refusal });
+  const queued = await enqueue(c.req.raw, scope, refusal.blocking);
+  if ("overflow" in queued) {
+    countOverflow(scope.runtime.metrics, route.name, queued.overflow);
+    return shedWithoutOrigin(c, scope, { kind: "queue-full", refusal, overflow: queued.overflow });
+  }
+  scope.decision = queued.decision;
+  return queued.response;
 };
+
+/**
+ * The shedder's answer for this request (src/features/shedding/shedder.ts), with what it decided
+ * set on the scope: every step that answers without the origin (shedding, the degrade switch, an
+ * open breaker, a full queue) answers through here.
+ */
+export async function shedWithoutOrigin(c: Context<SluiceEnv>, scope: Scope, reason: ShedReason): Promise<Response> {
+  const answered = await answerWithoutOrigin(shedSite(c, scope), reason);
+  scope.decision = answered.decision;
+  return answered.response;
+}
+
+/** The request as the shedder takes it. */
+function shedSite(c: Context, scope: Scope): ShedSite {
+  const { method, forwardPath, methodOverridden, facts, target } = scope;
+  return {
+    request: c.req.raw,
+    route: routeOf(scope),
+    method,
+    forwardPath,
+    methodOverridden,
+    facts,
+    target,
+    metrics: scope.runtime.metrics,
+  };
+}
 
 /**
  * Keeps the origin's answer as the last good copy of a fallback route's page, after the
@@ -60,11 +67,14 @@ export const keepFallbackCopies: Step = async (c, scope, next) => {
     !isKeepable(c.req.raw, reply.response, route.fallback_cookies)
   )
     return;
+  const address = copyAddress({ route, forwardPath: scope.forwardPath, facts: scope.facts });
   scope.defer(
     settleQuietly(
-      keepCopy(copyAddress(scope), reply.sent, reply.response.clone(), route.fallback_ttl),
+      keepCopy(address, reply.sent, reply.response.clone(), route.fallback_ttl),
       "fallback_copy_keep_failed",
-      { route: route.name },
+      {
+        route: route.name,
+      },
     ),
   );
 };

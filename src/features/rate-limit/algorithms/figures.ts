@@ -1,4 +1,4 @@
-import { MAX_IN_FLIGHT } from "./registry.js";
+import { hasTrait, MAX_IN_FLIGHT } from "./registry.js";
 
 /**
  * What a limit counts with, as the configuration writes it, by algorithm: `rate` per `period`
@@ -30,7 +30,7 @@ export const SLOT_LEASE_MS = { min: 1_000, max: 86_400_000 } as const;
 
 /** Fields a limit writes wrongly for its algorithm, as [field, problem], in the order they are reported. */
 export function figureProblems(l: WrittenFigures): Array<[string, string]> {
-  if (l.algorithm === "concurrency") return inFlightProblems(l);
+  if (hasTrait(l.algorithm, "inFlight")) return inFlightProblems(l);
   const problems: Array<[string, string]> = [];
   if (l.rate === undefined) problems.push(["rate", `is required for ${l.algorithm}: how many per \`period\``]);
   if (l.period === undefined) problems.push(["period", `is required for ${l.algorithm}: a duration like "1s"`]);
@@ -65,7 +65,7 @@ function inFlightProblems(l: WrittenFigures): Array<[string, string]> {
 
 /** `rate`, `period` (ms) and `burst` as the rest of the code reads them (valid fields assumed: see figureProblems). */
 export function compiledFigures(l: WrittenFigures): { rate: number; period: number; burst: number } {
-  if (l.algorithm === "concurrency") {
+  if (hasTrait(l.algorithm, "inFlight")) {
     const slots = Math.min(l.limit ?? 1, MAX_IN_FLIGHT);
     return { rate: slots, period: typeof l.lease === "number" ? l.lease : SLOT_LEASE_MS.min, burst: slots };
   }

@@ -13,7 +13,7 @@ import type { AlgorithmColumns } from "../decision/limit-columns.js";
 
 /**
  * Every algorithm sluice knows, and what each place that treats them differently needs to know:
- * decide.lua's ARGV (src/features/rate-limit/decision/script-call.ts), the blocked-bucket cache (isolate/answer.ts, decision/settle.ts), leases
+ * decide.lua's ARGV (src/features/rate-limit/decision/script-call.ts), the blocked-bucket cache (isolate/isolate-answer.ts, decision/settle-decision.ts), leases
  * (lease-broker.ts, and the schema's `lease` default), local decisions (local.ts), and the
  * configuration's checks (../schema.ts, config/exactness.ts). An algorithm is one entry here
  * plus its table in lua/decide.lua (`code` is its index in the script's `algorithms`); one that
@@ -96,6 +96,18 @@ export interface AlgorithmEntry {
   };
   /** The algorithm in JS (./algorithms.ts): local decisions, and the reference the script is tested against. */
   model(f: AlgoFigures): AlgoModel;
+  /**
+   * It counts requests in flight (`limit` slots, each held while its request runs, released when it
+   * ends), not a rate: its figures, its words in a refusal and in `RateLimit-Policy`, a floor's
+   * need (one slot, whatever the cost), and that a call without a request's end cannot use it.
+   */
+  readonly inFlight?: true;
+  /** What a request's call names in the bucket: its in-flight slot, or its entries in a log (a refund removes them). */
+  readonly callId?: "slot" | "entry";
+  /** Its windows can be aligned to a time zone's midnight (`align`), so the script is sent the window by the isolate's clock. */
+  readonly aligned?: true;
+  /** It can be charged from the response (`cost = { response = … }`): a debt it carries until the tokens come. */
+  readonly responseCost?: true;
   /** What stops decide.lua from counting these figures exactly, if anything, beyond the period every algorithm checks (config/exactness.ts). */
   exactness(f: CountedFigures): ExactnessProblem | undefined;
 }
@@ -111,6 +123,7 @@ export const ALGORITHMS = {
     // a warming bucket's tokens are worth more later than now
     lease: { allowed: (l) => l.warmup === undefined, condition: "(without warmup)", holdsLeases: true },
     model: (f) => new TokenBucket(f),
+    responseCost: true,
     exactness: exactUnits,
   },
   leaky_bucket: {
@@ -131,6 +144,7 @@ export const ALGORITHMS = {
     refusalHolds: () => true,
     lease: { allowed: () => true, holdsLeases: false },
     model: (f) => new FixedWindow(f),
+    aligned: true,
     exactness: exactWindow,
   },
   sliding_window: {
@@ -153,6 +167,8 @@ export const ALGORITHMS = {
     // a slot may be released at any moment: no refusal holds until its retry-after
     refusalHolds: () => false,
     model: (f) => new InFlight(f),
+    inFlight: true,
+    callId: "slot",
     exactness: exactInFlight,
   },
   sliding_log: {
@@ -165,6 +181,7 @@ export const ALGORITHMS = {
     refusalHolds: () => true,
     // no lease: a leased unit would have to sit in the log with a time it was not spent at
     model: (f) => new SlidingLog(f),
+    callId: "entry",
     exactness: exactLog,
   },
 } satisfies Record<string, AlgorithmEntry>;
@@ -247,6 +264,16 @@ export function leasableAlgorithms(): string {
     return [lease.condition ? `${name} ${lease.condition}` : name];
   });
   return named.length > 1 ? `${named.slice(0, -1).join(", ")} and ${named.at(-1) as string}` : (named[0] ?? "");
+}
+
+/** Whether `name` is an algorithm whose entry has `trait` (a name the schema has not checked yet: no). */
+export function hasTrait(name: string, trait: "inFlight" | "aligned" | "responseCost"): boolean {
+  return Object.hasOwn(ALGORITHMS, name) && algorithm(name as Algorithm)[trait] === true;
+}
+
+/** The algorithms with `trait`, in words: "fixed_window". */
+export function namesWith(trait: "inFlight" | "aligned" | "responseCost"): string {
+  return ALGORITHM_NAMES.filter((name) => hasTrait(name, trait)).join(" or ");
 }
 
 /** The algorithms that read a setting, in words: "leaky_bucket". */

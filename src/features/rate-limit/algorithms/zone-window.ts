@@ -117,9 +117,11 @@ export function windowColumn(align: string | undefined, periodMs: number, nowMs:
   return `${w.startMs}:${w.endMs}:${w.offsetMs}`;
 }
 
-/** What is wrong with a limit's `align`, if anything: fixed_window only, a period of whole days, a zone this runtime knows. */
-export function alignProblem(zone: string, algorithm: string, periodMs: number): string | undefined {
-  if (algorithm !== "fixed_window") return `applies to fixed_window only (not ${algorithm})`;
+/**
+ * What is wrong with a limit's `align` for its period, if anything: a period of whole days, a zone
+ * this runtime knows (which algorithms take `align` at all, the registry says: the schema asks it first).
+ */
+export function alignProblem(zone: string, periodMs: number): string | undefined {
   if (!alignablePeriod(periodMs))
     return `needs a period of whole days ("1d", "7d"): windows start at local midnight, and ${periodMs} ms is not`;
   if (!isTimeZone(zone)) return `"${zone}" is not a time zone: use an IANA name such as "Asia/Shanghai" or "UTC"`;

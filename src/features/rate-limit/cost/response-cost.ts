@@ -120,7 +120,7 @@ const sourceId = (s: ResponseSource): string =>
   s.from === "header" ? `header:${s.header}` : `${s.from}:${s.path.join(".")}`;
 
 /** Settles the charges in the Redis that holds each bucket: one "settle" call per Redis. */
-export async function settle(buckets: readonly Bucket[], overrides: OverrideCopies): Promise<void> {
+export async function settleResponseCosts(buckets: readonly Bucket[], overrides: OverrideCopies): Promise<void> {
   if (buckets.length === 0) return;
   const now = Date.now();
   await Promise.all(groupByStore([...buckets]).map((g) => runDecide(g, "settle", (b) => overrides.input(b, now))));

@@ -1,12 +1,13 @@
 import type { Config, Limit, Route } from "../../../config/index.js";
 import { identityHash, type KeyHash } from "../../../identity/hash.js";
-import { identify, readPart, type RequestFacts } from "../../../identity/identify.js";
+import { identify, readPart, type IdentityFacts } from "../../../identity/identify.js";
 import { allRegions } from "../../../region/index.js";
 import { equalShare } from "../../../region/shares.js";
 import { StoreError } from "../../../store/deadline.js";
 import { bucketKey, shareKeys } from "../../../store/layout.js";
 import type { Store } from "../../../store/redis.js";
 import type { Bucket, BucketParams } from "../types.js";
+import { algorithm } from "../algorithms/registry.js";
 import { ownValue } from "../../../util/own.js";
 import { floorOf, isPriority, priorityOf, type Priority } from "./priority.js";
 
@@ -36,7 +37,7 @@ export class BadLimitInput extends Error {
  */
 export async function bucketsFor(
   route: Route,
-  facts: RequestFacts,
+  facts: IdentityFacts,
   config: Config,
   stores: RegionStores,
 ): Promise<Bucket[]> {
@@ -75,7 +76,7 @@ export type KeyedBucket = Pick<Bucket, "limit" | "key" | "slot" | "entry"> & { p
  */
 export async function keyedBuckets(
   route: Route,
-  facts: RequestFacts,
+  facts: IdentityFacts,
   config: Config,
   region: string,
 ): Promise<KeyedBucket[]> {
@@ -92,8 +93,9 @@ export async function keyedBuckets(
       const params = paramsFor(limit, facts, priority);
       const hash = await bucketHash(limit, identity.id, region);
       const key = bucketKey(config.key_prefix, route.name, limit.name, hash);
-      if (limit.algorithm === "concurrency") return { limit, key, params, slot: crypto.randomUUID() };
-      if (limit.algorithm === "sliding_log") return { limit, key, params, entry: logEntryId() };
+      const callId = algorithm(limit.algorithm).callId;
+      if (callId === "slot") return { limit, key, params, slot: crypto.randomUUID() };
+      if (callId === "entry") return { limit, key, params, entry: logEntryId() };
       return { limit, key, params };
     }),
   );
@@ -101,7 +103,7 @@ export async function keyedBuckets(
 }
 
 /** The request's priority: as the route's setting names it, or as the app's code tells (a name it does not know: default). */
-function requestPriority(route: Route, facts: RequestFacts): Priority {
+function requestPriority(route: Route, facts: IdentityFacts): Priority {
   const setting = route.priority ?? "default";
   if (typeof setting === "string") return priorityOf(setting, facts);
   const named = facts.context ? setting(facts.context)?.trim().toLowerCase() : undefined;
@@ -109,7 +111,7 @@ function requestPriority(route: Route, facts: RequestFacts): Priority {
 }
 
 /** The facts a limit reads: with a key from the app's code, that key's value for this request (`undefined`: missing). */
-export function limitFacts(limit: Limit, facts: RequestFacts): RequestFacts {
+export function limitFacts(limit: Limit, facts: IdentityFacts): IdentityFacts {
   return limit.keyOf && facts.context ? { ...facts, code: limit.keyOf(facts.context) } : facts;
 }
 
@@ -136,7 +138,7 @@ export function bucketHash(limit: Pick<Limit, "scope">, identity: string, region
  * The rate of the request's tier (or the limit's own), the request's cost, and the floor its
  * priority must leave in the bucket (the limit's reserve for priorities above it, on those figures).
  */
-function paramsFor(limit: Limit, facts: RequestFacts, priority: Priority): BucketParams {
+function paramsFor(limit: Limit, facts: IdentityFacts, priority: Priority): BucketParams {
   const tierValue = limit.tier ? readPart(limit.tier, facts) : undefined;
   // the tier's name comes from the request: only a configured tier counts, never an inherited member
   const tier = tierValue !== undefined ? ownValue(limit.rates, tierValue) : undefined;
@@ -147,10 +149,10 @@ function paramsFor(limit: Limit, facts: RequestFacts, priority: Priority): Bucke
   return { ...base, cost: costOf(limit, facts), ...(floor > 0 ? { floor } : {}) };
 }
 
-function costOf(limit: Limit, facts: RequestFacts): number {
+function costOf(limit: Limit, facts: IdentityFacts): number {
   if (facts.cost !== undefined) return facts.cost;
   if (!limit.costHeader) return limit.cost;
-  const text = facts.headers.get(limit.costHeader);
+  const text = facts.headers?.get(limit.costHeader) ?? null;
   if (text === null) return 1;
   const max = limit.max_cost ?? 1;
   if (!/^\d{1,9}$/.test(text.trim()) || Number(text) < 1 || Number(text) > max) {

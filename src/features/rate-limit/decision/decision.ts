@@ -2,9 +2,9 @@ import type { BlockedBuckets } from "../isolate/blocked.js";
 import type { LeaseBroker } from "../isolate/lease-broker.js";
 import type { OverrideCopies } from "./overrides.js";
 import { overridesFor } from "./prepare.js";
-import { answerInIsolate } from "../isolate/answer.js";
+import { answerInIsolate } from "../isolate/isolate-answer.js";
 import { decideCentrally, type CentralAnswer } from "./central.js";
-import { settle } from "./settle.js";
+import { settleDecision } from "./settle-decision.js";
 import { groupByStore, runDecide } from "./script-call.js";
 import type { Bucket, Decision, LimitOutcome } from "../types.js";
 import type { Defer } from "../../../util/defer.js";
@@ -53,7 +53,7 @@ export async function decide(
   if (local.decision) return local.decision;
   const central = await decideCentrally(buckets, mode, overrides, local.asks, defer);
   followVersions(central, buckets, isolate.overrides, defer, changed);
-  return settle(buckets, central, local.asks, blocked, leases, now, defer);
+  return settleDecision(buckets, central, local.asks, blocked, leases, now, defer);
 }
 
 /**

@@ -131,7 +131,7 @@ export class OverrideCopies {
   }
 
   /**
-   * Puts a value this isolate wrote itself (the adaptive limit, src/features/adaptive/) into its copy of
+   * Puts a value this isolate wrote itself (the adaptive limit, src/features/rate-limit/adaptive/) into its copy of
    * the bucket's override hash, so that its next decisions use it before the next refresh; the
    * refresh then brings what every writer wrote. A copy it does not hold is left to the refresh.
    */

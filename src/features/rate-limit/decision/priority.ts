@@ -1,4 +1,4 @@
-import { readPart, type RequestFacts } from "../../../identity/identify.js";
+import { readPart, type IdentityFacts } from "../../../identity/identify.js";
 import { algorithm, type Algorithm } from "../algorithms/registry.js";
 
 /**
@@ -26,7 +26,7 @@ export function isPriority(value: string | undefined): value is Priority {
  * The request's priority: the route's own name, or the value of its key (`header:<name>`,
  * `jwt:<claim>`) when that is one of the three names; anything else, or nothing, is `default`.
  */
-export function priorityOf(setting: string, facts: RequestFacts): Priority {
+export function priorityOf(setting: string, facts: IdentityFacts): Priority {
   if (isPriority(setting)) return setting;
   const value = readPart(setting, facts)?.trim().toLowerCase();
   return isPriority(value) ? value : "default";

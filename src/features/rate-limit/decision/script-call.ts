@@ -91,7 +91,7 @@ function limitArgs(b: ScriptBucket, keys: string[]): DecideLimitArgs {
     lease_left: close.left,
     floor: floorAt(params?.floor ?? 0, algo.capacity === "burst" ? [p.burst, burst] : [p.rate, rate]),
     // the window by the isolate's clock; the script checks it against Redis's
-    window: l.algorithm === "fixed_window" ? windowColumn(l.align, p.period, Date.now()) : "",
+    window: algo.aligned ? windowColumn(l.align, p.period, Date.now()) : "",
     ...ALGORITHM_COLUMNS,
     ...algo.columns(l, { slot, entry }),
     // read in "settle" mode only

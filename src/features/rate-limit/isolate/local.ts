@@ -130,7 +130,7 @@ function gated(model: AlgoModel, t: number, cost: number, b: LocalBucket): { see
   const floor = b.params?.floor ?? 0;
   const own = model.peek(t, cost, b.slot);
   if (floor <= 0) return { seen: own, gate: own };
-  const need = (b.limit.algorithm === "concurrency" ? 1 : cost) + floor;
+  const need = (algorithm(b.limit.algorithm).inFlight ? 1 : cost) + floor;
   const gate = model.peek(t, need, b.slot);
   if (gate.allowed) return { seen: own, gate };
   // more than the bucket holds can never pass (decide.lua says so too)

@@ -1,8 +1,7 @@
 import type { Config, Route } from "../../../config/index.js";
 import type { Env } from "../../../env.js";
-import type { RequestFacts } from "../../../identity/identify.js";
-import { bucketsFor } from "../../rate-limit/decision/buckets.js";
-import { decide, type IsolateState } from "../../rate-limit/decision/decision.js";
+import { decideLimits } from "../../rate-limit/core.js";
+import type { IsolateState } from "../../rate-limit/decision/decision.js";
 import type { Defer } from "../../../util/defer.js";
 import { heldSlots, releaseSlots } from "../../rate-limit/decision/in-flight.js";
 import type { OverrideCopies } from "../../rate-limit/decision/overrides.js";
@@ -14,7 +13,7 @@ import {
   withLateAnswer,
   type OriginReply,
 } from "../../../origin/forward.js";
-import { giveBack, parkGuards, settleGuards, takeUpGuards, type TakenUp } from "./job-guards.js";
+import { giveBackJobGuards, parkJobGuards, settleJobGuards, takeUpJobGuards, type TakenUp } from "../../guard/job.js";
 import { envConnections, type Connect, type Stores } from "../../../region/index.js";
 import { ConfigCache } from "../../../config/cache.js";
 import type { Store } from "../../../store/redis.js";
@@ -124,7 +123,7 @@ async function deliverOne(message: Message<JobMessage>, consumer: Consumer, home
   if (!route) {
     await status({ status: "failed", failures: m.failures });
     // the job never ran: its guards are given back
-    await giveBack(m, consumer);
+    await giveBackJobGuards(m, consumer);
     return message.ack();
   }
   if (isStale(m, route)) return expire(message, route, consumer, status, home);
@@ -154,7 +153,7 @@ async function deliverGuarded(
   job: { status: Status; home: Store; origin: URL },
 ): Promise<void> {
   const m = message.body;
-  const guards = await takeUpGuards(m, route, consumer);
+  const guards = await takeUpJobGuards(m, route, consumer);
   if (guards.refused) return notDelivered(message, route, consumer, job.status, job.home, guards.refused);
   try {
     const reply = await deliver(request, m, route, job.origin);
@@ -192,20 +191,15 @@ async function paced(
   const { config, stores, runtime, defer, env } = consumer;
   const m = message.body;
   // the claims sluice verified at enqueue: the job is decided on the buckets, tier and priority of the live request
-  const facts: RequestFacts = {
-    ip: m.ip,
-    matchPath: m.matchPath,
-    headers: request.headers,
-    url: new URL(request.url),
-    ...(m.claims ? { claims: m.claims } : {}),
+  const caller = {
+    facts: { ip: m.ip, matchPath: m.matchPath, headers: request.headers, url: new URL(request.url), claims: m.claims },
   };
-  const buckets = await bucketsFor(route, facts, config, {
-    region: m.region,
-    regional: stores.decision(m.region),
-    home: stores.home(),
-  });
+  const place = { config, region: m.region, stores, defer, isolate: runtime.decisions };
   for (;;) {
-    const decision = await decide(buckets, runtime.decisions, Date.now(), defer);
+    // a Redis that does not answer is thrown: the job is tried again later, never let past its limits
+    const run = await decideLimits(place, { route, caller, mode: "take", onStoreError: "throw" });
+    if (!run) throw new Error("the rate limiter decided nothing");
+    const { decision, buckets } = run;
     const held = heldSlots(decision);
     if (decision.verdict !== "reject")
       return {
@@ -236,13 +230,13 @@ async function afterDelivery(
     // the origin may have acted on it (no final answer, a connection broken after sending, no
     // answer even late, a 5xx the route holds as such): a side effect is never sent again; its
     // key is held as indeterminate
-    await settleGuards(m, route, consumer, reply);
+    await settleJobGuards(m, route, consumer, reply);
     await status({ status: "failed", origin_status: originStatus, failures: m.failures, indeterminate: true });
     await done(m, route, consumer, home, { status: "failed", origin_status: originStatus });
     return message.ack();
   }
   if (!originFailed(reply)) {
-    await settleGuards(m, route, consumer, reply);
+    await settleJobGuards(m, route, consumer, reply);
     await status({ status: "delivered", origin_status: originStatus, failures: m.failures });
     await done(m, route, consumer, home, { status: "delivered", origin_status: originStatus });
     return message.ack();
@@ -251,8 +245,8 @@ async function afterDelivery(
   const delay = route.queue.retry_delays[failures - 1];
   // retried later with the same guards, parked: the key stays held, so duplicates still get 409
   await guards.stop();
-  if (delay === undefined || !(await parkGuards(m, route, consumer))) {
-    await settleGuards(m, route, consumer, reply);
+  if (delay === undefined || !(await parkJobGuards(m, route, consumer))) {
+    await settleJobGuards(m, route, consumer, reply);
     await status({ status: "failed", origin_status: originStatus, failures });
     await done({ ...m, failures }, route, consumer, home, { status: "failed", origin_status: originStatus });
     if (consumer.env.SLUICE_DLQ)
@@ -316,7 +310,7 @@ async function expire(
   home: Store,
 ): Promise<void> {
   const m = message.body;
-  await giveBack(m, consumer);
+  await giveBackJobGuards(m, consumer);
   const dlq = consumer.env.SLUICE_DLQ;
   await status({ status: "failed", failures: m.failures, expired: true });
   await done(m, route, consumer, home, { status: "failed", expired: true });

@@ -3,7 +3,7 @@ import type { Config, Limit, Route } from "../../../config/index.js";
 import type { Scope, SluiceEnv } from "../../../context.js";
 import { Problem } from "../../../problem.js";
 import { PROBLEMS } from "../../../problem-types.js";
-import { claimSideEffect } from "../../idempotency/side-effect.js";
+import { claimSideEffect } from "../../guard/side-effect.js";
 import type { Store } from "../../../store/redis.js";
 import { JOB_ID, readJob, writeJob } from "./jobs.js";
 import { accepted, checkJobSize, JOBS_PATH, toJob, type JobMessage } from "./queue.js";
@@ -11,7 +11,7 @@ import { logError, orElse, settleQuietly } from "../../../util/log.js";
 import { clientOf, enterQueue, leaveQueue, type CountedJob, type Full } from "./depth.js";
 import type { LimitOutcome } from "../../rate-limit/types.js";
 import { callbackOf } from "./callback.js";
-import { jobGuardLease } from "./job-guards.js";
+import { jobGuardLease } from "../../guard/job.js";
 
 /**
  * Why a shed request was not queued: the queue holds `max_depth` jobs, its client holds its

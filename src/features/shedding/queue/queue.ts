@@ -1,6 +1,6 @@
 import type { Route } from "../../../config/index.js";
-import type { ClaimTicket } from "../../idempotency/records.js";
-import type { SessionTicket } from "../../session/guard.js";
+import type { ClaimTicket } from "../../guard/idempotency/records.js";
+import type { SessionTicket } from "../../guard/session/lock-hold.js";
 import { claimText, type RequestFacts } from "../../../identity/identify.js";
 import { fromBase64, toBase64 } from "../../../util/base64.js";
 import { declaresMoreThan, readCapped } from "../../../util/body.js";

@@ -1,0 +1,294 @@
+import idempotencyLua from "../../../../lua/idempotency.lua";
+import { asKeyHash, hashIdentifier, identityHash, ownedHash } from "../../../identity/hash.js";
+import { pseudonym } from "../../../identity/pseudonym.js";
+import { StoreError } from "../../../store/deadline.js";
+import { idempotencyFenceKey, idempotencyRecordKey, idempotencyReplaysKey, ledgerKey } from "../../../store/layout.js";
+import type { Store } from "../../../store/redis.js";
+import { ledgerContext, noteIdempotency, type RecordTrail } from "./trail.js";
+
+export const LEDGER_MAXLEN = 10_000;
+
+/** Where one key's record, its scope's fencing counter and the ledger live (home region's Redis). */
+export interface RecordRef {
+  store: Store;
+  prefix: string;
+  route: string;
+  /** sha256(principal, key), the record's name and what the ledger shows. */
+  keyHash: string;
+  fenceKey: string;
+  /** The principal's replay bucket (`"-"` for refs that never claim: no principal, never written). */
+  replaysKey: string;
+  /**
+   * The client address's replay bucket, paid with the principal's (absent for refs that never
+   * claim): principals a client invents (`auto` takes any `Authorization`) share its address's.
+   */
+  clientReplaysKey?: string;
+  /**
+   * What the ledger and the logs name the principal by: the keyed id of sha256(principal)
+   * (src/identity/pseudonym.ts), never the principal, nor a hash a guess could be tested against.
+   */
+  principal?: string;
+  /** The request's trace, session and latency for the ledger, and where its outcomes are counted. */
+  trail?: RecordTrail;
+}
+
+/** How fast one principal may be answered with replays on a route: `rate` per `period` (ms), `rate` at once. */
+export interface ReplayBound {
+  rate: number;
+  period: number;
+}
+
+export type Claim =
+  | { kind: "claimed"; fence: number; takeover: boolean }
+  | { kind: "mismatch" }
+  | { kind: "inflight"; leftMs: number; fence: number }
+  | { kind: "completed"; status: number; headers: Array<[string, string]>; body: string; stored: boolean }
+  | { kind: "indeterminate"; fence: number }
+  | { kind: "replay_limited"; retryAfterMs: number };
+
+export async function recordRef(
+  store: Store,
+  prefix: string,
+  route: string,
+  principal: string,
+  key: string,
+  trail?: RecordTrail,
+  client?: string,
+): Promise<RecordRef> {
+  const principalHash = await identityHash(principal);
+  return {
+    store,
+    prefix,
+    route,
+    keyHash: await ownedHash(principal, key),
+    fenceKey: idempotencyFenceKey(prefix, route),
+    replaysKey: idempotencyReplaysKey(prefix, route, principalHash),
+    // spelled as the principal "ip" is: the same bucket when the principal is the address
+    ...(client === undefined
+      ? {}
+      : { clientReplaysKey: idempotencyReplaysKey(prefix, route, await identityHash(client)) }),
+    principal: await pseudonym(trail?.idKey, principalHash),
+    trail: trail?.session
+      ? { ...trail, session: await pseudonym(trail.idKey, await hashIdentifier(trail.session)) }
+      : trail,
+  };
+}
+
+function keysOf(r: RecordRef): string[] {
+  // refs are also rebuilt from an operator's request and from queue messages: the hash is checked before it names a key
+  const record = idempotencyRecordKey(r.prefix, r.route, asKeyHash(r.keyHash));
+  return [record, r.fenceKey, ledgerKey(r.prefix), r.replaysKey, r.clientReplaysKey ?? r.replaysKey];
+}
+
+async function call(r: RecordRef, op: string, owner: string, rest: Array<string | number>): Promise<unknown[]> {
+  const reply = await r.store.run(r.store.script(idempotencyLua), keysOf(r), [
+    op,
+    owner,
+    r.route,
+    r.keyHash,
+    r.trail?.ledgerLength ?? LEDGER_MAXLEN,
+    ...rest,
+    // always the last argument: the script reads the ledger's context from ARGV[#ARGV]
+    ledgerContext(r.trail, r.principal),
+  ]);
+  if (!Array.isArray(reply))
+    throw new StoreError("error", `unexpected reply from idempotency.lua: ${JSON.stringify(reply).slice(0, 200)}`);
+  return reply;
+}
+
+/** How long a claim is held: its lease (renewed, or for a queued job its life), and the longest its call may run. */
+export interface ClaimTerms {
+  leaseMs: number;
+  ttlMs: number;
+  /**
+   * The longest the claim's call may still run from the claim, renewed or not: the record is kept
+   * at least that long plus `ttlMs`, so a holder cut off from Redis never leaves its key free
+   * while its call may run (lua/idempotency.lua, `life_until`).
+   */
+  lifeMs: number;
+}
+
+/**
+ * Claims the key for `owner`, or says why not (see the script's contract). An answer from a
+ * completed key is a replay, paid from the principal's and the client address's replay buckets
+ * (`replays` each) in the same call.
+ */
+export async function claimRecord(
+  r: RecordRef,
+  owner: string,
+  fp: string,
+  terms: ClaimTerms,
+  replays: ReplayBound,
+): Promise<Claim> {
+  // whole µs between replays, rounded up: never more than `rate` per `period`
+  const intervalUs = Math.ceil((replays.period * 1000) / replays.rate);
+  const { leaseMs, ttlMs, lifeMs } = terms;
+  const [kind, a, b, c, d] = await call(r, "claim", owner, [fp, leaseMs, ttlMs, intervalUs, replays.rate, lifeMs]);
+  switch (kind) {
+    case "claimed":
+      return { kind, fence: Number(a), takeover: Number(b) === 1 };
+    case "inflight":
+      return { kind, leftMs: Number(a), fence: Number(b) };
+    case "completed":
+      return {
+        kind,
+        status: Number(a),
+        headers: JSON.parse(String(b)) as Array<[string, string]>,
+        body: String(c ?? ""),
+        stored: String(d) === "1",
+      };
+    case "indeterminate":
+      return { kind, fence: Number(a) };
+    case "replay_limited":
+      return { kind, retryAfterMs: Number(a) };
+    default:
+      return { kind: "mismatch" };
+  }
+}
+
+/**
+ * Extends `owner`'s lease to `leaseMs` from now, only while it holds the claim (false: it does
+ * not). A claim that lapsed (its holder lost Redis for longer than the lease) stays
+ * indeterminate, but its holder's renewal keeps its record `leaseMs` plus `ttl` longer: the holder
+ * is alive and may still settle it.
+ */
+export async function renew(r: RecordRef, owner: string, leaseMs: number): Promise<boolean> {
+  const [result] = await call(r, "renew", owner, [leaseMs]);
+  return result === "ok";
+}
+
+/**
+ * The owner a queued job's claim is held by: a claim whose delivery never started (`start`) reached
+ * nobody, so once its lease lapses it may be taken over (any other lapsed claim is indeterminate).
+ */
+export function jobOwner(): string {
+  return `job:${crypto.randomUUID()}`;
+}
+
+/**
+ * A queued job's delivery begins: only if the claim is still the job's and its delivery never
+ * started (`sent`: a copy of the job went this far before, and may have reached the origin). The
+ * claim is then held `leaseMs`, to be renewed as a live request's is, and its record kept at
+ * least the delivery's life (`lifeMs`) plus `ttl`.
+ */
+export async function startDelivery(
+  r: RecordRef,
+  owner: string,
+  leaseMs: number,
+  lifeMs: number,
+): Promise<"ok" | "not_owner" | "sent"> {
+  const [result] = await call(r, "start", owner, [leaseMs, lifeMs]);
+  return result === "ok" || result === "sent" ? result : "not_owner";
+}
+
+/** A job's delivery failed without effect (a 5xx) and waits for its retry: held `leaseMs`, not started (false: not the job's). */
+export async function park(r: RecordRef, owner: string, leaseMs: number): Promise<boolean> {
+  const [result] = await call(r, "park", owner, [leaseMs]);
+  return result === "ok";
+}
+
+/**
+ * Counts and logs what a request's (final) claim gave it (the ledger has it from the script); gives
+ * it back. A replay refused by the replay bound is a 429 like the limits', counted among decisions.
+ */
+export function noteClaim<C extends Claim>(r: RecordRef, c: C): C {
+  if (c.kind === "claimed") noteIdempotency(r, c.takeover ? "takeover" : "claim", c.takeover ? "taken_over" : "first");
+  else if (c.kind === "completed") noteIdempotency(r, "replay", "replay");
+  else if (c.kind !== "replay_limited") noteIdempotency(r, undefined, c.kind === "inflight" ? "in_flight" : c.kind);
+  return c;
+}
+
+/** Stores the origin's answer, only if `owner` still holds the claim. */
+export async function complete(
+  r: RecordRef,
+  owner: string,
+  status: number,
+  headers: Array<[string, string]>,
+  body: string,
+  stored: boolean,
+  ttlMs: number,
+): Promise<boolean> {
+  const [result] = await call(r, "complete", owner, [status, JSON.stringify(headers), body, stored ? 1 : 0, ttlMs]);
+  if (result === "ok") noteIdempotency(r, "complete");
+  return result === "ok";
+}
+
+/** Gives the key up (`release`) or marks it indeterminate (`hold`), only if `owner` holds it. */
+export async function releaseOrHold(
+  r: RecordRef,
+  owner: string,
+  how: "release" | "hold",
+  originStatus: number | undefined,
+): Promise<boolean> {
+  const [result] = await call(r, how, owner, [originStatus ?? ""]);
+  if (result === "ok") noteIdempotency(r, how, how === "release" ? "released" : "indeterminate");
+  return result === "ok";
+}
+
+/**
+ * Gives the key back only if nothing of it can have reached the origin: `owner`'s claim (in flight
+ * or lapsed) not marked `sent` (a queued job's copy that never ran, or a claim whose reply was lost
+ * before its request went anywhere). A claim marked `sent` is left held (`sent`: its lease runs out
+ * into indeterminate); `not_owner` is not ledgered (the caller may never have held it).
+ */
+export async function releaseUnsent(r: RecordRef, owner: string): Promise<"released" | "sent" | "not_owner"> {
+  const [result] = await call(r, "release_unsent", owner, [""]);
+  if (result === "ok") noteIdempotency(r, "release", "released");
+  return result === "ok" ? "released" : result === "sent" ? "sent" : "not_owner";
+}
+
+/** The operator's way out of `indeterminate`: release the key, or replay a given answer. */
+export async function resolve(
+  r: RecordRef,
+  action: "release" | "replay",
+  answer?: { status: number; headers: Array<[string, string]>; body: string; ttlMs: number },
+): Promise<boolean> {
+  const rest =
+    action === "replay" && answer ? [answer.status, JSON.stringify(answer.headers), answer.body, answer.ttlMs] : [""];
+  const [result] = await call(r, action === "release" ? "resolve_release" : "resolve_replay", "", rest);
+  return result === "ok";
+}
+
+/** A record named by its key hash (as the ledger shows it), for the operator's resolutions. */
+export function refFromHash(store: Store, prefix: string, route: string, keyHash: string): RecordRef {
+  // resolutions never claim: neither the fencing token nor a replay bucket is written
+  return {
+    store,
+    prefix,
+    route,
+    keyHash,
+    fenceKey: idempotencyFenceKey(prefix, route),
+    replaysKey: noReplays(prefix, route),
+  };
+}
+
+/** What a claim travelling with a queued job needs to be settled by the consumer: the record's names (hashes only) and the owner. */
+export interface ClaimTicket {
+  keyHash: string;
+  fenceKey: string;
+  owner: string;
+}
+
+/** The record a job's claim names, in `store`. */
+export function refFromTicket(
+  store: Store,
+  prefix: string,
+  route: string,
+  t: ClaimTicket,
+  trail?: RecordTrail,
+): RecordRef {
+  return {
+    store,
+    prefix,
+    route,
+    keyHash: t.keyHash,
+    fenceKey: t.fenceKey,
+    replaysKey: noReplays(prefix, route),
+    trail,
+  };
+}
+
+/** The replay slot of a ref that never claims: a key that is never written. */
+function noReplays(prefix: string, route: string): string {
+  return idempotencyReplaysKey(prefix, route, "-");
+}

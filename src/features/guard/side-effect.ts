@@ -1,0 +1,44 @@
+import type { Route } from "../../config/index.js";
+import type { Scope } from "../../context.js";
+import { claim } from "./core.js";
+import { replayedResponse } from "./idempotency/key-claim.js";
+import type { ClaimTicket } from "./idempotency/records.js";
+import { readGuardedRequest } from "./scope-subject.js";
+import type { SessionTicket } from "./session/lock-hold.js";
+
+/** A queued side effect's guards, taken before it is queued; they travel with the job. */
+export interface ClaimedEffect {
+  /** The request to send (its body already read when the key had to be fingerprinted). */
+  request: Request;
+  sluiceHeaders: Record<string, string>;
+  /** Sluice decided not to send it after all: the key and the session are free again. */
+  abandon: () => Promise<void>;
+  claim?: ClaimTicket;
+  session?: SessionTicket;
+}
+
+/**
+ * One side effect per key, then one call per session at a time, for a request that goes to the
+ * queue instead of the origin: the guard core claims its idempotency key and takes its session
+ * lock, where the route has them for this method, both held `lifeMs` (the job's life) until the
+ * consumer takes them up (job.ts). A replay is returned as such; a refusal (duplicate in flight,
+ * busy session, store down) is thrown.
+ */
+export async function claimSideEffect(
+  request: Request,
+  scope: Scope,
+  route: Route,
+  lifeMs: number,
+): Promise<ClaimedEffect | { kind: "replay"; response: Response }> {
+  const read = await readGuardedRequest(request, scope, route);
+  const guarding = await claim(read.subject, read.place, { lifeMs, queued: true });
+  if (guarding.kind === "replay") return { kind: "replay", response: replayedResponse(guarding.answer) };
+  const held = guarding.claim;
+  return {
+    request: read.request,
+    sluiceHeaders: held.sluiceHeaders,
+    abandon: () => held.abandon("not queued"),
+    claim: held.tickets.claim,
+    session: held.tickets.session,
+  };
+}
