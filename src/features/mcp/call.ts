@@ -73,9 +73,9 @@ export function isGuarded(settings: McpSettings, tool: string, trusted: boolean)
   return settings.guard === "all" || settings.guard.includes(tool);
 }
 
-/** The route's limits that apply to a call of `tool`: every limit without `tools`, and those that name it. */
-export function limitsFor(limits: readonly Limit[], tool: string): Limit[] {
-  return limits.filter((l) => !l.tools || l.tools.includes(tool));
+/** Whether a limit applies to a call of `tool`: every limit without `tools`, and those that name it. */
+export function appliesTo(tool: string): (limit: Limit) => boolean {
+  return (l) => !l.tools || l.tools.includes(tool);
 }
 
 /** What a guarded call is, for its key and fingerprint: the tool and its arguments, canonical. */

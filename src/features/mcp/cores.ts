@@ -1,46 +1,58 @@
 /*
  * The MCP adapter's one seam onto sluice's capabilities: every call it makes into the rate
- * limiter and the idempotency guard goes through this file, and nothing else of src/features/mcp/
+ * limiter's core (`decideLimits`, src/features/rate-limit/core.ts) and the guard core (`claim`,
+ * src/features/guard/core.ts) goes through this file, and nothing else of src/features/mcp/
  * imports them. The adapter speaks in calls (a tool, its limits, its key); this file says what
- * each is in the capabilities' terms, so that moving them (a decision core, a guard core) is a
- * change here alone.
+ * each is in the cores' terms (a place, an ask, a subject), so that moving a core is a change
+ * here alone.
  */
 import type { Limit, Route } from "../../config/index.js";
-import type { LimitRun, Scope } from "../../context.js";
+import type { Scope } from "../../context.js";
 import { countRefusal } from "../access/bans.js";
-import { decideLimits } from "../rate-limit/step.js";
+import { decideLimits, type LimitRun } from "../rate-limit/core.js";
+import { decisionPlaceOf, noteRefusal, refusalSite } from "../rate-limit/step.js";
 import { giveBack } from "../rate-limit/decision/decision.js";
 import { rateLimitHeaders } from "../rate-limit/headers.js";
 import { heldSlots, releaseSlots } from "../rate-limit/decision/in-flight.js";
-import { noteRefusal, tooManyRequests } from "../shedding/refusal.js";
-import { guard, type Guarded, type IdempotencySettings } from "../idempotency/guard.js";
-import { idempotencySettings } from "../idempotency/schema.js";
-import { parseKey } from "../idempotency/key.js";
-import { callLifeMs, claimStores, claimSubject, coordinated } from "../idempotency/side-effect.js";
+import { tooManyRequests } from "../rate-limit/refusal.js";
+import { claim, guardFailure, type Claim, type Guarding } from "../guard/core.js";
+import { idempotencySettings } from "../guard/idempotency/schema.js";
+import type { IdempotencySettings } from "../guard/idempotency/request-key.js";
+import { fingerprint, parseKey } from "../guard/idempotency/key.js";
+import type { StoredAnswer } from "../guard/idempotency/key-claim.js";
+import { callLifeMs } from "../guard/place.js";
+import { askerOf, guardPlaceOf } from "../guard/scope-subject.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { settleQuietly } from "../../util/log.js";
 import type { McpSettings } from "./schema.js";
 
-export type { Guarded };
+export type { Claim, Guarding, StoredAnswer };
 
 /** A call's limits decided: the run (for its headers and what follows the answer), or a refusal to answer with. */
 export type CallLimits = { run?: LimitRun; refusal?: Problem };
 
 /**
- * The route's `limits` (those that apply to the call's tool) decided for one call, cost as
- * configured: a refusal is the 429 problem the route would answer (its detail, `Retry-After`,
- * `RateLimit` headers), counted towards a ban. No run: Redis failed and the deployment fails open.
+ * The route's `limits` that apply to the call (`applies`: those of its tool) decided for one call
+ * by the rate limiter's core, cost as configured: a refusal is the 429 problem the route would
+ * answer (its detail, `Retry-After`, `RateLimit` headers), counted towards a ban. No run: Redis
+ * failed and the deployment fails open.
  */
-export async function decideCall(scope: Scope, route: Route, limits: Limit[]): Promise<CallLimits> {
-  if (limits.length === 0 || scope.allowListed || scope.routeOpen) return {};
-  const run = await decideLimits(scope, { ...route, limits }, false);
+export async function decideCall(
+  scope: Scope,
+  route: Route,
+  applies: (limit: Limit) => boolean,
+): Promise<CallLimits> {
+  if (!route.limits.some(applies) || scope.allowListed || scope.routeOpen) return {};
+  const ask = { route, caller: { facts: scope.facts }, mode: "take", applies } as const;
+  const run = await decideLimits(decisionPlaceOf(scope), ask);
+  if (run?.rttMs !== undefined && scope.meta) scope.meta.rttMs = run.rttMs;
   if (!run) {
     scope.decision = "degraded";
     return {};
   }
   if (run.decision.verdict === "reject") {
-    countRefusal(scope, run.decision.blocking);
+    countRefusal(refusalSite(scope), run.decision.blocking.limit);
     await noteRefusal(scope, run.decision);
     scope.decision = "reject";
     return { run, refusal: tooManyRequests(run.decision, route.name) };
@@ -100,8 +112,10 @@ export interface CallSubject {
 }
 
 /**
- * Claims a guarded call (one Lua call): it goes on holding its claim, with a fencing token, or
- * its stored result is the answer (`replay`). Throws a `Problem`: the call in flight, its outcome
+ * Claims a guarded call with the guard core (one Lua call): its key, the fingerprint of its
+ * principal, tool and canonical arguments (and the endpoint's path and query), its tool for the
+ * ledger. It is `held` (settle the claim with the server's reply, or abandon it), or its stored
+ * result is the answer (`replay`). Throws a `Problem`: the call in flight, its outcome
  * indeterminate, its key reused with other arguments, the replay bound, the store down (503).
  * `wait`: how long a repeat of a call in flight polls for its result first.
  */
@@ -111,21 +125,19 @@ export async function claimCall(
   mcp: McpSettings,
   call: CallSubject,
   wait = 0,
-): Promise<Guarded> {
+): Promise<Guarding> {
   const settings = { ...guardSettings(route, mcp), wait };
-  // a request of the claim's own: the key in its header, the call's canonical form as its body (what the fingerprint hashes)
-  const request = new Request(scope.facts.url, {
-    method: "POST",
-    headers: { "idempotency-key": call.key, "content-type": "application/json" },
-    body: call.canonical,
-  });
-  return coordinated(() => {
-    const stores = claimStores(scope);
-    const trail = stores.trail ? { ...stores.trail, tool: call.tool } : undefined;
-    return guard(request, settings, claimSubject(scope, route, settings), { ...stores, trail }, scope.defer, {
-      lifeMs: callLifeMs(route),
-    });
-  });
+  try {
+    const { principal, client } = await askerOf(scope.facts, settings)();
+    const canonical = new TextEncoder().encode(call.canonical);
+    const fp = await fingerprint("POST", scope.forwardPath, scope.facts.url.search, principal, canonical);
+    const place = guardPlaceOf(scope);
+    const trail = place.trail && { ...place.trail, tool: call.tool };
+    const key = { key: call.key, fingerprint: fp, principal, client, settings };
+    return await claim({ route: route.name, key }, { ...place, trail }, { lifeMs: callLifeMs(route) });
+  } catch (e) {
+    throw guardFailure(e);
+  }
 }
 
 /** Whether a claim's refusal says the call is still running (a repeat may wait for it). */

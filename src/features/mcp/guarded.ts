@@ -13,7 +13,15 @@ import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { answerOf } from "./answer-of.js";
 import { canonicalCall, derivedCallKey, withFence, type ToolCall } from "./call.js";
-import { claimCall, explicitKey, stillRunning, type CallSubject, type Guarded } from "./cores.js";
+import {
+  claimCall,
+  explicitKey,
+  stillRunning,
+  type CallSubject,
+  type Claim,
+  type Guarding,
+  type StoredAnswer,
+} from "./cores.js";
 import { responseText, rpcAnswer, toolRefusal, type RpcId, type RpcResponse } from "./jsonrpc.js";
 import { notSent, refusalAnswer, refusalOutcome, unknownOutcome } from "./refusals.js";
 import type { McpSettings } from "./schema.js";
@@ -24,8 +32,6 @@ export interface CallAnswer {
   replayed: boolean;
   outcome: McpOutcome;
 }
-
-type Forward = Extract<Guarded, { kind: "forward" }>;
 
 /** The parts of one guarded call's journey. */
 export interface GuardedCall {
@@ -55,13 +61,13 @@ async function subjectOf(g: GuardedCall): Promise<CallSubject | Problem> {
  * Claims the call: a repeat of one in flight waits up to `mcp.wait` for its result (`joined`).
  * A refusal is thrown as the problem it is.
  */
-async function claimed(g: GuardedCall, subject: CallSubject): Promise<{ guarded: Guarded; joined: boolean }> {
+async function claimed(g: GuardedCall, subject: CallSubject): Promise<{ guarding: Guarding; joined: boolean }> {
   try {
-    return { guarded: await claimCall(g.scope, g.route, g.mcp, subject), joined: false };
+    return { guarding: await claimCall(g.scope, g.route, g.mcp, subject), joined: false };
   } catch (e) {
     if (!stillRunning(e) || g.mcp.wait === 0) throw e;
   }
-  return { guarded: await claimCall(g.scope, g.route, g.mcp, subject, g.mcp.wait), joined: true };
+  return { guarding: await claimCall(g.scope, g.route, g.mcp, subject, g.mcp.wait), joined: true };
 }
 
 /** Runs one guarded call to its answer. */
@@ -75,17 +81,17 @@ export async function guardedCall(g: GuardedCall): Promise<CallAnswer> {
     if (e instanceof Problem) return refused(g, e);
     throw e;
   }
-  const { guarded, joined } = claim;
-  if (guarded.kind === "replay") {
+  const { guarding, joined } = claim;
+  if (guarding.kind === "replay") {
     g.scope.decision = "replay";
     g.settled();
     return {
-      response: await replayed(guarded.response, g.call.id),
+      response: replayed(guarding.answer, g.call.id),
       replayed: true,
       outcome: joined ? "joined" : "replay",
     };
   }
-  return { response: await forwarded(g, guarded), replayed: false, outcome: "first" };
+  return { response: await forwarded(g, guarding.claim), replayed: false, outcome: "first" };
 }
 
 function refused(g: GuardedCall, p: Problem): CallAnswer {
@@ -94,9 +100,9 @@ function refused(g: GuardedCall, p: Problem): CallAnswer {
 }
 
 /** The stored result, as a fresh response for the repeat's own id (none of the stored answer's headers). */
-async function replayed(stored: Response, id: RpcId): Promise<Response> {
+function replayed(stored: StoredAnswer, id: RpcId): Response {
   try {
-    const message = JSON.parse(await stored.text()) as RpcResponse;
+    const message = JSON.parse(new TextDecoder().decode(stored.body ?? undefined)) as RpcResponse;
     return rpcAnswer({ ...message, id });
   } catch {
     return rpcAnswer(toolRefusal(id, "sluice holds this call's result but could not read it back."));
@@ -107,19 +113,19 @@ async function replayed(stored: Response, id: RpcId): Promise<Response> {
  * The first call goes to the server, holding its claim: the body with its fencing token in
  * `_meta`, the header beside it. Its answer is settled into the claim (src/features/mcp/settle below).
  */
-async function forwarded(g: GuardedCall, guarded: Forward): Promise<Response> {
+async function forwarded(g: GuardedCall, held: Claim): Promise<Response> {
   const { c, scope, call } = g;
-  const token = guarded.sluiceHeaders["sluice-fencing-token"] ?? "";
-  Object.assign(scope.sluiceHeaders, guarded.sluiceHeaders);
+  const token = held.sluiceHeaders["sluice-fencing-token"] ?? "";
+  Object.assign(scope.sluiceHeaders, held.sluiceHeaders);
   c.req.raw = withBody(c.req.raw, withFence(call, token));
   // a held claim must learn what the server did: past origin_timeout its answer is still awaited
-  if (scope.target && guarded.lateAnswerMs) scope.target = { ...scope.target, lateAnswerMs: guarded.lateAnswerMs };
+  if (scope.target && held.lateAnswerMs) scope.target = { ...scope.target, lateAnswerMs: held.lateAnswerMs };
   const started = Date.now();
   const journey = (async () => {
     await g.next();
     const reply = replyOf(c, scope, started);
-    if (reply) return settleReply(g, guarded, reply);
-    await guarded.abandon();
+    if (reply) return settleReply(g, held, reply);
+    await held.abandon("stopped by sluice");
     g.settled();
     return c.res;
   })();
@@ -154,36 +160,36 @@ function replyOf(
 type Reply = OriginReply & { latencyMs?: number };
 
 /** The claim's outcome from the server's reply, and the client's answer. */
-async function settleReply(g: GuardedCall, guarded: Forward, reply: Reply): Promise<Response> {
+async function settleReply(g: GuardedCall, held: Claim, reply: Reply): Promise<Response> {
   const { scope, call } = g;
   const res = reply.response;
   const done = (work: Promise<unknown>) => scope.defer(work.then(g.settled, g.settled));
   if (reply.outcome === "answered" && res.status >= 200 && res.status < 300) {
     const [toClient, toRead] = res.body ? res.body.tee() : [null, null];
-    const settling = answerOf(res, toRead, call.id).then((answer) => settleAnswer(guarded, reply, answer));
+    const settling = answerOf(res, toRead, call.id).then((answer) => settleAnswer(held, reply, answer));
     // an event stream goes to the client as it comes; a JSON answer too (read here from its copy)
     done(settling);
     return new Response(toClient, res);
   }
   if (reply.outcome === "answered" && res.status < 500) {
     // the server refused the message (a session gone, a bad request): the tool did not run
-    await guarded.abandon();
+    await held.abandon("refused by the server");
     g.settled();
     return res;
   }
   if (reply.outcome === "timeout" && reply.late) {
     const late = reply.late.then((r) => (r ? resultResponse(r, call.id) : undefined));
-    done(settleOnce(guarded, { ...reply, late }));
+    done(settleOnce(held, { ...reply, late }));
     return unknownOutcome(call.id, call.tool, true);
   }
-  done(settleOnce(guarded, reply));
+  done(settleOnce(held, reply));
   if (reply.outcome === "answered") return res;
   return reply.outcome === "unreachable" ? notSent(call.id, call.tool) : unknownOutcome(call.id, call.tool, false);
 }
 
 /** Settles the claim with `reply`, the response it hands back (a copy of what is stored) discarded. */
-async function settleOnce(guarded: Forward, reply: Reply): Promise<void> {
-  const copy = await guarded.settle(reply);
+async function settleOnce(held: Claim, reply: Reply): Promise<void> {
+  const copy = await held.settleWith({ reply });
   await copy.body?.cancel().catch(() => undefined);
 }
 
@@ -192,10 +198,10 @@ async function settleOnce(guarded: Forward, reply: Reply): Promise<void> {
  * a JSON-RPC error releases the call (a protocol failure: the tool did not run); nothing found
  * (the body broke off, or ended without it) leaves the outcome unknown: indeterminate.
  */
-async function settleAnswer(guarded: Forward, reply: Reply, answer: RpcResponse | undefined): Promise<void> {
-  if (answer?.error) return guarded.abandon();
-  if (!answer) return settleOnce(guarded, { ...reply, outcome: "broken" });
-  return settleOnce(guarded, { ...reply, response: stored(answer) });
+async function settleAnswer(held: Claim, reply: Reply, answer: RpcResponse | undefined): Promise<void> {
+  if (answer?.error) return held.abandon("a JSON-RPC error: the tool did not run");
+  if (!answer) return settleOnce(held, { ...reply, outcome: "broken" });
+  return settleOnce(held, { ...reply, response: stored(answer) });
 }
 
 /** A result as the claim stores it: the JSON-RPC response, `application/json`. */

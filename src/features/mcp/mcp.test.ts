@@ -1,11 +1,11 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { loadConfig } from "../../config/index.js";
+import { loadConfig, type Limit } from "../../config/index.js";
 import { mcpLines } from "../../metrics/mcp.js";
 import { problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { responseInStream } from "./answer-of.js";
-import { derivedCallKey, headerMismatch, isGuarded, limitsFor, toolCallOf, withFence } from "./call.js";
+import { appliesTo, derivedCallKey, headerMismatch, isGuarded, toolCallOf, withFence } from "./call.js";
 import { McpIsolate, MAX_TOOL_LABELS } from "./isolate.js";
 import { readMessage, responseFor } from "./jsonrpc.js";
 import { mcpSettings } from "./schema.js";
@@ -90,11 +90,9 @@ describe("which calls are guarded and limited", () => {
   });
 
   it("a limit's tools narrow it to those tools", () => {
-    const limits = [{ name: "all" }, { name: "orders", tools: ["create_order"] }] as unknown as Parameters<
-      typeof limitsFor
-    >[0];
-    expect(limitsFor(limits, "create_order").map((l) => l.name)).toEqual(["all", "orders"]);
-    expect(limitsFor(limits, "search").map((l) => l.name)).toEqual(["all"]);
+    const limits = [{ name: "all" }, { name: "orders", tools: ["create_order"] }] as unknown as Limit[];
+    expect(limits.filter(appliesTo("create_order")).map((l) => l.name)).toEqual(["all", "orders"]);
+    expect(limits.filter(appliesTo("search")).map((l) => l.name)).toEqual(["all"]);
   });
 
   it("the server's tools/list marks tools trusted for this route only, read-only or idempotent ones", () => {

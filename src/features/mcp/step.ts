@@ -6,7 +6,7 @@ import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { readCapped } from "../../util/body.js";
 import { answerOf } from "./answer-of.js";
-import { headerMismatch, isGuarded, limitsFor, toolCallOf, type ToolCall } from "./call.js";
+import { appliesTo, headerMismatch, isGuarded, toolCallOf, type ToolCall } from "./call.js";
 import { afterCall, callLimitHeaders, decideCall } from "./cores.js";
 import { guardedCall, withBody, type CallAnswer } from "./guarded.js";
 import { McpIsolate } from "./isolate.js";
@@ -88,7 +88,7 @@ async function toolCall(c: Context<SluiceEnv>, scope: Scope, place: CallPlace, n
   const named = mcp.pass.includes(call.tool) || (mcp.guard !== "all" && mcp.guard.includes(call.tool));
   const label = isolate.label(route.name, call.tool, named || route.limits.some((l) => l.tools?.includes(call.tool)));
   const count = (o: McpOutcome) => countMcpCall(scope.runtime.metrics, route.name, label, o);
-  const limits = await decideCall(scope, route, limitsFor(route.limits, call.tool));
+  const limits = await decideCall(scope, route, appliesTo(call.tool));
   c.set("sluice", publicDecision(scope));
   if (limits.refusal) {
     count("refused");
