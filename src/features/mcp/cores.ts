@@ -38,11 +38,7 @@ export type CallLimits = { run?: LimitRun; refusal?: Problem };
  * answer (its detail, `Retry-After`, `RateLimit` headers), counted towards a ban. No run: Redis
  * failed and the deployment fails open.
  */
-export async function decideCall(
-  scope: Scope,
-  route: Route,
-  applies: (limit: Limit) => boolean,
-): Promise<CallLimits> {
+export async function decideCall(scope: Scope, route: Route, applies: (limit: Limit) => boolean): Promise<CallLimits> {
   if (!route.limits.some(applies) || scope.allowListed || scope.routeOpen) return {};
   const ask = { route, caller: { facts: scope.facts }, mode: "take", applies } as const;
   const run = await decideLimits(decisionPlaceOf(scope), ask);
