@@ -147,6 +147,7 @@ function compile(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource): 
   }
   const s = parsed.data;
   source.check(s, vars, written, originUrl);
+  s.routes.forEach((r, ri) => checkMcpWindow(r, ri, written));
   return {
     ...s,
     originUrl,
@@ -166,6 +167,23 @@ function compile(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource): 
 
 /** The error for a field of the limit being compiled, by its path within the limit. */
 type LimitError = (path: string[], problem: string) => ConfigError;
+
+/**
+/**
+ * An MCP route keeps a guarded call's result `mcp.window` from its answer (its `ttl`): as with a
+ * key's ttl, at least the call (`origin_timeout`), and longer than the claim's `lease`.
+ */
+function checkMcpWindow(r: RouteSettings, ri: number, written: unknown): void {
+  if (!r.mcp) return;
+  const lease = r.idempotency?.lease ?? 30_000;
+  const floor = Math.max(r.origin_timeout, lease + 1);
+  if (r.mcp.window >= floor) return;
+  throw fieldError(
+    ["SLUICE", "routes", ri, "mcp", "window"],
+    `must be at least the route's origin_timeout (${r.origin_timeout} ms) and longer than the claims' lease (${lease} ms): a call's result is kept this long from its answer`,
+    written,
+  );
+}
 
 /**
  * decide.lua counts in integers that must stay within a double's exact range: the limit's own
