@@ -61,7 +61,7 @@ ARGV[1]  op: claim | renew | start | park | complete | release | release_unsent 
 ARGV[2]  owner (claim, renew, start, park, complete, release, release_unsent, hold)
 ARGV[3]  route name, ARGV[4] key hash (for the ledger), ARGV[5] ledger max length
 ARGV[6..] per op, then, always last (but for a passed clock), the ledger context: JSON { trace, principal,
-  session, latency_ms } (the request's traceparent, hashes, the origin's latency), written beside
+  session, latency_ms, tool } (the request's traceparent, hashes, the origin's latency, an MCP call's tool), written beside
   each ledger entry of this call; what does not decode as such an object adds nothing.
 ARGV[6..argc-1] per op (argc: #ARGV, less the clock when one is passed):
   claim           fp, lease_ms, ttl_ms, replay_interval_us, replay_burst, life_ms (the call's
@@ -120,7 +120,7 @@ end
 local function ledger(event, fence, status)
   local fields = { 'event', event, 'route', route, 'key', keyhash, 'fence', tostring(fence or ''),
     'status', tostring(status or ''), 'at', tostring(now) }
-  for _, name in ipairs({ 'trace', 'principal', 'session', 'latency_ms' }) do
+  for _, name in ipairs({ 'trace', 'principal', 'session', 'latency_ms', 'tool' }) do
     local v = context[name]
     if type(v) == 'string' and v ~= '' then
       fields[#fields + 1] = name

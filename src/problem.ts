@@ -46,8 +46,30 @@ export function problem(init: ProblemInit, base = DEFAULT_PROBLEM_BASE): Respons
   });
   return new Response(body, {
     status,
-    headers: { "content-type": "application/problem+json", "cache-control": "no-store", ...init.headers },
+    headers: {
+      "content-type": "application/problem+json",
+      "cache-control": "no-store",
+      ...init.headers,
+      ...retryAfterMs(status, init),
+    },
   });
+}
+
+/** Statuses whose `Retry-After` is told in milliseconds too, as the `openai` and `@anthropic-ai/sdk` clients read it. */
+const RETRY_AFTER_MS_STATUSES = [409, 429, 503];
+
+/**
+ * `retry-after-ms` beside `Retry-After` on a 409, 429 or 503: the problem's exact
+ * `retry_after_ms` where it has one, else the header's seconds in ms. Clients that honour it
+ * retry when sluice says rather than at the next whole second.
+ */
+function retryAfterMs(status: number, init: ProblemInit): Record<string, string> {
+  if (!RETRY_AFTER_MS_STATUSES.includes(status)) return {};
+  const seconds = Object.entries(init.headers ?? {}).find(([h]) => h.toLowerCase() === "retry-after")?.[1];
+  if (seconds === undefined) return {};
+  const exact = init.extensions?.retry_after_ms;
+  const ms = typeof exact === "number" && exact >= 0 ? exact : Number(seconds) * 1000;
+  return Number.isFinite(ms) ? { "retry-after-ms": String(Math.round(ms)) } : {};
 }
 
 /**

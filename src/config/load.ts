@@ -150,6 +150,7 @@ function compile(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource): 
   source.check(s, vars, written, originUrl);
   // whatever the source: a reconcile answer is trusted only from the origin's host or an allowed one
   s.routes.forEach((r, ri) => checkReconcileHost(r, ri, originUrl, written));
+  s.routes.forEach((r, ri) => checkMcpWindow(r, ri, written));
   return {
     ...s,
     originUrl,
@@ -175,6 +176,22 @@ function checkReconcileHost(r: RouteSettings, ri: number, originUrl: URL | undef
   const template = r.idempotency?.reconcile;
   const problem = template === undefined ? undefined : reconcileHostProblem(template, originUrl, r.queue.callbacks);
   if (problem) throw fieldError(["SLUICE", "routes", ri, "idempotency", "reconcile"], problem, written);
+}
+
+/**
+ * An MCP route keeps a guarded call's result `mcp.window` from its answer (its `ttl`): as with a
+ * key's ttl, at least the call (`origin_timeout`), and longer than the claim's `lease`.
+ */
+function checkMcpWindow(r: RouteSettings, ri: number, written: unknown): void {
+  if (!r.mcp) return;
+  const lease = r.idempotency?.lease ?? 30_000;
+  const floor = Math.max(r.origin_timeout, lease + 1);
+  if (r.mcp.window >= floor) return;
+  throw fieldError(
+    ["SLUICE", "routes", ri, "mcp", "window"],
+    `must be at least the route's origin_timeout (${r.origin_timeout} ms) and longer than the claims' lease (${lease} ms): a call's result is kept this long from its answer`,
+    written,
+  );
 }
 
 /**

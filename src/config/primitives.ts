@@ -16,6 +16,21 @@ export const name = lazy(() =>
     .check(z.regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, "must be 1-63 characters of letters, digits, '_', '.', '-'")),
 );
 
+/**
+ * An MCP tool's name as the configuration names it (`mcp.guard`, `mcp.pass`, a limit's `tools`):
+ * 1-128 characters of letters, digits, '_', '.', '-' (the specification's own alphabet for tool names).
+ */
+export const toolName = lazy(() =>
+  z
+    .string()
+    .check(
+      z.regex(
+        /^[A-Za-z0-9_.-]{1,128}$/,
+        "must be an MCP tool name: 1-128 characters of letters, digits, '_', '.', '-'",
+      ),
+    ),
+);
+
 export const duration = lazy(() =>
   z.pipe(
     z.string(),
@@ -49,12 +64,13 @@ export const booleanOrDuration = lazy(() =>
 export const keyPart = lazy(() =>
   z.string().check(
     z.superRefine((part, ctx) => {
-      if (part === "ip" || part === "global" || part === "path") return;
+      // "tool": the called tool's name, on a route with an `mcp` table (src/features/mcp/)
+      if (part === "ip" || part === "global" || part === "path" || part === "tool") return;
       const m = /^(header|query|cookie|jwt):(.+)$/.exec(part);
       if (!m) {
         ctx.addIssue({
           code: "custom",
-          message: `"${part}" is not a key: use ip, global, path, header:<name>, query:<name>, cookie:<name> or jwt:<claim>`,
+          message: `"${part}" is not a key: use ip, global, path, tool, header:<name>, query:<name>, cookie:<name> or jwt:<claim>`,
         });
         return;
       }

@@ -4,6 +4,7 @@ import { configSchema } from "./settings.js";
 import { breakerSettings } from "../features/breaker/schema.js";
 import { idempotencySettings } from "../features/guard/idempotency/schema.js";
 import { sessionSettings } from "../features/guard/session/schema.js";
+import { mcpSettings } from "../features/mcp/schema.js";
 
 // The configuration of [vars.SLUICE] as the gateway takes it: each feature's options come from its
 // folder (src/features/*/schema.ts), written in the shared pieces of ./primitives.ts, composed into
@@ -17,6 +18,8 @@ export const sluiceSchema = lazy(() =>
     session: z.optional(deferred(sessionSettings)),
     /** One side effect per Idempotency-Key (see docs/idempotency-and-sessions.md, Idempotency). */
     idempotency: z.optional(deferred(idempotencySettings)),
+    /** An MCP endpoint: each tools/call limited per tool, a guarded call run once (see docs/mcp.md). */
+    mcp: z.optional(deferred(mcpSettings)),
   }),
 );
 

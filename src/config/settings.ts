@@ -46,7 +46,7 @@ const routeFields = () => ({
 
 type RouteFields = z.output<z.ZodMiniObject<ReturnType<typeof routeFields>>>;
 /** A route of some composition: its own fields, and whichever tables it was given. */
-type ComposedRoute = RouteFields & { breaker?: unknown; idempotency?: unknown; session?: unknown };
+type ComposedRoute = RouteFields & { breaker?: unknown; idempotency?: unknown; session?: unknown; mcp?: unknown };
 
 /** A route's limits: unique names, none taking the adaptive limit's; a divert route's fields together. */
 function routeProblems(r: ComposedRoute, ctx: z.core.$RefinementCtx) {
@@ -62,7 +62,27 @@ function routeProblems(r: ComposedRoute, ctx: z.core.$RefinementCtx) {
       });
     seen.add(l.name);
   });
+  mcpOnlyProblems(r).forEach(([path, message]) => ctx.addIssue({ code: "custom", path, message }));
   divertProblems(r).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message }));
+}
+
+/**
+ * What only a route with an `mcp` table reads (docs/mcp.md): a limit's `tools` and the key part
+ * `"tool"` (elsewhere no request names a tool, so they could never mean anything). A session lock
+ * per HTTP request would lock every message of an MCP endpoint, its handshake and lists included.
+ */
+function mcpOnlyProblems(r: ComposedRoute): Array<[Array<string | number>, string]> {
+  const problems: Array<[Array<string | number>, string]> = [];
+  if (r.mcp !== undefined) {
+    if (r.session !== undefined) problems.push([["session"], "does not go with an mcp table (docs/mcp.md)"]);
+    return problems;
+  }
+  r.limits.forEach((l, i) => {
+    if (l.tools) problems.push([["limits", i, "tools"], "applies only on a route with an mcp table (docs/mcp.md)"]);
+    if (l.key.includes("tool") || l.tier === "tool")
+      problems.push([["limits", i, "key"], '"tool" is a key only on a route with an mcp table (docs/mcp.md)']);
+  });
+  return problems;
 }
 
 /** An adaptive route is decided with one more limit: the in-flight limit that follows its origin. */

@@ -27,6 +27,8 @@ export interface RequestFacts {
   context?: Context;
   /** The identifier the app's code gave (a key function's result, `limiter().limit()`'s identifier). */
   code?: string;
+  /** The MCP tool a `tools/call` names (src/features/mcp/): the key part "tool". */
+  tool?: string;
   /** The cost the app's code gave (`limiter().limit(c, id, { cost })`), over every limit's own. */
   cost?: number;
 }
@@ -100,6 +102,7 @@ export function readPart(part: string, facts: IdentityFacts): string | undefined
   if (part === "global") return "*";
   if (part === "path") return facts.matchPath;
   if (part === CODE_PART) return facts.code;
+  if (part === "tool") return facts.tool;
   const colon = part.indexOf(":");
   const source = part.slice(0, colon);
   const name = part.slice(colon + 1);

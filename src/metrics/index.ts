@@ -9,6 +9,7 @@ import type { ClientLabel } from "./labels.js";
 import { idempotencyLines } from "./idempotency.js";
 import { divertLines } from "./diverts.js";
 import { sessionLines } from "./sessions.js";
+import { mcpLines } from "./mcp.js";
 export { asHash } from "../store/replies.js";
 
 /** Counts go to Redis at most this often per isolate, the first time this long after the isolate started counting. */
@@ -274,6 +275,7 @@ export function prometheus(
   lines.push(...idempotencyLines(total, esc));
   lines.push(...divertLines(total, esc));
   lines.push(...sessionLines(total, esc));
+  lines.push(...mcpLines(total, esc));
   const sum = Number(lastMinute.rtt_sum_ms ?? 0);
   const cnt = Number(lastMinute.rtt_count ?? 0);
   lines.push(

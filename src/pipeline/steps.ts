@@ -7,6 +7,7 @@ import { keepFallbackCopies, shed } from "../features/shedding/step.js";
 import { verifyJwtStep } from "../features/jwt/step.js";
 import { jobStatus } from "../features/shedding/queue/enqueue.js";
 import { modeDivertStep, routeModeStep } from "../features/access/mode/step.js";
+import { mcpStep } from "../features/mcp/step.js";
 
 /** The steps of the request path, in the order a request meets them (the gateway's and `sluice()`'s). */
 export const PIPELINE_STEPS: Step[] = [
@@ -15,6 +16,7 @@ export const PIPELINE_STEPS: Step[] = [
   routeModeStep, //       the operator's degrade switch: answers as fallback/reject would; `open` and `divert` skip the limits
   verifyJwtStep, //       claims, for routes keyed on the JWT
   breakerStep, //         open → fallback or 503; records the origin's outcome after the response
+  mcpStep, //             an MCP route: each tools/call limited per tool, a guarded one run once (docs/mcp.md)
   rateLimitStep(shed), // one Redis call decides every limit; a refusal is shed as on_limit says
   guardStep, //           one side effect per key, one call per session at a time; duplicates get the replay;
   //                      the key settled with the origin's outcome, the lock released once it is known

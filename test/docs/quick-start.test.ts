@@ -73,11 +73,11 @@ function sh(line: string): Promise<string> {
 }
 
 /**
- * The example's figures that depend on when one asks (`retry-after`, `ratelimit`'s `t`, the
+ * The example's figures that depend on when one asks (`retry-after`, `retry-after-ms`, `ratelimit`'s `t`, the
  * detail's "retry in N ms", `retry_after_ms`): any whole number stands where the example has one.
  * Everything else (status, content type, policy, decision, region, the problem's other fields) is exact.
  */
-const WHEN = new Set(["retry-after", "ratelimit", "retry_after_ms"]);
+const WHEN = new Set(["retry-after", "retry-after-ms", "ratelimit", "retry_after_ms"]);
 const escaped = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 const anyNumber = (example: string) => new RegExp(`^${escaped(example).replace(/\d+/g, "\\d+")}$`);
 const anyWait = (detail: string) => new RegExp(`^${escaped(detail).replace(/retry in \d+ ms/, "retry in \\d+ ms")}$`);

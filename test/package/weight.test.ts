@@ -2,7 +2,7 @@
  * What a Worker carries for the sluice it imports: a Hono Worker whose only sluice import is
  * `rateLimit` is bundled as wrangler bundles it (esbuild: ESM, the workerd conditions, minified,
  * a metafile), and the metafile's inputs are the modules it carries. The gateway's composed
- * schema, the admin and dashboard, idempotency, sessions, the queue, zod's classic API,
+ * schema, the admin and dashboard, idempotency, sessions, the MCP gateway, the queue, zod's classic API,
  * `@upstash/redis` (Redis from the environment goes through sluice's own REST client), JWT
  * verification (verifyJwt()'s) and the lists' isolate copy (accessLists()'s) must not be among
  * them, whether `rateLimit` comes from `sluice/rate-limit` or from the root. Sizes are not
@@ -22,6 +22,7 @@ const LEFT_OUT: Array<[RegExp, string]> = [
   [/^src\/admin\//, "the admin API and the dashboard"],
   [/^src\/features\/idempotency\/(?!refusal\.ts$)/, "idempotency"],
   [/^src\/features\/session\//, "sessions"],
+  [/^src\/(features\/mcp\/|metrics\/mcp\.ts$)/, "the MCP gateway"],
   [/^src\/features\/shedding\/(queue|fallback)\//, "the queue and the fallback copies"],
   [/^src\/features\/breaker\//, "the breaker"],
   [/^src\/config\/(schema|index|cache)\.ts$/, "the gateway's composed configuration schema"],
@@ -60,7 +61,7 @@ const carriedWrongly = (modules: string[]) =>
   modules.flatMap((m) => LEFT_OUT.filter(([pattern]) => pattern.test(m)).map(([, what]) => `${m} (${what})`));
 
 describe("a Worker carries only what it uses", () => {
-  it("rateLimit from sluice/rate-limit: the limits, without the gateway's schema, admin, idempotency or queue", async () => {
+  it("rateLimit from sluice/rate-limit: the limits, without the gateway's schema, admin, idempotency, MCP or queue", async () => {
     const { modules } = await bundledModules(readFileSync(join(root, WORKER), "utf8"));
     expect(carriedWrongly(modules)).toEqual([]);
     // what it does carry: the limits, their script, the feature's own schema on zod/mini
@@ -70,6 +71,9 @@ describe("a Worker carries only what it uses", () => {
     // Redis configured by the Worker's env: sluice's own REST client, not @upstash/redis
     expect(modules).toContain("src/store/rest-client.ts");
     expect(modules.some((m) => m.includes("node_modules/zod/v4/mini/"))).toBe(true);
+    // nothing of the MCP gateway by any path: its step, schema, figures (a package's path read from
+    // its node_modules/ on, so that the checkout's own folder names never count)
+    expect(modules.filter((m) => /mcp/i.test(m.replace(/^.*node_modules\//, "")))).toEqual([]);
   });
 
   it("rateLimit from the root entry tree-shakes to the same modules", async () => {
@@ -81,6 +85,15 @@ describe("a Worker carries only what it uses", () => {
     const { modules } = await bundledModules(source);
     expect(carriedWrongly(modules)).toEqual([]);
     expect([...modules].sort()).toEqual([...subpath.modules].sort());
+  });
+
+  it("sluice(config) does carry the MCP gateway: the check above would see it", async () => {
+    const source = [
+      'import { sluice } from "../../src/index.js";',
+      "export default { fetch: (r: Request) => sluice({ routes: [] }).toString() && new Response(String(r.url)) };",
+    ].join("\n");
+    const { modules } = await bundledModules(source);
+    expect(modules).toContain("src/features/mcp/step.ts");
   });
 
   it("a Worker using only Problem carries no configuration schema and no zod", async () => {

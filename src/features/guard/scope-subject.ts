@@ -48,7 +48,7 @@ export async function readGuardedRequest(request: Request, scope: Scope, route: 
 }
 
 /** Who asks for a key, worked out once, and only for a request with a key to claim. */
-function askerOf(facts: RequestFacts, settings: IdempotencySettings): () => Promise<Asker> {
+export function askerOf(facts: RequestFacts, settings: IdempotencySettings): () => Promise<Asker> {
   let asker: Promise<Asker> | undefined;
   const who = async (): Promise<Asker> => ({
     principal: await principalOf(settings.principal, facts, settings.principalOf),
@@ -71,7 +71,7 @@ async function sessionSubjectOf(settings: SessionSettings, facts: RequestFacts):
  * configured), with the decision budget for claims and locks and a fixed one for outcomes, and
  * the request's trace (its valid `traceparent`, else a new one), session, metrics and ledger length.
  */
-function guardPlaceOf(scope: Scope): GuardPlace {
+export function guardPlaceOf(scope: Scope): GuardPlace {
   const { stores, config, env, runtime, facts, route, defer } = scope;
   const claimStore = stores.home();
   // writing outcomes stores up to a MiB: it gets a fixed budget (the side effect happened, so its outcome is worth waiting for)

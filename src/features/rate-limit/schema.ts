@@ -2,7 +2,7 @@ import type { Context } from "hono";
 import * as z from "zod/mini";
 import { CODE_PART } from "../../identity/identify.js";
 import { deferred, lazy } from "../../config/lazy.js";
-import { booleanOrDuration, duration, keyPart, name, tierRate } from "../../config/primitives.js";
+import { booleanOrDuration, duration, keyPart, name, tierRate, toolName } from "../../config/primitives.js";
 import { banSettings, bannable } from "../access/schema.js";
 import {
   algorithm,
@@ -211,6 +211,8 @@ function settingFields() {
     ban: z.optional(deferred(banSettings)),
     /** Capacity kept for higher priorities, e.g. `{ critical = 0.2 }` (docs/algorithms.md, Priorities). */
     reserve: z.optional(deferred(reserve)),
+    /** On a route with an `mcp` table: the limit applies to calls of these tools only (docs/mcp.md). */
+    tools: z.optional(deferred(() => z.array(toolName()).check(z.minLength(1)))),
     /** fixed_window of whole days: windows start at local midnight in this IANA time zone, e.g. "Asia/Shanghai". */
     align: z.optional(z.string()),
   };

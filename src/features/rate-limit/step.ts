@@ -4,7 +4,7 @@ import type { Route } from "../../config/index.js";
 import { ADAPTIVE_LIMIT } from "./adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
 import { publicDecision, type LimitSummary, type Scope, type SluiceEnv, type Step } from "../../context.js";
-import { decideLimits, type LimitRun } from "./core.js";
+import { decideLimits, type DecisionPlace, type LimitRun } from "./core.js";
 import { giveBack, madeWithoutRedis } from "./decision/decision.js";
 import { rateLimitHeaders } from "./headers.js";
 import { heldSlots, releaseSlots } from "./decision/in-flight.js";
@@ -108,18 +108,17 @@ function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, el
  * The round trip goes on the request's log line.
  */
 async function decideRequest(scope: Scope, limited: Route, peek: boolean): Promise<LimitRun | undefined> {
-  const { config, region, stores, facts, runtime, defer } = scope;
-  const place = {
-    config,
-    region,
-    stores,
-    defer,
-    isolate: { ...runtime.decisions, localBuckets: runtime.localBuckets },
-  };
   const mode = peek ? "peek" : "take";
-  const run = await decideLimits(place, { route: limited, caller: { facts }, mode, cameBy: scope.route?.name });
+  const ask = { route: limited, caller: { facts: scope.facts }, mode, cameBy: scope.route?.name } as const;
+  const run = await decideLimits(decisionPlaceOf(scope), ask);
   if (run?.rttMs !== undefined && scope.meta) scope.meta.rttMs = run.rttMs;
   return run;
+}
+
+/** Where a request's limits are decided (the core's place): its deployment, region and stores, the isolate's parts. */
+export function decisionPlaceOf(scope: Scope): DecisionPlace {
+  const { config, region, stores, runtime, defer } = scope;
+  return { config, region, stores, defer, isolate: { ...runtime.decisions, localBuckets: runtime.localBuckets } };
 }
 
 /**
@@ -277,7 +276,7 @@ function watchDelivery(c: Context<SluiceEnv>, scope: Scope, watches: readonly De
 }
 
 /** The refusal's site, as the ban count takes it. */
-function refusalSite(scope: Scope): RefusalSite {
+export function refusalSite(scope: Scope): RefusalSite {
   const { facts, stores, config, env, defer, runtime } = scope;
   return {
     route: scope.route?.name,

@@ -31,6 +31,8 @@ export interface RecordTrail {
   latencyMs?: number;
   /** The deployment's key of the ids the ledger and the logs show (principal, session). */
   idKey?: IdKey;
+  /** The MCP tool a guarded call names (src/features/mcp/): its ledger entries say which. */
+  tool?: string;
 }
 
 /** What idempotency.lua puts beside each ledger entry (its last argument, JSON). */
@@ -40,6 +42,7 @@ export function ledgerContext(trail: RecordTrail | undefined, principal: string 
     principal: principal ?? "",
     session: trail?.session ?? "",
     latency_ms: trail?.latencyMs === undefined ? "" : String(Math.round(trail.latencyMs)),
+    ...(trail?.tool === undefined ? {} : { tool: trail.tool }),
   });
 }
 
