@@ -21,6 +21,9 @@ KEYS[1]  record   {key_prefix}:idem:{route}:{sha256(principal, key)}  hash:
                     ttl          ms the key is kept once its outcome is known (the claim's ttl)
                     sent         1 once a queued job's delivery started (op start); cleared by park
                     lapsed       1 when the key became indeterminate because its lease lapsed
+                    key          the key itself, on a route that reconciles (lua/reconcile.lua)
+                    reconcile_tries, reconcile_next   failed reconciliations, and when (ms) the
+                                 next may be (lua/reconcile.lua)
                     status, headers, body, stored   the origin's answer (completed)
                   TTL: while in flight, until the later of lease_until and life_until, plus `ttl`,
                   moved with every renewal: the record outlives its claim and its call, so a claim
@@ -49,6 +52,10 @@ KEYS[5]  replays  {key_prefix}:idem:{route}:replays:{sha256(client address as pr
                   (`auto` takes any Authorization value) do not multiply its replays. The same key
                   as KEYS[4] when the principal is the address (paid once); KEYS[4] again for the
                   ops that never claim.
+KEYS[6]  index    {key_prefix}:idem:{route}:indeterminate  sorted set: the route's indeterminate keys
+                  (ARGV[4], the key hash) by when they became so (ms): joined by `hold` and a lapse,
+                  left by a resolution and by a lapsed claim's holder settling it (lua/reconcile.lua
+                  works through it). TTL 30 days, renewed whenever a key joins.
 ARGV[1]  op: claim | renew | start | park | complete | release | release_unsent | hold | resolve_release
          | resolve_replay | read
 ARGV[2]  owner (claim, renew, start, park, complete, release, release_unsent, hold)
@@ -58,7 +65,9 @@ ARGV[6..] per op, then, always last (but for a passed clock), the ledger context
   each ledger entry of this call; what does not decode as such an object adds nothing.
 ARGV[6..argc-1] per op (argc: #ARGV, less the clock when one is passed):
   claim           fp, lease_ms, ttl_ms, replay_interval_us, replay_burst, life_ms (the call's
-                  longest life from now: the record is kept at least that long plus ttl_ms)
+                  longest life from now: the record is kept at least that long plus ttl_ms),
+                  key ("" or, on a route that reconciles, the key itself, kept as `key`: the
+                  origin is asked about it by name)
   renew           lease_ms: the holder's claim cannot lapse for that long from now; a lapsed
                   claim's holder keeps its record `lease` plus `ttl` from now (it stays indeterminate)
   start           lease_ms, life_ms: a queued job's delivery begins (refused once started: a
@@ -76,7 +85,8 @@ ARGV[6..argc-1] per op (argc: #ARGV, less the clock when one is passed):
   resolve_release ""
 then, optional, the very last: "clock:{µs}", the caller's clock, used instead of TIME
 Returns  claim:     { "claimed", fence, takeover (0|1) } | { "mismatch" } | { "inflight", lease_left_ms, fence }
-                    | { "completed", status, headers, body, stored } | { "indeterminate", fence }
+                    | { "completed", status, headers, body, stored } | { "indeterminate", fence, busy }
+                    (busy 1: a lapsed claim whose call may still run: never reconciled yet)
                     | { "replay_limited", retry_after_ms }  (completed, but the principal's replays are spent)
          renew, park, complete, release, hold: { "ok" } | { "not_owner" } (renewals are not in the ledger)
                     (complete is "ok" again for the holder of a key it completed already: a retry
@@ -178,10 +188,21 @@ local function live_until(life)
   redis.call('HSET', rec, 'life_until', until_)
 end
 
-local function grant(fp, lease, ttl, life, event)
+-- the key joins (or leaves) the route's indeterminate keys, which reconciliation works through
+local function index()
+  if not KEYS[6] then return end
+  redis.call('ZADD', KEYS[6], now, keyhash)
+  redis.call('PEXPIRE', KEYS[6], 2592000000)
+end
+local function unindex()
+  if KEYS[6] then redis.call('ZREM', KEYS[6], keyhash) end
+end
+
+local function grant(fp, lease, ttl, life, event, key)
   local fence = next_fence()
   redis.call('DEL', rec)
   redis.call('HSET', rec, 'state', 'inflight', 'owner', owner, 'fence', int(fence), 'fp', fp, 'ttl', ttl)
+  if key and key ~= '' then redis.call('HSET', rec, 'key', key) end
   live_until(life)
   hold_for(lease)
   ledger(event, int(fence), '')
@@ -194,15 +215,17 @@ end
 local function lapse(fence, ttl)
   redis.call('HSET', rec, 'state', 'indeterminate', 'lapsed', '1')
   keep_at_least(life_left() + ttl)
+  index()
   ledger('lapsed', fence, '')
-  return { 'indeterminate', fence }
+  return { 'indeterminate', fence, life_left() > 0 and 1 or 0 }
 end
 
 local state, holder, fence, lease_until = unpack(redis.call('HMGET', rec, 'state', 'owner', 'fence', 'lease_until'))
 
 if op == 'claim' then
   local fp, lease, ttl, life = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[11])
-  if not state then return { 'claimed', grant(fp, lease, ttl, life, 'claim'), 0 } end
+  local key = argc > 12 and ARGV[12] or ''
+  if not state then return { 'claimed', grant(fp, lease, ttl, life, 'claim', key), 0 } end
   if redis.call('HGET', rec, 'fp') ~= fp then return { 'mismatch' } end
   if state == 'completed' then
     -- replays cost the client no tokens of its limits, so they are bounded here, before the body is read
@@ -212,12 +235,15 @@ if op == 'claim' then
     ledger('replay', fence, s)
     return { 'completed', s, h, b or '', stored }
   end
-  if state == 'indeterminate' then return { 'indeterminate', fence } end
+  if state == 'indeterminate' then
+    local busy = redis.call('HGET', rec, 'lapsed') == '1' and life_left() > 0
+    return { 'indeterminate', fence, busy and 1 or 0 }
+  end
   local left = tonumber(redis.call('HGET', rec, 'lease_until')) - now
   if left > 0 then return { 'inflight', left, fence } end
   -- a queued job whose delivery never started reached nobody: the next request takes over
   if string.sub(holder, 1, 4) == 'job:' and not redis.call('HGET', rec, 'sent') then
-    return { 'claimed', grant(fp, lease, ttl, life, 'takeover'), 1 }
+    return { 'claimed', grant(fp, lease, ttl, life, 'takeover', key), 1 }
   end
   return lapse(fence, tonumber(redis.call('HGET', rec, 'ttl')) or ttl)
 end
@@ -230,6 +256,7 @@ end
 
 if op == 'resolve_release' or op == 'resolve_replay' then
   if not state then return { 'absent' } end
+  unindex()
   if op == 'resolve_release' then
     redis.call('DEL', rec)
   else
@@ -259,6 +286,8 @@ if op == 'renew' and lapsed then
 end
 local sent = redis.call('HGET', rec, 'sent')
 if (op == 'start' or op == 'release_unsent') and sent then return { 'sent' } end
+-- a lapsed claim's holder settling it: it is no longer indeterminate (unless it holds it so)
+if lapsed and op ~= 'renew' then unindex() end
 if op == 'renew' or op == 'start' or op == 'park' then
   -- a renewal (or a park) never moves the lease earlier than granted already (a renewal on a clock
   -- behind the last one's); `start` deliberately shortens a job's lease to its delivery's
@@ -279,6 +308,7 @@ elseif op == 'hold' then
   -- kept `ttl` from the outcome, as a completed key is
   local keep = tonumber(redis.call('HGET', rec, 'ttl'))
   if keep then redis.call('PEXPIRE', rec, keep) end
+  index()
   ledger('indeterminate', fence, ARGV[6])
 end
 return { 'ok' }

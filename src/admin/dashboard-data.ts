@@ -94,4 +94,9 @@ export interface IdempotencyRow {
   /** The origin latency of first arrivals at p50 and p99 (histogram bucket bounds); `null` without any. */
   first_p50_ms: number | null;
   first_p99_ms: number | null;
+  /**
+   * Keys indeterminate now (the origin may have acted, no answer kept), waiting for reconciliation
+   * or an operator, and how long the oldest has waited (ms); absent when they could not be read.
+   */
+  indeterminate?: { waiting: number; oldest_ms: number | null };
 }

@@ -10,6 +10,7 @@ import type { DashboardData } from "./dashboard-data.js";
 import { idempotencyRows } from "./idempotency-figures.js";
 import { queueRows } from "./queue-figures.js";
 import { backlogRows } from "../features/shedding/queue/depth.js";
+import { indeterminateWaiting } from "../features/guard/idempotency/reconcile-sweep.js";
 import { orElse } from "../util/log.js";
 import type { AdminEnv } from "../operator/context.js";
 import type { ServedView } from "../operator/served.js";
@@ -97,6 +98,9 @@ export async function dashboardData(config: Config, stores: Stores, served?: Ser
   const backlogs = store
     ? orElse(backlogRows(store, config, nowMs), undefined, "queue_backlog_read_failed")
     : Promise.resolve(undefined);
+  const waiting = store
+    ? orElse(indeterminateWaiting(store, config), undefined, "indeterminate_read_failed")
+    : Promise.resolve(undefined);
   const read = store ? await readMinutes(store, config.key_prefix, minutes) : undefined;
   const hour = read?.counts ?? minutes.map(() => ({}));
   hour.forEach((counts, i) => chartMinute(routes, i, counts));
@@ -117,7 +121,7 @@ export async function dashboardData(config: Config, stores: Stores, served?: Ser
     routes,
     regions: regionFigures(config, hour, nowMs),
     top_blocked,
-    idempotency: idempotencyRows(config, hour),
+    idempotency: idempotencyRows(config, hour, await waiting),
     queues: queueRows(config, hour, await backlogs),
   };
 }

@@ -4,6 +4,7 @@ import { enLocale } from "./messages.js";
 import { exactnessProblem, maxDelayProblem, responseMaxProblem } from "./exactness.js";
 import { compilePattern, type PathPattern } from "../routing/match.js";
 import { divertReasons, type DivertReason } from "../features/shedding/schema.js";
+import { reconcileHostProblem } from "../features/guard/idempotency/reconcile-url.js";
 
 /** A limit as the request path uses it (durations in ms, key as a list of parts). */
 export type Limit = LimitSettings;
@@ -147,6 +148,8 @@ function compile(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource): 
   }
   const s = parsed.data;
   source.check(s, vars, written, originUrl);
+  // whatever the source: a reconcile answer is trusted only from the origin's host or an allowed one
+  s.routes.forEach((r, ri) => checkReconcileHost(r, ri, originUrl, written));
   s.routes.forEach((r, ri) => checkMcpWindow(r, ri, written));
   return {
     ...s,
@@ -168,7 +171,13 @@ function compile(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource): 
 /** The error for a field of the limit being compiled, by its path within the limit. */
 type LimitError = (path: string[], problem: string) => ConfigError;
 
-/**
+/** A reconcile URL is trusted only from the origin's host or one the route allows (src/features/guard/idempotency/reconcile-url.ts). */
+function checkReconcileHost(r: RouteSettings, ri: number, originUrl: URL | undefined, written: unknown): void {
+  const template = r.idempotency?.reconcile;
+  const problem = template === undefined ? undefined : reconcileHostProblem(template, originUrl, r.queue.callbacks);
+  if (problem) throw fieldError(["SLUICE", "routes", ri, "idempotency", "reconcile"], problem, written);
+}
+
 /**
  * An MCP route keeps a guarded call's result `mcp.window` from its answer (its `ttl`): as with a
  * key's ttl, at least the call (`origin_timeout`), and longer than the claim's `lease`.

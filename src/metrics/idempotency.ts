@@ -13,7 +13,9 @@ import { bucketBound, LAST_BUCKET, latencyBucket } from "./histogram.js";
  * `mismatch`: the key came with another request, 422. `indeterminate`: a claim held as
  * indeterminate (the origin may have acted, no answer to keep), and each duplicate refused 409 for
  * it. `released`: a claim given up, so the next request with the key runs. `late_answer`: an
- * answer stored after the client was answered 504.
+ * answer stored after the client was answered 504. `reconciled`: an indeterminate key (or a queued
+ * job's delivery of unknown outcome) settled by what the origin's reconcile endpoint said;
+ * `reconcile_failed`: the endpoint did not say (no answer in time, or neither 2xx nor 404).
  */
 export const IDEMPOTENCY_OUTCOMES = [
   "first",
@@ -24,6 +26,8 @@ export const IDEMPOTENCY_OUTCOMES = [
   "released",
   "taken_over",
   "late_answer",
+  "reconciled",
+  "reconcile_failed",
 ] as const;
 
 export type IdempotencyOutcome = (typeof IDEMPOTENCY_OUTCOMES)[number];

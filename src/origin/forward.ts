@@ -276,6 +276,7 @@ function forwardedNode(ip: string): string {
   return ip.includes(":") ? `"[${ip}]"` : /^[\d.]+$/.test(ip) ? ip : `"${ip.replace(/["\\]/g, "")}"`;
 }
 
-function joinPaths(base: string, path: string): string {
+/** `base` and `path` joined with one slash between them (the origin's path prefix kept). */
+export function joinPaths(base: string, path: string): string {
   return base.endsWith("/") ? base.slice(0, -1) + path : base + path;
 }

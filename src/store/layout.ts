@@ -183,6 +183,13 @@ export const LAYOUT = {
       "a principal's replay bucket: the Redis time (µs) its replays are paid up to; a client address's too, named as the principal `ip` would be (a replay pays both)",
     ttl: "until the bucket is full again (at most the `replays` period)",
   },
+  idempotencyIndeterminate: {
+    patterns: ["{key_prefix}:idem:{route}:indeterminate"],
+    store: "home",
+    holds:
+      "sorted set: the route's indeterminate keys (their record's `sha256(principal, key)`) by when they became so (ms, Redis time); what the cron reconciles and the dashboard counts",
+    ttl: "30 days, renewed whenever a key joins it; a member leaves when its key is settled, resolved or gone",
+  },
   sessionLock: {
     patterns: ["{key_prefix}:session:{sha256([principal, identity])}"],
     store: "home",
@@ -383,6 +390,11 @@ export function idempotencyFenceKey(prefix: string, route: string): string {
  */
 export function idempotencyReplaysKey(prefix: string, route: string, principalHash: KeyHash | "-"): string {
   return `${prefix}:idem:${route}:replays:${principalHash}`;
+}
+
+/** The route's indeterminate keys (home), a sorted set of record hashes: what reconciliation works through. */
+export function idempotencyIndeterminateKey(prefix: string, route: string): string {
+  return `${prefix}:idem:${route}:indeterminate`;
 }
 
 /** One principal's session lock (home), named by sha256([principal, session identity]). */

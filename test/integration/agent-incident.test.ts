@@ -18,7 +18,13 @@ const SLUICE: SluiceInput = {
   routes: [
     { name: "orders", match: "/orders/create", methods: ["POST"], origin_timeout: "1s", idempotency: {} },
     { name: "long", match: "/orders/long", methods: ["POST"], idempotency: { lease: "1s" } },
-    { name: "chaos", match: "/chaos/*", methods: ["POST"], idempotency: {} },
+    {
+      name: "chaos",
+      match: "/chaos/*",
+      methods: ["POST"],
+      // the cron asks about keys indeterminate for longer than this: any key, by the time it runs
+      idempotency: { reconcile: "/chaos-orders/{key}", reconcile_after: "1ms" },
+    },
     {
       name: "queued",
       match: "/queued/create",
@@ -44,18 +50,26 @@ const QUEUED_ANSWER_MS = 1_500;
  * unanswered until the test releases their key (`release`), so a timeout and a duplicate while
  * the origin works happen in that order whatever the machine's pace; once released, /queued/create
  * answers QUEUED_ANSWER_MS later. Under /chaos/ it answers at once, or drops the connection without
- * an answer for the keys `dropped` names.
+ * an answer for the keys `dropped` names. Its reconcile endpoint, `GET /chaos-orders/{key}`,
+ * answers 503 until `canAnswer`, then 200 with the key's order or 404.
  */
 interface OrderOrigin {
   url: string;
   orders: Map<string, number>;
   /** Lets the held requests of `key` (and those to come) be answered. */
   release(key: string, afterMs?: number): void;
+  /** The reconcile endpoint answers (else 503). */
+  canAnswer: boolean;
   close(): Promise<void>;
 }
 
 async function startOrderOrigin(): Promise<OrderOrigin> {
   const orders = new Map<string, number>();
+  const reconcile = (res: ServerResponse, key: string) => {
+    const found = origin.canAnswer && orders.has(key);
+    res.writeHead(origin.canAnswer ? (found ? 200 : 404) : 503, { "content-type": "application/json" });
+    res.end(found ? JSON.stringify({ order: `ord-${key}-1` }) : "{}");
+  };
   const released = new Map<string, number>();
   const held = new Map<string, Array<() => void>>();
   const whenReleased = (key: string, answer: () => void) => {
@@ -66,6 +80,8 @@ async function startOrderOrigin(): Promise<OrderOrigin> {
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     req.resume();
     req.on("end", () => {
+      const asked = /^\/chaos-orders\/(.+)$/.exec(req.url ?? "");
+      if (req.method === "GET" && asked) return reconcile(res, decodeURIComponent(asked[1] ?? ""));
       const key = String(req.headers["idempotency-key"] ?? "-");
       const n = (orders.get(key) ?? 0) + 1;
       orders.set(key, n);
@@ -80,7 +96,7 @@ async function startOrderOrigin(): Promise<OrderOrigin> {
     });
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return {
+  const origin: OrderOrigin = {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     orders,
     release(key, afterMs = 0) {
@@ -88,12 +104,14 @@ async function startOrderOrigin(): Promise<OrderOrigin> {
       for (const answer of held.get(key) ?? []) setTimeout(answer, afterMs);
       held.delete(key);
     },
+    canAnswer: false,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();
         server.close(() => resolve());
       }),
   };
+  return origin;
 }
 
 const rig = useStack({ sluice: SLUICE, instances: 2, queues: true, origin: startOrderOrigin });
@@ -193,7 +211,7 @@ describe("through the queue", () => {
 });
 
 describe("chaos: the origin drops 3 connections in 10 after creating the order", () => {
-  it("30 keys × 3 attempts over two isolates: never two orders for a key; a dropped key is indeterminate, never re-run", async () => {
+  it("30 keys × 3 attempts over two isolates: never two orders for a key; a dropped key is indeterminate, never re-run, until the origin can say what became of it", async () => {
     const keys = Array.from({ length: 30 }, (_, i) => `chaos-${i}`);
     const attempt = (key: string, n: number) => createOrder(isolate[n % 2]!, `/chaos/${key}`, key);
     const firsts = await Promise.all(keys.map((key) => attempt(key, 0)));
@@ -225,5 +243,19 @@ describe("chaos: the origin drops 3 connections in 10 after creating the order",
     console.log(
       `chaos figures: ${keys.length} keys, ${keys.length * 3} requests, ${lost.length} connections dropped after the order was created (indeterminate, 409), ${keys.length - lost.length} answered and replayed, orders created ${[...keys].reduce((n, k) => n + (origin.orders.get(k) ?? 0), 0)}, duplicates 0`,
     );
+
+    // the origin can answer its reconcile endpoint again: one cron run settles every dropped key
+    origin.canAnswer = true;
+    await (await isolate[0]!.getWorker()).scheduled({ cron: "* * * * *" });
+    expect(await rig.redis.zcard("ai:idem:chaos:indeterminate")).toBe(0);
+    for (const key of lost) {
+      const r = await attempt(key, 0);
+      expect([r.status, r.json(), r.headers.get("idempotent-replayed")], key).toEqual([
+        201,
+        { order: `ord-${key}-1` },
+        "true",
+      ]);
+      expect(origin.orders.get(key), key).toBe(1);
+    }
   });
 });

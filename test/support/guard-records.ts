@@ -47,8 +47,10 @@ export async function idempotencyRecords(
   prefix: string,
   route: string,
 ): Promise<Array<{ key: string; hash: string; fields: Record<string, string> }>> {
-  const keys = ((await redis.keys(`${prefix}:idem:${route}:*`)) as string[]).filter(
-    (k) => !k.endsWith(":fence") && !k.includes(":replays:"),
+  // records only: `{prefix}:idem:{route}:{key hash}`, not the route's fence, replay buckets or index of indeterminate keys
+  const records = `${prefix}:idem:${route}:`;
+  const keys = ((await redis.keys(`${records}*`)) as string[]).filter((k) =>
+    /^[0-9a-f]{32}$/.test(k.slice(records.length)),
   );
   return Promise.all(
     keys.map(async (key) => ({

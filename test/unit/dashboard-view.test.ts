@@ -124,6 +124,8 @@ describe("the dashboard's panels", () => {
       released: 2,
       taken_over: 1,
       late_answer: 0,
+      reconciled: 0,
+      reconcile_failed: 0,
     };
     const data: PanelsData = {
       ...FULL,
@@ -140,6 +142,7 @@ describe("the dashboard's panels", () => {
             first_failures: 2,
             first_p50_ms: 128,
             first_p99_ms: 1024,
+            indeterminate: { waiting: 3, oldest_ms: 125_000 },
           },
           {
             route: "quiet",
@@ -161,6 +164,9 @@ describe("the dashboard's panels", () => {
       /<tr data-route="orders"><td>orders<\/td><td class="suppression bad">90\.0% of 10<\/td><td class="replay-share">28\.6%<\/td><td class="first-failures bad">2 of 11<\/td><td class="first-latency">128\.0 ms \/ 1024\.0 ms<\/td>/,
     );
     expect(html).toContain("first 10 · replay 6 · in_flight 3 · mismatch 1 · released 2 · taken_over 1");
+    // the keys indeterminate now, and how long the oldest has waited; unread: a dash
+    expect(html).toContain('<td class="indeterminate bad">3 (2 min)</td>');
+    expect(html).toMatch(/<tr data-route="quiet">.*<td class="indeterminate">—<\/td>/);
     expect(html).toMatch(
       /<tr data-route="quiet"><td>quiet<\/td><td class="suppression">— of 0<\/td><td class="replay-share">—<\/td><td class="first-failures">0 of 0<\/td>.*<td class="outcomes">none<\/td>/,
     );

@@ -28,6 +28,11 @@ import { sessionSettings } from "./session/schema.js";
  * At the end of each sequence every key an origin acted on ends answered (its replay) or held
  * (409 indeterminate), never free.
  *
+ * Every key reconciles (issue 33): a duplicate meeting an indeterminate key asks the model's
+ * origin, which knows what it did: an answer (the one it gave, or for a run whose answer was lost,
+ * one it gives now and keeps), a `404` only for a key no run acted on (the origin saying it did not
+ * act, so a grant then is no second run), or nothing useful while it is down (`ReconcileDown`).
+ *
  * Time is the scripts' clock: the bridge refuses TIME in scripts (as ElastiCache Serverless does),
  * so every script runs on the clock the isolate passes, `Date.now()`, which the test sets; no real
  * sleep decides anything. Renewals run when the model says a live holder's renewal is due.
@@ -47,7 +52,18 @@ const KEYS = ["k0", "k1", "k2"];
 const CALLERS = ["caller-a", "caller-b"];
 const SESSIONS = ["s0", "s1"];
 
-const idem = idempotencySettings().parse({ lease: "1s", ttl: "1h", replays: "100000/1m" });
+const idem = idempotencySettings().parse(idemInput());
+/** Each caller's keys are asked about on a host of its own: the model's origin tells them apart by it. */
+const RECONCILE_HOST = (caller: string): string => `${caller}.reconcile.model`;
+const idemOf = new Map(
+  CALLERS.map((c) => [
+    c,
+    idempotencySettings().parse({ ...idemInput(), reconcile: `https://${RECONCILE_HOST(c)}/{key}` }),
+  ]),
+);
+function idemInput() {
+  return { lease: "1s", ttl: "1h", replays: "100000/1m" };
+}
 const session = sessionSettings().parse({ key: "header:x-session", lease: "1s" });
 
 /** A store whose calls of the named ops fail, before or after they reach Redis, as often as told. */
@@ -116,6 +132,28 @@ interface World {
   prefix: string;
   seq: number;
   log: string[];
+  /** Whether the origin's reconcile endpoint answers (else a 503: still unknown). */
+  reconcileUp: boolean;
+}
+
+/** The model's origin answering its reconcile endpoint from what it did (`w.acted`). */
+function reconcileAnswer(w: World, url: URL): Response {
+  if (!w.reconcileUp) return new Response("down", { status: 503 });
+  const caller = CALLERS.find((c) => RECONCILE_HOST(c) === url.host) as string;
+  const key = `${caller}/${decodeURIComponent(url.pathname.slice(1))}`;
+  const did = w.acted.get(key);
+  if (!did) return new Response(null, { status: 404 });
+  // a run whose answer was lost (cut, no late answer, its holder died): the origin still knows it
+  did.answer ??= `reconciled answer of ${key}`;
+  return new Response(did.answer, { status: 200, headers: { "sluice-original-status": "201" } });
+}
+
+/** fetch as the model sees it: the reconcile hosts are the model's origin, the rest (the store's bridge) the real one. */
+function modelFetch(world: () => World, real: typeof fetch): typeof fetch {
+  return (input, init) => {
+    const url = new URL(input instanceof Request ? input.url : String(input));
+    return url.host.endsWith(".reconcile.model") ? Promise.resolve(reconcileAnswer(world(), url)) : real(input, init);
+  };
 }
 
 function liveHolders(w: World, pick: (c: Call) => string | undefined, value: string): Call[] {
@@ -179,7 +217,10 @@ const jobRoute = {
 function subjectOf(caller: string, key: string | undefined, sessionId: string | undefined): GuardSubject {
   return {
     route: ROUTE,
-    key: key === undefined ? undefined : { key, fingerprint: `fp:${key}`, principal: caller, settings: idem },
+    key:
+      key === undefined
+        ? undefined
+        : { key, fingerprint: `fp:${key}`, principal: caller, settings: idemOf.get(caller) ?? idem },
     session:
       sessionId === undefined
         ? undefined
@@ -343,6 +384,16 @@ class Die implements fc.AsyncCommand<World, World> {
   toString = () => `die(${this.pick})`;
 }
 
+/** The origin's reconcile endpoint goes down (503s: the outcome stays unknown) or comes back. */
+class ReconcileDown implements fc.AsyncCommand<World, World> {
+  constructor(readonly down: boolean) {}
+  check = () => true;
+  async run(_m: World, w: World): Promise<void> {
+    w.reconcileUp = !this.down;
+  }
+  toString = () => `reconcile(${this.down ? "down" : "up"})`;
+}
+
 /** Time passes: a little, past a lease, or past a queued job's life. */
 class Tick implements fc.AsyncCommand<World, World> {
   constructor(readonly ms: number) {}
@@ -466,6 +517,7 @@ const commands = [
     .map(([p, d]) => new LateAnswer(p, d)),
   fc.nat(5).map((p) => new Die(p)),
   fc.constantFrom(100, 400, 1_200, 3_000, 6_000).map((ms) => new Tick(ms)),
+  fc.boolean().map((down) => new ReconcileDown(down)),
   fc
     .tuple(
       fc.constantFrom("claim", "complete", "hold", "release", "release_unsent", "acquire"),
@@ -493,7 +545,7 @@ async function finalCheck(w: World): Promise<void> {
   }
   for (const c of w.calls) if (c.phase === "late") c.late?.(undefined);
   for (const c of [...w.calls, ...w.jobs]) if (c.phase !== "dead") await drained(c);
-  for (const [key, { answer }] of w.acted) {
+  for (const [key, did] of w.acted) {
     const [caller, k] = key.split("/") as [string, string];
     const probe: Call = {
       id: ++w.seq,
@@ -508,7 +560,8 @@ async function finalCheck(w: World): Promise<void> {
     try {
       const g = await claim(subjectOf(caller, k, undefined), placeFor(w, probe, 0), { lifeMs: 30_000 });
       expect(g.kind, `${key}, acted on, was free at the end`).toBe("replay");
-      if (g.kind === "replay") expect(new TextDecoder().decode(g.answer.body ?? new Uint8Array())).toBe(answer);
+      // the answer read after the probe: its reconciliation may have had the origin tell a lost one
+      if (g.kind === "replay") expect(new TextDecoder().decode(g.answer.body ?? new Uint8Array())).toBe(did.answer);
     } catch (e) {
       if (!(e instanceof Problem)) throw e;
       expect(problemStatus(e.init), `${key}: ${e.init.detail}`).toBe(409);
@@ -517,11 +570,17 @@ async function finalCheck(w: World): Promise<void> {
 }
 
 describe("the guard core, held by a model against Redis", () => {
+  let world: World | undefined;
   beforeEach(() => {
     vi.useFakeTimers({ toFake: ["Date"] });
+    vi.stubGlobal(
+      "fetch",
+      modelFetch(() => world as World, globalThis.fetch),
+    );
   });
   afterEach(() => {
     vi.useRealTimers();
+    vi.unstubAllGlobals();
   });
 
   it(
@@ -546,7 +605,9 @@ describe("the guard core, held by a model against Redis", () => {
             prefix: `model${run}`,
             seq: 0,
             log: [],
+            reconcileUp: true,
           };
+          world = w;
           await fc.asyncModelRun(() => ({ model: w, real: w }), cmds);
           await finalCheck(w);
         }),

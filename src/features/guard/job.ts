@@ -67,7 +67,8 @@ export interface TakenUp {
   stop(): Promise<void>;
 }
 
-function claimRef(m: JobGuards, place: JobGuardPlace): RecordRef | undefined {
+/** The record of the job's idempotency claim, in the settle store (none: the job holds no claim). */
+export function claimRef(m: JobGuards, place: JobGuardPlace): RecordRef | undefined {
   const { config, stores } = place;
   const store = stores.fixed(SETTLE_TIMEOUT_MS) as Store;
   return m.claim && refFromTicket(store, config.key_prefix, m.route, m.claim, jobTrail(m, config));

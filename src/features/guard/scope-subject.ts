@@ -37,7 +37,8 @@ export async function readGuardedRequest(request: Request, scope: Scope, route: 
     const idem = route.idempotency?.methods.includes(method) ? route.idempotency : undefined;
     const of = { route: route.name, method: request.method, path: scope.forwardPath, query: facts.url.search };
     const read = idem && (await readRequestKey(request, idem, { ...of, who: askerOf(facts, idem) }));
-    const key = read && idem && { key: read.key, fingerprint: read.fingerprint, ...read.asker, settings: idem };
+    const origin = scope.config.originUrl;
+    const key = read && idem && { key: read.key, fingerprint: read.fingerprint, ...read.asker, settings: idem, origin };
     const lockable = route.session?.methods.includes(method) ? route.session : undefined;
     const session = lockable && (await sessionSubjectOf(lockable, facts));
     return { subject: { route: route.name, key, session }, place, request: read?.request ?? request };

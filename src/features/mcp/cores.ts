@@ -90,7 +90,10 @@ let defaults: IdempotencySettings | undefined;
 function guardSettings(route: Route, mcp: McpSettings): IdempotencySettings {
   defaults ??= idempotencySettings().parse({});
   const table = route.idempotency ?? defaults;
-  return { ...table, ttl: mcp.window, wait: 0, derive: false, required: false, ignore: [], methods: ["POST"] };
+  // no reconciliation (issue 33) for tool calls: a kept result is a JSON-RPC response, which the
+  // reconcile endpoint's contract (an HTTP answer by key) does not give
+  const { reconcile: _none, ...kept } = table;
+  return { ...kept, ttl: mcp.window, wait: 0, derive: false, required: false, ignore: [], methods: ["POST"] };
 }
 
 /** Whether `key` is a valid idempotency key (1-255 printable ASCII characters, bare or quoted): its text, else the problem. */

@@ -24,24 +24,14 @@ import { noteIdempotency, noteOriginReply, traceHeader } from "./trail.js";
 import { discardBody, log, logError, settleQuietly } from "../../../util/log.js";
 import { OUTCOME_WRITE_RETRY, renewingOf, type Backoff, type GuardPlace, type GuardTerms } from "../place.js";
 import type { IdempotencySettings } from "./request-key.js";
+import { replayedHeaders } from "./replayed-headers.js";
+import { reconcileDuplicate } from "./reconcile.js";
 
 /*
  * The idempotency half of the guard core (src/features/guard/core.ts): one side effect per key.
  * A key is claimed (or a duplicate answered from the record), the claim renewed while its call
  * runs, and settled with what the origin did: its answer stored, or the key released or held.
  */
-
-/** Headers of the origin's answer that are kept and replayed; cookies and hop-by-hop ones never are. */
-const REPLAYED_HEADERS = [
-  "content-type",
-  "content-language",
-  "cache-control",
-  "etag",
-  "last-modified",
-  "location",
-  "link",
-  "retry-after",
-];
 
 /**
  * What became of a key's claim, once its request is done with:
@@ -78,6 +68,11 @@ export interface KeySubject {
   /** The client's address, spelled as the principal "ip" is: its replays are bounded whatever principals it claims. */
   client?: string;
   settings: IdempotencySettings;
+  /**
+   * The route's origin, where a `reconcile` path is asked (absent: an app without ORIGIN_URL; a
+   * full reconcile URL needs none).
+   */
+  origin?: URL;
 }
 
 /** A completed key's stored answer, as plain data: what a duplicate is answered with. */
@@ -135,13 +130,11 @@ export async function claimKey(
   const owner = terms.queued ? jobOwner() : crypto.randomUUID();
   const leaseMs = terms.queued ? terms.lifeMs : settings.lease;
   const holder: KeyHolder = { ref: { ...ref, store: place.outcomeStore }, owner, settings, retry: place.outcomeRetry };
-  const c = await claimed(
-    ref,
-    holder,
-    subject.fingerprint,
-    { leaseMs, ttlMs: settings.ttl, lifeMs: terms.lifeMs },
-    place,
-  );
+  const claimTerms = { leaseMs, ttlMs: settings.ttl, lifeMs: terms.lifeMs, reconcileKey: reconcileKeyOf(subject) };
+  const claimOnce = () => claimed(ref, holder, subject.fingerprint, claimTerms, place);
+  // a duplicate meeting an indeterminate key asks the origin first, on a route that says where (reconcile.ts)
+  const asked = { ref: holder.ref, settings, key: subject.key, origin: subject.origin };
+  const c = noteClaim(ref, await reconcileDuplicate(await claimOnce(), asked, claimOnce));
   if (c.kind !== "claimed") return countedAsOutcome(() => refused(c));
   const sluiceHeaders = {
     "sluice-fencing-token": String(c.fence),
@@ -149,6 +142,11 @@ export async function claimKey(
     ...traceHeader(place.trail),
   };
   return { kind: "claimed", claim: held(holder, place, terms, sluiceHeaders) };
+}
+
+/** The key as the record keeps it for reconciliation: only on a route that reconciles. */
+function reconcileKeyOf(subject: KeySubject): string | undefined {
+  return subject.settings.reconcile === undefined ? undefined : subject.key;
 }
 
 /**
@@ -179,7 +177,7 @@ async function claimed(
   const once = () => claimRecord(ref, holder.owner, fp, terms, holder.settings.replays);
   const poll = { startMs: 50, maxMs: 500, budgetMs: holder.settings.wait };
   try {
-    return noteClaim(ref, await pollWhile(await once(), (r) => r.kind === "inflight", once, poll));
+    return await pollWhile(await once(), (r) => r.kind === "inflight", once, poll);
   } catch (e) {
     if (e instanceof StoreError) place.defer(giveBackUnsent(holder));
     throw e;
@@ -327,10 +325,7 @@ async function storeAnswer(
   body: ReadableStream<Uint8Array> | null,
 ): Promise<KeyOutcome> {
   const { ref, owner, settings } = holder;
-  const headers = REPLAYED_HEADERS.flatMap((h): Array<[string, string]> => {
-    const v = res.headers.get(h);
-    return v === null ? [] : [[h, v]];
-  });
+  const headers = replayedHeaders(res);
   let read;
   try {
     read = await readCapped(body, settings.max_body);

@@ -2,7 +2,13 @@ import idempotencyLua from "../../../../lua/idempotency.lua";
 import { asKeyHash, hashIdentifier, identityHash, ownedHash } from "../../../identity/hash.js";
 import { pseudonym } from "../../../identity/pseudonym.js";
 import { StoreError } from "../../../store/deadline.js";
-import { idempotencyFenceKey, idempotencyRecordKey, idempotencyReplaysKey, ledgerKey } from "../../../store/layout.js";
+import {
+  idempotencyFenceKey,
+  idempotencyIndeterminateKey,
+  idempotencyRecordKey,
+  idempotencyReplaysKey,
+  ledgerKey,
+} from "../../../store/layout.js";
 import type { Store } from "../../../store/redis.js";
 import { ledgerContext, noteIdempotency, type RecordTrail } from "./trail.js";
 
@@ -43,7 +49,8 @@ export type Claim =
   | { kind: "mismatch" }
   | { kind: "inflight"; leftMs: number; fence: number }
   | { kind: "completed"; status: number; headers: Array<[string, string]>; body: string; stored: boolean }
-  | { kind: "indeterminate"; fence: number }
+  /** `busy`: a lapsed claim whose call may still run (its longest life is not over): not to be reconciled yet. */
+  | { kind: "indeterminate"; fence: number; busy?: boolean }
   | { kind: "replay_limited"; retryAfterMs: number };
 
 export async function recordRef(
@@ -77,7 +84,8 @@ export async function recordRef(
 function keysOf(r: RecordRef): string[] {
   // refs are also rebuilt from an operator's request and from queue messages: the hash is checked before it names a key
   const record = idempotencyRecordKey(r.prefix, r.route, asKeyHash(r.keyHash));
-  return [record, r.fenceKey, ledgerKey(r.prefix), r.replaysKey, r.clientReplaysKey ?? r.replaysKey];
+  const index = idempotencyIndeterminateKey(r.prefix, r.route);
+  return [record, r.fenceKey, ledgerKey(r.prefix), r.replaysKey, r.clientReplaysKey ?? r.replaysKey, index];
 }
 
 async function call(r: RecordRef, op: string, owner: string, rest: Array<string | number>): Promise<unknown[]> {
@@ -106,6 +114,8 @@ export interface ClaimTerms {
    * while its call may run (lua/idempotency.lua, `life_until`).
    */
   lifeMs: number;
+  /** On a route that reconciles: the key itself, kept in the record so the origin can be asked about it by name. */
+  reconcileKey?: string;
 }
 
 /**
@@ -123,7 +133,8 @@ export async function claimRecord(
   // whole µs between replays, rounded up: never more than `rate` per `period`
   const intervalUs = Math.ceil((replays.period * 1000) / replays.rate);
   const { leaseMs, ttlMs, lifeMs } = terms;
-  const [kind, a, b, c, d] = await call(r, "claim", owner, [fp, leaseMs, ttlMs, intervalUs, replays.rate, lifeMs]);
+  const args = [fp, leaseMs, ttlMs, intervalUs, replays.rate, lifeMs, terms.reconcileKey ?? ""];
+  const [kind, a, b, c, d] = await call(r, "claim", owner, args);
   switch (kind) {
     case "claimed":
       return { kind, fence: Number(a), takeover: Number(b) === 1 };
@@ -138,7 +149,7 @@ export async function claimRecord(
         stored: String(d) === "1",
       };
     case "indeterminate":
-      return { kind, fence: Number(a) };
+      return { kind, fence: Number(a), busy: Number(b) === 1 };
     case "replay_limited":
       return { kind, retryAfterMs: Number(a) };
     default:

@@ -4,6 +4,7 @@ import { compiledPrincipal, duration, method, principal, tierRate } from "../../
 import { isJsonPointer } from "./json-pointer.js";
 import { enLocale } from "../../../config/messages.js";
 import { leaseProblem } from "../../../util/renewal.js";
+import { reconcileFields } from "./reconcile-schema.js";
 
 /** `derive = { fields, window }`: the key is these JSON pointers' values in the body, one per window (src/features/idempotency/derive.ts). */
 const deriveFields = lazy(() =>
@@ -85,6 +86,7 @@ function idempotencyFields() {
       on_origin_error: z._default(z.enum(["release", "hold"]), "release"),
       /** Methods the table applies to (GET and HEAD are safe to repeat). */
       methods: z._default(z.array(method()).check(z.minLength(1)), ["POST", "PUT", "PATCH", "DELETE"]),
+      ...reconcileFields(),
     })
     .check(z.superRefine(ttlProblems));
 }

@@ -11,21 +11,13 @@ import { Problem } from "../../../problem.js";
 import { PROBLEMS } from "../../../problem-types.js";
 import { log, logError } from "../../../util/log.js";
 import type { JobMessage } from "./queue.js";
+import { callbackAllowed } from "./callback-allowlist.js";
+
+export { callbackAllowed, type CallbackPattern } from "./callback-allowlist.js";
 
 export const CALLBACK_HEADER = "sluice-callback";
 const MAX_URL = 2_048;
 const CALL_TIMEOUT_MS = 5_000;
-
-/** An allowlist entry: an exact https URL, or a prefix (written with a trailing `*`). */
-export interface CallbackPattern {
-  url: string;
-  prefix: boolean;
-}
-
-/** Whether `url` (normalised) is one the allowlist names. */
-export function callbackAllowed(url: string, patterns: readonly CallbackPattern[]): boolean {
-  return patterns.some((p) => (p.prefix ? url.startsWith(p.url) : url === p.url));
-}
 
 /**
  * The job's callback URL from the request's `Sluice-Callback` (normalised), or undefined without

@@ -24,6 +24,7 @@ import type { MetricsBuffer } from "../../../metrics/index.js";
 import { countQueue, observeDelivery } from "../../../metrics/queue.js";
 import { countedJob, leaveQueue } from "./depth.js";
 import { callBack, type CallbackOutcome } from "./callback.js";
+import { reconciledDelivery } from "../../guard/reconcile-job.js";
 import { forEachConcurrently } from "../../../util/concurrently.js";
 
 /**
@@ -58,7 +59,8 @@ const DELIVERIES_AT_ONCE = 6;
  * retry-after (never delivered early); a 5xx or network failure is retried after the route's
  * `retry_delays`, one by one, then the job is marked `failed` and goes to the dead-letter queue
  * (a job with an idempotency key whose outcome may have acted, including a 5xx under
- * `on_origin_error = "hold"`, is failed at once, its key held indeterminate). A
+ * `on_origin_error = "hold"`, is failed at once, its key held indeterminate, unless the route's
+ * reconcile endpoint says what became of it: src/features/guard/reconcile-job.ts). A
  * job older than the route's `max_age` is dropped there unsent. A job already delivered is never
  * delivered again (the queue itself delivers at least once).
  */
@@ -156,7 +158,11 @@ async function deliverGuarded(
   const guards = await takeUpJobGuards(m, route, consumer);
   if (guards.refused) return notDelivered(message, route, consumer, job.status, job.home, guards.refused);
   try {
-    const reply = await deliver(request, m, route, job.origin);
+    const sent = await deliver(request, m, route, job.origin);
+    // an unknown outcome is first asked about, on a route that reconciles: the origin's word decides
+    const reply = mayHaveActed(m, route, sent)
+      ? await reconciledDelivery(m, route, { ...consumer, metrics: consumer.runtime.metrics, origin: job.origin }, sent)
+      : sent;
     await afterDelivery(message, route, reply, consumer, job.status, job.home, guards);
   } finally {
     await guards.stop();
