@@ -4,6 +4,7 @@
  * panels draw (view/types.ts). Types only, so that builders and views both stand above it.
  */
 import type { IdempotencyOutcome } from "../metrics/idempotency.js";
+import type { McpOutcome } from "../metrics/mcp.js";
 
 /** The figures of `GET /__sluice/api/dashboard`, which the page's panels draw (docs/operating.md: how each is computed). */
 export interface DashboardData {
@@ -56,6 +57,8 @@ export interface DashboardData {
   top_blocked: Array<{ route: string; id: string; refusals: number; label?: string; entry?: string }>;
   /** Routes with an `idempotency` table: their outcomes, duplicate suppression and first arrivals over the hour. */
   idempotency: IdempotencyRow[];
+  /** Routes with an `mcp` table: per tool, its calls' outcomes, duplicate suppression and first runs over the hour. */
+  mcp: McpRouteRow[];
   /** Queue routes (`on_limit = "queue"`): their backlog now, and what their queue did over the hour. */
   queues: QueueRow[];
 }
@@ -99,4 +102,28 @@ export interface IdempotencyRow {
    * or an operator, and how long the oldest has waited (ms); absent when they could not be read.
    */
   indeterminate?: { waiting: number; oldest_ms: number | null };
+}
+
+/** One MCP route's hour: a row per tool its calls named (the tools' labels, src/metrics/mcp.ts), by name. */
+export interface McpRouteRow {
+  route: string;
+  tools: McpToolRow[];
+}
+
+/** One tool's hour on an MCP route. */
+export interface McpToolRow {
+  tool: string;
+  outcomes: Record<McpOutcome, number>;
+  /** Calls sluice guarded: first, replay, joined, indeterminate, mismatch (a refusal is not told apart from a limit's). */
+  guarded: number;
+  /** 0..1: repeats answered without a run (replay, joined) over the guarded calls; `null` without any. */
+  suppression_rate: number | null;
+  /** 0..1: replays (the stored result at once) over the guarded calls; `null` without any. */
+  replay_share: number | null;
+  /** First runs whose answer came (or failed) this hour, and those that failed: an error, an `isError` result, no answer. */
+  first_runs: number;
+  first_failures: number;
+  /** The time from sending a first run to its answer at p50 and p99 (histogram bucket bounds); `null` without any. */
+  first_p50_ms: number | null;
+  first_p99_ms: number | null;
 }

@@ -8,6 +8,7 @@ import { tokenMatches } from "./auth.js";
 import { adaptiveFigures, hourOfRoute, regionFigures, withLabels } from "./figures.js";
 import type { DashboardData } from "./dashboard-data.js";
 import { idempotencyRows } from "./idempotency-figures.js";
+import { mcpRows } from "./mcp-figures.js";
 import { queueRows } from "./queue-figures.js";
 import { backlogRows } from "../features/shedding/queue/depth.js";
 import { indeterminateWaiting } from "../features/guard/idempotency/reconcile-sweep.js";
@@ -122,6 +123,7 @@ export async function dashboardData(config: Config, stores: Stores, served?: Ser
     regions: regionFigures(config, hour, nowMs),
     top_blocked,
     idempotency: idempotencyRows(config, hour, await waiting),
+    mcp: mcpRows(config, hour),
     queues: queueRows(config, hour, await backlogs),
   };
 }

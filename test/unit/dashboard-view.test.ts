@@ -174,6 +174,58 @@ describe("the dashboard's panels", () => {
     expect(await render(panelsFragment(FULL))).not.toContain("idempotency-panel");
   });
 
+  it("draw each MCP route's tools: suppression rate, replay share, failed first runs and their latency", async () => {
+    const outcomes = { first: 10, replay: 6, joined: 3, refused: 4, passed: 0, indeterminate: 1, mismatch: 2 };
+    const quiet = {
+      outcomes: { ...outcomes, first: 0, replay: 0, joined: 0, refused: 0, indeterminate: 0, mismatch: 0, passed: 5 },
+      guarded: 0,
+      suppression_rate: null,
+      replay_share: null,
+      first_runs: 0,
+      first_failures: 0,
+      first_p50_ms: null,
+      first_p99_ms: null,
+    };
+    const data: PanelsData = {
+      ...FULL,
+      dashboard: {
+        ...FULL.dashboard,
+        mcp: [
+          {
+            route: "shop",
+            tools: [
+              {
+                tool: "create_order",
+                outcomes,
+                guarded: 22,
+                suppression_rate: 0.409,
+                replay_share: 0.273,
+                first_runs: 10,
+                first_failures: 2,
+                first_p50_ms: 128,
+                first_p99_ms: 1024,
+              },
+              { tool: "search", ...quiet },
+            ],
+          },
+          { route: "idle", tools: [] },
+        ],
+      },
+    };
+    const html = await render(panelsFragment(data));
+    expect(html).toContain("MCP tools, last hour");
+    expect(html).toMatch(
+      /<tr data-route="shop" data-tool="create_order"><td>shop<\/td><td>create_order<\/td><td class="suppression">40\.9% of 22<\/td><td class="replay-share">27\.3%<\/td><td class="first-failures bad">2 of 10<\/td><td class="first-latency">128\.0 ms \/ 1024\.0 ms<\/td>/,
+    );
+    expect(html).toContain("first 10 · replay 6 · joined 3 · refused 4 · indeterminate 1 · mismatch 2");
+    expect(html).toMatch(
+      /<tr data-route="shop" data-tool="search">.*<td class="suppression">— of 0<\/td><td class="replay-share">—<\/td><td class="first-failures">0 of 0<\/td><td class="first-latency">— \/ —<\/td><td class="outcomes">passed 5<\/td>/,
+    );
+    expect(html).toMatch(/<tr data-route="idle"><td>idle<\/td><td colspan="6">no calls<\/td><\/tr>/);
+    // without MCP routes there is no panel
+    expect(await render(panelsFragment(FULL))).not.toContain("mcp-panel");
+  });
+
   it("draw each queue route's backlog against max_depth, the oldest job, the sheds and the delivery lag", async () => {
     const row = {
       route: "sms",

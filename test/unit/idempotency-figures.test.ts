@@ -5,7 +5,9 @@
  */
 import { describe, expect, it } from "vitest";
 import { matching } from "../../src/admin/ledger-query.js";
+import fc from "fast-check";
 import { idempotencyRows } from "../../src/admin/idempotency-figures.js";
+import { mcpRows, toolRow } from "../../src/admin/mcp-figures.js";
 import { loadConfig, type Config } from "../../src/config/index.js";
 import {
   countIdempotency,
@@ -14,6 +16,7 @@ import {
   observeFirstArrival,
 } from "../../src/metrics/idempotency.js";
 import { MetricsBuffer, prometheus } from "../../src/metrics/index.js";
+import { MCP_OUTCOMES, type McpOutcome } from "../../src/metrics/mcp.js";
 import type { LedgerEntry } from "../../src/store/ledger.js";
 import { newTraceparent, parseTraceparent, traceparentOf } from "../../src/util/traceparent.js";
 import { flushedTotals as flushed } from "../support/flushed-totals.js";
@@ -116,6 +119,84 @@ describe("the dashboard's idempotency figures", () => {
   it("say null, not 0%, for a route without duplicates", () => {
     const [row] = idempotencyRows(config(), []);
     expect(row).toMatchObject({ duplicates: 0, suppression_rate: null, replay_share: null, first_p50_ms: null });
+  });
+});
+
+describe("the dashboard's MCP figures", () => {
+  function config(): Config {
+    const r = loadConfig({
+      ORIGIN_URL: "https://o.example/",
+      SLUICE: {
+        routes: [
+          { name: "shop", match: "/mcp", mcp: { pass: ["search"] } },
+          { name: "quiet", match: "/quiet/mcp", mcp: {} },
+          { name: "orders", match: "/orders", idempotency: {} },
+        ],
+      },
+    });
+    if (!r.ok) throw r.error;
+    return r.config;
+  }
+
+  it("give per tool the suppression rate, the replay share, the first runs that failed and their latency", () => {
+    const minute = {
+      "mcp:shop|first:create_order": 8,
+      "mcp:shop|replay:create_order": 6,
+      "mcp:shop|joined:create_order": 3,
+      "mcp:shop|indeterminate:create_order": 1,
+      "mcp:shop|mismatch:create_order": 2,
+      "mcp:shop|refused:create_order": 4,
+      "mcp:shop|passed:search": 5,
+      "mcp_first:shop|count:create_order": 8,
+      "mcp_first:shop|failed:create_order": 2,
+      "mcp_latency:shop|28:create_order": 7, // 2^(28/4) = 128 ms
+      "mcp_latency:shop|40:create_order": 1, // 1024 ms
+      "idem:orders|first": 3, // another route's figures stay its own
+    };
+    const rows = mcpRows(config(), [
+      minute,
+      { "mcp:shop|first:create_order": 2, "mcp_first:shop|count:create_order": 2 },
+    ]);
+    expect(rows.map((r) => r.route)).toEqual(["shop", "quiet"]); // the route without mcp has no row
+    const [shop, quiet] = rows;
+    expect(shop?.tools.map((t) => t.tool)).toEqual(["create_order", "search"]);
+    expect(shop?.tools[0]).toMatchObject({
+      guarded: 22, // 10 first, 6 replays, 3 joined, 1 indeterminate, 2 mismatches; refusals apart
+      suppression_rate: 0.409, // 9 of 22 answered without a run
+      replay_share: 0.273, // 6 of 22
+      first_runs: 10,
+      first_failures: 2,
+      first_p50_ms: 128,
+      first_p99_ms: 1024,
+    });
+    expect(shop?.tools[0]?.outcomes).toMatchObject({ first: 10, refused: 4, passed: 0 });
+    // a tool never guarded: no shares, no first runs
+    expect(shop?.tools[1]).toMatchObject({
+      guarded: 0,
+      suppression_rate: null,
+      replay_share: null,
+      first_runs: 0,
+      first_p50_ms: null,
+    });
+    expect(shop?.tools[1]?.outcomes.passed).toBe(5);
+    expect(quiet).toEqual({ route: "quiet", tools: [] });
+  });
+
+  it("keep 0 <= replay share <= suppression rate <= 1 whatever was counted", () => {
+    const counts = fc.record(
+      Object.fromEntries(MCP_OUTCOMES.map((o) => [o, fc.nat({ max: 1_000_000 })])) as Record<
+        McpOutcome,
+        fc.Arbitrary<number>
+      >,
+    );
+    fc.assert(
+      fc.property(counts, (o) => {
+        const row = toolRow("t", o, undefined);
+        if (row.guarded === 0) return row.suppression_rate === null && row.replay_share === null;
+        const [replay, suppression] = [row.replay_share ?? -1, row.suppression_rate ?? -1];
+        return replay >= 0 && replay <= suppression && suppression <= 1;
+      }),
+    );
   });
 });
 

@@ -1,6 +1,7 @@
 import { banWarning } from "./ban.js";
 import { Chart } from "./chart.js";
 import { IdempotencyPanel } from "./idempotency.js";
+import { McpPanel } from "./mcp.js";
 import { QueuePanel } from "./queue.js";
 import type {
   BlockedView,
@@ -50,6 +51,7 @@ export function Panels(props: { data: PanelsData }) {
       </div>
       <RegionPanel regions={dashboard.regions} health={health} />
       <IdempotencyPanel rows={dashboard.idempotency} />
+      <McpPanel rows={dashboard.mcp} />
       <QueuePanel rows={dashboard.queues} />
       <h2>
         Routes: allowed vs shed, last 60 minutes <Legend />

@@ -23,6 +23,7 @@ export interface DashboardView {
   regions?: RegionView[];
   top_blocked: BlockedView[];
   idempotency?: IdempotencyView[];
+  mcp?: McpView[];
   queues?: QueueView[];
 }
 
@@ -32,6 +33,8 @@ export type RegionView = Omit<DashboardData["regions"][number], "window_minutes"
   Partial<Pick<DashboardData["regions"][number], "window_minutes">>;
 export type BlockedView = DashboardData["top_blocked"][number];
 export type IdempotencyView = DashboardData["idempotency"][number];
+export type McpView = DashboardData["mcp"][number];
+export type McpToolView = McpView["tools"][number];
 export type QueueView = DashboardData["queues"][number];
 
 /** One region's Redis, as the health check reports it. */

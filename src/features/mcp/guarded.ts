@@ -7,7 +7,7 @@
 import type { Context, Next } from "hono";
 import type { Route } from "../../config/index.js";
 import type { Scope, SluiceEnv } from "../../context.js";
-import type { McpOutcome } from "../../metrics/mcp.js";
+import { observedFirstRun, type McpOutcome } from "../../metrics/mcp.js";
 import type { OriginReply } from "../../origin/forward.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
@@ -91,7 +91,8 @@ export async function guardedCall(g: GuardedCall): Promise<CallAnswer> {
       outcome: joined ? "joined" : "replay",
     };
   }
-  return { response: await forwarded(g, guarding.claim), replayed: false, outcome: "first" };
+  const held = observedFirstRun(guarding.claim, g.scope.runtime.metrics, g.route.name, g.label);
+  return { response: await forwarded(g, held), replayed: false, outcome: "first" };
 }
 
 function refused(g: GuardedCall, p: Problem): CallAnswer {
