@@ -1,6 +1,7 @@
 import { loadConfigWith, type Config, type ConfigError, type ConfigVars } from "./load.js";
 import { sluiceSchema } from "./schema.js";
 import { WORKER_SOURCE } from "./worker-source.js";
+import { checkReconcileHost } from "../features/guard/idempotency/reconcile-url.js";
 import { globalQuotaWarnings, type ScopeWarning } from "./global-quotas.js";
 import { routeWarnings, type ConfigWarning } from "./route-warnings.js";
 
@@ -24,7 +25,7 @@ export type ConfigResult = { ok: true; config: Config; warnings: ConfigWarning[]
  * if (!r.ok) console.error(r.error.message); // e.g. 'SLUICE.routes[0] ("api").limits[0] ("per-ip").rate: ...'
  */
 export function loadConfig(vars: ConfigVars): ConfigResult {
-  const result = loadConfigWith(sluiceSchema(), vars, WORKER_SOURCE);
+  const result = loadConfigWith(sluiceSchema(), vars, WORKER_SOURCE, [checkReconcileHost]);
   if (!result.ok) return result;
   // read as written (it parsed above): an explicit `scope = "region"` silences a warning, a default does not
   const written: unknown = typeof vars.SLUICE === "string" ? JSON.parse(vars.SLUICE) : (vars.SLUICE ?? {});

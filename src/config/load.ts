@@ -4,7 +4,6 @@ import { enLocale } from "./messages.js";
 import { exactnessProblem, maxDelayProblem, responseMaxProblem } from "./exactness.js";
 import { compilePattern, type PathPattern } from "../routing/match.js";
 import { divertReasons, type DivertReason } from "../features/shedding/schema.js";
-import { reconcileHostProblem } from "../features/guard/idempotency/reconcile-url.js";
 
 /** A limit as the request path uses it (durations in ms, key as a list of parts). */
 export type Limit = LimitSettings;
@@ -91,9 +90,14 @@ export type ConfigSchema = z.ZodMiniType<SluiceSettings>;
  * const r = loadConfigWith(sluiceSchema(), { ORIGIN_URL: "https://api.example.com", SLUICE: { routes: [] } }, WORKER_SOURCE);
  * if (!r.ok) console.error(r.error.message); // e.g. 'SLUICE.routes[0] ("api").limits[0] ("per-ip").rate: ...'
  */
-export function loadConfigWith(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource): ConfigResult {
+export function loadConfigWith(
+  schema: ConfigSchema,
+  vars: ConfigVars,
+  source: ConfigSource,
+  checks: readonly RouteCheck[] = [],
+): ConfigResult {
   try {
-    return { ok: true, config: compile(schema, vars, source) };
+    return { ok: true, config: compile(schema, vars, source, checks) };
   } catch (e) {
     if (e instanceof ConfigError) return { ok: false, error: e };
     throw e;
@@ -134,7 +138,14 @@ export const OPTIONS_SOURCE: ConfigSource = {
   check: () => undefined,
 };
 
-function compile(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource): Config {
+/**
+ * A capability's own check of a parsed route that its schema cannot make alone (it needs the
+ * origin): given by whoever composes that capability (the gateway's `loadConfig`, a middleware's
+ * `compileOptions`), so that a Worker without the capability carries none of its checks.
+ */
+export type RouteCheck = (r: RouteSettings, ri: number, originUrl: URL | undefined, written: unknown) => void;
+
+function compile(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource, checks: readonly RouteCheck[]): Config {
   const originUrl = source.origin(vars);
   const raw = source.settings(vars);
   // jitless: a configuration is parsed once per isolate, so compiling a fast path for each object
@@ -148,8 +159,7 @@ function compile(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource): 
   }
   const s = parsed.data;
   source.check(s, vars, written, originUrl);
-  // whatever the source: a reconcile answer is trusted only from the origin's host or an allowed one
-  s.routes.forEach((r, ri) => checkReconcileHost(r, ri, originUrl, written));
+  for (const check of checks) s.routes.forEach((r, ri) => check(r, ri, originUrl, written));
   s.routes.forEach((r, ri) => checkMcpWindow(r, ri, written));
   return {
     ...s,
@@ -170,13 +180,6 @@ function compile(schema: ConfigSchema, vars: ConfigVars, source: ConfigSource): 
 
 /** The error for a field of the limit being compiled, by its path within the limit. */
 type LimitError = (path: string[], problem: string) => ConfigError;
-
-/** A reconcile URL is trusted only from the origin's host or one the route allows (src/features/guard/idempotency/reconcile-url.ts). */
-function checkReconcileHost(r: RouteSettings, ri: number, originUrl: URL | undefined, written: unknown): void {
-  const template = r.idempotency?.reconcile;
-  const problem = template === undefined ? undefined : reconcileHostProblem(template, originUrl, r.queue.callbacks);
-  if (problem) throw fieldError(["SLUICE", "routes", ri, "idempotency", "reconcile"], problem, written);
-}
 
 /**
  * An MCP route keeps a guarded call's result `mcp.window` from its answer (its `ttl`): as with a

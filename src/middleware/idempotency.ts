@@ -13,6 +13,7 @@ import { configSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import { idempotencySettings } from "../features/guard/idempotency/schema.js";
 import { guardStep } from "../features/guard/step.js";
+import { checkReconcileHost } from "../features/guard/idempotency/reconcile-url.js";
 import type { Literal } from "./literal-options.js";
 import { compileOptions, standalone, tableFields, type SharedOptions } from "./standalone.js";
 import { withJwt } from "../features/jwt/step.js";
@@ -34,6 +35,10 @@ const idempotencyConfig = lazy(() => configSchema({ idempotency: z.optional(defe
 export function idempotency(options: IdempotencyOptions = {}): MiddlewareHandler<SluiceEnv> {
   const { name = "app", ...rest } = options;
   const route = { name, idempotency: tableFields(rest) };
-  const config = compileOptions("idempotency", options, route, { schema: idempotencyConfig, table: "idempotency" });
+  const config = compileOptions("idempotency", options, route, {
+    schema: idempotencyConfig,
+    table: "idempotency",
+    checks: [checkReconcileHost],
+  });
   return standalone(config, options, withJwt(config, guardStep), { by: "idempotency()", duties: [] });
 }

@@ -1,5 +1,12 @@
 import type { Context, MiddlewareHandler } from "hono";
-import { loadConfigWith, ConfigError, OPTIONS_SOURCE, type Config, type ConfigSchema } from "../config/load.js";
+import {
+  loadConfigWith,
+  ConfigError,
+  OPTIONS_SOURCE,
+  type Config,
+  type ConfigSchema,
+  type RouteCheck,
+} from "../config/load.js";
 import type { SluiceInput } from "../config/schema.js";
 import type { SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
@@ -57,6 +64,8 @@ export interface OptionsSchema {
   schema: () => ConfigSchema;
   /** The route's table the options are (idempotency, session, breaker), if any. */
   table?: string;
+  /** The capability's checks of the route that need more than its schema (`RouteCheck`, src/config/load.ts). */
+  checks?: readonly RouteCheck[];
 }
 
 /**
@@ -70,12 +79,12 @@ export function compileOptions(
   middleware: string,
   options: SharedOptions,
   route: Record<string, unknown>,
-  { schema, table }: OptionsSchema,
+  { schema, table, checks }: OptionsSchema,
 ): Config {
   checkRedisOption(middleware, options.redis);
   const shared = Object.fromEntries(SHARED_FIELDS.flatMap((f) => (options[f] === undefined ? [] : [[f, options[f]]])));
   const SLUICE = { ...shared, routes: [{ match: "/*", ...route }] };
-  const loaded = loadConfigWith(schema(), { SLUICE }, OPTIONS_SOURCE);
+  const loaded = loadConfigWith(schema(), { SLUICE }, OPTIONS_SOURCE, checks);
   if (loaded.ok) return loaded.config;
   // the options spell a route's table (idempotency, session, breaker) at their top level
   const inTable = table ? new RegExp(`^${table}\\.?`) : /^$/;

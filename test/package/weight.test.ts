@@ -20,8 +20,7 @@ const WORKER = "bench/workers/weight-rate-limit.ts";
 /** Modules a rateLimit-only Worker must not carry, and why each is someone else's. */
 const LEFT_OUT: Array<[RegExp, string]> = [
   [/^src\/admin\//, "the admin API and the dashboard"],
-  [/^src\/features\/idempotency\/(?!refusal\.ts$)/, "idempotency"],
-  [/^src\/features\/session\//, "sessions"],
+  [/^src\/features\/guard\/(?!idempotency\/refusal\.ts$)/, "idempotency and sessions (the guard)"],
   [/^src\/(features\/mcp\/|metrics\/mcp\.ts$)/, "the MCP gateway"],
   [/^src\/features\/shedding\/(queue|fallback)\//, "the queue and the fallback copies"],
   [/^src\/features\/breaker\//, "the breaker"],
