@@ -1,7 +1,7 @@
 import { loadConfigWith, type Config, type ConfigError, type ConfigVars } from "./load.js";
 import { sluiceSchema } from "./schema.js";
 import { WORKER_SOURCE } from "./worker-source.js";
-import { checkReconcileHost } from "../features/guard/idempotency/reconcile-url.js";
+import { checkReconcileHost } from "../features/guard/idempotency/reconcile-check.js";
 import { globalQuotaWarnings, type ScopeWarning } from "./global-quotas.js";
 import { routeWarnings, type ConfigWarning } from "./route-warnings.js";
 

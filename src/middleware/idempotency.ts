@@ -13,7 +13,7 @@ import { configSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import { idempotencySettings } from "../features/guard/idempotency/schema.js";
 import { guardStep } from "../features/guard/step.js";
-import { checkReconcileHost } from "../features/guard/idempotency/reconcile-url.js";
+import { checkReconcileHost } from "../features/guard/idempotency/reconcile-check.js";
 import type { Literal } from "./literal-options.js";
 import { compileOptions, standalone, tableFields, type SharedOptions } from "./standalone.js";
 import { withJwt } from "../features/jwt/step.js";

@@ -5,7 +5,6 @@
  */
 import { callbackAllowed, type CallbackPattern } from "../../shedding/queue/callback-allowlist.js";
 import { joinPaths } from "../../../origin/forward.js";
-import { fieldError, type RouteCheck } from "../../../config/load.js";
 
 /** What stands for the request's key (its `Idempotency-Key`, or the derived one) in the template. */
 export const KEY_SLOT = "{key}";
@@ -78,14 +77,3 @@ function parsed(text: string): URL | undefined {
     return undefined;
   }
 }
-
-/**
- * A route's `idempotency.reconcile` checked at load: a reconcile answer is trusted only from the
- * origin's host or one the route allows. Given to the configuration by what composes idempotency
- * (the gateway's `loadConfig`, `idempotency()`), so a Worker without idempotency carries none of it.
- */
-export const checkReconcileHost: RouteCheck = (r, ri, originUrl, written) => {
-  const template = r.idempotency?.reconcile;
-  const problem = template === undefined ? undefined : reconcileHostProblem(template, originUrl, r.queue.callbacks);
-  if (problem) throw fieldError(["SLUICE", "routes", ri, "idempotency", "reconcile"], problem, written);
-};
