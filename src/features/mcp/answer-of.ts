@@ -53,6 +53,7 @@ export async function responseInStream(
       for (const data of events.push(text)) {
         const found = parsedResponse(data, id);
         if (found) {
+          // the response is found: the rest of the stream is not needed, and one already closed has nothing to free
           await reader.cancel().catch(() => undefined);
           return found;
         }

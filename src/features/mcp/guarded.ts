@@ -191,6 +191,7 @@ async function settleReply(g: GuardedCall, held: Claim, reply: Reply): Promise<R
 /** Settles the claim with `reply`, the response it hands back (a copy of what is stored) discarded. */
 async function settleOnce(held: Claim, reply: Reply): Promise<void> {
   const copy = await held.settleWith({ reply });
+  // the answer is stored by now: a copy that cannot be cancelled (already closed) loses nothing
   await copy.body?.cancel().catch(() => undefined);
 }
 
@@ -218,6 +219,7 @@ function stored(answer: RpcResponse): Response {
 async function resultResponse(res: Response, id: RpcId): Promise<Response | undefined> {
   if (res.status >= 500) return res;
   if (res.status >= 300) {
+    // the body is refused unread: a stream already closed has nothing left to free
     await res.body?.cancel().catch(() => undefined);
     return new Response(null, { status: 502 });
   }
