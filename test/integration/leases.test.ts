@@ -286,12 +286,14 @@ describe("through three Worker instances", () => {
    * returns one grant, of a take or a renewal. How many are decided locally is a matter of time:
    * test/unit/leases.test.ts holds that with a test clock, and `npm run bench` measures it.
    */
-  const withinLeases = (c: Calls, decisions: number, what = "") => {
+  const withinLeases = (c: Calls, decisions: number, what = "", fresh = true) => {
     const figures = `${what} ${JSON.stringify(c)} over ${decisions} decisions`;
-    expect(c.take, figures).toBeGreaterThan(0); // a bucket's first decision is central
+    // a fresh bucket's first decision is central; one counted after a warm-up may be decided from
+    // the lease the warm-up left, which may then be given back too
+    if (fresh) expect(c.take, figures).toBeGreaterThan(0);
     expect(c.take, figures).toBeLessThanOrEqual(decisions);
     expect(c.lease, figures).toBeLessThanOrEqual(decisions - c.take);
-    expect(c.give, figures).toBeLessThanOrEqual(c.take + c.lease);
+    expect(c.give, figures).toBeLessThanOrEqual(c.take + c.lease + (fresh ? 0 : 1));
   };
 
   it("with leases in use in every instance, a burst of 300 across three never gets more than the bucket has left, and what the leases give back goes to the next requests", async () => {
@@ -422,7 +424,7 @@ describe("through three Worker instances", () => {
         `steady client, 150 decisions, decide.lua's calls: with leases ${JSON.stringify(leased)}; lease = false: ${JSON.stringify(unleased)}`,
       );
     expect(unleased).toEqual({ take: 150, lease: 0, give: 0 });
-    withinLeases(leased, 150, "steady");
+    withinLeases(leased, 150, "steady (after a warm-up)", false);
   });
 
   it("a client in one burst, then in recurring bursts: every request allowed, and decide.lua's calls within what leases allow (one take per central decision, a renewal only after a local admission, a give-back only of a grant)", async () => {
