@@ -155,7 +155,7 @@ const problemBase = () =>
     ),
   );
 
-const budget = lazy(() => z.int().check(z.minimum(1), z.maximum(10_000)));
+const budget = /* @__PURE__ */ lazy(() => z.int().check(z.minimum(1), z.maximum(10_000)));
 
 /** The deployment's settings: everything of `[vars.SLUICE]` but its routes. */
 const deploymentFields = () => ({
@@ -244,4 +244,4 @@ export function configSchema<T extends z.core.$ZodLooseShape>(tables: T) {
 }
 
 /** The schema of a configuration whose routes take no feature table of their own (a middleware's), built on first use. */
-export const plainConfigSchema = lazy(() => configSchema({}));
+export const plainConfigSchema = /* @__PURE__ */ lazy(() => configSchema({}));

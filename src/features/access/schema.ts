@@ -11,7 +11,7 @@ const MAX_BAN_MS = 365 * 86_400_000;
  * on the deny list for the first of `for`, each repeat ban for the next (the last repeats), so a
  * ban never gets shorter.
  */
-export const banSettings = lazy(() =>
+export const banSettings = /* @__PURE__ */ lazy(() =>
   z
     .strictObject({
       after: z.int().check(z.minimum(1), z.maximum(1_000_000)),

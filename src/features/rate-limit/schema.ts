@@ -27,7 +27,7 @@ import { alignProblem } from "./algorithms/zone-window.js";
  * (docs/algorithms.md, Priorities), `critical` and `default` only (nothing ranks below sheddable), each
  * 0 < f < 1, summing to less than 1.
  */
-export const reserve = lazy(() =>
+export const reserve = /* @__PURE__ */ lazy(() =>
   z.pipe(
     z.record(z.string(), z.number()),
     z.transform((r: Record<string, number>, ctx): Reserve => {
@@ -56,7 +56,7 @@ export const reserve = lazy(() =>
 export type PriorityFunction = (c: Context) => string | undefined;
 
 /** A route's `priority`: one of the names, or where a request carries one (a header, a verified JWT claim), or a function. */
-export const priority = lazy(() =>
+export const priority = /* @__PURE__ */ lazy(() =>
   z.union([
     z.enum(PRIORITIES),
     z.custom<PriorityFunction>((v) => typeof v === "function"),
@@ -111,7 +111,7 @@ function responseCost() {
 }
 
 /** A count of tokens: a whole number from 1 to a billion. */
-const tokens = lazy(() => z.int().check(z.positive(), z.maximum(1_000_000_000)));
+const tokens = /* @__PURE__ */ lazy(() => z.int().check(z.positive(), z.maximum(1_000_000_000)));
 
 /** What a limit charged from the response may not be. */
 function responseCostProblems(l: {
@@ -291,7 +291,9 @@ function limitProblems(l: CompiledLimit, ctx: z.core.$RefinementCtx<CompiledLimi
     );
 }
 
-export const limit = lazy(() => z.pipe(limitFields(), z.transform(compiledLimit)).check(z.superRefine(limitProblems)));
+export const limit = /* @__PURE__ */ lazy(() =>
+  z.pipe(limitFields(), z.transform(compiledLimit)).check(z.superRefine(limitProblems)),
+);
 
 /** What is wrong with a limit's `align`, if anything: an algorithm whose windows align, a period of whole days, a known zone. */
 function alignmentProblem(zone: string, name: Algorithm, periodMs: number): string | undefined {

@@ -125,7 +125,7 @@ function clientShare(maxDepth: number | undefined, maxPerClient: number | undefi
   return Math.max(1, Math.ceil(maxDepth * DEFAULT_CLIENT_SHARE));
 }
 
-export const queueSettings = lazy(() =>
+export const queueSettings = /* @__PURE__ */ lazy(() =>
   z.pipe(
     queueFields(),
     z.transform(({ max_retries, retry_delays, max_per_client, ...rest }: z.output<ReturnType<typeof queueFields>>) => {
