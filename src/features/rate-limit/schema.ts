@@ -147,7 +147,10 @@ function figureFields() {
       z.union([keyPart(), z.array(keyPart()).check(z.minLength(1), z.maxLength(8)), keyFunction()]),
       "ip",
     ),
-    algorithm: z._default(z.enum(ALGORITHM_NAMES), "token_bucket"),
+    algorithm: z._default(
+      deferred(() => z.enum(ALGORITHM_NAMES)),
+      "token_bucket",
+    ),
     /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/features/rate-limit/algorithms/figures.ts). */
     rate: z.optional(tokens()),
     period: z.optional(duration()),
@@ -184,16 +187,25 @@ function figureFields() {
 /** A limit's other settings: scope, shadow, what a missing identity does, an algorithm's own, tiers, leases, bans, reserve. */
 function settingFields() {
   return {
-    scope: z._default(z.enum(["region", "global", "split"]), "region"),
-    shadow: z._default(z.boolean(), false),
+    scope: z._default(
+      deferred(() => z.enum(["region", "global", "split"])),
+      "region",
+    ),
+    shadow: z._default(
+      deferred(() => z.boolean()),
+      false,
+    ),
     /** What to do when the request does not carry the identity: fall back to the IP, refuse (400), or skip the limit. */
-    missing: z._default(z.enum(["ip", "reject", "skip"]), "ip"),
+    missing: z._default(
+      deferred(() => z.enum(["ip", "reject", "skip"])),
+      "ip",
+    ),
     /** token_bucket: ramp from rate/3 to rate over this long after an idle period. */
     warmup: z.optional(duration()),
     /** leaky_bucket: the longest a request may wait for its slot before it is refused instead. */
     max_delay: z.optional(duration()),
     /** leaky_bucket: let the queued burst through at once (nginx nodelay); slots still refill at the rate. */
-    nodelay: z.optional(z.boolean()),
+    nodelay: z.optional(deferred(() => z.boolean())),
     /**
      * sliding_log: count over the period plus this much, the spread of the delay between sluice's
      * decision and the origin's arrival, so the origin itself sees at most `rate` in any period.
