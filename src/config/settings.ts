@@ -1,6 +1,6 @@
 import * as z from "zod/mini";
 import { deferred, lazy } from "./lazy.js";
-import { duration, method, name } from "./primitives.js";
+import { duration, flag, method, name, oneOf } from "./primitives.js";
 import { DEFAULT_PROBLEM_BASE } from "../problem.js";
 import { adaptiveLimit, adaptiveSettings, ADAPTIVE_LIMIT } from "../features/rate-limit/adaptive/schema.js";
 import { jwtSettings } from "../features/jwt/schema.js";
@@ -28,10 +28,7 @@ const routeFields = <S extends z.core.$ZodLooseShape>(shedding: S) => ({
    * POST here: sluice decides on that method and forwards the header. Off: the headers are
    * stripped and the request is the method it was sent with.
    */
-  method_override: z._default(
-    deferred(() => z.boolean()),
-    false,
-  ),
+  method_override: flag(),
   ...shedding,
   origin_timeout: z._default(duration(), 30_000),
   /**
@@ -48,10 +45,7 @@ const routeFields = <S extends z.core.$ZodLooseShape>(shedding: S) => ({
    */
   priority: z._default(deferred(priority), "default"),
   /** Every limit of the route in shadow mode: decide and count, never block (how a new route is rolled out). */
-  shadow: z._default(
-    deferred(() => z.boolean()),
-    false,
-  ),
+  shadow: flag(),
   /** An in-flight limit for the route's origin that follows its latency (docs/algorithms.md, Adaptive limit). */
   adaptive: z.optional(deferred(adaptiveSettings)),
   limits: z._default(z.array(limit()), []),
@@ -190,10 +184,7 @@ const deploymentFields = () => ({
   /** Deprecated and ignored: the budget of the home region's Redis adapts like any store's. Accepted so old configurations still load. */
   global_timeout_ms: z.optional(budget()),
   /** When the decision's Redis fails: enforce the limits in this isolate (local), forward without them (open), or 503 (closed). */
-  on_store_error: z._default(
-    deferred(() => z.enum(["local", "open", "closed"])),
-    "local",
-  ),
+  on_store_error: oneOf(["local", "open", "closed"], "local"),
   rebalance_every: z._default(duration(), 5_000),
   home_region: z._default(name(), "home"),
   regions: z._default(
@@ -208,15 +199,9 @@ const deploymentFields = () => ({
    */
   problem_base: z._default(deferred(problemBase), DEFAULT_PROBLEM_BASE),
   /** Where decision counts go (docs/operating.md, Metrics): the home region's Redis, at most once per isolate per interval, or nowhere. */
-  metrics: z._default(
-    deferred(() => z.enum(["redis", "off"])),
-    "redis",
-  ),
+  metrics: oneOf(["redis", "off"], "redis"),
   /** What the dashboard shows of a refused client next to its hash (docs/operating.md, Labels of refused clients). */
-  labels: z._default(
-    deferred(() => z.enum(["full", "masked", "off"])),
-    "masked",
-  ),
+  labels: oneOf(["full", "masked", "off"], "masked"),
   /** How long a dashboard session may go unused before it ends (docs/operating.md, Admin API); within its 12 hours. */
   admin_session_idle: z._default(
     deferred(() =>

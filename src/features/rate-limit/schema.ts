@@ -2,7 +2,16 @@ import type { Context } from "hono";
 import * as z from "zod/mini";
 import { CODE_PART } from "../../identity/identify.js";
 import { deferred, lazy } from "../../config/lazy.js";
-import { booleanOrDuration, duration, keyPart, name, tierRate, toolName } from "../../config/primitives.js";
+import {
+  booleanOrDuration,
+  duration,
+  flag,
+  keyPart,
+  name,
+  oneOf,
+  tierRate,
+  toolName,
+} from "../../config/primitives.js";
 import { banSettings, bannable } from "./ban-schema.js";
 import {
   algorithm,
@@ -147,10 +156,7 @@ function figureFields() {
       z.union([keyPart(), z.array(keyPart()).check(z.minLength(1), z.maxLength(8)), keyFunction()]),
       "ip",
     ),
-    algorithm: z._default(
-      deferred(() => z.enum(ALGORITHM_NAMES)),
-      "token_bucket",
-    ),
+    algorithm: oneOf(ALGORITHM_NAMES, "token_bucket"),
     /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/features/rate-limit/algorithms/figures.ts). */
     rate: z.optional(tokens()),
     period: z.optional(duration()),
@@ -187,19 +193,10 @@ function figureFields() {
 /** A limit's other settings: scope, shadow, what a missing identity does, an algorithm's own, tiers, leases, bans, reserve. */
 function settingFields() {
   return {
-    scope: z._default(
-      deferred(() => z.enum(["region", "global", "split"])),
-      "region",
-    ),
-    shadow: z._default(
-      deferred(() => z.boolean()),
-      false,
-    ),
+    scope: oneOf(["region", "global", "split"], "region"),
+    shadow: flag(),
     /** What to do when the request does not carry the identity: fall back to the IP, refuse (400), or skip the limit. */
-    missing: z._default(
-      deferred(() => z.enum(["ip", "reject", "skip"])),
-      "ip",
-    ),
+    missing: oneOf(["ip", "reject", "skip"], "ip"),
     /** token_bucket: ramp from rate/3 to rate over this long after an idle period. */
     warmup: z.optional(duration()),
     /** leaky_bucket: the longest a request may wait for its slot before it is refused instead. */
