@@ -84,29 +84,42 @@ export interface DecisionMeta {
 }
 
 /**
- * What the steps of one request share: created by the gateway's first middleware (or by a
- * standalone middleware for itself), filled in as the request goes. Steps take the narrow parts
- * they need from it and hand them to functions that know nothing of Hono.
+ * What every request has, fixed once its scope is made (src/pipeline/scope.ts `newScope`): its
+ * isolate, configuration, region, stores, facts and where it goes. Every field is `readonly`, so
+ * that no step can rewrite the request it was handed; what the steps decide is `Scope`'s.
  */
-export interface Scope {
-  runtime: Runtime;
-  config: Config;
-  region: string;
-  stores: Stores;
-  facts: RequestFacts;
-  defer: Defer;
+export interface RequestValue {
+  readonly runtime: Runtime;
+  readonly config: Config;
+  readonly region: string;
+  readonly stores: Stores;
+  readonly facts: RequestFacts;
+  readonly defer: Defer;
   /** The Worker's bindings: secrets (the JWT's HMAC key) and the queue producer. */
-  env: Env;
-  /** The matched route; none: the request is forwarded without limits. */
-  route?: Route;
+  readonly env: Env;
   /** The method the guards decide on: the request's, or the override its route honours (`method_override`). */
-  method: string;
+  readonly method: string;
   /** The route honours the request's method-override header: it is forwarded (otherwise stripped). */
-  methodOverridden: boolean;
+  readonly methodOverridden: boolean;
   /** The path the origin is asked for (the forward form of the normalised path). */
-  forwardPath: string;
+  readonly forwardPath: string;
   /** Where allowed requests go (the gateway); none: to the app's own handler. */
-  target?: ForwardTarget;
+  readonly target?: ForwardTarget;
+}
+
+/**
+ * What the steps of one request share: the request's value (made by the gateway's first
+ * middleware, or by a standalone middleware for itself), and what the steps decide as the request
+ * goes. Steps take the narrow parts they need from it and hand them to functions that know
+ * nothing of Hono.
+ */
+export interface Scope extends RequestValue {
+  /**
+   * The matched route, as the steps after see it (none: the request is forwarded without limits).
+   * Not the request's fixed value: an MCP endpoint's step takes its limits and guards for its calls,
+   * the job-status endpoint answers under none.
+   */
+  route?: Route;
   /** Set once the decision is to be counted: a matched route, or a deny-list refusal. */
   meta?: DecisionMeta;
   /** What `Sluice-Decision` says, as the steps have it so far. */
@@ -120,6 +133,8 @@ export interface Scope {
   limits?: LimitSummary;
   /** Headers sluice tells the origin: fencing token, Idempotency-Key, Sluice-Session. */
   sluiceHeaders: Record<string, string>;
+  /** A held guard's wait for the origin's answer past `origin_timeout` (its outcome must be learnt). */
+  lateAnswerMs?: number;
   /** The request's W3C `traceparent` (given, or made up), once a step needed it (idempotency). */
   trace?: string;
   /** The origin's reply (the gateway's forwarding) and how long it took: the main origin's, even when failover followed. */

@@ -33,7 +33,7 @@ export const guardStep: Step = async (c, scope, next) => {
   c.req.raw = read.request;
   Object.assign(scope.sluiceHeaders, held.sluiceHeaders);
   // a held guard must learn what the origin did: past origin_timeout its answer is still awaited
-  if (scope.target && held.lateAnswerMs) scope.target = { ...scope.target, lateAnswerMs: held.lateAnswerMs };
+  if (scope.target && held.lateAnswerMs) scope.lateAnswerMs = held.lateAnswerMs;
   c.set("sluice", publicDecision(scope));
   const started = Date.now();
   await next();

@@ -120,7 +120,7 @@ async function forwarded(g: GuardedCall, held: Claim): Promise<Response> {
   Object.assign(scope.sluiceHeaders, held.sluiceHeaders);
   c.req.raw = withBody(c.req.raw, withFence(call, token));
   // a held claim must learn what the server did: past origin_timeout its answer is still awaited
-  if (scope.target && held.lateAnswerMs) scope.target = { ...scope.target, lateAnswerMs: held.lateAnswerMs };
+  if (scope.target && held.lateAnswerMs) scope.lateAnswerMs = held.lateAnswerMs;
   const started = Date.now();
   const journey = (async () => {
     await g.next();

@@ -66,5 +66,5 @@ export async function failover(scope: Scope, request: Request, reason: DivertRea
 
 /** A held claim's wait for a late answer, and the problems' base, as the main origin's request had them. */
 function guardsOf(scope: Scope): { lateAnswerMs?: number; problemBase?: string } {
-  return { lateAnswerMs: scope.target?.lateAnswerMs, problemBase: scope.target?.problemBase };
+  return { lateAnswerMs: scope.lateAnswerMs, problemBase: scope.target?.problemBase };
 }
