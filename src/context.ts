@@ -63,6 +63,8 @@ export interface LimitSummary {
   degraded: boolean;
   /** Answered by the isolate alone (the blocked-bucket cache, leases): no central call. */
   withoutRedis: boolean;
+  /** When it was decided (epoch ms): what each outcome's `resetMs` counts from. */
+  decidedAt: number;
 }
 
 /** The operator's degrade switch on the route (src/features/access/mode/): its mode, until when (epoch ms). */
@@ -178,24 +180,42 @@ export interface SluiceEnv {
  */
 export type Step = (c: Context<SluiceEnv>, scope: Scope, next: Next) => Promise<Response | void>;
 
-/** The handler's view of a scope. */
-export function publicDecision(scope: Scope): SluiceDecision {
-  const outcomes = scope.limits?.outcomes ?? [];
-  const now = Date.now();
+/**
+ * The handler's view of a scope (`c.get("sluice")`), published once by the mount when the scope is
+ * made: each field reads what the steps have decided when it is read, so no step publishes again.
+ * Its fields are enumerable getters: `JSON.stringify` and a spread read them as they stand.
+ */
+export function decisionView(scope: Scope): SluiceDecision {
   return {
-    verdict: scope.decision,
+    get verdict() {
+      return scope.decision;
+    },
     region: scope.region,
-    route: scope.route?.name,
-    limits: outcomes.map((o) => ({
-      name: o.limit.name,
-      allowed: o.allowed,
-      remaining: o.remaining,
-      reset: Math.ceil(Math.max(0, o.resetMs) / 1000),
-      resetMs: o.resetMs,
-      resetAt: now + Math.max(0, o.resetMs),
-      retryAfterMs: o.retryAfterMs,
-    })),
-    fencingToken: scope.sluiceHeaders["sluice-fencing-token"],
-    idempotencyKey: scope.sluiceHeaders["idempotency-key"],
+    get route() {
+      return scope.route?.name;
+    },
+    get limits() {
+      return limitStates(scope.limits);
+    },
+    get fencingToken() {
+      return scope.sluiceHeaders["sluice-fencing-token"];
+    },
+    get idempotencyKey() {
+      return scope.sluiceHeaders["idempotency-key"];
+    },
   };
+}
+
+/** The rate limiter's decision as the handler sees it: each limit's state, its reset as of the decision. */
+function limitStates(limits: LimitSummary | undefined): LimitState[] {
+  if (!limits) return [];
+  return limits.outcomes.map((o) => ({
+    name: o.limit.name,
+    allowed: o.allowed,
+    remaining: o.remaining,
+    reset: Math.ceil(Math.max(0, o.resetMs) / 1000),
+    resetMs: o.resetMs,
+    resetAt: limits.decidedAt + Math.max(0, o.resetMs),
+    retryAfterMs: o.retryAfterMs,
+  }));
 }

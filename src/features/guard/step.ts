@@ -1,5 +1,5 @@
 import type { Context } from "hono";
-import { publicDecision, type Scope, type SluiceEnv, type Step } from "../../context.js";
+import type { Scope, SluiceEnv, Step } from "../../context.js";
 import type { Route } from "../../config/index.js";
 import { Problem } from "../../problem.js";
 import { claim, type CallOutcome } from "./core.js";
@@ -34,7 +34,6 @@ export const guardStep: Step = async (c, scope, next) => {
   Object.assign(scope.sluiceHeaders, held.sluiceHeaders);
   // a held guard must learn what the origin did: past origin_timeout its answer is still awaited
   if (scope.target && held.lateAnswerMs) scope.lateAnswerMs = held.lateAnswerMs;
-  c.set("sluice", publicDecision(scope));
   const started = Date.now();
   await next();
   const outcome = outcomeOf(c, scope, started);
