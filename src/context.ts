@@ -127,9 +127,11 @@ export interface Scope extends RequestValue {
   /** What `Sluice-Decision` says, as the steps have it so far. */
   decision: DecisionHeader;
   allowListed: boolean;
-  /** The operator switched the route to `open` or `divert` (src/features/access/mode/): its limits are not asked. */
-  routeOpen?: boolean;
-  /** The operator's switch in force for the route, when it lets the request on (`open`; `divert`, done after the guards). */
+  /**
+   * The degrade switch's result (written by its step alone, src/features/access/mode/): the operator's
+   * switch in force for the route, when it lets the request on (`open`; `divert`, done after the
+   * guards). Either way the route's limits are not asked.
+   */
   forcedMode?: SwitchInForce;
   /** What the rate limiter decided, as the handler's view and the decision's count read it. */
   limits?: LimitSummary;

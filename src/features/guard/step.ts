@@ -5,7 +5,7 @@ import { Problem } from "../../problem.js";
 import { claim, type CallOutcome } from "./core.js";
 import { replayedResponse } from "./idempotency/key-claim.js";
 import { callLifeMs } from "./place.js";
-import { readGuardedRequest } from "./scope-subject.js";
+import { readGuardedRequest, traceOf } from "./scope-subject.js";
 
 /**
  * The guard core's Hono adapter, for the gateway's pipeline and for `idempotency()` and
@@ -19,7 +19,7 @@ import { readGuardedRequest } from "./scope-subject.js";
 export const guardStep: Step = async (c, scope, next) => {
   const route = scope.route;
   if (!route || !guarded(route, scope.method)) return next();
-  const read = await readGuardedRequest(c.req.raw, scope, route);
+  const read = await readGuardedRequest(c.req.raw, { value: scope, route, trace: traceOf(scope) });
   const guarding = await claim(read.subject, read.place, { lifeMs: callLifeMs(route) });
   if (guarding.kind === "replay") {
     scope.decision = "replay";

@@ -21,7 +21,7 @@ import type { IdempotencySettings } from "../guard/idempotency/request-key.js";
 import { fingerprint, parseKey } from "../guard/idempotency/key.js";
 import type { StoredAnswer } from "../guard/idempotency/key-claim.js";
 import { callLifeMs } from "../guard/place.js";
-import { askerOf, guardPlaceOf } from "../guard/scope-subject.js";
+import { askerOf, guardPlaceOf, traceOf } from "../guard/scope-subject.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { settleQuietly } from "../../util/log.js";
@@ -39,7 +39,7 @@ export type CallLimits = { run?: LimitRun; refusal?: Problem };
  * failed and the deployment fails open.
  */
 export async function decideCall(scope: Scope, route: Route, applies: (limit: Limit) => boolean): Promise<CallLimits> {
-  if (!route.limits.some(applies) || scope.allowListed || scope.routeOpen) return {};
+  if (!route.limits.some(applies) || scope.allowListed || scope.forcedMode) return {};
   const ask = { route, caller: { facts: scope.facts }, mode: "take", applies } as const;
   const run = await decideLimits(decisionPlaceOf(scope), ask);
   if (run?.rttMs !== undefined && scope.meta) scope.meta.rttMs = run.rttMs;
@@ -130,7 +130,8 @@ export async function claimCall(
     const { principal, client } = await askerOf(scope.facts, settings)();
     const canonical = new TextEncoder().encode(call.canonical);
     const fp = await fingerprint("POST", scope.forwardPath, scope.facts.url.search, principal, canonical);
-    const place = guardPlaceOf(scope);
+    // the scope's route, whose session the MCP step took: a call holds no session lock
+    const place = guardPlaceOf(scope, scope.route, traceOf(scope));
     const trail = place.trail && { ...place.trail, tool: call.tool };
     const key = { key: call.key, fingerprint: fp, principal, client, settings };
     return await claim({ route: route.name, key }, { ...place, trail }, { lifeMs: callLifeMs(route) });

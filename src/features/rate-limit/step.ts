@@ -37,7 +37,7 @@ export const rateLimitStep =
   (shed: Shed): Step =>
   async (c, scope, next) => {
     const route = scope.route;
-    if (!route || scope.allowListed || scope.routeOpen) return next();
+    if (!route || scope.allowListed || scope.forcedMode) return next();
     const limited = limitedRoute(scope, route);
     if (limited.limits.length === 0) return next();
     const peek = route.peek !== false;

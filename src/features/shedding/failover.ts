@@ -19,7 +19,7 @@ export function divertsOn(route: Route, reason: DivertReason): boolean {
  * would be streamed to the origin and gone. Only a body sluice read whole (an idempotency key's
  * fingerprint, at most its cap) is kept; a request without one is sent again as it is.
  */
-export function spareRequest(request: Request, scope: Scope): Request | undefined {
+export function spareRequest(request: Request, scope: Pick<Scope, "route" | "bodyKept">): Request | undefined {
   const route = scope.route;
   if (!route || !(divertsOn(route, "5xx") || divertsOn(route, "timeout"))) return undefined;
   if (request.method === "GET" || request.method === "HEAD" || request.body === null) return request;
@@ -35,7 +35,10 @@ export function spareRequest(request: Request, scope: Scope): Request | undefine
  *   (`on_origin_error = "release"`); a timeout or a broken connection leaves the outcome unknown;
  * - otherwise only a safe method (GET, HEAD, OPTIONS): a POST's 5xx or timeout may have acted.
  */
-export function failoverReason(scope: Scope, reply: OriginReply): DivertReason | undefined {
+export function failoverReason(
+  scope: Pick<Scope, "route" | "sluiceHeaders" | "method">,
+  reply: OriginReply,
+): DivertReason | undefined {
   const route = scope.route;
   const reason = reply.outcome === "timeout" ? "timeout" : originFailed(reply) ? "5xx" : undefined;
   if (!route || !reason || !divertsOn(route, reason)) return undefined;
@@ -65,6 +68,6 @@ export async function failover(scope: Scope, request: Request, reason: DivertRea
 }
 
 /** A held claim's wait for a late answer, and the problems' base, as the main origin's request had them. */
-function guardsOf(scope: Scope): { lateAnswerMs?: number; problemBase?: string } {
+function guardsOf(scope: Pick<Scope, "lateAnswerMs" | "target">): { lateAnswerMs?: number; problemBase?: string } {
   return { lateAnswerMs: scope.lateAnswerMs, problemBase: scope.target?.problemBase };
 }

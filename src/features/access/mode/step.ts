@@ -23,7 +23,6 @@ export const routeModeStep: Step = async (c, scope, next) => {
   if (scope.meta) scope.meta.limit = `mode:${forced.mode}`;
   if (forced.mode === "open" || (forced.mode === "divert" && route.divertUrl)) {
     // not allowListed: that also spares the JWT's verification, which idempotency and sessions may key on
-    scope.routeOpen = true;
     scope.forcedMode = forced;
     return next();
   }

@@ -4,6 +4,7 @@ import type { Scope, SluiceEnv } from "../../../context.js";
 import { Problem } from "../../../problem.js";
 import { PROBLEMS } from "../../../problem-types.js";
 import { claimSideEffect } from "../../guard/side-effect.js";
+import { traceOf } from "../../guard/scope-subject.js";
 import type { Store } from "../../../store/redis.js";
 import { JOB_ID, readJob, writeJob } from "./jobs.js";
 import { accepted, checkJobSize, JOBS_PATH, toJob, type JobMessage } from "./queue.js";
@@ -47,7 +48,7 @@ export async function enqueue(
   // the queue never delivers before the limit's retry-after: past max_age, the job would only be dropped
   if (route.queue.max_age !== undefined && retryAfterMs > route.queue.max_age) return { overflow: "age" };
   const callback = callbackOf(request, route);
-  const effect = await claimSideEffect(request, scope, route, jobGuardLease(route));
+  const effect = await claimSideEffect(request, { value: scope, route, trace: traceOf(scope) }, jobGuardLease(route));
   if ("kind" in effect) return { response: effect.response, decision: "replay" };
   // the job's id is its entry in its client's share: known before the place is taken
   const id = crypto.randomUUID();
