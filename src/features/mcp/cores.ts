@@ -66,7 +66,11 @@ export function callLimitHeaders(run: LimitRun | undefined): Record<string, stri
  * Once a call is answered: a replay gives back what its decision charged (it never reached the
  * server); any other answer frees its in-flight slots.
  */
-export function afterCall(scope: Scope, run: LimitRun | undefined, replayed: boolean): void {
+export function afterCall(
+  scope: Pick<Scope, "runtime" | "route" | "defer">,
+  run: LimitRun | undefined,
+  replayed: boolean,
+): void {
   if (!run || run.decision.verdict === "reject") return;
   const { leases, overrides, localBuckets } = scope.runtime;
   const route = scope.route?.name;

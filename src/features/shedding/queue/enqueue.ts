@@ -1,6 +1,6 @@
 import type { Context } from "hono";
 import type { Config, Limit, Route } from "../../../config/index.js";
-import type { Scope, SluiceEnv } from "../../../context.js";
+import type { RequestValue, Scope, SluiceEnv } from "../../../context.js";
 import { Problem } from "../../../problem.js";
 import { PROBLEMS } from "../../../problem-types.js";
 import { claimSideEffect } from "../../guard/side-effect.js";
@@ -34,7 +34,7 @@ export type Refused = Pick<LimitOutcome, "limit" | "retryAfterMs">;
  */
 export async function enqueue(
   request: Request,
-  scope: Scope,
+  scope: RequestValue & Pick<Scope, "route" | "trace">,
   refused: Refused,
 ): Promise<{ response: Response; decision: "queued" | "replay" } | { overflow: Overflow }> {
   const route = scope.route as Route;
@@ -97,7 +97,7 @@ function sharing(job: CountedJob): { client?: string } {
  * When Redis cannot count it, the job is queued uncounted (the queue itself is durable; a Redis
  * outage sheds nothing more), and it is never taken off the count either.
  */
-async function takePlace(scope: Scope, route: Route, id: string, refusing: Limit): Promise<Place> {
+async function takePlace(scope: RequestValue, route: Route, id: string, refusing: Limit): Promise<Place> {
   const at = Date.now();
   const home = scope.stores.offPath();
   // the client's share is counted only where the route has one: its jobs then carry the client's hash
@@ -112,7 +112,7 @@ async function takePlace(scope: Scope, route: Route, id: string, refusing: Limit
   }
 }
 
-function givePlaceBack(scope: Scope, route: Route, at: number, job: CountedJob): Promise<undefined> {
+function givePlaceBack(scope: RequestValue, route: Route, at: number, job: CountedJob): Promise<undefined> {
   const home = scope.stores.offPath();
   return settleQuietly(
     home ? leaveQueue(home, scope.config.key_prefix, route, at, job) : Promise.resolve(),
@@ -122,7 +122,7 @@ function givePlaceBack(scope: Scope, route: Route, at: number, job: CountedJob):
 }
 
 /** Writes the job's `queued` status after the response, unless a later status landed first. */
-function deferQueuedStatus(scope: Scope, route: Route, id: string): void {
+function deferQueuedStatus(scope: RequestValue, route: Route, id: string): void {
   const home = scope.stores.offPath();
   if (!home) return;
   const status = {
