@@ -7,7 +7,7 @@ import { decisionView, type DecidedLimit, type Scope } from "./context.js";
 
 /** The parts of a scope the view reads; the rest of the request does not matter to it. */
 function scopeOf(): Scope {
-  const decided: Partial<Scope> = { region: "eu", decision: "allow", sluiceHeaders: {} };
+  const decided: Partial<Scope> = { region: "eu", decision: "allow" };
   return decided as Scope;
 }
 
@@ -20,7 +20,7 @@ describe("decisionView", () => {
     expect(view.limits).toEqual([]);
     scope.limits = { outcomes: [outcome], degraded: false, withoutRedis: false, decidedAt: 1_000 };
     scope.decision = "shadow";
-    scope.sluiceHeaders["sluice-fencing-token"] = "7";
+    scope.guards = { sluiceHeaders: { "sluice-fencing-token": "7" } };
     expect(view.verdict).toBe("shadow");
     expect(view.fencingToken).toBe("7");
     expect(view.limits).toEqual([
@@ -31,7 +31,7 @@ describe("decisionView", () => {
   it("serialises and spreads as the plain decision it stands for", () => {
     const scope = scopeOf();
     scope.route = { name: "api" } as Scope["route"];
-    scope.sluiceHeaders["idempotency-key"] = "k1";
+    scope.guards = { sluiceHeaders: { "idempotency-key": "k1" } };
     const view = decisionView(scope);
     const plain = { verdict: "allow", region: "eu", route: "api", limits: [], idempotencyKey: "k1" };
     expect(JSON.parse(JSON.stringify(view))).toEqual(plain);

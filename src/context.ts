@@ -135,10 +135,8 @@ export interface Scope extends RequestValue {
   forcedMode?: SwitchInForce;
   /** What the rate limiter decided, as the handler's view and the decision's count read it. */
   limits?: LimitSummary;
-  /** Headers sluice tells the origin: fencing token, Idempotency-Key, Sluice-Session. */
-  sluiceHeaders: Record<string, string>;
-  /** A held guard's wait for the origin's answer past `origin_timeout` (its outcome must be learnt). */
-  lateAnswerMs?: number;
+  /** The guards' result, once they hold a claim or a lock for the request (none: nothing guarded). */
+  guards?: GuardsHeld;
   /** The request's W3C `traceparent` (given, or made up), once a step needed it (idempotency). */
   trace?: string;
   /** The origin's reply (the gateway's forwarding) and how long it took: the main origin's, even when failover followed. */
@@ -147,8 +145,20 @@ export interface Scope extends RequestValue {
   failover?: "breaker";
   /** The divert origin's reply, when failover sent the request there: what the client got, and what a claim settles with. */
   diverted?: OriginReply & { latencyMs: number };
+}
+
+/**
+ * What the guards hold for a request: the guard's step (src/features/guard/) or the MCP adapter's
+ * guarded call writes it, once, when its claim or lock is held; the origin's forwarding, failover,
+ * the divert switch and the handler's view read it.
+ */
+export interface GuardsHeld {
+  /** Headers sluice tells the origin: fencing token, Idempotency-Key, Sluice-Session. */
+  readonly sluiceHeaders: Readonly<Record<string, string>>;
+  /** How long the origin's answer is still awaited past `origin_timeout` (a held guard must learn what it did). */
+  readonly lateAnswerMs?: number;
   /** The request's body is in memory (read whole to fingerprint an idempotency key): it can be sent a second time. */
-  bodyKept?: boolean;
+  readonly bodyKept?: boolean;
 }
 
 /**
@@ -200,10 +210,10 @@ export function decisionView(scope: Scope): SluiceDecision {
       return limitStates(scope.limits);
     },
     get fencingToken() {
-      return scope.sluiceHeaders["sluice-fencing-token"];
+      return scope.guards?.sluiceHeaders["sluice-fencing-token"];
     },
     get idempotencyKey() {
-      return scope.sluiceHeaders["idempotency-key"];
+      return scope.guards?.sluiceHeaders["idempotency-key"];
     },
   };
 }

@@ -64,8 +64,8 @@ export function newScope(c: Context, input: ScopeInput, matchRoutes: boolean): S
 }
 
 /** What the steps decide, before any has: an allowed request. */
-function nothingDecided(): Pick<Scope, "decision" | "allowListed" | "sluiceHeaders"> {
-  return { decision: "allow", allowListed: false, sluiceHeaders: {} };
+function nothingDecided(): Pick<Scope, "decision" | "allowListed"> {
+  return { decision: "allow", allowListed: false };
 }
 
 /** A problem found while the scope was being made: the scope still tells the region it is stamped with. */

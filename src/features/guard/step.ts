@@ -29,11 +29,11 @@ export const guardStep: Step = async (c, scope, next) => {
   }
   const held = guarding.claim;
   // the key's body was read to fingerprint it: what goes on is the same bytes, kept (failover may resend them)
-  if (read.request !== c.req.raw) scope.bodyKept = true;
+  const bodyKept = read.request !== c.req.raw;
   c.req.raw = read.request;
-  Object.assign(scope.sluiceHeaders, held.sluiceHeaders);
   // a held guard must learn what the origin did: past origin_timeout its answer is still awaited
-  if (scope.target && held.lateAnswerMs) scope.lateAnswerMs = held.lateAnswerMs;
+  const lateAnswerMs = scope.target && held.lateAnswerMs ? held.lateAnswerMs : undefined;
+  scope.guards = { sluiceHeaders: { ...held.sluiceHeaders }, lateAnswerMs, bodyKept };
   const started = Date.now();
   await next();
   const outcome = outcomeOf(c, scope, started);

@@ -19,11 +19,11 @@ export function divertsOn(route: Route, reason: DivertReason): boolean {
  * would be streamed to the origin and gone. Only a body sluice read whole (an idempotency key's
  * fingerprint, at most its cap) is kept; a request without one is sent again as it is.
  */
-export function spareRequest(request: Request, scope: Pick<Scope, "route" | "bodyKept">): Request | undefined {
+export function spareRequest(request: Request, scope: Pick<Scope, "route" | "guards">): Request | undefined {
   const route = scope.route;
   if (!route || !(divertsOn(route, "5xx") || divertsOn(route, "timeout"))) return undefined;
   if (request.method === "GET" || request.method === "HEAD" || request.body === null) return request;
-  return scope.bodyKept ? request.clone() : undefined;
+  return scope.guards?.bodyKept ? request.clone() : undefined;
 }
 
 /**
@@ -36,14 +36,14 @@ export function spareRequest(request: Request, scope: Pick<Scope, "route" | "bod
  * - otherwise only a safe method (GET, HEAD, OPTIONS): a POST's 5xx or timeout may have acted.
  */
 export function failoverReason(
-  scope: Pick<Scope, "route" | "sluiceHeaders" | "method">,
+  scope: Pick<Scope, "route" | "guards" | "method">,
   reply: OriginReply,
 ): DivertReason | undefined {
   const route = scope.route;
   const reason = reply.outcome === "timeout" ? "timeout" : originFailed(reply) ? "5xx" : undefined;
   if (!route || !reason || !divertsOn(route, reason)) return undefined;
   if (reply.outcome === "unreachable") return reason;
-  if (scope.sluiceHeaders["idempotency-key"] !== undefined)
+  if (scope.guards?.sluiceHeaders["idempotency-key"] !== undefined)
     return reply.outcome === "answered" && route.idempotency?.on_origin_error === "release" ? reason : undefined;
   return SAFE_METHODS.has(scope.method) ? reason : undefined;
 }
@@ -58,7 +58,7 @@ export async function failover(scope: Scope, request: Request, reason: DivertRea
   const route = scope.route;
   const divertUrl = route?.divertUrl;
   if (!route || !divertUrl) throw new Error("failover on a route without a divert_url");
-  const guards = { sluiceHeaders: scope.sluiceHeaders, ...guardsOf(scope) };
+  const guards = { sluiceHeaders: scope.guards?.sluiceHeaders ?? {}, ...guardsOf(scope) };
   const started = Date.now();
   const reply = await sendToDivert(request, scope, { ...route, divertUrl }, guards);
   scope.diverted = { ...reply, latencyMs: Date.now() - started };
@@ -68,6 +68,6 @@ export async function failover(scope: Scope, request: Request, reason: DivertRea
 }
 
 /** A held claim's wait for a late answer, and the problems' base, as the main origin's request had them. */
-function guardsOf(scope: Pick<Scope, "lateAnswerMs" | "target">): { lateAnswerMs?: number; problemBase?: string } {
-  return { lateAnswerMs: scope.lateAnswerMs, problemBase: scope.target?.problemBase };
+function guardsOf(scope: Pick<Scope, "guards" | "target">): { lateAnswerMs?: number; problemBase?: string } {
+  return { lateAnswerMs: scope.guards?.lateAnswerMs, problemBase: scope.target?.problemBase };
 }

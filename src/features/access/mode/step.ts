@@ -41,7 +41,7 @@ export const modeDivertStep: Step = async (c, scope, next) => {
   const route = scope.route;
   const forced = scope.forcedMode;
   if (!route || forced?.mode !== "divert") return next();
-  if (scope.sluiceHeaders["sluice-fencing-token"] !== undefined) return failover(scope, c.req.raw, "mode");
+  if (scope.guards?.sluiceHeaders["sluice-fencing-token"] !== undefined) return failover(scope, c.req.raw, "mode");
   return answerSwitched(c, scope, forced);
 };
 
