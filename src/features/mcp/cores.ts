@@ -7,7 +7,7 @@
  * here alone.
  */
 import type { Limit, Route } from "../../config/index.js";
-import type { Scope } from "../../context.js";
+import type { RequestValue, Scope } from "../../context.js";
 import { decideLimits, type LimitRun } from "../rate-limit/core.js";
 import { decisionPlaceOf, noteRefusal, type OnRefusal } from "../rate-limit/step.js";
 import { giveBack } from "../rate-limit/decision/decision.js";
@@ -127,7 +127,7 @@ export interface CallSubject {
  * `wait`: how long a repeat of a call in flight polls for its result first.
  */
 export async function claimCall(
-  scope: Scope,
+  scope: RequestValue & Pick<Scope, "route" | "trace">,
   route: Route,
   mcp: McpSettings,
   call: CallSubject,

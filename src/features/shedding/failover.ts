@@ -1,5 +1,5 @@
 import type { Route } from "../../config/index.js";
-import type { Scope } from "../../context.js";
+import type { RequestValue, Scope } from "../../context.js";
 import { countDivert } from "../../metrics/diverts.js";
 import { originFailed, type OriginReply } from "../../origin/forward.js";
 import { sendToDivert } from "./divert.js";
@@ -54,7 +54,11 @@ export function failoverReason(
  * diverted`); a divert origin that fails too is not diverted again. The main origin's reply, if
  * it was asked, stays in `scope.reply` (its breaker and adaptive limit watch the main origin).
  */
-export async function failover(scope: Scope, request: Request, reason: DivertReason | "mode"): Promise<Response> {
+export async function failover(
+  scope: RequestValue & Pick<Scope, "route" | "guards" | "diverted" | "decision">,
+  request: Request,
+  reason: DivertReason | "mode",
+): Promise<Response> {
   const route = scope.route;
   const divertUrl = route?.divertUrl;
   if (!route || !divertUrl) throw new Error("failover on a route without a divert_url");
