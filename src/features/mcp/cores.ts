@@ -14,6 +14,7 @@ import { decisionPlaceOf, noteRefusal, refusalSite } from "../rate-limit/step.js
 import { giveBack } from "../rate-limit/decision/decision.js";
 import { rateLimitHeaders } from "../rate-limit/headers.js";
 import { heldSlots, releaseSlots } from "../rate-limit/decision/in-flight.js";
+import { rateLimitIsolate } from "../rate-limit/isolate/rate-limit-isolate.js";
 import { tooManyRequests } from "../rate-limit/refusal.js";
 import { claim, guardFailure, type Claim, type Guarding } from "../guard/core.js";
 import { idempotencySettings } from "../guard/idempotency/schema.js";
@@ -68,7 +69,7 @@ export function callLimitHeaders(run: LimitRun | undefined): Record<string, stri
  */
 export function afterCall(scope: Scope, run: LimitRun | undefined, replayed: boolean): void {
   if (!run || run.decision.verdict === "reject") return;
-  const { leases, overrides, localBuckets } = scope.runtime;
+  const { leases, overrides, localBuckets } = rateLimitIsolate(scope.runtime);
   const route = scope.route?.name;
   if (run.degraded) {
     localBuckets.release(heldSlots(run.decision));
