@@ -197,7 +197,8 @@ export default defineConfig(
               // each capability keeps its isolate state through `Runtime.own`: the runtime stands below them all
               target: "src/runtime.ts",
               from: ["src/admin/**", "src/features/**", "src/middleware/**", "src/pipeline/**", "src/gateway/**"],
-              message: "the isolate's runtime imports no capability, admin, shell or pipeline: they keep their state in it through `own`",
+              message:
+                "the isolate's runtime imports no capability, admin, shell or pipeline: they keep their state in it through `own`",
             },
             ...toolZones,
           ],

@@ -96,7 +96,13 @@ function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, el
     ? { latencyMs: scope.reply.latencyMs, failed: originFailed(scope.reply), client }
     : { latencyMs: elapsedMs, failed: status >= 500, client };
   const { adaptive, overrides } = rateLimitIsolate(scope.runtime);
-  adaptive.record({ bucket, outcome, route, prefix: scope.config.key_prefix }, sample, Date.now(), scope.defer, overrides);
+  adaptive.record(
+    { bucket, outcome, route, prefix: scope.config.key_prefix },
+    sample,
+    Date.now(),
+    scope.defer,
+    overrides,
+  );
 }
 
 /**
