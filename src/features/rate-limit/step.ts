@@ -2,8 +2,9 @@ import type { Context } from "hono";
 import type { Limit, Route } from "../../config/index.js";
 import { ADAPTIVE_LIMIT } from "./adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
-import { publicDecision, type LimitSummary, type Scope, type SluiceEnv, type Step } from "../../context.js";
+import type { LimitSummary, Scope, SluiceEnv, Step } from "../../context.js";
 import { decideLimits, type DecisionPlace, type LimitRun } from "./core.js";
+import { rateLimitIsolate } from "./isolate/rate-limit-isolate.js";
 import { giveBack, madeWithoutRedis } from "./decision/decision.js";
 import { rateLimitHeaders } from "./headers.js";
 import { heldSlots, releaseSlots } from "./decision/in-flight.js";
@@ -37,7 +38,7 @@ export const rateLimitStep =
   (shed: Shed, refused: OnRefusal): Step =>
   async (c, scope, next) => {
     const route = scope.route;
-    if (!route || scope.allowListed || scope.routeOpen) return next();
+    if (!route || scope.allowListed || scope.forcedMode) return next();
     const limited = limitedRoute(scope, route);
     if (limited.limits.length === 0) return next();
     const peek = route.peek !== false;
@@ -45,7 +46,6 @@ export const rateLimitStep =
     scope.limits = run && summaryOf(run);
     if (!run) {
       scope.decision = "degraded";
-      c.set("sluice", publicDecision(scope));
       return next();
     }
     const { decision } = run;
@@ -59,7 +59,6 @@ export const rateLimitStep =
     if (decision.verdict === "shadow" && scope.meta)
       scope.meta.limit = decision.outcomes.find((o) => !o.allowed)?.limit.name ?? "-";
     scope.decision = run.degraded ? "degraded" : peek || decision.verdict === "reject" ? "allow" : decision.verdict;
-    c.set("sluice", publicDecision(scope));
     // leaky buckets hand out slots: the request waits for its own before it goes
     if (run.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, run.delayMs));
     const release = slotReleases(scope, run);
@@ -93,13 +92,13 @@ function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, el
   const sample = scope.reply
     ? { latencyMs: scope.reply.latencyMs, failed: originFailed(scope.reply), client }
     : { latencyMs: elapsedMs, failed: status >= 500, client };
-  const { runtime, config } = scope;
-  runtime.adaptive.record(
-    { bucket, outcome, route, prefix: config.key_prefix },
+  const { adaptive, overrides } = rateLimitIsolate(scope.runtime);
+  adaptive.record(
+    { bucket, outcome, route, prefix: scope.config.key_prefix },
     sample,
     Date.now(),
     scope.defer,
-    runtime.overrides,
+    overrides,
   );
 }
 
@@ -118,7 +117,7 @@ async function decideRequest(scope: Scope, limited: Route, peek: boolean): Promi
 /** Where a request's limits are decided (the core's place): its deployment, region and stores, the isolate's parts. */
 export function decisionPlaceOf(scope: Scope): DecisionPlace {
   const { config, region, stores, runtime, defer } = scope;
-  return { config, region, stores, defer, isolate: { ...runtime.decisions, localBuckets: runtime.localBuckets } };
+  return { config, region, stores, defer, isolate: rateLimitIsolate(runtime) };
 }
 
 /**
@@ -131,13 +130,12 @@ function afterResponse(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, relea
   // sluice's own step did, never a Sluice-Decision header an origin or a handler can send
   if (scope.decision === "replay" || c.get("sluiceReplayed") === true) {
     // the refund frees the slots too; a local decision's are this isolate's to free
+    const { leases, overrides } = rateLimitIsolate(scope.runtime);
     if (!run.degraded)
       scope.defer(
-        settleQuietly(
-          giveBack(run.buckets, run.decision, scope.runtime.leases, scope.runtime.overrides),
-          "refund_failed",
-          { route: scope.route?.name },
-        ),
+        settleQuietly(giveBack(run.buckets, run.decision, leases, overrides), "refund_failed", {
+          route: scope.route?.name,
+        }),
       );
     else scope.defer(release.all());
     return;
@@ -176,7 +174,7 @@ function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun):
   if (run.degraded || run.peek) return undefined;
   const charged = chargedFromResponse(run.buckets, run.decision);
   if (charged.length === 0) return undefined;
-  const { overrides } = scope.runtime;
+  const { overrides } = rateLimitIsolate(scope.runtime);
   const due = headerSettlements(charged, c.res);
   if (due.length > 0) scope.defer(settleResponseCosts(due, overrides).catch(settleFailed));
   const body = BodyCosts.of(charged, c.res);
@@ -242,7 +240,7 @@ function slotReleases(scope: Scope, run: LimitRun): SlotReleases {
 /** The release of `held` (none: undefined): in their Redis, or in this isolate for a local decision. */
 function slotRelease(scope: Scope, run: LimitRun, held: LimitOutcome[]): Release | undefined {
   if (held.length === 0) return undefined;
-  const { localBuckets, overrides } = scope.runtime;
+  const { localBuckets, overrides } = rateLimitIsolate(scope.runtime);
   let released: Promise<void> | undefined;
   return () => {
     released ??= run.degraded
@@ -310,5 +308,6 @@ export const reject: Shed = async (_c, scope, refusal) => {
 
 /** The decision as the pipeline reads it: the handler's view, and how the decision is counted. */
 function summaryOf(run: LimitRun): LimitSummary {
-  return { outcomes: run.decision.outcomes, degraded: run.degraded, withoutRedis: madeWithoutRedis(run.decision) };
+  const { outcomes } = run.decision;
+  return { outcomes, degraded: run.degraded, withoutRedis: madeWithoutRedis(run.decision), decidedAt: Date.now() };
 }
