@@ -1,4 +1,5 @@
 // @ts-check
+import { readdirSync } from "node:fs";
 import { defineConfig } from "eslint/config";
 import { createTypeScriptImportResolver } from "eslint-import-resolver-typescript";
 import { importX } from "eslint-plugin-import-x";
@@ -33,6 +34,36 @@ const toolZones = [
     message: 'the local stack is `import { … } from "@sluice/dev"` (dev/index.ts), never a file under dev/',
   },
 ];
+
+/**
+ * Which other capability folders under src/features/ each may import: only where an adapter calls a
+ * core (docs/architecture.md, Cores and adapters); a capability not named here (a new one included)
+ * imports none. What a capability does on another's behalf (a ban counted on a refusal, a token's
+ * claims for the lists) is handed in where the steps are composed.
+ * @type {Record<string, string[]>}
+ */
+const CAPABILITY_CALLS = {
+  access: ["shedding"], // the degrade switch answers through the shedder
+  breaker: ["shedding"], // an open breaker answers through the shedder
+  mcp: ["guard", "rate-limit"], // the MCP adapter over the guard and rate-limit cores
+  shedding: ["guard", "rate-limit"], // the queue consumer over both cores; the shedder's 429
+};
+
+const capabilities = readdirSync(new URL("./src/features", import.meta.url), { withFileTypes: true })
+  .filter((entry) => entry.isDirectory())
+  .map((entry) => entry.name);
+
+const capabilityZones = capabilities.map((capability) => {
+  const calls = CAPABILITY_CALLS[capability] ?? [];
+  const allowed = calls.length > 0 ? `of the other capabilities only ${calls.join(" and ")}` : "no other capability";
+  return {
+    target: `src/features/${capability}/**/!(*.test).ts`,
+    from: capabilities
+      .filter((other) => other !== capability && !calls.includes(other))
+      .map((other) => `src/features/${other}/**`),
+    message: `src/features/${capability}/ imports ${allowed}: hand in what it needs of another where the steps are composed, or move what both need below both`,
+  };
+});
 
 const tsFiles = [
   "src/**/*.ts",
@@ -211,6 +242,7 @@ export default defineConfig(
               ],
               message: "the isolate's runtime holds state for the admin, it never imports it",
             },
+            ...capabilityZones,
             ...toolZones,
           ],
         },

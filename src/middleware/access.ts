@@ -10,7 +10,7 @@ import { plainConfigSchema } from "../config/settings.js";
 import type { SluiceEnv } from "../context.js";
 import type { Env } from "../env.js";
 import { accessListsStep } from "../features/access/step.js";
-import { bearerClaims } from "../features/jwt/step.js";
+import { bearerClaims, claimsForLists } from "../features/jwt/step.js";
 import { isolateRuntime } from "../runtime.js";
 import { compileOptions, standalone, type SharedOptions } from "./standalone.js";
 
@@ -24,7 +24,7 @@ export type { SharedOptions } from "./standalone.js";
  */
 export function accessLists(options: SharedOptions & { name?: string } = {}): MiddlewareHandler<SluiceEnv> {
   const config = compileOptions("accessLists", options, { name: options.name ?? "app" }, { schema: plainConfigSchema });
-  return standalone(config, options, [accessListsStep], { by: "accessLists()", duties: ["lists"] });
+  return standalone(config, options, [accessListsStep(claimsForLists)], { by: "accessLists()", duties: ["lists"] });
 }
 
 export interface VerifyJwtOptions extends SharedOptions {

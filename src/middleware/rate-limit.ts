@@ -11,6 +11,7 @@ import { ConfigError } from "../config/load.js";
 import { plainConfigSchema } from "../config/settings.js";
 import type { SluiceEnv, Step } from "../context.js";
 import { usesJwt } from "../config/uses-jwt.js";
+import { banOnRefusal } from "../features/access/bans.js";
 import { rateLimitStep, reject } from "../features/rate-limit/step.js";
 import { Problem } from "../problem.js";
 import { PROBLEMS } from "../problem-types.js";
@@ -73,7 +74,7 @@ export function rateLimit(options: RateLimitOptions): MiddlewareHandler<SluiceEn
   const config = compileOptions("rateLimit", options, route, { schema: plainConfigSchema });
   const compiled = config.routes[0];
   // no on_limit here: a refusal is a 429, and none of the shedding strategies is bundled
-  const step = rateLimitStep(reject);
+  const step = rateLimitStep(reject, banOnRefusal);
   const steps = compiled && usesJwt(compiled) ? [claimsVerifiedBefore, step] : [step];
   return standalone(config, options, steps, { by: "rateLimit()", duties: ["limits"] });
 }

@@ -1,4 +1,5 @@
 import type { Config, Limit } from "../../config/index.js";
+import type { Scope } from "../../context.js";
 import type { Env } from "../../env.js";
 import type { Stores } from "../../region/index.js";
 import type { Defer } from "../../util/defer.js";
@@ -89,6 +90,33 @@ export interface RefusalSite {
   config: Config;
   env: Env;
   defer: Defer;
+}
+
+/** The parts of a request's scope a refusal's site is read from. */
+type RefusalScope = Pick<Scope, "route" | "facts" | "stores" | "config" | "env" | "defer" | "runtime">;
+
+/** The refusal's site, as the ban count takes it. */
+export function refusalSite(scope: RefusalScope): RefusalSite {
+  const { facts, stores, config, env, defer, runtime } = scope;
+  return {
+    route: scope.route?.name,
+    facts,
+    stores,
+    config,
+    env,
+    defer,
+    lists: runtime.lists,
+    metrics: runtime.metrics,
+  };
+}
+
+/**
+ * A refusal of a step that decides limits (the rate limiter's, the MCP adapter's), counted towards
+ * a ban: handed to them where the steps are composed (src/pipeline/steps.ts,
+ * src/middleware/rate-limit.ts), so the rate limiter knows nothing of the lists a ban is written to.
+ */
+export function banOnRefusal(scope: RefusalScope, limit: Limit): void {
+  countRefusal(refusalSite(scope), limit);
 }
 
 /**

@@ -2,11 +2,12 @@ import type { Context } from "hono";
 import type { Config, Route } from "../../config/index.js";
 import type { Scope, Step } from "../../context.js";
 import { usesJwt } from "../../config/uses-jwt.js";
-import { JwksCache, verifyBearer, type Verified } from "./jwt.js";
+import { JwksCache, statedClaims, verifyBearer, type Verified } from "./jwt.js";
 import { AUTO_PRINCIPAL } from "../../identity/principal.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { limitedRoute } from "../../routing/route.js";
+import { logFailure } from "../../util/log.js";
 
 /** What verifying a request's bearer token needs: the `jwt` settings, the key's variable, the JWKS cache. */
 export type Verifier = Pick<Scope, "config" | "env" | "runtime">;
@@ -65,6 +66,37 @@ function invalidToken(detail: string, problemBase: string | undefined): Problem 
 /** The HMAC key tokens are verified with: the Worker's variable named by `jwt.secret_env`. */
 export function jwtSecret(scope: Pick<Scope, "config" | "env">): unknown {
   return (scope.env as unknown as Record<string, unknown>)[scope.config.jwt?.secret_env ?? "SLUICE_JWT_SECRET"];
+}
+
+/**
+ * The request's claims for the deny and allow lists (the access step's `claimsOf`, handed to it
+ * where the steps are composed): verified ones go to its facts (allow and deny entries match them,
+ * and the route's own steps reuse them). A token that does not verify gives only the claims it
+ * states, which deny entries alone match: a banned client's expired or re-signed token keeps it
+ * banned, while no forged claim can put a client on the allow list. Its 401 is the route's to give.
+ */
+export async function claimsForLists(c: Context, scope: Scope): Promise<Record<string, unknown> | undefined> {
+  if (scope.facts.claims) return undefined;
+  const verified = await verifiedBearer(c, scope);
+  if (verified.ok) {
+    scope.facts.claims = verified.claims;
+    return undefined;
+  }
+  warnUnverifiable(scope);
+  return statedClaims(c.req.raw);
+}
+
+const warned = new WeakSet<Config>();
+
+/** Once per configuration: `jwt:` entries but no key to verify tokens with (allow entries cannot match). */
+function warnUnverifiable(scope: Scope): void {
+  const settings = scope.config.jwt;
+  const secret = jwtSecret(scope);
+  if (settings?.jwks_url || (typeof secret === "string" && secret !== "") || warned.has(scope.config)) return;
+  warned.add(scope.config);
+  logFailure("lists_jwt_unverifiable", {
+    detail: `the lists name JWT claims but there is no ${settings?.secret_env ?? "SLUICE_JWT_SECRET"} or jwt.jwks_url to verify tokens with: jwt: allow entries cannot match`,
+  });
 }
 
 /**

@@ -8,9 +8,8 @@
  */
 import type { Limit, Route } from "../../config/index.js";
 import type { Scope } from "../../context.js";
-import { countRefusal } from "../access/bans.js";
 import { decideLimits, type LimitRun } from "../rate-limit/core.js";
-import { decisionPlaceOf, noteRefusal, refusalSite } from "../rate-limit/step.js";
+import { decisionPlaceOf, noteRefusal, type OnRefusal } from "../rate-limit/step.js";
 import { giveBack } from "../rate-limit/decision/decision.js";
 import { rateLimitHeaders } from "../rate-limit/headers.js";
 import { heldSlots, releaseSlots } from "../rate-limit/decision/in-flight.js";
@@ -35,10 +34,15 @@ export type CallLimits = { run?: LimitRun; refusal?: Problem };
 /**
  * The route's `limits` that apply to the call (`applies`: those of its tool) decided for one call
  * by the rate limiter's core, cost as configured: a refusal is the 429 problem the route would
- * answer (its detail, `Retry-After`, `RateLimit` headers), counted towards a ban. No run: Redis
- * failed and the deployment fails open.
+ * answer (its detail, `Retry-After`, `RateLimit` headers), handed to `refused` (a count towards a
+ * ban) as the route's refusal would be. No run: Redis failed and the deployment fails open.
  */
-export async function decideCall(scope: Scope, route: Route, applies: (limit: Limit) => boolean): Promise<CallLimits> {
+export async function decideCall(
+  scope: Scope,
+  route: Route,
+  applies: (limit: Limit) => boolean,
+  refused: OnRefusal,
+): Promise<CallLimits> {
   if (!route.limits.some(applies) || scope.allowListed || scope.routeOpen) return {};
   const ask = { route, caller: { facts: scope.facts }, mode: "take", applies } as const;
   const run = await decideLimits(decisionPlaceOf(scope), ask);
@@ -48,7 +52,7 @@ export async function decideCall(scope: Scope, route: Route, applies: (limit: Li
     return {};
   }
   if (run.decision.verdict === "reject") {
-    countRefusal(refusalSite(scope), run.decision.blocking.limit);
+    refused(scope, run.decision.blocking.limit);
     await noteRefusal(scope, run.decision);
     scope.decision = "reject";
     return { run, refusal: tooManyRequests(run.decision, route.name) };

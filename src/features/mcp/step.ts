@@ -13,6 +13,7 @@ import { McpIsolate } from "./isolate.js";
 import { readMessage, rpcRefusal, RPC_ERRORS, type Message } from "./jsonrpc.js";
 import { refusalAnswer } from "./refusals.js";
 import type { McpSettings } from "./schema.js";
+import type { OnRefusal } from "../rate-limit/step.js";
 
 /** The largest message sluice reads from a POST to an MCP endpoint (it must read it to know what it is). */
 const MAX_MESSAGE_BYTES = 10 * 1024 * 1024;
@@ -24,38 +25,42 @@ const MAX_MESSAGE_BYTES = 10 * 1024 * 1024;
  * is answered here and never reaches the server; a batch, or a 2026-07-28 routing header that
  * disagrees with the body, is refused; everything else (the handshake, lists, notifications, the
  * GET stream, DELETE) goes to the server as it came, its answer unbuffered. The route's limits and
- * guards are the calls', so the steps after this one see none.
+ * guards are the calls', so the steps after this one see none. `refused` is what a call's refusal
+ * sets off besides its answer, as for the route's (a count towards a ban).
  */
-export const mcpStep: Step = async (c, scope, next) => {
-  const route = scope.route;
-  const mcp = route?.mcp;
-  if (!route || !mcp) return next();
-  scope.route = { ...route, limits: [], idempotency: undefined, session: undefined };
-  if (scope.method !== "POST") return next();
-  const bytes = await readMessageBytes(c.req.raw);
-  // the same bytes go on, whatever they are: a message sluice cannot read is the server's to judge
-  c.req.raw = withBody(c.req.raw, bytes);
-  const message = readMessage(new TextDecoder().decode(bytes));
-  if (message.kind === "batch")
-    return rpcRefusal(
-      null,
-      RPC_ERRORS.invalidRequest,
-      "a JSON array (batch) is not accepted: send one message per request",
-    );
-  const mismatch = headerMismatch(c.req.raw.headers, message);
-  if (mismatch) return rpcRefusal(message.kind === "request" ? message.id : null, RPC_ERRORS.headerMismatch, mismatch);
-  const isolate = scope.runtime.own(McpIsolate);
-  if (message.kind === "notification" && message.method === "notifications/cancelled") {
-    // a guarded call's cancel would make the server drop its result: answered here, not forwarded
-    if (isolate.callGuarded(route.name, sessionOf(c), message.params.requestId) !== false)
-      return new Response(null, { status: 202 });
-    return next();
-  }
-  const call = toolCallOf(message);
-  if (call) return toolCall(c, scope, { route, mcp, call, isolate }, next);
-  await next();
-  if (mcp.trust_annotations) listedTools(c, scope, route, message, isolate);
-};
+export const mcpStep =
+  (refused: OnRefusal): Step =>
+  async (c, scope, next) => {
+    const route = scope.route;
+    const mcp = route?.mcp;
+    if (!route || !mcp) return next();
+    scope.route = { ...route, limits: [], idempotency: undefined, session: undefined };
+    if (scope.method !== "POST") return next();
+    const bytes = await readMessageBytes(c.req.raw);
+    // the same bytes go on, whatever they are: a message sluice cannot read is the server's to judge
+    c.req.raw = withBody(c.req.raw, bytes);
+    const message = readMessage(new TextDecoder().decode(bytes));
+    if (message.kind === "batch")
+      return rpcRefusal(
+        null,
+        RPC_ERRORS.invalidRequest,
+        "a JSON array (batch) is not accepted: send one message per request",
+      );
+    const mismatch = headerMismatch(c.req.raw.headers, message);
+    if (mismatch)
+      return rpcRefusal(message.kind === "request" ? message.id : null, RPC_ERRORS.headerMismatch, mismatch);
+    const isolate = scope.runtime.own(McpIsolate);
+    if (message.kind === "notification" && message.method === "notifications/cancelled") {
+      // a guarded call's cancel would make the server drop its result: answered here, not forwarded
+      if (isolate.callGuarded(route.name, sessionOf(c), message.params.requestId) !== false)
+        return new Response(null, { status: 202 });
+      return next();
+    }
+    const call = toolCallOf(message);
+    if (call) return toolCall(c, scope, { route, mcp, call, isolate, refused }, next);
+    await next();
+    if (mcp.trust_annotations) listedTools(c, scope, route, message, isolate);
+  };
 
 /** The message: the whole body, read (413 past the bound). */
 async function readMessageBytes(request: Request): Promise<Uint8Array> {
@@ -73,22 +78,23 @@ function sessionOf(c: Context<SluiceEnv>): string {
   return c.req.raw.headers.get("mcp-session-id") ?? "";
 }
 
-/** The route, its table, the call and the isolate's memory, for one call. */
+/** The route, its table, the call, the isolate's memory and what a refusal sets off, for one call. */
 interface CallPlace {
   route: Route;
   mcp: McpSettings;
   call: ToolCall;
   isolate: McpIsolate;
+  refused: OnRefusal;
 }
 
 /** One `tools/call`: its tool's limits, then guarded or passed through; counted per tool. */
 async function toolCall(c: Context<SluiceEnv>, scope: Scope, place: CallPlace, next: Next): Promise<Response> {
-  const { route, mcp, call, isolate } = place;
+  const { route, mcp, call, isolate, refused } = place;
   scope.facts.tool = call.tool;
   const named = mcp.pass.includes(call.tool) || (mcp.guard !== "all" && mcp.guard.includes(call.tool));
   const label = isolate.label(route.name, call.tool, named || route.limits.some((l) => l.tools?.includes(call.tool)));
   const count = (o: McpOutcome) => countMcpCall(scope.runtime.metrics, route.name, label, o);
-  const limits = await decideCall(scope, route, appliesTo(call.tool));
+  const limits = await decideCall(scope, route, appliesTo(call.tool), refused);
   c.set("sluice", publicDecision(scope));
   if (limits.refusal) {
     count("refused");

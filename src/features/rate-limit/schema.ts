@@ -3,7 +3,7 @@ import * as z from "zod/mini";
 import { CODE_PART } from "../../identity/identify.js";
 import { deferred, lazy } from "../../config/lazy.js";
 import { booleanOrDuration, duration, keyPart, name, tierRate, toolName } from "../../config/primitives.js";
-import { banSettings, bannable } from "../access/schema.js";
+import { banSettings, bannable } from "./ban-schema.js";
 import {
   algorithm,
   ALGORITHM_NAMES,

@@ -1,6 +1,5 @@
 import type { Context } from "hono";
-import { countRefusal, type RefusalSite } from "../access/bans.js";
-import type { Route } from "../../config/index.js";
+import type { Limit, Route } from "../../config/index.js";
 import { ADAPTIVE_LIMIT } from "./adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
 import { publicDecision, type LimitSummary, type Scope, type SluiceEnv, type Step } from "../../context.js";
@@ -31,10 +30,11 @@ import { logError, settleQuietly } from "../../util/log.js";
  * route's adaptive limit is freed when the origin's answer is in (what its latency measures); the
  * slots of its concurrency limits once its response body has been delivered (or the client went
  * away); both at once when a later step answered instead. `shed` answers refusals: the gateway's
- * sheds them as `on_limit` says, the middleware's refuses them (`reject`, below).
+ * sheds them as `on_limit` says, the middleware's refuses them (`reject`, below); `refused` is what
+ * else a refusal sets off (a count towards a ban).
  */
 export const rateLimitStep =
-  (shed: Shed): Step =>
+  (shed: Shed, refused: OnRefusal): Step =>
   async (c, scope, next) => {
     const route = scope.route;
     if (!route || scope.allowListed || scope.routeOpen) return next();
@@ -53,7 +53,7 @@ export const rateLimitStep =
       scope.runtime.rebalance.nudge(scope.config, scope.stores, Date.now(), scope.defer);
     if (decision.verdict === "reject" && !peek) {
       // every refusal counts towards a ban, from the blocked-bucket cache too, however it is shed
-      countRefusal(refusalSite(scope), decision.blocking.limit);
+      refused(scope, decision.blocking.limit);
       return shed(c, scope, decision);
     }
     if (decision.verdict === "shadow" && scope.meta)
@@ -275,20 +275,12 @@ function watchDelivery(c: Context<SluiceEnv>, scope: Scope, watches: readonly De
   scope.defer(done.then(finish));
 }
 
-/** The refusal's site, as the ban count takes it. */
-export function refusalSite(scope: Scope): RefusalSite {
-  const { facts, stores, config, env, defer, runtime } = scope;
-  return {
-    route: scope.route?.name,
-    facts,
-    stores,
-    config,
-    env,
-    defer,
-    lists: runtime.lists,
-    metrics: runtime.metrics,
-  };
-}
+/**
+ * What a refusal sets off besides its answer, handed in where the steps are composed: the gateway's
+ * and `rateLimit()`'s count it towards a ban (`banOnRefusal`, src/features/access/bans.ts, which
+ * writes the ban to the lists). The refusing limit is the decision's blocking one.
+ */
+export type OnRefusal = (scope: Scope, limit: Limit) => void;
 
 /**
  * How a refused request is answered: the gateway sheds it as the route's `on_limit` says

@@ -3,7 +3,7 @@
  * docs/idempotency-and-sessions.md, Reconciliation): a path on the route's origin, or a full https
  * URL on a host the route may call, with `{key}` standing for the key, URL-encoded.
  */
-import { callbackAllowed, type CallbackPattern } from "../../shedding/queue/callback-allowlist.js";
+import { callbackAllowed, type CallbackPattern } from "../../../origin/callback-allowlist.js";
 import { joinPaths } from "../../../origin/forward.js";
 
 /** What stands for the request's key (its `Idempotency-Key`, or the derived one) in the template. */

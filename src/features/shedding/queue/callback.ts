@@ -11,9 +11,7 @@ import { Problem } from "../../../problem.js";
 import { PROBLEMS } from "../../../problem-types.js";
 import { log, logError } from "../../../util/log.js";
 import type { JobMessage } from "./queue.js";
-import { callbackAllowed } from "./callback-allowlist.js";
-
-export { callbackAllowed, type CallbackPattern } from "./callback-allowlist.js";
+import { callbackAllowed } from "../../../origin/callback-allowlist.js";
 
 export const CALLBACK_HEADER = "sluice-callback";
 const MAX_URL = 2_048;

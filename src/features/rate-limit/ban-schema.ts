@@ -9,7 +9,8 @@ const MAX_BAN_MS = 365 * 86_400_000;
 /**
  * Escalating bans (docs/operating.md, Bans): a client this limit refuses `after` times within `within` goes
  * on the deny list for the first of `for`, each repeat ban for the next (the last repeats), so a
- * ban never gets shorter.
+ * ban never gets shorter. A limit's own table, so it stands with the limit's schema; the lists
+ * write the bans (src/features/access/bans.ts, handed each refusal where the steps are composed).
  */
 export const banSettings = lazy(() =>
   z

@@ -1,7 +1,9 @@
 /*
  * The allowlist of URLs a route may call besides its origin: a queued job's completion callbacks
- * (`queue.callbacks`), and the hosts a reconcile URL may be on (src/features/guard/idempotency/reconcile-url.ts).
- * A module of its own, free of the configuration, so the configuration's checks can use it.
+ * (`queue.callbacks`, src/features/shedding/queue/callback.ts), and the hosts a reconcile URL may
+ * be on (src/features/guard/idempotency/reconcile-url.ts). Below the capabilities, beside the
+ * forwarding to the origin, because two of them ask it; free of the configuration, so the
+ * configuration's checks can use it.
  */
 
 /** An allowlist entry: an exact https URL, or a prefix (written with a trailing `*`). */
