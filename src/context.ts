@@ -63,6 +63,8 @@ export interface LimitSummary {
   degraded: boolean;
   /** Answered by the isolate alone (the blocked-bucket cache, leases): no central call. */
   withoutRedis: boolean;
+  /** When it was decided (epoch ms): what each outcome's `resetMs` counts from. */
+  decidedAt: number;
 }
 
 /** The operator's degrade switch on the route (src/features/access/mode/): its mode, until when (epoch ms). */
@@ -84,42 +86,57 @@ export interface DecisionMeta {
 }
 
 /**
- * What the steps of one request share: created by the gateway's first middleware (or by a
- * standalone middleware for itself), filled in as the request goes. Steps take the narrow parts
- * they need from it and hand them to functions that know nothing of Hono.
+ * What every request has, fixed once its scope is made (src/pipeline/scope.ts `newScope`): its
+ * isolate, configuration, region, stores, facts and where it goes. Every field is `readonly`, so
+ * that no step can rewrite the request it was handed; what the steps decide is `Scope`'s.
  */
-export interface Scope {
-  runtime: Runtime;
-  config: Config;
-  region: string;
-  stores: Stores;
-  facts: RequestFacts;
-  defer: Defer;
+export interface RequestValue {
+  readonly runtime: Runtime;
+  readonly config: Config;
+  readonly region: string;
+  readonly stores: Stores;
+  readonly facts: RequestFacts;
+  readonly defer: Defer;
   /** The Worker's bindings: secrets (the JWT's HMAC key) and the queue producer. */
-  env: Env;
-  /** The matched route; none: the request is forwarded without limits. */
-  route?: Route;
+  readonly env: Env;
   /** The method the guards decide on: the request's, or the override its route honours (`method_override`). */
-  method: string;
+  readonly method: string;
   /** The route honours the request's method-override header: it is forwarded (otherwise stripped). */
-  methodOverridden: boolean;
+  readonly methodOverridden: boolean;
   /** The path the origin is asked for (the forward form of the normalised path). */
-  forwardPath: string;
+  readonly forwardPath: string;
   /** Where allowed requests go (the gateway); none: to the app's own handler. */
-  target?: ForwardTarget;
+  readonly target?: ForwardTarget;
+}
+
+/**
+ * What the steps of one request share: the request's value (made by the gateway's first
+ * middleware, or by a standalone middleware for itself), and what the steps decide as the request
+ * goes. Steps take the narrow parts they need from it and hand them to functions that know
+ * nothing of Hono.
+ */
+export interface Scope extends RequestValue {
+  /**
+   * The matched route, as the steps after see it (none: the request is forwarded without limits).
+   * Not the request's fixed value: an MCP endpoint's step takes its limits and guards for its calls,
+   * the job-status endpoint answers under none.
+   */
+  route?: Route;
   /** Set once the decision is to be counted: a matched route, or a deny-list refusal. */
   meta?: DecisionMeta;
   /** What `Sluice-Decision` says, as the steps have it so far. */
   decision: DecisionHeader;
   allowListed: boolean;
-  /** The operator switched the route to `open` or `divert` (src/features/access/mode/): its limits are not asked. */
-  routeOpen?: boolean;
-  /** The operator's switch in force for the route, when it lets the request on (`open`; `divert`, done after the guards). */
+  /**
+   * The degrade switch's result (written by its step alone, src/features/access/mode/): the operator's
+   * switch in force for the route, when it lets the request on (`open`; `divert`, done after the
+   * guards). Either way the route's limits are not asked.
+   */
   forcedMode?: SwitchInForce;
   /** What the rate limiter decided, as the handler's view and the decision's count read it. */
   limits?: LimitSummary;
-  /** Headers sluice tells the origin: fencing token, Idempotency-Key, Sluice-Session. */
-  sluiceHeaders: Record<string, string>;
+  /** The guards' result, once they hold a claim or a lock for the request (none: nothing guarded). */
+  guards?: GuardsHeld;
   /** The request's W3C `traceparent` (given, or made up), once a step needed it (idempotency). */
   trace?: string;
   /** The origin's reply (the gateway's forwarding) and how long it took: the main origin's, even when failover followed. */
@@ -128,8 +145,20 @@ export interface Scope {
   failover?: "breaker";
   /** The divert origin's reply, when failover sent the request there: what the client got, and what a claim settles with. */
   diverted?: OriginReply & { latencyMs: number };
+}
+
+/**
+ * What the guards hold for a request: the guard's step (src/features/guard/) or the MCP adapter's
+ * guarded call writes it, once, when its claim or lock is held; the origin's forwarding, failover,
+ * the divert switch and the handler's view read it.
+ */
+export interface GuardsHeld {
+  /** Headers sluice tells the origin: fencing token, Idempotency-Key, Sluice-Session. */
+  readonly sluiceHeaders: Readonly<Record<string, string>>;
+  /** How long the origin's answer is still awaited past `origin_timeout` (a held guard must learn what it did). */
+  readonly lateAnswerMs?: number;
   /** The request's body is in memory (read whole to fingerprint an idempotency key): it can be sent a second time. */
-  bodyKept?: boolean;
+  readonly bodyKept?: boolean;
 }
 
 /**
@@ -163,24 +192,42 @@ export interface SluiceEnv {
  */
 export type Step = (c: Context<SluiceEnv>, scope: Scope, next: Next) => Promise<Response | void>;
 
-/** The handler's view of a scope. */
-export function publicDecision(scope: Scope): SluiceDecision {
-  const outcomes = scope.limits?.outcomes ?? [];
-  const now = Date.now();
+/**
+ * The handler's view of a scope (`c.get("sluice")`), published once by the mount when the scope is
+ * made: each field reads what the steps have decided when it is read, so no step publishes again.
+ * Its fields are enumerable getters: `JSON.stringify` and a spread read them as they stand.
+ */
+export function decisionView(scope: Scope): SluiceDecision {
   return {
-    verdict: scope.decision,
+    get verdict() {
+      return scope.decision;
+    },
     region: scope.region,
-    route: scope.route?.name,
-    limits: outcomes.map((o) => ({
-      name: o.limit.name,
-      allowed: o.allowed,
-      remaining: o.remaining,
-      reset: Math.ceil(Math.max(0, o.resetMs) / 1000),
-      resetMs: o.resetMs,
-      resetAt: now + Math.max(0, o.resetMs),
-      retryAfterMs: o.retryAfterMs,
-    })),
-    fencingToken: scope.sluiceHeaders["sluice-fencing-token"],
-    idempotencyKey: scope.sluiceHeaders["idempotency-key"],
+    get route() {
+      return scope.route?.name;
+    },
+    get limits() {
+      return limitStates(scope.limits);
+    },
+    get fencingToken() {
+      return scope.guards?.sluiceHeaders["sluice-fencing-token"];
+    },
+    get idempotencyKey() {
+      return scope.guards?.sluiceHeaders["idempotency-key"];
+    },
   };
+}
+
+/** The rate limiter's decision as the handler sees it: each limit's state, its reset as of the decision. */
+function limitStates(limits: LimitSummary | undefined): LimitState[] {
+  if (!limits) return [];
+  return limits.outcomes.map((o) => ({
+    name: o.limit.name,
+    allowed: o.allowed,
+    remaining: o.remaining,
+    reset: Math.ceil(Math.max(0, o.resetMs) / 1000),
+    resetMs: o.resetMs,
+    resetAt: limits.decidedAt + Math.max(0, o.resetMs),
+    retryAfterMs: o.retryAfterMs,
+  }));
 }

@@ -184,9 +184,9 @@ function optionsScope(config: Config, options: SharedOptions, matchRoutes: boole
   return (c) => {
     const runtime = options.runtime ?? isolateRuntime();
     const env = (c.env ?? {}) as Env;
-    const scope = newScope(c, { runtime, config, connect: connectionOf(options, c, config), env }, matchRoutes);
-    if (!matchRoutes) scope.route = config.routes[0];
-    entered(scope);
+    const scope = entered(
+      newScope(c, { runtime, config, connect: connectionOf(options, c, config), env }, matchRoutes),
+    );
     // sluice(config)'s routes decide on one method: the app's handlers see no override they did not honour
     if (matchRoutes && !scope.target && !scope.methodOverridden) c.req.raw = withoutOverride(c.req.raw);
     const claims = c.get("jwtPayload" as never) as unknown;

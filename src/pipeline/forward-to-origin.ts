@@ -17,7 +17,8 @@ export async function forwardToOrigin(c: Context<SluiceEnv>): Promise<Response> 
   if (scope.failover) return failover(scope, c.req.raw, scope.failover);
   const spare = spareRequest(c.req.raw, scope);
   const started = Date.now();
-  const reply = await sendToOrigin(c.req.raw, { ...scope.target, sluiceHeaders: scope.sluiceHeaders });
+  const { sluiceHeaders = {}, lateAnswerMs } = scope.guards ?? {};
+  const reply = await sendToOrigin(c.req.raw, { ...scope.target, sluiceHeaders, lateAnswerMs });
   // the origin's own time: from its request fully sent (a slow upload is the client's) to its answer
   const sentAt = Math.max(started, Math.min(reply.bodySentAt ?? started, Date.now()));
   scope.reply = { ...reply, latencyMs: Date.now() - sentAt };

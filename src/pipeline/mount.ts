@@ -1,6 +1,6 @@
 import type { Context, MiddlewareHandler, Next } from "hono";
 import { every } from "hono/combine";
-import { publicDecision, type Scope, type SluiceEnv, type Step } from "../context.js";
+import { decisionView, type Scope, type SluiceEnv, type Step } from "../context.js";
 import { withoutSluiceHeaders } from "../origin/forward.js";
 import type { ErrorAnswer } from "./error-answer.js";
 import { misconfiguredStore } from "./redis-required.js";
@@ -68,7 +68,7 @@ function scopeMaker(shell: Shell, made: (scope: Scope) => void): MiddlewareHandl
     }
     made(scope);
     c.set("sluiceScope", scope);
-    c.set("sluice", publicDecision(scope));
+    c.set("sluice", decisionView(scope));
     await next();
   };
 }

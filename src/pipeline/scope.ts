@@ -32,38 +32,40 @@ export interface ScopeInput {
 
 /**
  * The scope of one request: the region that decides it (from `request.cf`), its path in normal
- * form (a path that cannot be normalised is a 400 problem), the route it matches (none: no
- * limits) and the facts its identities are read from.
+ * form (a path that cannot be normalised is a 400 problem), the route it matches (`matchRoutes`;
+ * otherwise the configuration's one route, a standalone middleware's; none: no limits), the facts
+ * its identities are read from and where an allowed request goes. All of it is the request's
+ * value, made here once; the steps fill in only what they decide.
  */
 export function newScope(c: Context, input: ScopeInput, matchRoutes: boolean): Scope {
   const { runtime, config, connect, env } = input;
   const request = c.req.raw;
   const region = chooseRegion(config, request.cf as { colo?: string; continent?: string } | undefined);
   const url = new URL(request.url);
-  const ip = clientIp(request.headers);
   const normal = normalisePath(url.pathname, config.paths);
-  const scope: Scope = {
-    runtime,
-    config,
-    region,
-    stores: runtime.stores(connect, config),
-    facts: { ip, matchPath: normal.ok ? normal.path.match : "/", headers: request.headers, url },
-    defer: deferrer(c),
-    env,
-    forwardPath: normal.ok ? normal.path.forward : "/",
-    method: request.method.toUpperCase(),
-    methodOverridden: false,
-    decision: "allow",
-    allowListed: false,
-    sluiceHeaders: {},
-  };
-  if (!normal.ok)
-    throw new ScopedProblem(scope, { type: PROBLEMS.badRequestPath, status: normal.status, detail: normal.detail });
-  if (matchRoutes) {
-    const chosen = chooseRoute(config.routes, request, normal.path.match);
-    Object.assign(scope, { route: chosen.route, method: chosen.method, methodOverridden: chosen.overridden });
+  const matchPath = normal.ok ? normal.path.match : "/";
+  const facts = { ip: clientIp(request.headers), matchPath, headers: request.headers, url };
+  const value = { runtime, config, region, stores: runtime.stores(connect, config), facts, defer: deferrer(c), env };
+  const method = request.method.toUpperCase();
+  if (!normal.ok) {
+    const partial: Scope = { ...value, forwardPath: "/", method, methodOverridden: false, ...nothingDecided() };
+    throw new ScopedProblem(partial, { type: PROBLEMS.badRequestPath, status: normal.status, detail: normal.detail });
   }
-  return scope;
+  const chosen = matchRoutes
+    ? chooseRoute(config.routes, request, normal.path.match)
+    : { route: config.routes[0], method, overridden: false };
+  const routed = {
+    route: chosen.route,
+    method: chosen.method,
+    methodOverridden: chosen.overridden,
+    forwardPath: normal.path.forward,
+  };
+  return { ...value, ...routed, target: forwardTarget(config, { ...routed, facts }), ...nothingDecided() };
+}
+
+/** What the steps decide, before any has: an allowed request. */
+function nothingDecided(): Pick<Scope, "decision" | "allowListed"> {
+  return { decision: "allow", allowListed: false };
 }
 
 /** A problem found while the scope was being made: the scope still tells the region it is stamped with. */
@@ -79,9 +81,8 @@ export class ScopedProblem extends Problem {
 /** How a pipeline makes its request's scope; throws a problem (a `ScopedProblem` when a scope exists). */
 export type ScopeSource = (c: Context<SluiceEnv>) => Scope;
 
-/** A scope ready for the steps: where an allowed request goes, and the route it is counted under. */
+/** A scope ready for the steps (a guarded route's Redis is configured, else its 500 problem): the route it is counted under. */
 export function entered(scope: Scope): Scope {
-  scope.target = forwardTarget(scope.config, scope);
   const notConfigured = redisNotConfigured(scope);
   if (notConfigured) throw new ScopedProblem(scope, notConfigured);
   if (scope.route) scope.meta = { route: scope.route.name, limit: "-" };
@@ -92,14 +93,17 @@ export function entered(scope: Scope): Scope {
  * Where an allowed request goes, when the configuration names an origin (an app's own handlers
  * answer otherwise): the forward form of its path, its client, and its route's timeout.
  */
-export function forwardTarget(config: Config, scope: Scope): Scope["target"] {
+function forwardTarget(
+  config: Config,
+  request: Pick<Scope, "route" | "forwardPath" | "methodOverridden" | "facts">,
+): Scope["target"] {
   if (!config.originUrl) return undefined;
   return {
     origin: config.originUrl,
-    path: scope.forwardPath,
-    clientIp: scope.facts.ip,
-    timeoutMs: scope.route?.origin_timeout,
+    path: request.forwardPath,
+    clientIp: request.facts.ip,
+    timeoutMs: request.route?.origin_timeout,
     problemBase: config.problem_base,
-    methodOverride: scope.methodOverridden,
+    methodOverride: request.methodOverridden,
   };
 }

@@ -1,5 +1,5 @@
 import type { Route } from "../../config/index.js";
-import type { Scope } from "../../context.js";
+import type { RequestValue, Scope } from "../../context.js";
 import { identify, ipIdentity, readPart, type RequestFacts } from "../../identity/identify.js";
 import { principalOf } from "../../identity/principal.js";
 import { idKeyOf } from "../../identity/pseudonym.js";
@@ -17,6 +17,13 @@ import type { SessionSettings, SessionSubject } from "./session/lock-hold.js";
  * Redis, the ledger's context). The core never sees the request's scope.
  */
 
+/** Where a request's guards are read: the request's value (read, never written), its guarded route and its trace. */
+export interface GuardedAt {
+  value: RequestValue;
+  route: Route;
+  trace: string;
+}
+
 /** A request read for its guards: what is guarded, where, and the request to send on (its body read when a key was fingerprinted). */
 export interface GuardedRequest {
   subject: GuardSubject;
@@ -30,14 +37,15 @@ export interface GuardedRequest {
  * identity and principal. Throws the problem a malformed or missing key is, or the 503 of a guard
  * store that cannot be reached.
  */
-export async function readGuardedRequest(request: Request, scope: Scope, route: Route): Promise<GuardedRequest> {
+export async function readGuardedRequest(request: Request, at: GuardedAt): Promise<GuardedRequest> {
+  const { value, route } = at;
   try {
-    const { facts, method } = scope;
-    const place = guardPlaceOf(scope);
+    const { facts, method } = value;
+    const place = guardPlaceOf(value, route, at.trace);
     const idem = route.idempotency?.methods.includes(method) ? route.idempotency : undefined;
-    const of = { route: route.name, method: request.method, path: scope.forwardPath, query: facts.url.search };
+    const of = { route: route.name, method: request.method, path: value.forwardPath, query: facts.url.search };
     const read = idem && (await readRequestKey(request, idem, { ...of, who: askerOf(facts, idem) }));
-    const origin = scope.config.originUrl;
+    const origin = value.config.originUrl;
     const key = read && idem && { key: read.key, fingerprint: read.fingerprint, ...read.asker, settings: idem, origin };
     const lockable = route.session?.methods.includes(method) ? route.session : undefined;
     const session = lockable && (await sessionSubjectOf(lockable, facts));
@@ -67,12 +75,20 @@ async function sessionSubjectOf(settings: SessionSettings, facts: RequestFacts):
 }
 
 /**
+ * The request's trace (its valid `traceparent`, else a new one), made once a guard needs it and
+ * kept on the scope for the request's log line.
+ */
+export function traceOf(scope: Pick<Scope, "facts" | "trace">): string {
+  return (scope.trace ??= traceparentOf(scope.facts.headers).traceparent);
+}
+
+/**
  * Where the request's guards live: the home region's Redis (a `StoreError` when none is
  * configured), with the decision budget for claims and locks and a fixed one for outcomes, and
- * the request's trace (its valid `traceparent`, else a new one), session, metrics and ledger length.
+ * the request's trace, session (on `route`), metrics and ledger length.
  */
-export function guardPlaceOf(scope: Scope): GuardPlace {
-  const { stores, config, env, runtime, facts, route, defer } = scope;
+export function guardPlaceOf(value: RequestValue, route: Route | undefined, trace: string): GuardPlace {
+  const { stores, config, env, runtime, facts, defer } = value;
   const claimStore = stores.home();
   // writing outcomes stores up to a MiB: it gets a fixed budget (the side effect happened, so its outcome is worth waiting for)
   const outcomeStore = stores.fixed(SETTLE_TIMEOUT_MS);
@@ -81,10 +97,9 @@ export function guardPlaceOf(scope: Scope): GuardPlace {
       "unreachable",
       "no Upstash URL/token for the home region, where idempotency records and session locks live",
     );
-  scope.trace ??= traceparentOf(facts.headers).traceparent;
   const sessionKey = route?.session?.key;
   const trail = {
-    trace: scope.trace,
+    trace,
     session: sessionKey === undefined ? undefined : readPart(sessionKey, facts),
     metrics: runtime.metrics,
     ledgerLength: config.ledger_length,

@@ -1,9 +1,7 @@
-import type { Route } from "../../config/index.js";
-import type { Scope } from "../../context.js";
 import { claim } from "./core.js";
 import { replayedResponse } from "./idempotency/key-claim.js";
 import type { ClaimTicket } from "./idempotency/records.js";
-import { readGuardedRequest } from "./scope-subject.js";
+import { readGuardedRequest, type GuardedAt } from "./scope-subject.js";
 import type { SessionTicket } from "./session/lock-hold.js";
 
 /** A queued side effect's guards, taken before it is queued; they travel with the job. */
@@ -26,11 +24,10 @@ export interface ClaimedEffect {
  */
 export async function claimSideEffect(
   request: Request,
-  scope: Scope,
-  route: Route,
+  at: GuardedAt,
   lifeMs: number,
 ): Promise<ClaimedEffect | { kind: "replay"; response: Response }> {
-  const read = await readGuardedRequest(request, scope, route);
+  const read = await readGuardedRequest(request, at);
   const guarding = await claim(read.subject, read.place, { lifeMs, queued: true });
   if (guarding.kind === "replay") return { kind: "replay", response: replayedResponse(guarding.answer) };
   const held = guarding.claim;

@@ -1,11 +1,11 @@
 import type { Context } from "hono";
-import { publicDecision, type Scope, type SluiceEnv, type Step } from "../../context.js";
+import type { Scope, SluiceEnv, Step } from "../../context.js";
 import type { Route } from "../../config/index.js";
 import { Problem } from "../../problem.js";
 import { claim, type CallOutcome } from "./core.js";
 import { replayedResponse } from "./idempotency/key-claim.js";
 import { callLifeMs } from "./place.js";
-import { readGuardedRequest } from "./scope-subject.js";
+import { readGuardedRequest, traceOf } from "./scope-subject.js";
 
 /**
  * The guard core's Hono adapter, for the gateway's pipeline and for `idempotency()` and
@@ -19,7 +19,7 @@ import { readGuardedRequest } from "./scope-subject.js";
 export const guardStep: Step = async (c, scope, next) => {
   const route = scope.route;
   if (!route || !guarded(route, scope.method)) return next();
-  const read = await readGuardedRequest(c.req.raw, scope, route);
+  const read = await readGuardedRequest(c.req.raw, { value: scope, route, trace: traceOf(scope) });
   const guarding = await claim(read.subject, read.place, { lifeMs: callLifeMs(route) });
   if (guarding.kind === "replay") {
     scope.decision = "replay";
@@ -29,12 +29,11 @@ export const guardStep: Step = async (c, scope, next) => {
   }
   const held = guarding.claim;
   // the key's body was read to fingerprint it: what goes on is the same bytes, kept (failover may resend them)
-  if (read.request !== c.req.raw) scope.bodyKept = true;
+  const bodyKept = read.request !== c.req.raw;
   c.req.raw = read.request;
-  Object.assign(scope.sluiceHeaders, held.sluiceHeaders);
   // a held guard must learn what the origin did: past origin_timeout its answer is still awaited
-  if (scope.target && held.lateAnswerMs) scope.target = { ...scope.target, lateAnswerMs: held.lateAnswerMs };
-  c.set("sluice", publicDecision(scope));
+  const lateAnswerMs = scope.target && held.lateAnswerMs ? held.lateAnswerMs : undefined;
+  scope.guards = { sluiceHeaders: { ...held.sluiceHeaders }, lateAnswerMs, bodyKept };
   const started = Date.now();
   await next();
   const outcome = outcomeOf(c, scope, started);

@@ -7,7 +7,7 @@
  * here alone.
  */
 import type { Limit, Route } from "../../config/index.js";
-import type { Scope } from "../../context.js";
+import type { RequestValue, Scope } from "../../context.js";
 import { decideLimits, type LimitRun } from "../rate-limit/core.js";
 import { decisionPlaceOf, noteRefusal, type OnRefusal } from "../rate-limit/step.js";
 import { giveBack } from "../rate-limit/decision/decision.js";
@@ -20,7 +20,7 @@ import type { IdempotencySettings } from "../guard/idempotency/request-key.js";
 import { fingerprint, parseKey } from "../guard/idempotency/key.js";
 import type { StoredAnswer } from "../guard/idempotency/key-claim.js";
 import { callLifeMs } from "../guard/place.js";
-import { askerOf, guardPlaceOf } from "../guard/scope-subject.js";
+import { askerOf, guardPlaceOf, traceOf } from "../guard/scope-subject.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
 import { settleQuietly } from "../../util/log.js";
@@ -43,7 +43,7 @@ export async function decideCall(
   applies: (limit: Limit) => boolean,
   refused: OnRefusal,
 ): Promise<CallLimits> {
-  if (!route.limits.some(applies) || scope.allowListed || scope.routeOpen) return {};
+  if (!route.limits.some(applies) || scope.allowListed || scope.forcedMode) return {};
   const ask = { route, caller: { facts: scope.facts }, mode: "take", applies } as const;
   const run = await decideLimits(decisionPlaceOf(scope), ask);
   if (run?.rttMs !== undefined && scope.meta) scope.meta.rttMs = run.rttMs;
@@ -70,7 +70,11 @@ export function callLimitHeaders(run: LimitRun | undefined): Record<string, stri
  * Once a call is answered: a replay gives back what its decision charged (it never reached the
  * server); any other answer frees its in-flight slots.
  */
-export function afterCall(scope: Scope, run: LimitRun | undefined, replayed: boolean): void {
+export function afterCall(
+  scope: Pick<Scope, "runtime" | "route" | "defer">,
+  run: LimitRun | undefined,
+  replayed: boolean,
+): void {
   if (!run || run.decision.verdict === "reject") return;
   const { leases, overrides, localBuckets } = scope.runtime;
   const route = scope.route?.name;
@@ -123,7 +127,7 @@ export interface CallSubject {
  * `wait`: how long a repeat of a call in flight polls for its result first.
  */
 export async function claimCall(
-  scope: Scope,
+  scope: RequestValue & Pick<Scope, "route" | "trace">,
   route: Route,
   mcp: McpSettings,
   call: CallSubject,
@@ -134,7 +138,8 @@ export async function claimCall(
     const { principal, client } = await askerOf(scope.facts, settings)();
     const canonical = new TextEncoder().encode(call.canonical);
     const fp = await fingerprint("POST", scope.forwardPath, scope.facts.url.search, principal, canonical);
-    const place = guardPlaceOf(scope);
+    // the scope's route, whose session the MCP step took: a call holds no session lock
+    const place = guardPlaceOf(scope, scope.route, traceOf(scope));
     const trail = place.trail && { ...place.trail, tool: call.tool };
     const key = { key: call.key, fingerprint: fp, principal, client, settings };
     return await claim({ route: route.name, key }, { ...place, trail }, { lifeMs: callLifeMs(route) });

@@ -117,10 +117,10 @@ function replayed(stored: StoredAnswer, id: RpcId): Response {
 async function forwarded(g: GuardedCall, held: Claim): Promise<Response> {
   const { c, scope, call } = g;
   const token = held.sluiceHeaders["sluice-fencing-token"] ?? "";
-  Object.assign(scope.sluiceHeaders, held.sluiceHeaders);
   c.req.raw = withBody(c.req.raw, withFence(call, token));
   // a held claim must learn what the server did: past origin_timeout its answer is still awaited
-  if (scope.target && held.lateAnswerMs) scope.target = { ...scope.target, lateAnswerMs: held.lateAnswerMs };
+  const lateAnswerMs = scope.target && held.lateAnswerMs ? held.lateAnswerMs : undefined;
+  scope.guards = { sluiceHeaders: { ...held.sluiceHeaders }, lateAnswerMs };
   const started = Date.now();
   const journey = (async () => {
     await g.next();

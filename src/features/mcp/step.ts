@@ -1,6 +1,6 @@
 import type { Context, Next } from "hono";
 import type { Route } from "../../config/index.js";
-import { publicDecision, type Scope, type SluiceEnv, type Step } from "../../context.js";
+import type { Scope, SluiceEnv, Step } from "../../context.js";
 import { countMcpCall, type McpOutcome } from "../../metrics/mcp.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
@@ -95,7 +95,6 @@ async function toolCall(c: Context<SluiceEnv>, scope: Scope, place: CallPlace, n
   const label = isolate.label(route.name, call.tool, named || route.limits.some((l) => l.tools?.includes(call.tool)));
   const count = (o: McpOutcome) => countMcpCall(scope.runtime.metrics, route.name, label, o);
   const limits = await decideCall(scope, route, appliesTo(call.tool), refused);
-  c.set("sluice", publicDecision(scope));
   if (limits.refusal) {
     count("refused");
     return refusalAnswer(call.id, call.tool, limits.refusal);

@@ -2,7 +2,7 @@ import type { Context } from "hono";
 import type { Limit, Route } from "../../config/index.js";
 import { ADAPTIVE_LIMIT } from "./adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
-import { publicDecision, type LimitSummary, type Scope, type SluiceEnv, type Step } from "../../context.js";
+import type { LimitSummary, Scope, SluiceEnv, Step } from "../../context.js";
 import { decideLimits, type DecisionPlace, type LimitRun } from "./core.js";
 import { giveBack, madeWithoutRedis } from "./decision/decision.js";
 import { rateLimitHeaders } from "./headers.js";
@@ -37,7 +37,7 @@ export const rateLimitStep =
   (shed: Shed, refused: OnRefusal): Step =>
   async (c, scope, next) => {
     const route = scope.route;
-    if (!route || scope.allowListed || scope.routeOpen) return next();
+    if (!route || scope.allowListed || scope.forcedMode) return next();
     const limited = limitedRoute(scope, route);
     if (limited.limits.length === 0) return next();
     const peek = route.peek !== false;
@@ -45,7 +45,6 @@ export const rateLimitStep =
     scope.limits = run && summaryOf(run);
     if (!run) {
       scope.decision = "degraded";
-      c.set("sluice", publicDecision(scope));
       return next();
     }
     const { decision } = run;
@@ -59,7 +58,6 @@ export const rateLimitStep =
     if (decision.verdict === "shadow" && scope.meta)
       scope.meta.limit = decision.outcomes.find((o) => !o.allowed)?.limit.name ?? "-";
     scope.decision = run.degraded ? "degraded" : peek || decision.verdict === "reject" ? "allow" : decision.verdict;
-    c.set("sluice", publicDecision(scope));
     // leaky buckets hand out slots: the request waits for its own before it goes
     if (run.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, run.delayMs));
     const release = slotReleases(scope, run);
@@ -310,5 +308,6 @@ export const reject: Shed = async (_c, scope, refusal) => {
 
 /** The decision as the pipeline reads it: the handler's view, and how the decision is counted. */
 function summaryOf(run: LimitRun): LimitSummary {
-  return { outcomes: run.decision.outcomes, degraded: run.degraded, withoutRedis: madeWithoutRedis(run.decision) };
+  const { outcomes } = run.decision;
+  return { outcomes, degraded: run.degraded, withoutRedis: madeWithoutRedis(run.decision), decidedAt: Date.now() };
 }

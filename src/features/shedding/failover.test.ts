@@ -22,7 +22,7 @@ const failover = { divert_on: ["5xx", "timeout"] };
 const claimed = { "idempotency-key": "k-1", "sluice-fencing-token": "7" };
 
 function scopeOf(method: string, over: Record<string, unknown> = failover, sluiceHeaders = {}): Scope {
-  return { route: routeOf(over), method, sluiceHeaders } as unknown as Scope;
+  return { route: routeOf(over), method, guards: { sluiceHeaders } } as unknown as Scope;
 }
 
 function reply(outcome: OriginOutcome, status = 502): OriginReply {
@@ -84,7 +84,7 @@ describe("spareRequest", () => {
 
   it("copies a body sluice kept (an idempotency fingerprint read it), and only that one", async () => {
     const kept = post();
-    const copy = spareRequest(kept, { ...scopeOf("POST"), bodyKept: true });
+    const copy = spareRequest(kept, { ...scopeOf("POST"), guards: { sluiceHeaders: {}, bodyKept: true } });
     expect(copy).not.toBe(kept);
     expect(await copy?.text()).toBe("{}");
     expect(spareRequest(post(), scopeOf("POST"))).toBeUndefined();

@@ -1,5 +1,5 @@
 import type { Route } from "../../config/index.js";
-import type { Scope } from "../../context.js";
+import type { RequestValue, Scope } from "../../context.js";
 import { countDivert } from "../../metrics/diverts.js";
 import { originFailed, type OriginReply } from "../../origin/forward.js";
 import { sendToDivert } from "./divert.js";
@@ -19,11 +19,11 @@ export function divertsOn(route: Route, reason: DivertReason): boolean {
  * would be streamed to the origin and gone. Only a body sluice read whole (an idempotency key's
  * fingerprint, at most its cap) is kept; a request without one is sent again as it is.
  */
-export function spareRequest(request: Request, scope: Scope): Request | undefined {
+export function spareRequest(request: Request, scope: Pick<Scope, "route" | "guards">): Request | undefined {
   const route = scope.route;
   if (!route || !(divertsOn(route, "5xx") || divertsOn(route, "timeout"))) return undefined;
   if (request.method === "GET" || request.method === "HEAD" || request.body === null) return request;
-  return scope.bodyKept ? request.clone() : undefined;
+  return scope.guards?.bodyKept ? request.clone() : undefined;
 }
 
 /**
@@ -35,12 +35,15 @@ export function spareRequest(request: Request, scope: Scope): Request | undefine
  *   (`on_origin_error = "release"`); a timeout or a broken connection leaves the outcome unknown;
  * - otherwise only a safe method (GET, HEAD, OPTIONS): a POST's 5xx or timeout may have acted.
  */
-export function failoverReason(scope: Scope, reply: OriginReply): DivertReason | undefined {
+export function failoverReason(
+  scope: Pick<Scope, "route" | "guards" | "method">,
+  reply: OriginReply,
+): DivertReason | undefined {
   const route = scope.route;
   const reason = reply.outcome === "timeout" ? "timeout" : originFailed(reply) ? "5xx" : undefined;
   if (!route || !reason || !divertsOn(route, reason)) return undefined;
   if (reply.outcome === "unreachable") return reason;
-  if (scope.sluiceHeaders["idempotency-key"] !== undefined)
+  if (scope.guards?.sluiceHeaders["idempotency-key"] !== undefined)
     return reply.outcome === "answered" && route.idempotency?.on_origin_error === "release" ? reason : undefined;
   return SAFE_METHODS.has(scope.method) ? reason : undefined;
 }
@@ -51,11 +54,15 @@ export function failoverReason(scope: Scope, reply: OriginReply): DivertReason |
  * diverted`); a divert origin that fails too is not diverted again. The main origin's reply, if
  * it was asked, stays in `scope.reply` (its breaker and adaptive limit watch the main origin).
  */
-export async function failover(scope: Scope, request: Request, reason: DivertReason | "mode"): Promise<Response> {
+export async function failover(
+  scope: RequestValue & Pick<Scope, "route" | "guards" | "diverted" | "decision">,
+  request: Request,
+  reason: DivertReason | "mode",
+): Promise<Response> {
   const route = scope.route;
   const divertUrl = route?.divertUrl;
   if (!route || !divertUrl) throw new Error("failover on a route without a divert_url");
-  const guards = { sluiceHeaders: scope.sluiceHeaders, ...guardsOf(scope) };
+  const guards = { sluiceHeaders: scope.guards?.sluiceHeaders ?? {}, ...guardsOf(scope) };
   const started = Date.now();
   const reply = await sendToDivert(request, scope, { ...route, divertUrl }, guards);
   scope.diverted = { ...reply, latencyMs: Date.now() - started };
@@ -65,6 +72,6 @@ export async function failover(scope: Scope, request: Request, reason: DivertRea
 }
 
 /** A held claim's wait for a late answer, and the problems' base, as the main origin's request had them. */
-function guardsOf(scope: Scope): { lateAnswerMs?: number; problemBase?: string } {
-  return { lateAnswerMs: scope.target?.lateAnswerMs, problemBase: scope.target?.problemBase };
+function guardsOf(scope: Pick<Scope, "guards" | "target">): { lateAnswerMs?: number; problemBase?: string } {
+  return { lateAnswerMs: scope.guards?.lateAnswerMs, problemBase: scope.target?.problemBase };
 }

@@ -23,7 +23,6 @@ export const routeModeStep: Step = async (c, scope, next) => {
   if (scope.meta) scope.meta.limit = `mode:${forced.mode}`;
   if (forced.mode === "open" || (forced.mode === "divert" && route.divertUrl)) {
     // not allowListed: that also spares the JWT's verification, which idempotency and sessions may key on
-    scope.routeOpen = true;
     scope.forcedMode = forced;
     return next();
   }
@@ -42,7 +41,7 @@ export const modeDivertStep: Step = async (c, scope, next) => {
   const route = scope.route;
   const forced = scope.forcedMode;
   if (!route || forced?.mode !== "divert") return next();
-  if (scope.sluiceHeaders["sluice-fencing-token"] !== undefined) return failover(scope, c.req.raw, "mode");
+  if (scope.guards?.sluiceHeaders["sluice-fencing-token"] !== undefined) return failover(scope, c.req.raw, "mode");
   return answerSwitched(c, scope, forced);
 };
 

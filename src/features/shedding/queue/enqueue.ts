@@ -1,9 +1,10 @@
 import type { Context } from "hono";
 import type { Config, Limit, Route } from "../../../config/index.js";
-import type { Scope, SluiceEnv } from "../../../context.js";
+import type { RequestValue, Scope, SluiceEnv } from "../../../context.js";
 import { Problem } from "../../../problem.js";
 import { PROBLEMS } from "../../../problem-types.js";
 import { claimSideEffect } from "../../guard/side-effect.js";
+import { traceOf } from "../../guard/scope-subject.js";
 import type { Store } from "../../../store/redis.js";
 import { JOB_ID, readJob, writeJob } from "./jobs.js";
 import { accepted, checkJobSize, JOBS_PATH, toJob, type JobMessage } from "./queue.js";
@@ -33,7 +34,7 @@ export type Refused = Pick<LimitOutcome, "limit" | "retryAfterMs">;
  */
 export async function enqueue(
   request: Request,
-  scope: Scope,
+  scope: RequestValue & Pick<Scope, "route" | "trace">,
   refused: Refused,
 ): Promise<{ response: Response; decision: "queued" | "replay" } | { overflow: Overflow }> {
   const route = scope.route as Route;
@@ -47,7 +48,7 @@ export async function enqueue(
   // the queue never delivers before the limit's retry-after: past max_age, the job would only be dropped
   if (route.queue.max_age !== undefined && retryAfterMs > route.queue.max_age) return { overflow: "age" };
   const callback = callbackOf(request, route);
-  const effect = await claimSideEffect(request, scope, route, jobGuardLease(route));
+  const effect = await claimSideEffect(request, { value: scope, route, trace: traceOf(scope) }, jobGuardLease(route));
   if ("kind" in effect) return { response: effect.response, decision: "replay" };
   // the job's id is its entry in its client's share: known before the place is taken
   const id = crypto.randomUUID();
@@ -96,7 +97,7 @@ function sharing(job: CountedJob): { client?: string } {
  * When Redis cannot count it, the job is queued uncounted (the queue itself is durable; a Redis
  * outage sheds nothing more), and it is never taken off the count either.
  */
-async function takePlace(scope: Scope, route: Route, id: string, refusing: Limit): Promise<Place> {
+async function takePlace(scope: RequestValue, route: Route, id: string, refusing: Limit): Promise<Place> {
   const at = Date.now();
   const home = scope.stores.offPath();
   // the client's share is counted only where the route has one: its jobs then carry the client's hash
@@ -111,7 +112,7 @@ async function takePlace(scope: Scope, route: Route, id: string, refusing: Limit
   }
 }
 
-function givePlaceBack(scope: Scope, route: Route, at: number, job: CountedJob): Promise<undefined> {
+function givePlaceBack(scope: RequestValue, route: Route, at: number, job: CountedJob): Promise<undefined> {
   const home = scope.stores.offPath();
   return settleQuietly(
     home ? leaveQueue(home, scope.config.key_prefix, route, at, job) : Promise.resolve(),
@@ -121,7 +122,7 @@ function givePlaceBack(scope: Scope, route: Route, at: number, job: CountedJob):
 }
 
 /** Writes the job's `queued` status after the response, unless a later status landed first. */
-function deferQueuedStatus(scope: Scope, route: Route, id: string): void {
+function deferQueuedStatus(scope: RequestValue, route: Route, id: string): void {
   const home = scope.stores.offPath();
   if (!home) return;
   const status = {
