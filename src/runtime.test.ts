@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { ConfigCache } from "../../src/config/cache.js";
-import type { Env } from "../../src/env.js";
-import { Breakers } from "../../src/features/breaker/breakers.js";
-import { Runtime } from "../../src/runtime.js";
+import { ConfigCache } from "./config/cache.js";
+import type { Env } from "./env.js";
+import { Breakers } from "./features/breaker/breakers.js";
+import { Runtime } from "./runtime.js";
 
 describe("a runtime's state made on first use (Runtime.own)", () => {
   it("is one per kind for the isolate's life, and another runtime has its own", () => {
