@@ -22,6 +22,7 @@ import { isolateRuntime } from "../runtime.js";
 import { isMisconfigured, type StoreError } from "../store/deadline.js";
 import type { RedisConnection } from "../store/redis.js";
 import { decideLimits } from "../features/rate-limit/core.js";
+import { rateLimitIsolate } from "../features/rate-limit/isolate/rate-limit-isolate.js";
 import { hasTrait } from "../features/rate-limit/algorithms/registry.js";
 import type { Decision } from "../features/rate-limit/types.js";
 import type { LimitOptions } from "./rate-limit.js";
@@ -123,7 +124,7 @@ function callPlace(config: Config, options: LimiterOptions, c: LimiterContext) {
   const region = chooseRegion(config, cf);
   const stores = runtime.stores(connectionOf(options, c, config), config);
   const defer: Defer = "req" in c ? deferrer(c) : (work) => c.executionCtx?.waitUntil(work);
-  const isolate = { ...runtime.decisions, localBuckets: runtime.localBuckets };
+  const isolate = rateLimitIsolate(runtime);
   return { runtime, env, config, region, stores, place: { config, region, stores, defer, isolate } };
 }
 

@@ -9,6 +9,7 @@ import { banLevelKey, banRefusalsKey } from "../../store/layout.js";
 import type { Store } from "../../store/redis.js";
 import { validEntry } from "../../identity/entry.js";
 import type { ListCache } from "./lists.js";
+import { ListsInForce } from "./lists-in-force.js";
 import { announce, decodeEntries, MAX_BANS, readEntryIn, writeEntry, type ListEntry } from "./lists-store.js";
 import type { MetricsBuffer } from "../../metrics/index.js";
 import { log, settleQuietly } from "../../util/log.js";
@@ -105,7 +106,7 @@ export function refusalSite(scope: RefusalScope): RefusalSite {
     config,
     env,
     defer,
-    lists: runtime.lists,
+    lists: runtime.own(ListsInForce).copy,
     metrics: runtime.metrics,
   };
 }

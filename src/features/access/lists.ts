@@ -2,15 +2,23 @@ import type { RequestFacts } from "../../identity/identify.js";
 import type { Defer } from "../../util/defer.js";
 import type { Store } from "../../store/redis.js";
 import { StoreVersions } from "../../store/versions.js";
+import type { Runtime } from "../../runtime.js";
+import { ListsInForce } from "./lists-in-force.js";
 import { listField, readEntriesAt, type ListEntry } from "./lists-store.js";
 import { compileEntry, EntryIndex } from "./list-index.js";
 import { modeInForce, type RouteMode } from "./mode/store.js";
 
 export type { ListEntry } from "./lists-store.js";
 
-/** The isolate's copy of the lists, made on first use (see `Runtime.lists`). */
-export function listsOf(runtime: { lists?: ListCache; readonly versions: StoreVersions }): ListCache {
-  return (runtime.lists ??= new ListCache(runtime.versions));
+/**
+ * The isolate's copy of the lists, made by the first middleware that applies or manages them, so
+ * that a Worker that applies none (`rateLimit()` alone) carries none of their code. A ban puts its
+ * entry in force in it at once (`ListsInForce`), and there is nothing to do when there is none.
+ *
+ * @param versions the change counters the copy follows: the runtime's (a test's lagging isolate gives others)
+ */
+export function listsOf(runtime: Pick<Runtime, "own" | "versions">, versions = runtime.versions): ListCache {
+  return runtime.own(ListCache, () => (runtime.own(ListsInForce).copy = new ListCache(versions)));
 }
 
 /** A read that failed is tried again no sooner than this. */

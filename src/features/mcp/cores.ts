@@ -13,6 +13,7 @@ import { decisionPlaceOf, noteRefusal, type OnRefusal } from "../rate-limit/step
 import { giveBack } from "../rate-limit/decision/decision.js";
 import { rateLimitHeaders } from "../rate-limit/headers.js";
 import { heldSlots, releaseSlots } from "../rate-limit/decision/in-flight.js";
+import { rateLimitIsolate } from "../rate-limit/isolate/rate-limit-isolate.js";
 import { tooManyRequests } from "../rate-limit/refusal.js";
 import { claim, guardFailure, type Claim, type Guarding } from "../guard/core.js";
 import { idempotencySettings } from "../guard/idempotency/schema.js";
@@ -76,7 +77,7 @@ export function afterCall(
   replayed: boolean,
 ): void {
   if (!run || run.decision.verdict === "reject") return;
-  const { leases, overrides, localBuckets } = scope.runtime;
+  const { leases, overrides, localBuckets } = rateLimitIsolate(scope.runtime);
   const route = scope.route?.name;
   if (run.degraded) {
     localBuckets.release(heldSlots(run.decision));

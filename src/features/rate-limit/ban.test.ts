@@ -4,7 +4,7 @@ import { background, from, middlewareRig, type RigOptions } from "../../../test/
 import { hashIdentifier } from "../../identity/hash.js";
 import { Runtime, accessLists, rateLimit, type RateLimitOptions, type SluiceEnv } from "../../index.js";
 import { banLevelKey, banRefusalsKey } from "../../store/layout.js";
-import { ListCache } from "../access/lists.js";
+import { listsOf } from "../access/lists.js";
 import { StoreVersions } from "../../store/versions.js";
 
 /** Bans through rateLimit() with accessLists() in front, in Node, against a real Redis behind the Upstash-REST bridge. */
@@ -114,7 +114,7 @@ describe("rateLimit() with ban", () => {
     // another isolate, which reads the lists now (before the ban) and not again for a while: its
     // lists do not hear the version its decisions report (as an isolate whose reply crossed the ban's write)
     const laggingRuntime = new Runtime();
-    Object.assign(laggingRuntime, { lists: new ListCache(new StoreVersions()) });
+    listsOf(laggingRuntime, new StoreVersions());
     const lagging = gateway({ ...opts, runtime: laggingRuntime });
     expect(await send(lagging, "198.51.100.31")).toBe(200);
     for (let i = 0; i < 4; i++) await send(banning, ip);

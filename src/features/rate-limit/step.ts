@@ -4,6 +4,7 @@ import { ADAPTIVE_LIMIT } from "./adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
 import type { LimitSummary, Scope, SluiceEnv, Step } from "../../context.js";
 import { decideLimits, type DecisionPlace, type LimitRun } from "./core.js";
+import { rateLimitIsolate } from "./isolate/rate-limit-isolate.js";
 import { giveBack, madeWithoutRedis } from "./decision/decision.js";
 import { rateLimitHeaders } from "./headers.js";
 import { heldSlots, releaseSlots } from "./decision/in-flight.js";
@@ -91,13 +92,13 @@ function reportToAdaptive(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, el
   const sample = scope.reply
     ? { latencyMs: scope.reply.latencyMs, failed: originFailed(scope.reply), client }
     : { latencyMs: elapsedMs, failed: status >= 500, client };
-  const { runtime, config } = scope;
-  runtime.adaptive.record(
-    { bucket, outcome, route, prefix: config.key_prefix },
+  const { adaptive, overrides } = rateLimitIsolate(scope.runtime);
+  adaptive.record(
+    { bucket, outcome, route, prefix: scope.config.key_prefix },
     sample,
     Date.now(),
     scope.defer,
-    runtime.overrides,
+    overrides,
   );
 }
 
@@ -116,7 +117,7 @@ async function decideRequest(scope: Scope, limited: Route, peek: boolean): Promi
 /** Where a request's limits are decided (the core's place): its deployment, region and stores, the isolate's parts. */
 export function decisionPlaceOf(scope: Scope): DecisionPlace {
   const { config, region, stores, runtime, defer } = scope;
-  return { config, region, stores, defer, isolate: { ...runtime.decisions, localBuckets: runtime.localBuckets } };
+  return { config, region, stores, defer, isolate: rateLimitIsolate(runtime) };
 }
 
 /**
@@ -129,13 +130,12 @@ function afterResponse(c: Context<SluiceEnv>, scope: Scope, run: LimitRun, relea
   // sluice's own step did, never a Sluice-Decision header an origin or a handler can send
   if (scope.decision === "replay" || c.get("sluiceReplayed") === true) {
     // the refund frees the slots too; a local decision's are this isolate's to free
+    const { leases, overrides } = rateLimitIsolate(scope.runtime);
     if (!run.degraded)
       scope.defer(
-        settleQuietly(
-          giveBack(run.buckets, run.decision, scope.runtime.leases, scope.runtime.overrides),
-          "refund_failed",
-          { route: scope.route?.name },
-        ),
+        settleQuietly(giveBack(run.buckets, run.decision, leases, overrides), "refund_failed", {
+          route: scope.route?.name,
+        }),
       );
     else scope.defer(release.all());
     return;
@@ -174,7 +174,7 @@ function settleResponseCost(c: Context<SluiceEnv>, scope: Scope, run: LimitRun):
   if (run.degraded || run.peek) return undefined;
   const charged = chargedFromResponse(run.buckets, run.decision);
   if (charged.length === 0) return undefined;
-  const { overrides } = scope.runtime;
+  const { overrides } = rateLimitIsolate(scope.runtime);
   const due = headerSettlements(charged, c.res);
   if (due.length > 0) scope.defer(settleResponseCosts(due, overrides).catch(settleFailed));
   const body = BodyCosts.of(charged, c.res);
@@ -240,7 +240,7 @@ function slotReleases(scope: Scope, run: LimitRun): SlotReleases {
 /** The release of `held` (none: undefined): in their Redis, or in this isolate for a local decision. */
 function slotRelease(scope: Scope, run: LimitRun, held: LimitOutcome[]): Release | undefined {
   if (held.length === 0) return undefined;
-  const { localBuckets, overrides } = scope.runtime;
+  const { localBuckets, overrides } = rateLimitIsolate(scope.runtime);
   let released: Promise<void> | undefined;
   return () => {
     released ??= run.degraded

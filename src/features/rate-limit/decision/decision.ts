@@ -1,8 +1,8 @@
 import type { BlockedBuckets } from "../isolate/blocked.js";
-import type { LeaseBroker } from "../isolate/lease-broker.js";
+import type { LeaseAsks, LeaseBroker, LeasedTake } from "../isolate/lease-broker.js";
 import type { OverrideCopies } from "./overrides.js";
 import { overridesFor } from "./prepare.js";
-import { answerInIsolate } from "../isolate/isolate-answer.js";
+import { refusedInIsolate } from "../isolate/isolate-answer.js";
 import { decideCentrally, type CentralAnswer } from "./central.js";
 import { settleDecision } from "./settle-decision.js";
 import { groupByStore, runDecide } from "./script-call.js";
@@ -25,15 +25,16 @@ export interface IsolateState {
  *
  * 1. the overrides each bucket is decided with, from the isolate's copy (refreshed in the
  *    background, never read on the request path unless the copy is too old);
- * 2. the isolate's own answer, when it has one: a refusal from the blocked-bucket cache, or an
- *    admission from its leases when they cover every limit (no Redis request at all);
- * 3. else one central call: decide.lua once per Redis involved, in parallel, all or nothing,
- *    asking for leases on the way when the route is busy enough;
- * 4. settling: grants become leases (a refusal or a failed Redis is decided once more from the
- *    leases, which may have come back meanwhile), the verdict, refusals that hold remembered.
+ * 2. a refusal the isolate knows already, from the blocked-bucket cache (no Redis request);
+ * 3. the leases' side of the take, in one call of the lease broker: an admission from the leases
+ *    when they cover every limit (no Redis request); else the one central call, decide.lua once
+ *    per Redis involved, in parallel, all or nothing, asking for leases on the way when the route
+ *    is busy enough, whose grants become leases (a refusal or a failed Redis is decided once more
+ *    from them, which may have come back meanwhile);
+ * 4. settling what the leases did not answer: the verdict, refusals that hold remembered.
  *
- * A peek neither reads nor changes the blocked-bucket cache or the leases. Throws `StoreError`
- * when a Redis fails; the caller applies `on_store_error`.
+ * A peek neither reads nor changes the blocked-bucket cache or the leases: it goes straight to the
+ * central call. Throws `StoreError` when a Redis fails; the caller applies `on_store_error`.
  *
  * @example
  * const d = await decide(buckets, { blocked, leases, overrides }, Date.now(), (p) => ctx.waitUntil(p));
@@ -48,12 +49,26 @@ export async function decide(
 ): Promise<Decision> {
   const { blocked, leases } = mode === "take" ? isolate : { blocked: undefined, leases: undefined };
   const changed = (routePrefix: string) => forgetRoute(isolate, routePrefix, defer);
+  // 1. the overrides
   const overrides = overridesFor(buckets, isolate.overrides, now, defer, changed);
-  const local = answerInIsolate(buckets, blocked, leases, now, defer);
-  if (local.decision) return local.decision;
-  const central = await decideCentrally(buckets, mode, overrides, local.asks, defer);
-  followVersions(central, buckets, isolate.overrides, defer, changed);
-  return settleDecision(buckets, central, local.asks, blocked, leases, now, defer);
+  // 2. a refusal the isolate knows
+  const known = blocked && refusedInIsolate(buckets, blocked, now);
+  if (known) return known;
+  // 3. the leases' side, handed the central call: the broker calls it only when its leases do not answer
+  const central = async (asks: LeaseAsks) => {
+    const answer = await decideCentrally(buckets, mode, overrides, asks, defer);
+    followVersions(answer, buckets, isolate.overrides, defer, changed);
+    return answer;
+  };
+  const taken = leases ? await leases.decideTake(buckets, now, defer, central) : await unleased(central);
+  if (taken.decision) return taken.decision;
+  // 4. the verdict of the central call's answer
+  return settleDecision(buckets, taken.central, blocked, now);
+}
+
+/** A take without leases (a peek, or an isolate that keeps none): the central call asks for none. */
+async function unleased(central: (asks: LeaseAsks) => Promise<CentralAnswer>): Promise<LeasedTake> {
+  return { central: await central(new Map()) };
 }
 
 /**

@@ -1,29 +1,21 @@
 import { refusalCacheable } from "../algorithms/registry.js";
 import type { BlockedBuckets } from "../isolate/blocked.js";
-import type { LeaseBroker } from "../isolate/lease-broker.js";
 import type { Bucket, Decision, LimitOutcome } from "../types.js";
-import type { Defer } from "../../../util/defer.js";
 import type { CentralAnswer } from "./central.js";
 import { longestWait } from "./verdict.js";
 
 /**
- * The decision settled from the central call's answer (`central`): its lease grants become the
- * isolate's leases (`leases`; a request it did not admit is decided once more from them), then
- * the verdict, each bucket's outcome in the route's order, and refusals that hold whatever comes
- * remembered in the blocked-bucket cache (`blocked`). Without either (a peek) the isolate is left
- * as it was. Throws the central call's `StoreError` when a Redis failed and no lease answers.
+ * The decision settled from the central call's answer (`central`, its lease grants already the
+ * leases', which did not answer it): the verdict, each bucket's outcome in the route's order, and
+ * refusals that hold whatever comes remembered in the blocked-bucket cache (`blocked`; without it,
+ * a peek, the isolate is left as it was). Throws the central call's `StoreError` when a Redis failed.
  */
 export function settleDecision(
   buckets: Bucket[],
   central: CentralAnswer,
-  asks: Map<Bucket, number>,
   blocked: BlockedBuckets | undefined,
-  leases: LeaseBroker | undefined,
   now: number,
-  defer: Defer,
 ): Decision {
-  const fromLeases = leases?.settleCentral(buckets, central, asks, defer);
-  if (fromLeases) return fromLeases;
   if (central.failure) throw central.failure;
   const byBucket = new Map(
     central.calls.flatMap(

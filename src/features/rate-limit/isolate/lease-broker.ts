@@ -7,19 +7,22 @@ import { groupByStore, runDecide, type GroupResult, type LeaseArgs } from "../de
 import type { CentralAnswer } from "../decision/central.js";
 import type { Bucket, Decision, LimitOutcome } from "../types.js";
 
+/** What a decision's central call is asked for each bucket's lease (all zero unless the whole route is worth leases). */
+export type LeaseAsks = ReadonlyMap<Bucket, number>;
+
 /**
- * What the isolate answers of a take on its own, or, when it cannot, what the central call asks
- * for each bucket's lease (all zero unless the whole route is worth leases).
+ * The leases' side of a take: decided from the leases alone (`decision`), or the central call's
+ * answer for the caller to settle (`central`).
  */
-export type LeaseAnswer =
-  { decision: Decision; asks?: undefined } | { decision?: undefined; asks: Map<Bucket, number> };
+export type LeasedTake = { decision: Decision; central?: undefined } | { decision?: undefined; central: CentralAnswer };
 
 /** A lease covers at least this long (ms) of demand, however near the store: a renewal has to come back in time, and tiny leases cost a renewal each. */
 export const MIN_HORIZON_MS = 100;
 
 /**
- * Leases between this isolate and Redis: decides a route from its leases when they cover it,
- * tells central decisions how much to ask, renews a lease that fell below half (or, sized by a
+ * Leases between this isolate and Redis: takes the leases' side of a decision in one call
+ * (`decideTake`: the route decided from its leases when they cover it, else the central call it is
+ * handed told how much to ask, its grants made leases), renews a lease that fell below half (or, sized by a
  * burst, was spent) in the background (`defer`, i.e. `ctx.waitUntil`: the client never waits for
  * it), and gives back what expired, was evicted or dropped, with decide.lua's `lease` and
  * `return` modes. The bookkeeping itself is src/features/rate-limit/isolate/leases.ts's.
@@ -33,7 +36,8 @@ export const MIN_HORIZON_MS = 100;
  *
  * @example
  * const leases = new LeaseBroker((b, now) => overrides.input(b, now));
- * const local = leases.decideLocally(buckets, Date.now(), defer); // no Redis request when defined
+ * const taken = await leases.decideTake(buckets, Date.now(), defer, (asks) => decideCentrally(buckets, "take", overrides, asks, defer));
+ * if (taken.decision) return taken.decision; // from the leases: no Redis request, or a refusal they answered after all
  */
 export class LeaseBroker {
   readonly table: LeaseTable<Bucket>;
@@ -51,16 +55,27 @@ export class LeaseBroker {
   }
 
   /**
-   * A take as the leases answer it: decided here when they cover every limit, else what the
-   * central call asks for each bucket's lease.
+   * A take, the leases' side of it in one place: decided here when they cover every limit (no
+   * Redis request); else the central call (`central`, handed what to ask for each bucket's lease),
+   * whose grants become leases, and a request it did not admit is decided once more from the
+   * leases. When they do not answer, the central call's answer is the caller's to settle.
    */
-  answer(buckets: Bucket[], now: number, defer: Defer): LeaseAnswer {
-    const decision = this.decideLocally(buckets, now, defer);
-    return decision ? { decision } : { asks: this.asks(buckets, now) };
+  async decideTake(
+    buckets: Bucket[],
+    now: number,
+    defer: Defer,
+    central: (asks: LeaseAsks) => Promise<CentralAnswer>,
+  ): Promise<LeasedTake> {
+    const local = this.decideLocally(buckets, now, defer);
+    if (local) return { decision: local };
+    const asks = this.asks(buckets, now);
+    const answer = await central(asks);
+    const decision = this.settleCentral(buckets, answer, asks, defer);
+    return decision ? { decision } : { central: answer };
   }
 
   /** The route decided from leases alone (no Redis request), `allow` with each lease's tokens as `remaining`; undefined when they do not cover it. */
-  decideLocally(buckets: Bucket[], now: number, defer: Defer): Decision | undefined {
+  private decideLocally(buckets: Bucket[], now: number, defer: Defer): Decision | undefined {
     this.sendGiveBacks(now, defer);
     const levels = this.table.admit(buckets, now);
     if (!levels) return undefined;
@@ -84,7 +99,7 @@ export class LeaseBroker {
   }
 
   /** What a central take asks for each bucket's lease (all zero unless the whole route is worth leases). */
-  private asks(buckets: Bucket[], now: number): Map<Bucket, number> {
+  private asks(buckets: Bucket[], now: number): LeaseAsks {
     const asks = this.table.asks(buckets, now, (b) => this.horizonMs(b));
     return new Map(buckets.map((b, i) => [b, asks[i] ?? 0]));
   }
@@ -96,10 +111,10 @@ export class LeaseBroker {
    * Redis failed) is decided once more from the leases, which may have come back meanwhile: their
    * tokens are debited already, so spending them is as exact as Redis's own answer.
    */
-  settleCentral(
+  private settleCentral(
     buckets: Bucket[],
     central: CentralAnswer,
-    asked: Map<Bucket, number>,
+    asked: LeaseAsks,
     defer: Defer,
   ): Decision | undefined {
     const now = Date.now();

@@ -1,10 +1,9 @@
 import type { Config, Route } from "../../../config/index.js";
 import type { Env } from "../../../env.js";
 import { decideLimits } from "../../rate-limit/core.js";
-import type { IsolateState } from "../../rate-limit/decision/decision.js";
+import { rateLimitIsolate, type IsolateOwner } from "../../rate-limit/isolate/rate-limit-isolate.js";
 import type { Defer } from "../../../util/defer.js";
 import { heldSlots, releaseSlots } from "../../rate-limit/decision/in-flight.js";
-import type { OverrideCopies } from "../../rate-limit/decision/overrides.js";
 import {
   LATE_ANSWER_MS,
   originFailed,
@@ -31,11 +30,9 @@ import { forEachConcurrently } from "../../../util/concurrently.js";
  * What the consumer takes of the isolate's runtime (the Worker passes its `Runtime`, which stands
  * above the capabilities and holds their isolate state).
  */
-export interface ConsumerIsolate {
-  /** The isolate's state of one kind, made on first use (the configuration cache here). */
+export interface ConsumerIsolate extends IsolateOwner {
+  /** The isolate's state of one kind, made on first use (the configuration cache here; the rate limiter's, made by `make`). */
   own<T extends object>(kind: new () => T): T;
-  decisions: IsolateState;
-  overrides: OverrideCopies;
   stores(connect: Connect, config: Pick<Config, "home_region" | "timeout_ms" | "max_timeout_ms">): Stores;
   /** The isolate's metrics buffer: the queue's figures (src/metrics/queue.ts), flushed as the requests' are. */
   metrics: MetricsBuffer;
@@ -200,7 +197,9 @@ async function paced(
   const caller = {
     facts: { ip: m.ip, matchPath: m.matchPath, headers: request.headers, url: new URL(request.url), claims: m.claims },
   };
-  const place = { config, region: m.region, stores, defer, isolate: runtime.decisions };
+  const isolate = rateLimitIsolate(runtime);
+  // without the isolate's own buckets: a Redis that does not answer is thrown, never decided locally
+  const place = { config, region: m.region, stores, defer, isolate: isolate.decisions };
   for (;;) {
     // a Redis that does not answer is thrown: the job is tried again later, never let past its limits
     const run = await decideLimits(place, { route, caller, mode: "take", onStoreError: "throw" });
@@ -209,7 +208,7 @@ async function paced(
     const held = heldSlots(decision);
     if (decision.verdict !== "reject")
       return {
-        releaseSlots: () => settleQuietly(releaseSlots(buckets, held, runtime.overrides), "slot_release_failed"),
+        releaseSlots: () => settleQuietly(releaseSlots(buckets, held, isolate.overrides), "slot_release_failed"),
       };
     const wait = decision.blocking.retryAfterMs;
     if (wait < 0 || wait > PACE_MAX_WAIT_MS) {
