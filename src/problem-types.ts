@@ -23,7 +23,7 @@ export function problemSlug(title: string): string {
  * is in ./problem-pages.ts, which only the page-serving admin route loads, so a Worker using
  * `rateLimit` alone carries no page text). Code names a problem by its constant
  * (`PROBLEMS.tooManyRequests`), never by its title, so a problem without a page fails to compile;
- * test/unit/problem-types.test.ts checks that no title is written anywhere else in src/.
+ * src/problem-types.test.ts checks that no title is written anywhere else in src/.
  */
 export const PROBLEMS = {
   tooManyRequests: { title: "Too many requests", status: [429] },

@@ -1,7 +1,7 @@
 /**
  * The Redis key layout, in one place: every key name sluice reads or writes is built here, and
  * `LAYOUT` says what each kind of key holds and how long it lives (docs/redis-layout.md
- * tables are checked against it by test/unit/layout.test.ts). Key names are part of the public
+ * tables are checked against it by src/store/layout.test.ts). Key names are part of the public
  * contract: existing deployments hold data under them, so a name never changes.
  *
  * Client input reaches a key name only as a `KeyHash` (what `hashIdentifier` returns): every slot

@@ -6,7 +6,7 @@ import { sluice, type SluiceConfig } from "../../index.js";
 /**
  * `on_limit = "divert"` through sluice(config) in an app, in Node: with `origin` (the gateway as
  * middleware: two demo origins, the main one and the divert one), and without (the app's handler
- * is the main origin). test/integration/divert.test.ts covers the same in workerd.
+ * is the main origin). test/integration/divert-worker.test.ts covers the same in workerd.
  */
 const { connection, prefix } = middlewareRig("divert");
 let main: DemoOrigin;

@@ -7,7 +7,7 @@ import { failoverReason, spareRequest } from "./failover.js";
 /**
  * When a failed request may go to the divert origin (src/features/shedding/failover.ts): the
  * failure must be one `divert_on` names, and sending the request again must not risk a second
- * side effect. The workerd tests (test/integration/failover.test.ts) cover the path end to end.
+ * side effect. The workerd tests (test/integration/failover-worker.test.ts) cover the path end to end.
  */
 function routeOf(over: Record<string, unknown>) {
   const r = loadConfig({

@@ -10,12 +10,11 @@
 import reconcileLua from "../../../../lua/reconcile.lua";
 import { asKeyHash } from "../../../identity/hash.js";
 import { BODILESS_STATUSES } from "../../../operator/validate.js";
-import { StoreError } from "../../../store/deadline.js";
 import { idempotencyIndeterminateKey, idempotencyRecordKey, ledgerKey } from "../../../store/layout.js";
 import { toBase64 } from "../../../util/base64.js";
 import { readCapped } from "../../../util/body.js";
 import { discardBody, log, logError } from "../../../util/log.js";
-import { LEDGER_MAXLEN, type Claim, type RecordRef } from "./records.js";
+import { answerArgs, LEDGER_MAXLEN, scriptReply, type Claim, type RecordRef, type StoredAnswer } from "./records.js";
 import { replayedHeaders } from "./replayed-headers.js";
 import { reconcileUrl } from "./reconcile-url.js";
 import { noteIdempotency } from "./trail.js";
@@ -25,10 +24,7 @@ export const DEFAULT_ORIGINAL_STATUS = 201;
 const ORIGINAL_STATUS_HEADER = "sluice-original-status";
 
 /** What the reconcile endpoint said of a key. */
-export type OriginSays =
-  | { kind: "found"; status: number; headers: Array<[string, string]>; body: string; stored: boolean }
-  | { kind: "absent" }
-  | { kind: "unknown"; status?: number };
+export type OriginSays = ({ kind: "found" } & StoredAnswer) | { kind: "absent" } | { kind: "unknown"; status?: number };
 
 /** The reconcile fields of a route's idempotency settings. */
 export interface ReconcileSettings {
@@ -101,13 +97,12 @@ export async function applyAnswer(
   settings: ReconcileSettings,
   job = "",
 ): Promise<Applied> {
-  const rest: Array<string | number> =
+  const args: Array<string | number> =
     says.kind === "found"
-      ? [JSON.stringify(says.headers), says.body, says.stored ? 1 : 0, settings.ttl]
+      ? answerArgs(says, settings.ttl)
       : says.kind === "unknown"
         ? [says.status ?? "", settings.reconcile_after]
         : [];
-  const args = [...(says.kind === "found" ? [says.status] : []), ...rest];
   const [result, state] = await runReconcile(ref, says.kind === "unknown" ? "failed" : says.kind, fence, job, args);
   if (result !== "ok") {
     log("reconcile_stale", { route: ref.route, key: ref.keyHash, state: String(state) });
@@ -133,10 +128,7 @@ async function runReconcile(
   const maxlen = ref.trail?.ledgerLength ?? LEDGER_MAXLEN;
   const context = JSON.stringify({ trace: ref.trail?.trace ?? "" });
   const args = [op, ref.route, ref.keyHash, maxlen, fence, job, ...rest, context];
-  const reply = await ref.store.run(ref.store.script(reconcileLua), keys, args);
-  if (!Array.isArray(reply))
-    throw new StoreError("error", `unexpected reply from reconcile.lua: ${JSON.stringify(reply).slice(0, 200)}`);
-  return reply;
+  return scriptReply(await ref.store.run(ref.store.script(reconcileLua), keys, args), "reconcile.lua");
 }
 
 /** What a duplicate's reconciliation needs: the record (in the settle store), the route's settings, the key by name, the origin. */

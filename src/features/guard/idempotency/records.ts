@@ -44,11 +44,35 @@ export interface ReplayBound {
   period: number;
 }
 
+/** An answer as a key's record keeps it: the status, the headers replayed, the body in base64 ("" when not kept: `stored` false). */
+export interface StoredAnswer {
+  status: number;
+  headers: Array<[string, string]>;
+  body: string;
+  stored: boolean;
+}
+
+/**
+ * A stored answer as the scripts take it, then how long the record keeps it: one encoding for the
+ * origin's answer (lua/idempotency.lua `complete`) and the reconcile endpoint's (lua/reconcile.lua
+ * `found`), which a replay decodes alike.
+ */
+export function answerArgs(a: StoredAnswer, ttlMs: number): Array<string | number> {
+  return [a.status, JSON.stringify(a.headers), a.body, a.stored ? 1 : 0, ttlMs];
+}
+
+/** A record script's reply, always an array (its first word, then figures); anything else is the store's error. */
+export function scriptReply(reply: unknown, script: string): unknown[] {
+  if (!Array.isArray(reply))
+    throw new StoreError("error", `unexpected reply from ${script}: ${JSON.stringify(reply).slice(0, 200)}`);
+  return reply;
+}
+
 export type Claim =
   | { kind: "claimed"; fence: number; takeover: boolean }
   | { kind: "mismatch" }
   | { kind: "inflight"; leftMs: number; fence: number }
-  | { kind: "completed"; status: number; headers: Array<[string, string]>; body: string; stored: boolean }
+  | ({ kind: "completed" } & StoredAnswer)
   /** `busy`: a lapsed claim whose call may still run (its longest life is not over): not to be reconciled yet. */
   | { kind: "indeterminate"; fence: number; busy?: boolean }
   | { kind: "replay_limited"; retryAfterMs: number };
@@ -99,9 +123,7 @@ async function call(r: RecordRef, op: string, owner: string, rest: Array<string 
     // always the last argument: the script reads the ledger's context from ARGV[#ARGV]
     ledgerContext(r.trail, r.principal),
   ]);
-  if (!Array.isArray(reply))
-    throw new StoreError("error", `unexpected reply from idempotency.lua: ${JSON.stringify(reply).slice(0, 200)}`);
-  return reply;
+  return scriptReply(reply, "idempotency.lua");
 }
 
 /** How long a claim is held: its lease (renewed, or for a queued job its life), and the longest its call may run. */
@@ -219,7 +241,7 @@ export async function complete(
   stored: boolean,
   ttlMs: number,
 ): Promise<boolean> {
-  const [result] = await call(r, "complete", owner, [status, JSON.stringify(headers), body, stored ? 1 : 0, ttlMs]);
+  const [result] = await call(r, "complete", owner, answerArgs({ status, headers, body, stored }, ttlMs));
   if (result === "ok") noteIdempotency(r, "complete");
   return result === "ok";
 }

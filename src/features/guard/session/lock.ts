@@ -1,8 +1,7 @@
 import sessionLua from "../../../../lua/session.lua";
 import { asKeyHash, ownedHash } from "../../../identity/hash.js";
 import { pseudonym, type IdKey } from "../../../identity/pseudonym.js";
-import { LEDGER_MAXLEN } from "../idempotency/records.js";
-import { StoreError } from "../../../store/deadline.js";
+import { LEDGER_MAXLEN, scriptReply } from "../idempotency/records.js";
 import { ledgerKey, sessionFenceKey, sessionLockKey } from "../../../store/layout.js";
 import type { Store } from "../../../store/redis.js";
 
@@ -59,9 +58,7 @@ async function call(
     [lock, sessionFenceKey(r.prefix), ledgerKey(r.prefix)],
     [op, owner, r.route, r.ledgerId, r.ledgerLength ?? LEDGER_MAXLEN, ...rest],
   );
-  if (!Array.isArray(reply))
-    throw new StoreError("error", `unexpected reply from session.lua: ${JSON.stringify(reply).slice(0, 200)}`);
-  return reply;
+  return scriptReply(reply, "session.lua");
 }
 
 /**
