@@ -59,21 +59,22 @@ type ComposedRoute = RouteFields & { breaker?: unknown; idempotency?: unknown; s
 type RouteProblems = (r: ComposedRoute) => Array<[string, string]>;
 
 /** A route's limits: unique names, none taking the adaptive limit's; then the composition's own `more` (a divert route's fields together). */
-function routeProblems(r: ComposedRoute, ctx: z.core.$RefinementCtx, more?: RouteProblems) {
+function routeProblems(r: ComposedRoute, more?: RouteProblems): Array<[Array<string | number>, string]> {
   const seen = new Set<string>();
+  const problems: Array<[Array<string | number>, string]> = [];
   r.limits.forEach((l, i) => {
     if (seen.has(l.name) || (r.adaptive && l.name === ADAPTIVE_LIMIT))
-      ctx.addIssue({
-        code: "custom",
-        path: ["limits", i, "name"],
-        message: seen.has(l.name)
+      problems.push([
+        ["limits", i, "name"],
+        seen.has(l.name)
           ? `duplicate limit name "${l.name}" in route "${r.name}"`
           : `"${ADAPTIVE_LIMIT}" is the name of the route's adaptive limit: give this one another`,
-      });
+      ]);
     seen.add(l.name);
   });
-  mcpOnlyProblems(r).forEach(([path, message]) => ctx.addIssue({ code: "custom", path, message }));
-  more?.(r).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message }));
+  problems.push(...mcpOnlyProblems(r));
+  for (const [path, message] of more?.(r) ?? []) problems.push([[path], message]);
+  return problems;
 }
 
 /**
@@ -108,12 +109,15 @@ function routeSchema<S extends z.core.$ZodLooseShape, T extends z.core.$ZodLoose
   tables: T,
   more?: RouteProblems,
 ) {
-  const fields = z
-    .strictObject({ ...routeFields(shedding), ...tables })
-    .check(z.superRefine((r, ctx) => routeProblems(r as unknown as ComposedRoute, ctx, more)));
+  const fields = z.strictObject({ ...routeFields(shedding), ...tables });
+  // the checks in the transform rather than a `.check` of the object, which would build it twice
   return z.pipe(
     fields,
-    z.transform((r: z.output<typeof fields>) => withAdaptiveLimit(r)),
+    z.transform((r: z.output<typeof fields>, ctx) => {
+      const problems = routeProblems(r as unknown as ComposedRoute, more);
+      for (const [path, message] of problems) ctx.issues.push({ code: "custom", path, message, input: r });
+      return problems.length > 0 ? z.NEVER : withAdaptiveLimit(r);
+    }),
   );
 }
 

@@ -144,18 +144,24 @@ function responseCostProblems(l: {
 /** A limit's key from the app's own code: the request's context in, the identifier (or `undefined`: missing) out. */
 export type KeyFunction = (c: Context) => string | undefined;
 
-const keyFunction = () =>
-  z.custom<KeyFunction>((v) => typeof v === "function", "must be key parts or a function of the context");
+/**
+ * A limit's `key` but its commonest form, one key part: the list and the function forms, built
+ * when a union reaches them (a key part that fails, or a key of another form), never for "ip".
+ */
+const otherKeyForms = () =>
+  [
+    deferred(() => z.array(keyPart()).check(z.minLength(1), z.maxLength(8))),
+    deferred(() =>
+      z.custom<KeyFunction>((v) => typeof v === "function", "must be key parts or a function of the context"),
+    ),
+  ] as const;
 
 /** A limit's figures: its name, identity, algorithm, rate and cost. */
 function figureFields() {
   return {
     name: name(),
     /** Key parts, or (middleware options only) a function of the request's context giving the identifier. */
-    key: z._default(
-      z.union([keyPart(), z.array(keyPart()).check(z.minLength(1), z.maxLength(8)), keyFunction()]),
-      "ip",
-    ),
+    key: z._default(z.union([keyPart(), ...otherKeyForms()]), "ip"),
     algorithm: oneOf(ALGORITHM_NAMES, "token_bucket"),
     /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/features/rate-limit/algorithms/figures.ts). */
     rate: z.optional(tokens()),
@@ -228,17 +234,13 @@ function settingFields() {
 }
 
 function limitFields() {
-  return z
-    .strictObject({ ...figureFields(), ...settingFields() })
-    .check(
-      z.superRefine((l, ctx) =>
-        figureProblems(l).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message })),
-      ),
-    );
+  return z.strictObject({ ...figureFields(), ...settingFields() });
 }
 
+type WrittenLimit = z.output<ReturnType<typeof limitFields>>;
+
 /** A limit as a decision reads it: its figures compiled, its key a list, its cost and lease settled. */
-function compiledLimit(l: z.output<ReturnType<typeof limitFields>>) {
+function compiledLimit(l: WrittenLimit) {
   const costHeader = typeof l.cost === "string" ? l.cost.slice(7).toLowerCase() : undefined;
   const fromResponse = typeof l.cost === "object" ? l.cost : undefined;
   const source = fromResponse && parseResponseSource(fromResponse.response);
@@ -261,8 +263,7 @@ function compiledLimit(l: z.output<ReturnType<typeof limitFields>>) {
 type CompiledLimit = ReturnType<typeof compiledLimit>;
 
 /** What a limit's settings may not be together. */
-function limitProblems(l: CompiledLimit, ctx: z.core.$RefinementCtx<CompiledLimit>) {
-  const issue = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
+function limitProblems(l: CompiledLimit, issue: (path: string, message: string) => void) {
   const input = l as { burst?: number };
   if (algorithm(l.algorithm).capacity === "rate" && input.burst !== l.rate)
     issue("burst", `does not apply to ${l.algorithm}: the window holds \`rate\``);
@@ -300,9 +301,22 @@ function limitProblems(l: CompiledLimit, ctx: z.core.$RefinementCtx<CompiledLimi
     );
 }
 
-export const limit = /* @__PURE__ */ lazy(() =>
-  z.pipe(limitFields(), z.transform(compiledLimit)).check(z.superRefine(limitProblems)),
-);
+/**
+ * A limit's fields checked (its figures first: their problems alone are reported) and compiled:
+ * one transform rather than a check on each of the object and the pipe, each of which `.check`
+ * would clone (a cold start builds this schema once, and every schema it builds is time).
+ */
+function checkedLimit(l: WrittenLimit, ctx: z.core.ParsePayload): CompiledLimit {
+  const issue = (path: string, message: string) => ctx.issues.push({ code: "custom", path: [path], message, input: l });
+  const figures = figureProblems(l);
+  figures.forEach(([path, message]) => issue(path, message));
+  if (figures.length > 0) return z.NEVER;
+  const compiled = compiledLimit(l);
+  limitProblems(compiled, issue);
+  return compiled;
+}
+
+export const limit = /* @__PURE__ */ lazy(() => z.pipe(limitFields(), z.transform(checkedLimit)));
 
 /** What is wrong with a limit's `align`, if anything: an algorithm whose windows align, a period of whole days, a known zone. */
 function alignmentProblem(zone: string, name: Algorithm, periodMs: number): string | undefined {
