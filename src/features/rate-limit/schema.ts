@@ -1,7 +1,7 @@
 import type { Context } from "hono";
 import * as z from "zod/mini";
 import { CODE_PART } from "../../identity/identify.js";
-import { deferred, lazy } from "../../config/lazy.js";
+import { deferred, lazy, lazyField } from "../../config/lazy.js";
 import {
   booleanOrDuration,
   duration,
@@ -168,31 +168,28 @@ function figureFields() {
     period: z.optional(duration()),
     burst: z.optional(tokens()),
     /** concurrency: requests of a key in flight at once. */
-    limit: z.optional(
-      deferred(() =>
-        z
-          .int()
-          .check(
-            z.positive(),
-            z.maximum(MAX_IN_FLIGHT, `must be at most ${MAX_IN_FLIGHT}: the bucket lists every slot in flight`),
-          ),
-      ),
+    limit: lazyField(() =>
+      z
+        .int()
+        .check(
+          z.positive(),
+          z.maximum(MAX_IN_FLIGHT, `must be at most ${MAX_IN_FLIGHT}: the bucket lists every slot in flight`),
+        ),
     ),
     /**
      * Tokens one request takes: a number, "header:<name>" read from the request (bounded by
      * max_cost), or what the origin reports (docs/algorithms.md, Cost from the response).
      */
-    cost: z._default(
-      deferred(() =>
+    cost: lazyField(
+      () =>
         z.union([
           z.int().check(z.positive()),
           z.string().check(z.regex(/^header:[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a number or "header:<name>"')),
           responseCost(),
         ]),
-      ),
       1,
     ),
-    max_cost: z.optional(deferred(() => z.int().check(z.positive()))),
+    max_cost: lazyField(() => z.int().check(z.positive())),
   };
 }
 
@@ -208,7 +205,7 @@ function settingFields() {
     /** leaky_bucket: the longest a request may wait for its slot before it is refused instead. */
     max_delay: z.optional(duration()),
     /** leaky_bucket: let the queued burst through at once (nginx nodelay); slots still refill at the rate. */
-    nodelay: z.optional(deferred(() => z.boolean())),
+    nodelay: lazyField(() => z.boolean()),
     /**
      * sliding_log: count over the period plus this much, the spread of the delay between sluice's
      * decision and the origin's arrival, so the origin itself sees at most `rate` in any period.
@@ -216,20 +213,20 @@ function settingFields() {
     margin: z.optional(duration()),
     /** Take the rate from a table keyed by this identity's value, e.g. "jwt:plan". */
     tier: z.optional(keyPart()),
-    rates: z.optional(deferred(() => z.record(z.string().check(z.minLength(1), z.maxLength(64)), tierRate()))),
+    rates: lazyField(() => z.record(z.string().check(z.minLength(1), z.maxLength(64)), tierRate())),
     /**
      * Let isolates hold leases on this limit's buckets (docs/regions-and-leases.md, Leases); default: wherever the limit
      * can be leased. concurrency: how long a slot may be held, a duration.
      */
-    lease: z.optional(deferred(booleanOrDuration)),
+    lease: lazyField(booleanOrDuration),
     /** Put a client this limit keeps refusing on the deny list, for longer each time (docs/operating.md, Bans). */
-    ban: z.optional(deferred(banSettings)),
+    ban: lazyField(banSettings),
     /** Capacity kept for higher priorities, e.g. `{ critical = 0.2 }` (docs/algorithms.md, Priorities). */
-    reserve: z.optional(deferred(reserve)),
+    reserve: lazyField(reserve),
     /** On a route with an `mcp` table: the limit applies to calls of these tools only (docs/mcp.md). */
-    tools: z.optional(deferred(() => z.array(toolName()).check(z.minLength(1)))),
+    tools: lazyField(() => z.array(toolName()).check(z.minLength(1))),
     /** fixed_window of whole days: windows start at local midnight in this IANA time zone, e.g. "Asia/Shanghai". */
-    align: z.optional(z.string()),
+    align: lazyField(() => z.string()),
   };
 }
 
