@@ -31,30 +31,3 @@ export function deferred<T extends z.core.SomeType>(build: () => T): z.ZodMiniLa
   Object.defineProperty(schema._zod, "optout", { value: undefined });
   return schema;
 }
-
-/**
- * A field a configuration may leave out, as one schema where `z.optional(deferred(build))` or
- * `z._default(deferred(build), fallback)` is two: a lazy schema that gives an absent value
- * (undefined) as undefined or `fallback` (called when a function, else as is: a primitive) without
- * building the inner one, its `optin` / `optout` those of z.optional or z._default. A cold start
- * builds every field of the options' schema, and each schema zod builds is time (./settings.ts, a
- * limit's twenty-odd fields). It replaces the lazy schema's `run` (zod's `parse` for a schema
- * without checks) rather than wrap it in another schema.
- */
-export function lazyField<T extends z.core.SomeType>(build: () => T): z.ZodMiniOptional<z.ZodMiniLazy<T>>;
-export function lazyField<T extends z.core.SomeType>(
-  build: () => T,
-  fallback: z.output<T> | (() => z.output<T>),
-): z.ZodMiniDefault<z.ZodMiniLazy<T>>;
-export function lazyField<T extends z.core.SomeType>(build: () => T, fallback?: unknown): unknown {
-  const schema = z.lazy(build);
-  const run = schema._zod.run;
-  schema._zod.run = schema._zod.parse = (payload, ctx) => {
-    if (payload.value !== undefined) return run(payload, ctx);
-    payload.value = typeof fallback === "function" ? (fallback as () => unknown)() : fallback;
-    return payload;
-  };
-  Object.defineProperty(schema._zod, "optin", { value: "optional" });
-  Object.defineProperty(schema._zod, "optout", { value: fallback === undefined ? "optional" : undefined });
-  return schema;
-}

@@ -1,7 +1,7 @@
 import type { Context } from "hono";
 import * as z from "zod/mini";
 import { parseDuration } from "./duration.js";
-import { lazy, lazyField } from "./lazy.js";
+import { deferred, lazy } from "./lazy.js";
 import { CODE_PART } from "../identity/identify.js";
 import { AUTO_PRINCIPAL } from "../identity/principal.js";
 
@@ -37,10 +37,13 @@ export const toolName = /* @__PURE__ */ lazy(() =>
  * middleware's construction for the fields its options leave out.
  */
 export const oneOf = <const T extends readonly [string, ...string[]]>(values: T, fallback: T[number]) =>
-  lazyField(() => z.enum(values), fallback);
+  z._default(
+    deferred(() => z.enum(values)),
+    fallback,
+  );
 
 /** A flag, false when left out; its schema built only when a configuration sets it (as `oneOf`'s). */
-export const flag = () => lazyField(() => z.boolean(), false);
+export const flag = () => z._default(deferred(z.boolean), false);
 
 export const duration = /* @__PURE__ */ lazy(() =>
   z.pipe(

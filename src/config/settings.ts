@@ -1,5 +1,5 @@
 import * as z from "zod/mini";
-import { lazy, lazyField } from "./lazy.js";
+import { deferred, lazy } from "./lazy.js";
 import { duration, flag, method, name, oneOf } from "./primitives.js";
 import { DEFAULT_PROBLEM_BASE } from "../problem.js";
 import { adaptiveLimit, adaptiveSettings, ADAPTIVE_LIMIT } from "../features/rate-limit/adaptive/schema.js";
@@ -22,7 +22,7 @@ import { divertProblems, sheddingOptions } from "../features/shedding/schema.js"
 const routeFields = <S extends z.core.$ZodLooseShape>(shedding: S) => ({
   name: name(),
   match: z.string().check(z.regex(/^\/[^\s?#]*$/, 'must be a path pattern starting with "/" (no query, no spaces)')),
-  methods: lazyField(() => z.array(method()).check(z.minLength(1))),
+  methods: z.optional(deferred(() => z.array(method()).check(z.minLength(1)))),
   /**
    * The origin acts on `X-HTTP-Method-Override` (and `X-HTTP-Method`, `X-Method-Override`) of a
    * POST here: sluice decides on that method and forwards the header. Off: the headers are
@@ -35,16 +35,19 @@ const routeFields = <S extends z.core.$ZodLooseShape>(shedding: S) => ({
    * Decide without spending: the request always goes through, with the RateLimit headers of the
    * buckets as they stand: this route's own (`true`), or another route's, named (a quota endpoint).
    */
-  peek: lazyField(() => z.union([z.boolean(), name()]), false),
+  peek: z._default(
+    deferred(() => z.union([z.boolean(), name()])),
+    false,
+  ),
   /**
    * The requests' priority (docs/algorithms.md, Priorities): a name, or a header or JWT claim that holds one
    * (anything else, or nothing: default). A header is only as trusted as the operator makes it.
    */
-  priority: lazyField(priority, "default"),
+  priority: z._default(deferred(priority), "default"),
   /** Every limit of the route in shadow mode: decide and count, never block (how a new route is rolled out). */
   shadow: flag(),
   /** An in-flight limit for the route's origin that follows its latency (docs/algorithms.md, Adaptive limit). */
-  adaptive: lazyField(adaptiveSettings),
+  adaptive: z.optional(deferred(adaptiveSettings)),
   limits: z._default(z.array(limit()), []),
 });
 
@@ -56,22 +59,21 @@ type ComposedRoute = RouteFields & { breaker?: unknown; idempotency?: unknown; s
 type RouteProblems = (r: ComposedRoute) => Array<[string, string]>;
 
 /** A route's limits: unique names, none taking the adaptive limit's; then the composition's own `more` (a divert route's fields together). */
-function routeProblems(r: ComposedRoute, more?: RouteProblems): Array<[Array<string | number>, string]> {
+function routeProblems(r: ComposedRoute, ctx: z.core.$RefinementCtx, more?: RouteProblems) {
   const seen = new Set<string>();
-  const problems: Array<[Array<string | number>, string]> = [];
   r.limits.forEach((l, i) => {
     if (seen.has(l.name) || (r.adaptive && l.name === ADAPTIVE_LIMIT))
-      problems.push([
-        ["limits", i, "name"],
-        seen.has(l.name)
+      ctx.addIssue({
+        code: "custom",
+        path: ["limits", i, "name"],
+        message: seen.has(l.name)
           ? `duplicate limit name "${l.name}" in route "${r.name}"`
           : `"${ADAPTIVE_LIMIT}" is the name of the route's adaptive limit: give this one another`,
-      ]);
+      });
     seen.add(l.name);
   });
-  problems.push(...mcpOnlyProblems(r));
-  for (const [path, message] of more?.(r) ?? []) problems.push([[path], message]);
-  return problems;
+  mcpOnlyProblems(r).forEach(([path, message]) => ctx.addIssue({ code: "custom", path, message }));
+  more?.(r).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message }));
 }
 
 /**
@@ -106,15 +108,12 @@ function routeSchema<S extends z.core.$ZodLooseShape, T extends z.core.$ZodLoose
   tables: T,
   more?: RouteProblems,
 ) {
-  const fields = z.strictObject({ ...routeFields(shedding), ...tables });
-  // the checks in the transform rather than a `.check` of the object, which would build it twice
+  const fields = z
+    .strictObject({ ...routeFields(shedding), ...tables })
+    .check(z.superRefine((r, ctx) => routeProblems(r as unknown as ComposedRoute, ctx, more)));
   return z.pipe(
     fields,
-    z.transform((r: z.output<typeof fields>, ctx) => {
-      const problems = routeProblems(r as unknown as ComposedRoute, more);
-      for (const [path, message] of problems) ctx.issues.push({ code: "custom", path, message, input: r });
-      return problems.length > 0 ? z.NEVER : withAdaptiveLimit(r);
-    }),
+    z.transform((r: z.output<typeof fields>) => withAdaptiveLimit(r)),
   );
 }
 
@@ -188,28 +187,33 @@ const deploymentFields = () => ({
   on_store_error: oneOf(["local", "open", "closed"], "local"),
   rebalance_every: z._default(duration(), 5_000),
   home_region: z._default(name(), "home"),
-  regions: lazyField(
-    () => z.record(name(), region()),
-    () => ({}),
+  regions: z._default(
+    deferred(() => z.record(name(), region())),
+    {},
   ),
-  jwt: lazyField(jwtSettings),
-  paths: lazyField(pathPolicy, pathDefaults),
+  jwt: z.optional(deferred(jwtSettings)),
+  paths: z._default(deferred(pathPolicy), pathDefaults),
   /**
    * Where problem `type` URIs point (RFC 9457 §3.1.1): a URL or a path of the deployment's own,
    * never a domain it does not control. The default is served by the Worker itself (docs/configuration.md, Responses).
    */
-  problem_base: lazyField(problemBase, DEFAULT_PROBLEM_BASE),
+  problem_base: z._default(deferred(problemBase), DEFAULT_PROBLEM_BASE),
   /** Where decision counts go (docs/operating.md, Metrics): the home region's Redis, at most once per isolate per interval, or nowhere. */
   metrics: oneOf(["redis", "off"], "redis"),
   /** What the dashboard shows of a refused client next to its hash (docs/operating.md, Labels of refused clients). */
   labels: oneOf(["full", "masked", "off"], "masked"),
   /** How long a dashboard session may go unused before it ends (docs/operating.md, Admin API); within its 12 hours. */
-  admin_session_idle: lazyField(
-    () => duration().check(z.refine((ms) => ms >= 1_000 && ms <= 12 * 3_600_000, "must be between 1s and 12h")),
+  admin_session_idle: z._default(
+    deferred(() =>
+      duration().check(z.refine((ms) => ms >= 1_000 && ms <= 12 * 3_600_000, "must be between 1s and 12h")),
+    ),
     30 * 60_000,
   ),
   /** Entries the ledger keeps (docs/idempotency-and-sessions.md, The ledger): its stream is trimmed to about this many. */
-  ledger_length: lazyField(() => z.int().check(z.minimum(100), z.maximum(1_000_000)), 10_000),
+  ledger_length: z._default(
+    deferred(() => z.int().check(z.minimum(100), z.maximum(1_000_000))),
+    10_000,
+  ),
 });
 
 type Deployment = z.output<z.ZodMiniObject<ReturnType<typeof deploymentFields>>> & { routes: RouteFields[] };

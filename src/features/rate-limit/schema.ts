@@ -1,7 +1,7 @@
 import type { Context } from "hono";
 import * as z from "zod/mini";
 import { CODE_PART } from "../../identity/identify.js";
-import { deferred, lazy, lazyField } from "../../config/lazy.js";
+import { deferred, lazy } from "../../config/lazy.js";
 import {
   booleanOrDuration,
   duration,
@@ -144,52 +144,54 @@ function responseCostProblems(l: {
 /** A limit's key from the app's own code: the request's context in, the identifier (or `undefined`: missing) out. */
 export type KeyFunction = (c: Context) => string | undefined;
 
-/**
- * A limit's `key` but its commonest form, one key part: the list and the function forms, built
- * when a union reaches them (a key part that fails, or a key of another form), never for "ip".
- */
-const otherKeyForms = () =>
-  [
-    deferred(() => z.array(keyPart()).check(z.minLength(1), z.maxLength(8))),
-    deferred(() =>
-      z.custom<KeyFunction>((v) => typeof v === "function", "must be key parts or a function of the context"),
-    ),
-  ] as const;
-
 /** A limit's figures: its name, identity, algorithm, rate and cost. */
 function figureFields() {
   return {
     name: name(),
     /** Key parts, or (middleware options only) a function of the request's context giving the identifier. */
-    key: z._default(z.union([keyPart(), ...otherKeyForms()]), "ip"),
+    key: z._default(
+      // the list and the function forms built when the union reaches them (a key part that fails, or
+      // a key of another form), never for "ip"
+      z.union([
+        keyPart(),
+        z.lazy(() => z.array(keyPart()).check(z.minLength(1), z.maxLength(8))),
+        z.lazy(() =>
+          z.custom<KeyFunction>((v) => typeof v === "function", "must be key parts or a function of the context"),
+        ),
+      ]),
+      "ip",
+    ),
     algorithm: oneOf(ALGORITHM_NAMES, "token_bucket"),
     /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/features/rate-limit/algorithms/figures.ts). */
     rate: z.optional(tokens()),
     period: z.optional(duration()),
     burst: z.optional(tokens()),
     /** concurrency: requests of a key in flight at once. */
-    limit: lazyField(() =>
-      z
-        .int()
-        .check(
-          z.positive(),
-          z.maximum(MAX_IN_FLIGHT, `must be at most ${MAX_IN_FLIGHT}: the bucket lists every slot in flight`),
-        ),
+    limit: z.optional(
+      deferred(() =>
+        z
+          .int()
+          .check(
+            z.positive(),
+            z.maximum(MAX_IN_FLIGHT, `must be at most ${MAX_IN_FLIGHT}: the bucket lists every slot in flight`),
+          ),
+      ),
     ),
     /**
      * Tokens one request takes: a number, "header:<name>" read from the request (bounded by
      * max_cost), or what the origin reports (docs/algorithms.md, Cost from the response).
      */
-    cost: lazyField(
-      () =>
+    cost: z._default(
+      deferred(() =>
         z.union([
           z.int().check(z.positive()),
           z.string().check(z.regex(/^header:[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a number or "header:<name>"')),
           responseCost(),
         ]),
+      ),
       1,
     ),
-    max_cost: lazyField(() => z.int().check(z.positive())),
+    max_cost: z.optional(deferred(() => z.int().check(z.positive()))),
   };
 }
 
@@ -205,7 +207,7 @@ function settingFields() {
     /** leaky_bucket: the longest a request may wait for its slot before it is refused instead. */
     max_delay: z.optional(duration()),
     /** leaky_bucket: let the queued burst through at once (nginx nodelay); slots still refill at the rate. */
-    nodelay: lazyField(() => z.boolean()),
+    nodelay: z.optional(deferred(z.boolean)),
     /**
      * sliding_log: count over the period plus this much, the spread of the delay between sluice's
      * decision and the origin's arrival, so the origin itself sees at most `rate` in any period.
@@ -213,28 +215,25 @@ function settingFields() {
     margin: z.optional(duration()),
     /** Take the rate from a table keyed by this identity's value, e.g. "jwt:plan". */
     tier: z.optional(keyPart()),
-    rates: lazyField(() => z.record(z.string().check(z.minLength(1), z.maxLength(64)), tierRate())),
+    rates: z.optional(deferred(() => z.record(z.string().check(z.minLength(1), z.maxLength(64)), tierRate()))),
     /**
      * Let isolates hold leases on this limit's buckets (docs/regions-and-leases.md, Leases); default: wherever the limit
      * can be leased. concurrency: how long a slot may be held, a duration.
      */
-    lease: lazyField(booleanOrDuration),
+    lease: z.optional(deferred(booleanOrDuration)),
     /** Put a client this limit keeps refusing on the deny list, for longer each time (docs/operating.md, Bans). */
-    ban: lazyField(banSettings),
+    ban: z.optional(deferred(banSettings)),
     /** Capacity kept for higher priorities, e.g. `{ critical = 0.2 }` (docs/algorithms.md, Priorities). */
-    reserve: lazyField(reserve),
+    reserve: z.optional(deferred(reserve)),
     /** On a route with an `mcp` table: the limit applies to calls of these tools only (docs/mcp.md). */
-    tools: lazyField(() => z.array(toolName()).check(z.minLength(1))),
+    tools: z.optional(deferred(() => z.array(toolName()).check(z.minLength(1)))),
     /** fixed_window of whole days: windows start at local midnight in this IANA time zone, e.g. "Asia/Shanghai". */
-    align: lazyField(() => z.string()),
+    align: z.optional(z.string()),
   };
 }
 
-function limitFields() {
-  return z.strictObject({ ...figureFields(), ...settingFields() });
-}
-
-type WrittenLimit = z.output<ReturnType<typeof limitFields>>;
+/** A limit as written, its fields parsed. */
+type WrittenLimit = z.output<z.ZodMiniObject<ReturnType<typeof figureFields> & ReturnType<typeof settingFields>>>;
 
 /** A limit as a decision reads it: its figures compiled, its key a list, its cost and lease settled. */
 function compiledLimit(l: WrittenLimit) {
@@ -303,17 +302,18 @@ function limitProblems(l: CompiledLimit, issue: (path: string, message: string) 
  * one transform rather than a check on each of the object and the pipe, each of which `.check`
  * would clone (a cold start builds this schema once, and every schema it builds is time).
  */
-function checkedLimit(l: WrittenLimit, ctx: z.core.ParsePayload): CompiledLimit {
-  const issue = (path: string, message: string) => ctx.issues.push({ code: "custom", path: [path], message, input: l });
-  const figures = figureProblems(l);
-  figures.forEach(([path, message]) => issue(path, message));
-  if (figures.length > 0) return z.NEVER;
-  const compiled = compiledLimit(l);
-  limitProblems(compiled, issue);
-  return compiled;
-}
-
-export const limit = /* @__PURE__ */ lazy(() => z.pipe(limitFields(), z.transform(checkedLimit)));
+export const limit = /* @__PURE__ */ lazy(() =>
+  z.pipe(
+    z.strictObject({ ...figureFields(), ...settingFields() }),
+    z.transform((l: WrittenLimit, ctx): CompiledLimit => {
+      const problems = figureProblems(l);
+      const compiled = problems.length > 0 ? undefined : compiledLimit(l);
+      if (compiled) limitProblems(compiled, (path, message) => problems.push([path, message]));
+      for (const [path, message] of problems) ctx.issues.push({ code: "custom", path: [path], message, input: l });
+      return compiled ?? z.NEVER;
+    }),
+  ),
+);
 
 /** What is wrong with a limit's `align`, if anything: an algorithm whose windows align, a period of whole days, a known zone. */
 function alignmentProblem(zone: string, name: Algorithm, periodMs: number): string | undefined {

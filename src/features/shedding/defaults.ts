@@ -1,5 +1,4 @@
 import * as z from "zod/mini";
-import { lazyField } from "../../config/lazy.js";
 
 // What a route that sets no shedding option gets, apart from the options' schemas (./schema.ts):
 // every route has these fields, a middleware's (`rateLimit()`, `limiter()`, the lists) included,
@@ -70,7 +69,10 @@ export function queueDefaults(): QueueSettings {
 
 /** A field no options can set: absent, it is `value`; given, it is refused. */
 const unsettable = <T extends NonNullable<unknown>>(value: T | (() => T)) =>
-  lazyField(() => z.custom<T>(() => false), value);
+  z._default(
+    z.custom<T>(() => false),
+    value,
+  );
 
 /**
  * The shedding options of a route whose middleware has none: each what `sheddingOptions()`
