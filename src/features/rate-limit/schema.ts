@@ -144,23 +144,28 @@ function responseCostProblems(l: {
 /** A limit's key from the app's own code: the request's context in, the identifier (or `undefined`: missing) out. */
 export type KeyFunction = (c: Context) => string | undefined;
 
+/**
+ * A limit's `key`: the list and the function forms built when the union reaches them (a key part
+ * that fails, or a key of another form), never for "ip".
+ */
+const limitKey = () =>
+  z._default(
+    z.union([
+      keyPart(),
+      z.lazy(() => z.array(keyPart()).check(z.minLength(1), z.maxLength(8))),
+      z.lazy(() =>
+        z.custom<KeyFunction>((v) => typeof v === "function", "must be key parts or a function of the context"),
+      ),
+    ]),
+    "ip",
+  );
+
 /** A limit's figures: its name, identity, algorithm, rate and cost. */
 function figureFields() {
   return {
     name: name(),
     /** Key parts, or (middleware options only) a function of the request's context giving the identifier. */
-    key: z._default(
-      // the list and the function forms built when the union reaches them (a key part that fails, or
-      // a key of another form), never for "ip"
-      z.union([
-        keyPart(),
-        z.lazy(() => z.array(keyPart()).check(z.minLength(1), z.maxLength(8))),
-        z.lazy(() =>
-          z.custom<KeyFunction>((v) => typeof v === "function", "must be key parts or a function of the context"),
-        ),
-      ]),
-      "ip",
-    ),
+    key: limitKey(),
     algorithm: oneOf(ALGORITHM_NAMES, "token_bucket"),
     /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/features/rate-limit/algorithms/figures.ts). */
     rate: z.optional(tokens()),
