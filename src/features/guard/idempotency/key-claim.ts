@@ -4,18 +4,8 @@ import { readCapped } from "../../../util/body.js";
 import { pollWhile, retried } from "../../../util/poll.js";
 import { Problem } from "../../../problem.js";
 import { PROBLEMS, type ProblemKind } from "../../../problem-types.js";
-import {
-  claimRecord,
-  complete,
-  jobOwner,
-  noteClaim,
-  recordRef,
-  releaseOrHold,
-  releaseUnsent,
-  type Claim,
-  type ClaimTicket,
-  type RecordRef,
-} from "./records.js";
+import { claimRecord, complete, jobOwner, noteClaim, releaseOrHold, releaseUnsent, type Claim } from "./records.js";
+import { recordRef, type ClaimTicket, type RecordRef } from "./record-ref.js";
 import { StoreError } from "../../../store/deadline.js";
 import { keepClaimed } from "./renewal.js";
 import { IdempotencyRefusal } from "./refusal.js";

@@ -14,7 +14,7 @@ import { idempotencyIndeterminateKey, idempotencyRecordKey } from "../../../stor
 import { forEachConcurrently } from "../../../util/concurrently.js";
 import { logError } from "../../../util/log.js";
 import { newTraceparent } from "../../../util/traceparent.js";
-import { refFromHash } from "./records.js";
+import { refFromHash } from "./record-ref.js";
 import { applyAnswer, askOrigin, type ReconcileSettings } from "./reconcile.js";
 
 /** Indeterminate keys looked at per route and run (the oldest), and asked about at most. */

@@ -14,7 +14,8 @@ import { idempotencyIndeterminateKey, idempotencyRecordKey, ledgerKey } from "..
 import { toBase64 } from "../../../util/base64.js";
 import { readCapped } from "../../../util/body.js";
 import { discardBody, log, logError } from "../../../util/log.js";
-import { answerArgs, LEDGER_MAXLEN, scriptReply, type Claim, type RecordRef, type StoredAnswer } from "./records.js";
+import type { RecordRef } from "./record-ref.js";
+import { answerArgs, LEDGER_MAXLEN, scriptReply, type Claim, type StoredAnswer } from "./records.js";
 import { replayedHeaders } from "./replayed-headers.js";
 import { reconcileUrl } from "./reconcile-url.js";
 import { noteIdempotency } from "./trail.js";
