@@ -6,8 +6,9 @@ import { describe, expect, it } from "vitest";
 import { loadConfig } from "./index.js";
 import * as z from "zod/mini";
 import { deferred, lazy } from "./lazy.js";
-import { pathDefaults } from "./settings.js";
-import { queueDefaults, queueSettings } from "../features/shedding/schema.js";
+import { configSchema, pathDefaults, plainConfigSchema } from "./settings.js";
+import { queueDefaults } from "../features/shedding/defaults.js";
+import { queueSettings } from "../features/shedding/schema.js";
 
 const ORIGIN_URL = "https://api.example.com";
 
@@ -46,6 +47,23 @@ describe("schemas built on first use", () => {
     expect(JSON.stringify(route()?.queue)).toBe(JSON.stringify(route({})?.queue));
     // each route its own copy: one route's queue is not another's
     expect(queueDefaults().retry_delays).not.toBe(queueDefaults().retry_delays);
+  });
+
+  it("a middleware's route gets the shedding options' defaults without their schemas: the gateway's route, keys in the same order", () => {
+    const settings = {
+      key_prefix: "p",
+      routes: [{ name: "r", match: "/*", limits: [{ name: "l", rate: 5, period: "1s" }], adaptive: {} }],
+    };
+    const plain = plainConfigSchema().parse(settings);
+    expect(JSON.stringify(plain)).toBe(JSON.stringify(configSchema({}).parse(settings)));
+    expect(plain.routes[0]?.on_limit).toBe("reject");
+    // each route its own queue copy, as the gateway's
+    const again = plainConfigSchema().parse(settings);
+    expect(again.routes[0]?.queue.retry_delays).not.toBe(plain.routes[0]?.queue.retry_delays);
+    // no middleware's options spell a shedding option: one given is refused, not taken
+    const given = plainConfigSchema().safeParse({ routes: [{ name: "r", match: "/*", on_limit: "queue" }] });
+    expect(given.success).toBe(false);
+    expect(given.error?.issues[0]?.path).toStrictEqual(["routes", 0, "on_limit"]);
   });
 
   it("a configuration without paths gets what the path schema gives an empty table", () => {

@@ -7,9 +7,12 @@ import * as z from "zod/mini";
 // so that the options of a middleware build only the schemas of what they set.
 
 /**
- * A value built on first call, then the same one.
+ * A value built on first call, then the same one. A module-level call is written
+ * `/* @__PURE__ *\/ lazy(...)`: the bundler cannot see that the call only keeps its argument, and
+ * would otherwise keep every schema of a module any of whose exports a Worker uses (esbuild 0.25 does
+ * not carry a `@__NO_SIDE_EFFECTS__` of this declaration to the calls in other modules).
  *
- * @example const settings = lazy(() => z.strictObject({ ... })); settings().parse(input)
+ * @example const settings = /* @__PURE__ *\/ lazy(() => z.strictObject({ ... })); settings().parse(input)
  */
 export function lazy<T>(build: () => T): () => T {
   let built: { value: T } | undefined;

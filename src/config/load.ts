@@ -3,7 +3,7 @@ import type { LimitSettings, RouteSettings, SluiceSettings } from "./schema.js";
 import { enLocale } from "./messages.js";
 import { exactnessProblem, maxDelayProblem, responseMaxProblem } from "./exactness.js";
 import { compilePattern, type PathPattern } from "../routing/match.js";
-import { divertReasons, type DivertReason } from "../features/shedding/schema.js";
+import { divertReasons, type DivertReason } from "../features/shedding/defaults.js";
 
 /** A limit as the request path uses it (durations in ms, key as a list of parts). */
 export type Limit = LimitSettings;

@@ -1,7 +1,7 @@
 import type { Context } from "hono";
 import * as z from "zod/mini";
 import { parseDuration } from "./duration.js";
-import { lazy } from "./lazy.js";
+import { deferred, lazy } from "./lazy.js";
 import { CODE_PART } from "../identity/identify.js";
 import { AUTO_PRINCIPAL } from "../identity/principal.js";
 
@@ -10,7 +10,7 @@ import { AUTO_PRINCIPAL } from "../identity/principal.js";
 // built on first use (./lazy.ts): importing the configuration builds no schema.
 
 /** Names end up inside Redis key names and headers: keep them to a safe alphabet. */
-export const name = lazy(() =>
+export const name = /* @__PURE__ */ lazy(() =>
   z
     .string()
     .check(z.regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, "must be 1-63 characters of letters, digits, '_', '.', '-'")),
@@ -20,7 +20,7 @@ export const name = lazy(() =>
  * An MCP tool's name as the configuration names it (`mcp.guard`, `mcp.pass`, a limit's `tools`):
  * 1-128 characters of letters, digits, '_', '.', '-' (the specification's own alphabet for tool names).
  */
-export const toolName = lazy(() =>
+export const toolName = /* @__PURE__ */ lazy(() =>
   z
     .string()
     .check(
@@ -31,7 +31,25 @@ export const toolName = lazy(() =>
     ),
 );
 
-export const duration = lazy(() =>
+/**
+ * A field holding one of `values`, `fallback` when left out. Its schema is built only when a
+ * configuration sets it (./lazy.ts): the enum, a RegExp and a Set each, is not built at every
+ * middleware's construction for the fields its options leave out.
+ */
+export const oneOf = <const T extends readonly [string, ...string[]]>(values: T, fallback: T[number]) =>
+  z._default(
+    deferred(() => z.enum(values)),
+    fallback,
+  );
+
+/** A flag, false when left out; its schema built only when a configuration sets it (as `oneOf`'s). */
+export const flag = () =>
+  z._default(
+    deferred(() => z.boolean()),
+    false,
+  );
+
+export const duration = /* @__PURE__ */ lazy(() =>
   z.pipe(
     z.string(),
     z.transform((text: string, ctx) => {
@@ -48,7 +66,7 @@ export const duration = lazy(() =>
 const notADuration = (text: string) => `"${text}" is not a duration like "500ms", "1s", "1m", "1h" or "1d"`;
 
 /** `true`, `false` or a duration (ms): a limit's `lease` (docs/regions-and-leases.md, Leases; docs/algorithms.md, In-flight caps). */
-export const booleanOrDuration = lazy(() =>
+export const booleanOrDuration = /* @__PURE__ */ lazy(() =>
   z.pipe(
     z.union([z.boolean(), z.string()]),
     z.transform((v: boolean | string, ctx) => {
@@ -61,7 +79,7 @@ export const booleanOrDuration = lazy(() =>
 );
 
 /** One part of an identity: where the identifier of a bucket comes from. */
-export const keyPart = lazy(() =>
+export const keyPart = /* @__PURE__ */ lazy(() =>
   z.string().check(
     z.superRefine((part, ctx) => {
       // "tool": the called tool's name, on a route with an `mcp` table (src/features/mcp/)
@@ -82,7 +100,7 @@ export const keyPart = lazy(() =>
 );
 
 /** A tier's rate, written "600/1m": that many per that duration (the tier's burst is its rate). */
-export const tierRate = lazy(() =>
+export const tierRate = /* @__PURE__ */ lazy(() =>
   z.pipe(
     z.string(),
     z.transform((text: string, ctx) => {
@@ -97,7 +115,7 @@ export const tierRate = lazy(() =>
   ),
 );
 
-export const method = lazy(() =>
+export const method = /* @__PURE__ */ lazy(() =>
   z.pipe(
     z.string().check(z.regex(/^[A-Za-z]+$/, "must be an HTTP method")),
     z.transform((m: string) => m.toUpperCase()),
@@ -113,7 +131,7 @@ export type PrincipalFunction = (c: Context) => string | undefined;
  * limits, or (in the middleware's options only) a function of the Hono context. `auto` stands
  * alone: combined with other parts it would not say which credential it is.
  */
-export const principal = lazy(() =>
+export const principal = /* @__PURE__ */ lazy(() =>
   z
     ._default(
       z.union([

@@ -11,7 +11,7 @@ import { mcpSettings } from "../features/mcp/schema.js";
 // a route and the whole in ./settings.ts; here a route gets every feature's table. Built on first
 // use (./lazy.ts), as every schema of the configuration is.
 
-export const sluiceSchema = lazy(() =>
+export const sluiceSchema = /* @__PURE__ */ lazy(() =>
   configSchema({
     breaker: z.optional(deferred(breakerSettings)),
     /** One side-effecting call per session at a time (see docs/idempotency-and-sessions.md, Sessions). */

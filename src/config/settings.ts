@@ -1,10 +1,11 @@
 import * as z from "zod/mini";
 import { deferred, lazy } from "./lazy.js";
-import { duration, method, name } from "./primitives.js";
+import { duration, flag, method, name, oneOf } from "./primitives.js";
 import { DEFAULT_PROBLEM_BASE } from "../problem.js";
 import { adaptiveLimit, adaptiveSettings, ADAPTIVE_LIMIT } from "../features/rate-limit/adaptive/schema.js";
 import { jwtSettings } from "../features/jwt/schema.js";
 import { limit, priority } from "../features/rate-limit/schema.js";
+import { sheddingDefaults } from "../features/shedding/defaults.js";
 import { divertProblems, sheddingOptions } from "../features/shedding/schema.js";
 
 // The configuration's schema, composable: the deployment's settings and a route's own fields are
@@ -14,8 +15,11 @@ import { divertProblems, sheddingOptions } from "../features/shedding/schema.js"
 // import (./lazy.ts): a composition builds its schema on first use, and a field a configuration
 // leaves out (a feature's settings, an optional table) is built only when one sets it.
 
-/** A route's fields every composition has: what it matches, and its limits with their shedding. */
-const routeFields = () => ({
+/**
+ * A route's fields every composition has: what it matches, and its limits with their shedding
+ * (the options, `sheddingOptions()`, or a middleware's defaults alone, `sheddingDefaults()`).
+ */
+const routeFields = <S extends z.core.$ZodLooseShape>(shedding: S) => ({
   name: name(),
   match: z.string().check(z.regex(/^\/[^\s?#]*$/, 'must be a path pattern starting with "/" (no query, no spaces)')),
   methods: z.optional(deferred(() => z.array(method()).check(z.minLength(1)))),
@@ -24,32 +28,38 @@ const routeFields = () => ({
    * POST here: sluice decides on that method and forwards the header. Off: the headers are
    * stripped and the request is the method it was sent with.
    */
-  method_override: z._default(z.boolean(), false),
-  ...sheddingOptions(),
+  method_override: flag(),
+  ...shedding,
   origin_timeout: z._default(duration(), 30_000),
   /**
    * Decide without spending: the request always goes through, with the RateLimit headers of the
    * buckets as they stand: this route's own (`true`), or another route's, named (a quota endpoint).
    */
-  peek: z._default(z.union([z.boolean(), name()]), false),
+  peek: z._default(
+    deferred(() => z.union([z.boolean(), name()])),
+    false,
+  ),
   /**
    * The requests' priority (docs/algorithms.md, Priorities): a name, or a header or JWT claim that holds one
    * (anything else, or nothing: default). A header is only as trusted as the operator makes it.
    */
   priority: z._default(deferred(priority), "default"),
   /** Every limit of the route in shadow mode: decide and count, never block (how a new route is rolled out). */
-  shadow: z._default(z.boolean(), false),
+  shadow: flag(),
   /** An in-flight limit for the route's origin that follows its latency (docs/algorithms.md, Adaptive limit). */
   adaptive: z.optional(deferred(adaptiveSettings)),
   limits: z._default(z.array(limit()), []),
 });
 
-type RouteFields = z.output<z.ZodMiniObject<ReturnType<typeof routeFields>>>;
+type RouteFields = z.output<z.ZodMiniObject<ReturnType<typeof routeFields<ReturnType<typeof sheddingOptions>>>>>;
 /** A route of some composition: its own fields, and whichever tables it was given. */
 type ComposedRoute = RouteFields & { breaker?: unknown; idempotency?: unknown; session?: unknown; mcp?: unknown };
 
-/** A route's limits: unique names, none taking the adaptive limit's; a divert route's fields together. */
-function routeProblems(r: ComposedRoute, ctx: z.core.$RefinementCtx) {
+/** Problems among a route's fields that one composition has and another not (the divert's). */
+type RouteProblems = (r: ComposedRoute) => Array<[string, string]>;
+
+/** A route's limits: unique names, none taking the adaptive limit's; then the composition's own `more` (a divert route's fields together). */
+function routeProblems(r: ComposedRoute, ctx: z.core.$RefinementCtx, more?: RouteProblems) {
   const seen = new Set<string>();
   r.limits.forEach((l, i) => {
     if (seen.has(l.name) || (r.adaptive && l.name === ADAPTIVE_LIMIT))
@@ -63,7 +73,7 @@ function routeProblems(r: ComposedRoute, ctx: z.core.$RefinementCtx) {
     seen.add(l.name);
   });
   mcpOnlyProblems(r).forEach(([path, message]) => ctx.addIssue({ code: "custom", path, message }));
-  divertProblems(r).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message }));
+  more?.(r).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message }));
 }
 
 /**
@@ -92,11 +102,15 @@ function withAdaptiveLimit<R>(route: R): R {
   return r.adaptive ? { ...r, limits: [...r.limits, adaptiveLimit(r.adaptive, r.origin_timeout)] } : r;
 }
 
-/** A route's schema, with the feature tables given (each an optional table of the route). */
-function routeSchema<T extends z.core.$ZodLooseShape>(tables: T) {
+/** A route's schema, with the shedding given and the feature tables given (each an optional table of the route). */
+function routeSchema<S extends z.core.$ZodLooseShape, T extends z.core.$ZodLooseShape>(
+  shedding: S,
+  tables: T,
+  more?: RouteProblems,
+) {
   const fields = z
-    .strictObject({ ...routeFields(), ...tables })
-    .check(z.superRefine((r, ctx) => routeProblems(r as unknown as ComposedRoute, ctx)));
+    .strictObject({ ...routeFields(shedding), ...tables })
+    .check(z.superRefine((r, ctx) => routeProblems(r as unknown as ComposedRoute, ctx, more)));
   return z.pipe(
     fields,
     z.transform((r: z.output<typeof fields>) => withAdaptiveLimit(r)),
@@ -155,7 +169,7 @@ const problemBase = () =>
     ),
   );
 
-const budget = lazy(() => z.int().check(z.minimum(1), z.maximum(10_000)));
+const budget = /* @__PURE__ */ lazy(() => z.int().check(z.minimum(1), z.maximum(10_000)));
 
 /** The deployment's settings: everything of `[vars.SLUICE]` but its routes. */
 const deploymentFields = () => ({
@@ -170,7 +184,7 @@ const deploymentFields = () => ({
   /** Deprecated and ignored: the budget of the home region's Redis adapts like any store's. Accepted so old configurations still load. */
   global_timeout_ms: z.optional(budget()),
   /** When the decision's Redis fails: enforce the limits in this isolate (local), forward without them (open), or 503 (closed). */
-  on_store_error: z._default(z.enum(["local", "open", "closed"]), "local"),
+  on_store_error: oneOf(["local", "open", "closed"], "local"),
   rebalance_every: z._default(duration(), 5_000),
   home_region: z._default(name(), "home"),
   regions: z._default(
@@ -185,9 +199,9 @@ const deploymentFields = () => ({
    */
   problem_base: z._default(deferred(problemBase), DEFAULT_PROBLEM_BASE),
   /** Where decision counts go (docs/operating.md, Metrics): the home region's Redis, at most once per isolate per interval, or nowhere. */
-  metrics: z._default(z.enum(["redis", "off"]), "redis"),
+  metrics: oneOf(["redis", "off"], "redis"),
   /** What the dashboard shows of a refused client next to its hash (docs/operating.md, Labels of refused clients). */
-  labels: z._default(z.enum(["full", "masked", "off"]), "masked"),
+  labels: oneOf(["full", "masked", "off"], "masked"),
   /** How long a dashboard session may go unused before it ends (docs/operating.md, Admin API); within its 12 hours. */
   admin_session_idle: z._default(
     deferred(() =>
@@ -238,10 +252,19 @@ function deploymentProblems(c: Deployment, ctx: z.core.$RefinementCtx) {
  * table of a route, e.g. `{ breaker: z.optional(breakerSettings) }`): the gateway gives them all.
  */
 export function configSchema<T extends z.core.$ZodLooseShape>(tables: T) {
+  return deploymentSchema(routeSchema(sheddingOptions(), tables, divertProblems));
+}
+
+/** The deployment's settings, with routes of the schema given. */
+function deploymentSchema<R extends z.core.SomeType>(route: R) {
   return z
-    .strictObject({ ...deploymentFields(), routes: z._default(z.array(routeSchema(tables)), []) })
+    .strictObject({ ...deploymentFields(), routes: z._default(z.array(route), []) })
     .check(z.superRefine((c, ctx) => deploymentProblems(c as unknown as Deployment, ctx)));
 }
 
-/** The schema of a configuration whose routes take no feature table of their own (a middleware's), built on first use. */
-export const plainConfigSchema = lazy(() => configSchema({}));
+/**
+ * The schema of a configuration whose routes take no feature table of their own and set no
+ * shedding option (a middleware's: `rateLimit()`, `limiter()`, the lists), built on first use:
+ * its routes get the shedding defaults without the options' schemas (`sheddingDefaults()`).
+ */
+export const plainConfigSchema = /* @__PURE__ */ lazy(() => deploymentSchema(routeSchema(sheddingDefaults(), {})));

@@ -24,7 +24,7 @@ type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 export type BreakerOptions = SharedOptions &
   Literal<NonNullable<RouteInput["breaker"]>> & { name?: string; fallback?: RouteInput["fallback"] };
 
-const breakerConfig = lazy(() => configSchema({ breaker: z.optional(deferred(breakerSettings)) }));
+const breakerConfig = /* @__PURE__ */ lazy(() => configSchema({ breaker: z.optional(deferred(breakerSettings)) }));
 
 /** A circuit breaker around the handler: while the handler keeps failing (5xx, slow), 503 (or `fallback`) without calling it. */
 export function breaker(options: BreakerOptions = {}): MiddlewareHandler<SluiceEnv> {

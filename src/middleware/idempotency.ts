@@ -25,7 +25,9 @@ type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 
 export type IdempotencyOptions = SharedOptions & Literal<NonNullable<RouteInput["idempotency"]>> & { name?: string };
 
-const idempotencyConfig = lazy(() => configSchema({ idempotency: z.optional(deferred(idempotencySettings)) }));
+const idempotencyConfig = /* @__PURE__ */ lazy(() =>
+  configSchema({ idempotency: z.optional(deferred(idempotencySettings)) }),
+);
 
 /**
  * One side effect per `Idempotency-Key`: the first request runs, duplicates get its stored

@@ -24,7 +24,7 @@ type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 
 export type SessionOptions = SharedOptions & Literal<NonNullable<RouteInput["session"]>> & { name?: string };
 
-const sessionConfig = lazy(() => configSchema({ session: z.optional(deferred(sessionSettings)) }));
+const sessionConfig = /* @__PURE__ */ lazy(() => configSchema({ session: z.optional(deferred(sessionSettings)) }));
 
 /** One side-effecting call per session at a time (a 409 problem for the second), with a fencing token. */
 export function session(options: SessionOptions): MiddlewareHandler<SluiceEnv> {

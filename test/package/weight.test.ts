@@ -2,7 +2,8 @@
  * What a Worker carries for the sluice it imports: a Hono Worker whose only sluice import is
  * `rateLimit` is bundled as wrangler bundles it (esbuild: ESM, the workerd conditions, minified,
  * a metafile), and the metafile's inputs are the modules it carries. The gateway's composed
- * schema, the admin and dashboard, idempotency, sessions, the MCP gateway, the queue, zod's classic API,
+ * schema, the shedding options' schemas (fallback, divert, queue), the admin and dashboard,
+ * idempotency, sessions, the MCP gateway, the queue, zod's classic API,
  * `@upstash/redis` (Redis from the environment goes through sluice's own REST client), JWT
  * verification (verifyJwt()'s) and the lists' isolate copy (accessLists()'s) must not be among
  * them, whether `rateLimit` comes from `sluice/rate-limit` or from the root. Sizes are not
@@ -23,6 +24,7 @@ const LEFT_OUT: Array<[RegExp, string]> = [
   [/^src\/features\/guard\/(?!idempotency\/refusal\.ts$)/, "idempotency and sessions (the guard)"],
   [/^src\/(features\/mcp\/|metrics\/mcp\.ts$)/, "the MCP gateway"],
   [/^src\/features\/shedding\/(queue|fallback)\//, "the queue and the fallback copies"],
+  [/^src\/features\/shedding\/schema\.ts$/, "the shedding options' schemas: a middleware's route takes their defaults"],
   [/^src\/features\/breaker\//, "the breaker"],
   [/^src\/config\/(schema|index|cache)\.ts$/, "the gateway's composed configuration schema"],
   [/^src\/(gateway|pipeline\/steps\.ts|pipeline\/forward\.ts)/, "the gateway's app and pipeline"],

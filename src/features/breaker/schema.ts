@@ -2,7 +2,7 @@ import * as z from "zod/mini";
 import { lazy } from "../../config/lazy.js";
 import { duration } from "../../config/primitives.js";
 
-export const breakerSettings = lazy(() =>
+export const breakerSettings = /* @__PURE__ */ lazy(() =>
   z.strictObject({
     window: z._default(duration(), 10_000),
     min_requests: z._default(z.int().check(z.minimum(1)), 20),

@@ -1,7 +1,7 @@
 import * as z from "zod/mini";
 import { lazy } from "../../config/lazy.js";
 
-export const jwtSettings = lazy(() =>
+export const jwtSettings = /* @__PURE__ */ lazy(() =>
   z.strictObject({
     /** The variable (a secret) holding the HMAC key; ignored when jwks_url is set. */
     secret_env: z._default(

@@ -13,7 +13,7 @@ export const MAX_WAIT_MS = 25_000;
  * either; `window`: how long a call's result is kept for its repeats; `wait`: how long a repeat of
  * a call still running waits for its result.
  */
-export const mcpSettings = lazy(() =>
+export const mcpSettings = /* @__PURE__ */ lazy(() =>
   z.strictObject({
     guard: z._default(
       z.union([z.literal("all"), z.array(toolName())], { error: 'must be "all" or a list of tool names' }),

@@ -12,7 +12,7 @@ const MAX_BAN_MS = 365 * 86_400_000;
  * ban never gets shorter. A limit's own table, so it stands with the limit's schema; the lists
  * write the bans (src/features/access/bans.ts, handed each refusal where the steps are composed).
  */
-export const banSettings = lazy(() =>
+export const banSettings = /* @__PURE__ */ lazy(() =>
   z
     .strictObject({
       after: z.int().check(z.minimum(1), z.maximum(1_000_000)),

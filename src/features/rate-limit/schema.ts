@@ -2,7 +2,16 @@ import type { Context } from "hono";
 import * as z from "zod/mini";
 import { CODE_PART } from "../../identity/identify.js";
 import { deferred, lazy } from "../../config/lazy.js";
-import { booleanOrDuration, duration, keyPart, name, tierRate, toolName } from "../../config/primitives.js";
+import {
+  booleanOrDuration,
+  duration,
+  flag,
+  keyPart,
+  name,
+  oneOf,
+  tierRate,
+  toolName,
+} from "../../config/primitives.js";
 import { banSettings, bannable } from "./ban-schema.js";
 import {
   algorithm,
@@ -27,7 +36,7 @@ import { alignProblem } from "./algorithms/zone-window.js";
  * (docs/algorithms.md, Priorities), `critical` and `default` only (nothing ranks below sheddable), each
  * 0 < f < 1, summing to less than 1.
  */
-export const reserve = lazy(() =>
+export const reserve = /* @__PURE__ */ lazy(() =>
   z.pipe(
     z.record(z.string(), z.number()),
     z.transform((r: Record<string, number>, ctx): Reserve => {
@@ -56,7 +65,7 @@ export const reserve = lazy(() =>
 export type PriorityFunction = (c: Context) => string | undefined;
 
 /** A route's `priority`: one of the names, or where a request carries one (a header, a verified JWT claim), or a function. */
-export const priority = lazy(() =>
+export const priority = /* @__PURE__ */ lazy(() =>
   z.union([
     z.enum(PRIORITIES),
     z.custom<PriorityFunction>((v) => typeof v === "function"),
@@ -111,7 +120,7 @@ function responseCost() {
 }
 
 /** A count of tokens: a whole number from 1 to a billion. */
-const tokens = lazy(() => z.int().check(z.positive(), z.maximum(1_000_000_000)));
+const tokens = /* @__PURE__ */ lazy(() => z.int().check(z.positive(), z.maximum(1_000_000_000)));
 
 /** What a limit charged from the response may not be. */
 function responseCostProblems(l: {
@@ -147,7 +156,7 @@ function figureFields() {
       z.union([keyPart(), z.array(keyPart()).check(z.minLength(1), z.maxLength(8)), keyFunction()]),
       "ip",
     ),
-    algorithm: z._default(z.enum(ALGORITHM_NAMES), "token_bucket"),
+    algorithm: oneOf(ALGORITHM_NAMES, "token_bucket"),
     /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/features/rate-limit/algorithms/figures.ts). */
     rate: z.optional(tokens()),
     period: z.optional(duration()),
@@ -184,16 +193,16 @@ function figureFields() {
 /** A limit's other settings: scope, shadow, what a missing identity does, an algorithm's own, tiers, leases, bans, reserve. */
 function settingFields() {
   return {
-    scope: z._default(z.enum(["region", "global", "split"]), "region"),
-    shadow: z._default(z.boolean(), false),
+    scope: oneOf(["region", "global", "split"], "region"),
+    shadow: flag(),
     /** What to do when the request does not carry the identity: fall back to the IP, refuse (400), or skip the limit. */
-    missing: z._default(z.enum(["ip", "reject", "skip"]), "ip"),
+    missing: oneOf(["ip", "reject", "skip"], "ip"),
     /** token_bucket: ramp from rate/3 to rate over this long after an idle period. */
     warmup: z.optional(duration()),
     /** leaky_bucket: the longest a request may wait for its slot before it is refused instead. */
     max_delay: z.optional(duration()),
     /** leaky_bucket: let the queued burst through at once (nginx nodelay); slots still refill at the rate. */
-    nodelay: z.optional(z.boolean()),
+    nodelay: z.optional(deferred(() => z.boolean())),
     /**
      * sliding_log: count over the period plus this much, the spread of the delay between sluice's
      * decision and the origin's arrival, so the origin itself sees at most `rate` in any period.
@@ -291,7 +300,9 @@ function limitProblems(l: CompiledLimit, ctx: z.core.$RefinementCtx<CompiledLimi
     );
 }
 
-export const limit = lazy(() => z.pipe(limitFields(), z.transform(compiledLimit)).check(z.superRefine(limitProblems)));
+export const limit = /* @__PURE__ */ lazy(() =>
+  z.pipe(limitFields(), z.transform(compiledLimit)).check(z.superRefine(limitProblems)),
+);
 
 /** What is wrong with a limit's `align`, if anything: an algorithm whose windows align, a period of whole days, a known zone. */
 function alignmentProblem(zone: string, name: Algorithm, periodMs: number): string | undefined {

@@ -3,7 +3,7 @@ import type { RequestValue, Scope } from "../../context.js";
 import { countDivert } from "../../metrics/diverts.js";
 import { originFailed, type OriginReply } from "../../origin/forward.js";
 import { sendToDivert } from "./divert.js";
-import type { DivertReason } from "./schema.js";
+import type { DivertReason } from "./defaults.js";
 
 /** Methods the origin must not act on (RFC 9110 §9.2.1): running one twice changes nothing. */
 const SAFE_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);

@@ -1,6 +1,18 @@
 import * as z from "zod/mini";
 import { deferred, lazy } from "../../config/lazy.js";
 import { duration } from "../../config/primitives.js";
+import {
+  backoff,
+  DEFAULT_MAX_RETRIES,
+  DIVERT_REASONS,
+  divertReasons,
+  FALLBACK_COOKIES,
+  ON_LIMIT,
+  SHEDDING_DEFAULTS,
+  queueDefaults,
+  type DivertReason,
+  type QueueSettings,
+} from "./defaults.js";
 
 /** What a fallback route answers with when it is shed and no cached copy exists ("sold out"). */
 function staticFallback() {
@@ -39,12 +51,6 @@ function callbackPattern() {
 
 /** The Queues API's longest delay (`delaySeconds`). */
 const MAX_QUEUE_DELAY_MS = 43_200_000;
-const DEFAULT_MAX_RETRIES = 3;
-
-/** The schedule without `retry_delays`: 1 s, 2 s, 4 s … doubling, at most 60 s. */
-export function backoff(retries: number): number[] {
-  return Array.from({ length: retries }, (_, i) => Math.min(60_000, 1_000 * 2 ** i));
-}
 
 function queueFields() {
   return z
@@ -125,44 +131,28 @@ function clientShare(maxDepth: number | undefined, maxPerClient: number | undefi
   return Math.max(1, Math.ceil(maxDepth * DEFAULT_CLIENT_SHARE));
 }
 
-export const queueSettings = lazy(() =>
+export const queueSettings = /* @__PURE__ */ lazy(() =>
   z.pipe(
     queueFields(),
-    z.transform(({ max_retries, retry_delays, max_per_client, ...rest }: z.output<ReturnType<typeof queueFields>>) => {
-      const delays = retry_delays ?? backoff(max_retries ?? DEFAULT_MAX_RETRIES);
-      const share = clientShare(rest.max_depth, max_per_client);
-      return {
-        ...rest,
-        ...(share !== undefined ? { max_per_client: share } : {}),
-        max_retries: delays.length,
-        retry_delays: delays,
-      };
-    }),
+    z.transform(
+      ({
+        max_retries,
+        retry_delays,
+        max_per_client,
+        ...rest
+      }: z.output<ReturnType<typeof queueFields>>): QueueSettings => {
+        const delays = retry_delays ?? backoff(max_retries ?? DEFAULT_MAX_RETRIES);
+        const share = clientShare(rest.max_depth, max_per_client);
+        return {
+          ...rest,
+          ...(share !== undefined ? { max_per_client: share } : {}),
+          max_retries: delays.length,
+          retry_delays: delays,
+        };
+      },
+    ),
   ),
 );
-
-/**
- * A route's queue when it sets none: what `queueSettings().parse({})` gives (a unit test holds
- * them equal), written out so that a route without a queue builds no queue schema.
- */
-export function queueDefaults(): z.output<ReturnType<typeof queueSettings>> {
-  const retry_delays = backoff(DEFAULT_MAX_RETRIES);
-  return {
-    max_body: 64 * 1024,
-    headers: ["content-type"],
-    status_ttl: 86_400_000,
-    callbacks: [],
-    max_retries: retry_delays.length,
-    retry_delays,
-  };
-}
-
-/**
- * What sends a route's requests to its `divert_url`: a refusal by its limits (`on_limit = "divert"`),
- * its open breaker, or the origin failing it (a 5xx or no connection; no answer within `origin_timeout`).
- */
-export const DIVERT_REASONS = ["limit", "breaker", "5xx", "timeout"] as const;
-export type DivertReason = (typeof DIVERT_REASONS)[number];
 
 function divertOn() {
   return z.array(z.enum(DIVERT_REASONS)).check(
@@ -173,24 +163,25 @@ function divertOn() {
 
 /**
  * A route's shedding options: what a refused request gets instead of a 429 (docs/shedding.md).
- * Those a route leaves out build no schema (a route of `rateLimit()` sets none of them).
+ * Those a route leaves out build no schema; a middleware's route, which has none to set, takes
+ * `sheddingDefaults()` (./defaults.ts) instead.
  */
 export const sheddingOptions = () => ({
-  on_limit: z._default(z.enum(["reject", "fallback", "queue", "divert"]), "reject"),
+  on_limit: z._default(z.enum(ON_LIMIT), SHEDDING_DEFAULTS.on_limit),
   /** Where `on_limit = "divert"` sends refused requests (a read replica, a static mirror, a cheaper model). */
   divert_url: z.optional(deferred(() => z.url({ protocol: /^https?$/, error: "must be an http or https URL" }))),
   /** When requests go to `divert_url` (default `["limit"]`, which is `on_limit = "divert"`). */
   divert_on: z.optional(deferred(divertOn)),
   /** Past it the divert origin is abandoned, and the refusal falls back (static page, else 429). */
-  divert_timeout: z._default(duration(), 10_000),
-  fallback_ttl: z._default(duration(), 300_000),
+  divert_timeout: z._default(duration(), SHEDDING_DEFAULTS.divert_timeout),
+  fallback_ttl: z._default(duration(), SHEDDING_DEFAULTS.fallback_ttl),
   fallback: z.optional(deferred(staticFallback)),
   /**
    * "private": a response to a request with a cookie is not kept as a fallback copy unless the
    * origin marks it shareable (as with Authorization). "shared": the route's pages do not depend
    * on cookies, so they are kept.
    */
-  fallback_cookies: z._default(z.enum(["private", "shared"]), "private"),
+  fallback_cookies: z._default(z.enum(FALLBACK_COOKIES), SHEDDING_DEFAULTS.fallback_cookies),
   queue: z._default(deferred(queueSettings), queueDefaults),
 });
 
@@ -202,11 +193,6 @@ interface DivertFields {
   breaker?: unknown;
   idempotency?: unknown;
   session?: unknown;
-}
-
-/** When a route diverts: the reasons it names (`["limit"]` by default), none without a `divert_url`. */
-export function divertReasons(r: Pick<DivertFields, "divert_url" | "divert_on">): DivertReason[] {
-  return r.divert_url === undefined ? [] : (r.divert_on ?? ["limit"]);
 }
 
 /**

@@ -7,7 +7,7 @@ import { leaseProblem } from "../../../util/renewal.js";
 import { reconcileFields } from "./reconcile-schema.js";
 
 /** `derive = { fields, window }`: the key is these JSON pointers' values in the body, one per window (src/features/idempotency/derive.ts). */
-const deriveFields = lazy(() =>
+const deriveFields = /* @__PURE__ */ lazy(() =>
   z.strictObject({
     fields: z
       .array(
@@ -32,7 +32,7 @@ type DeriveFields = ReturnType<typeof deriveFields>;
  * `derive`: `true`, `false` or `{ fields, window }`. The table is checked on its own, so that
  * its errors name the field (`derive.window`) instead of a union's "invalid input".
  */
-const derive = lazy(
+const derive = /* @__PURE__ */ lazy(
   () =>
     z.pipe(
       z.union([z.boolean(), z.looseObject({})], {
@@ -101,7 +101,7 @@ function ttlProblems(i: { derive: unknown; ttl?: number }, ctx: z.core.$Refineme
     });
 }
 
-export const idempotencySettings = lazy(() =>
+export const idempotencySettings = /* @__PURE__ */ lazy(() =>
   z
     .pipe(
       idempotencyFields(),

@@ -3,7 +3,7 @@ import { lazy } from "../../../config/lazy.js";
 import { compiledPrincipal, duration, keyPart, method, principal } from "../../../config/primitives.js";
 import { leaseProblem } from "../../../util/renewal.js";
 
-export const sessionSettings = lazy(() =>
+export const sessionSettings = /* @__PURE__ */ lazy(() =>
   z.pipe(
     z.strictObject({
       /** Whose session: an identity in the key syntax of limits, e.g. "header:x-session-id" or "jwt:sid". */

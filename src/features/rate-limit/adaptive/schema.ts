@@ -9,9 +9,9 @@ import { limit, reserve } from "../schema.js";
  * the limit moves with the origin's latency at `latency` (a percentile) towards `target`, or,
  * without one, towards `tolerance` times the latency it learns the origin has unloaded.
  */
-const slots = lazy(() => z.int().check(z.positive(), z.maximum(MAX_IN_FLIGHT)));
+const slots = /* @__PURE__ */ lazy(() => z.int().check(z.positive(), z.maximum(MAX_IN_FLIGHT)));
 
-export const adaptiveSettings = lazy(() =>
+export const adaptiveSettings = /* @__PURE__ */ lazy(() =>
   z
     .strictObject({
       latency: z._default(z.enum(["p50", "p75", "p90", "p95", "p99"]), "p90"),
