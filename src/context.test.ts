@@ -11,7 +11,13 @@ function scopeOf(): Scope {
   return decided as Scope;
 }
 
-const outcome: DecidedLimit = { limit: { name: "per-ip" }, allowed: true, remaining: 4, resetMs: 1500, retryAfterMs: 0 };
+const outcome: DecidedLimit = {
+  limit: { name: "per-ip" },
+  allowed: true,
+  remaining: 4,
+  resetMs: 1500,
+  retryAfterMs: 0,
+};
 
 describe("decisionView", () => {
   it("reads the steps' decision as it stands, not as it stood when published", () => {

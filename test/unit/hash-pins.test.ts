@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { loadConfig, type Limit } from "../../src/config/index.js";
 import { keyFromFields, canonicalValue } from "../../src/features/guard/idempotency/derive.js";
 import { canonicalBody, fingerprint } from "../../src/features/guard/idempotency/key.js";
-import { recordRef } from "../../src/features/guard/idempotency/records.js";
+import { recordRef } from "../../src/features/guard/idempotency/record-ref.js";
 import { bucketHash } from "../../src/features/rate-limit/decision/buckets.js";
 import { sessionRef } from "../../src/features/guard/session/lock.js";
 import { clientOf } from "../../src/features/shedding/queue/depth.js";

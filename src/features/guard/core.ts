@@ -16,7 +16,7 @@ import { PROBLEMS } from "../../problem-types.js";
 import { isMisconfigured, StoreError } from "../../store/deadline.js";
 import { discardBody } from "../../util/log.js";
 import { claimKey, type KeyClaim, type KeySubject, type StoredAnswer } from "./idempotency/key-claim.js";
-import type { ClaimTicket } from "./idempotency/records.js";
+import type { ClaimTicket } from "./idempotency/record-ref.js";
 import type { GuardPlace, GuardTerms } from "./place.js";
 import { holdSessionLock, type SessionLock, type SessionSubject, type SessionTicket } from "./session/lock-hold.js";
 

@@ -1,14 +1,8 @@
 import type { Config, Route } from "../../config/index.js";
 import { outcomeUnknown, type OriginReply } from "../../origin/forward.js";
 import { noteKeyOutcome, settleKeyClaim } from "./idempotency/key-claim.js";
-import {
-  park,
-  refFromTicket,
-  releaseUnsent,
-  startDelivery,
-  type ClaimTicket,
-  type RecordRef,
-} from "./idempotency/records.js";
+import { refFromTicket, type ClaimTicket, type RecordRef } from "./idempotency/record-ref.js";
+import { park, releaseUnsent, startDelivery } from "./idempotency/records.js";
 import { keepClaimed } from "./idempotency/renewal.js";
 import { callLifeMs, renewingOf, type GuardPlace } from "./place.js";
 import type { RecordTrail } from "./idempotency/trail.js";

@@ -12,7 +12,6 @@ import type { OriginReply } from "../../origin/forward.js";
 import { fromBase64 } from "../../util/base64.js";
 import { discardBody, logError } from "../../util/log.js";
 import { applyAnswer, askOrigin, type OriginSays } from "./idempotency/reconcile.js";
-import { reconcileUrl } from "./idempotency/reconcile-url.js";
 import { claimRef, type JobGuardPlace, type JobGuards } from "./job.js";
 
 /** Where the consumer asks: its guards' place, where outcomes are counted, and the route's origin. */
@@ -37,13 +36,12 @@ export async function reconciledDelivery(
   const fence = m.sluiceHeaders?.["sluice-fencing-token"];
   const ref = claimRef(m, place);
   if (!settings?.reconcile || !m.claim || !ref || key === undefined || fence === undefined) return reply;
-  const url = reconcileUrl(settings.reconcile, place.origin, key);
-  if (url === undefined) return reply;
   const trail = ref.trail && { ...ref.trail, metrics: place.metrics };
   const says = await askOrigin(
-    { url, key, fence, trace: trail?.trace },
+    { template: settings.reconcile, origin: place.origin, key, fence, trace: trail?.trace },
     { timeoutMs: settings.reconcile_timeout, maxBody: settings.max_body },
   );
+  if (says === undefined) return reply;
   try {
     if ((await applyAnswer({ ...ref, trail }, fence, says, settings, m.claim.owner)) === "stale") return reply;
   } catch (e) {

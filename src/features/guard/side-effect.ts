@@ -1,6 +1,6 @@
 import { claim } from "./core.js";
 import { replayedResponse } from "./idempotency/key-claim.js";
-import type { ClaimTicket } from "./idempotency/records.js";
+import type { ClaimTicket } from "./idempotency/record-ref.js";
 import { readGuardedRequest, type GuardedAt } from "./scope-subject.js";
 import type { SessionTicket } from "./session/lock-hold.js";
 

@@ -4,6 +4,7 @@
  * response for the call's id. sluice keeps that response, never the stream.
  */
 import { readCapped } from "../../util/body.js";
+import { discardBody } from "../../util/log.js";
 import { responseFor, type RpcId, type RpcResponse } from "./jsonrpc.js";
 
 /** The largest answer (a JSON body, or one event of a stream) read for a call's result. */
@@ -54,7 +55,7 @@ export async function responseInStream(
         const found = parsedResponse(data, id);
         if (found) {
           // the response is found: the rest of the stream is not needed, and one already closed has nothing to free
-          await reader.cancel().catch(() => undefined);
+          await discardBody(reader);
           return found;
         }
       }

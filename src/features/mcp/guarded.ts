@@ -25,6 +25,7 @@ import {
 import { responseText, rpcAnswer, toolRefusal, type RpcId, type RpcResponse } from "./jsonrpc.js";
 import { notSent, refusalAnswer, refusalOutcome, unknownOutcome } from "./refusals.js";
 import type { McpSettings } from "./schema.js";
+import { discardBody } from "../../util/log.js";
 
 /** What a guarded call came to: the answer, whether it was a stored result (its limits refunded), and its figure. */
 export interface CallAnswer {
@@ -192,7 +193,7 @@ async function settleReply(g: GuardedCall, held: Claim, reply: Reply): Promise<R
 async function settleOnce(held: Claim, reply: Reply): Promise<void> {
   const copy = await held.settleWith({ reply });
   // the answer is stored by now: a copy that cannot be cancelled (already closed) loses nothing
-  await copy.body?.cancel().catch(() => undefined);
+  await discardBody(copy.body);
 }
 
 /**
@@ -220,7 +221,7 @@ async function resultResponse(res: Response, id: RpcId): Promise<Response | unde
   if (res.status >= 500) return res;
   if (res.status >= 300) {
     // the body is refused unread: a stream already closed has nothing left to free
-    await res.body?.cancel().catch(() => undefined);
+    await discardBody(res.body);
     return new Response(null, { status: 502 });
   }
   const answer = await answerOf(res, res.body, id);

@@ -1,6 +1,7 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { refFromHash, resolve } from "./records.js";
+import { refFromHash } from "./record-ref.js";
+import { resolve } from "./records.js";
 import { asKeyHash } from "../../../identity/hash.js";
 import { Problem } from "../../../problem.js";
 import { PROBLEMS } from "../../../problem-types.js";

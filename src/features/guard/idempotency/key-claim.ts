@@ -4,19 +4,8 @@ import { readCapped } from "../../../util/body.js";
 import { pollWhile, retried } from "../../../util/poll.js";
 import { Problem } from "../../../problem.js";
 import { PROBLEMS, type ProblemKind } from "../../../problem-types.js";
-import {
-  claimRecord,
-  complete,
-  jobOwner,
-  noteClaim,
-  recordRef,
-  releaseOrHold,
-  releaseUnsent,
-  type Claim,
-  type ClaimTerms,
-  type ClaimTicket,
-  type RecordRef,
-} from "./records.js";
+import { claimRecord, complete, jobOwner, noteClaim, releaseOrHold, releaseUnsent, type Claim } from "./records.js";
+import { recordRef, type ClaimTicket, type RecordRef } from "./record-ref.js";
 import { StoreError } from "../../../store/deadline.js";
 import { keepClaimed } from "./renewal.js";
 import { IdempotencyRefusal } from "./refusal.js";
@@ -116,7 +105,35 @@ export async function claimKey(
   place: GuardPlace,
   terms: GuardTerms,
 ): Promise<{ kind: "claimed"; claim: KeyClaim } | { kind: "replay"; answer: StoredAnswer }> {
+  const { holder, claimOnce } = await claimantOf(route, subject, place, terms);
+  // a duplicate meeting an indeterminate key asks the origin first, on a route that says where (reconcile.ts)
+  const asked = { ref: holder.ref, settings: subject.settings, key: subject.key, origin: subject.origin };
+  const c = noteClaim(holder.ref, await reconcileDuplicate(await claimOnce(), asked, claimOnce));
+  if (c.kind !== "claimed") return countedAsOutcome(() => refused(c));
+  const sluiceHeaders = {
+    "sluice-fencing-token": String(c.fence),
+    "idempotency-key": subject.key,
+    ...traceHeader(place.trail),
+  };
+  return { kind: "claimed", claim: held(holder, place, terms, sluiceHeaders) };
+}
+
+/**
+ * The key's record named, and a claim on it made ready for `subject`'s call: the claim's holder
+ * (its record in the outcome store, where its outcome is written), and the claim, to be made, and
+ * made again once a reconciliation settled the key.
+ */
+async function claimantOf(
+  route: string,
+  subject: KeySubject,
+  place: GuardPlace,
+  terms: GuardTerms,
+): Promise<{ holder: KeyHolder; claimOnce: () => Promise<Claim> }> {
   const { settings } = subject;
+  // a queued job's claim says so: until its delivery starts, nothing of it reached the origin
+  const owner = terms.queued ? jobOwner() : crypto.randomUUID();
+  const leaseMs = terms.queued ? terms.lifeMs : settings.lease;
+  const claimTerms = { leaseMs, ttlMs: settings.ttl, lifeMs: terms.lifeMs, reconcileKey: reconcileKeyOf(subject) };
   const ref = await recordRef(
     place.claimStore,
     place.prefix,
@@ -126,22 +143,9 @@ export async function claimKey(
     place.trail,
     subject.client,
   );
-  // a queued job's claim says so: until its delivery starts, nothing of it reached the origin
-  const owner = terms.queued ? jobOwner() : crypto.randomUUID();
-  const leaseMs = terms.queued ? terms.lifeMs : settings.lease;
   const holder: KeyHolder = { ref: { ...ref, store: place.outcomeStore }, owner, settings, retry: place.outcomeRetry };
-  const claimTerms = { leaseMs, ttlMs: settings.ttl, lifeMs: terms.lifeMs, reconcileKey: reconcileKeyOf(subject) };
-  const claimOnce = () => claimed(ref, holder, subject.fingerprint, claimTerms, place);
-  // a duplicate meeting an indeterminate key asks the origin first, on a route that says where (reconcile.ts)
-  const asked = { ref: holder.ref, settings, key: subject.key, origin: subject.origin };
-  const c = noteClaim(ref, await reconcileDuplicate(await claimOnce(), asked, claimOnce));
-  if (c.kind !== "claimed") return countedAsOutcome(() => refused(c));
-  const sluiceHeaders = {
-    "sluice-fencing-token": String(c.fence),
-    "idempotency-key": subject.key,
-    ...traceHeader(place.trail),
-  };
-  return { kind: "claimed", claim: held(holder, place, terms, sluiceHeaders) };
+  const once = () => claimRecord(ref, owner, subject.fingerprint, claimTerms, settings.replays);
+  return { holder, claimOnce: () => claimed(once, holder, place) };
 }
 
 /** The key as the record keeps it for reconciliation: only on a route that reconciles. */
@@ -161,20 +165,13 @@ export interface KeyHolder {
 }
 
 /**
- * Claims the key, a duplicate of an in-flight request waiting (polling with backoff) for its
+ * Claims the key (`once`: one claim call), a duplicate of an in-flight request waiting (polling with backoff) for its
  * answer up to `wait`. A claim call that fails (a `StoreError`: its reply reset or late) may still
  * have run in Redis: the key is then this owner's, and nothing of the request has been sent, so it
  * is given back by its owner after the response (`release_unsent`: a claim that never landed
  * answers `not_owner`), never left to lapse into indeterminate for `ttl`.
  */
-async function claimed(
-  ref: RecordRef,
-  holder: KeyHolder,
-  fp: string,
-  terms: ClaimTerms,
-  place: GuardPlace,
-): Promise<Claim> {
-  const once = () => claimRecord(ref, holder.owner, fp, terms, holder.settings.replays);
+async function claimed(once: () => Promise<Claim>, holder: KeyHolder, place: GuardPlace): Promise<Claim> {
   const poll = { startMs: 50, maxMs: 500, budgetMs: holder.settings.wait };
   try {
     return await pollWhile(await once(), (r) => r.kind === "inflight", once, poll);

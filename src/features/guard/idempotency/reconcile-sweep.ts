@@ -14,9 +14,8 @@ import { idempotencyIndeterminateKey, idempotencyRecordKey } from "../../../stor
 import { forEachConcurrently } from "../../../util/concurrently.js";
 import { logError } from "../../../util/log.js";
 import { newTraceparent } from "../../../util/traceparent.js";
-import { refFromHash } from "./records.js";
+import { refFromHash } from "./record-ref.js";
 import { applyAnswer, askOrigin, type ReconcileSettings } from "./reconcile.js";
-import { reconcileUrl } from "./reconcile-url.js";
 
 /** Indeterminate keys looked at per route and run (the oldest), and asked about at most. */
 export const SWEEP_LOOK = 100;
@@ -72,14 +71,13 @@ async function sweepRoute(
   if (template === undefined) return { route: route.name, waiting: waiting.length, asked: 0, settled: 0 };
   let settled = 0;
   await forEachConcurrently(due, ASKS_AT_ONCE, async (w) => {
-    const url = reconcileUrl(template, config.originUrl, w.key);
-    if (url === undefined) return;
     const trail = { trace: newTraceparent(), metrics, ledgerLength: config.ledger_length };
-    const ref = { ...refFromHash(home, config.key_prefix, route.name, w.hash), trail };
     const says = await askOrigin(
-      { url, key: w.key, fence: w.fence, trace: trail.trace },
+      { template, origin: config.originUrl, key: w.key, fence: w.fence, trace: trail.trace },
       { timeoutMs: settings.reconcile_timeout, maxBody: settings.max_body },
     );
+    if (says === undefined) return;
+    const ref = { ...refFromHash(home, config.key_prefix, route.name, w.hash), trail };
     const applied = await applyAnswer(ref, w.fence, says, settings);
     if (applied === "applied" && says.kind !== "unknown") settled++;
   });

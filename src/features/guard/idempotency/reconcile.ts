@@ -14,7 +14,8 @@ import { idempotencyIndeterminateKey, idempotencyRecordKey, ledgerKey } from "..
 import { toBase64 } from "../../../util/base64.js";
 import { readCapped } from "../../../util/body.js";
 import { discardBody, log, logError } from "../../../util/log.js";
-import { answerArgs, LEDGER_MAXLEN, scriptReply, type Claim, type RecordRef, type StoredAnswer } from "./records.js";
+import type { RecordRef } from "./record-ref.js";
+import { answerArgs, LEDGER_MAXLEN, scriptReply, type Claim, type StoredAnswer } from "./records.js";
 import { replayedHeaders } from "./replayed-headers.js";
 import { reconcileUrl } from "./reconcile-url.js";
 import { noteIdempotency } from "./trail.js";
@@ -35,26 +36,37 @@ export interface ReconcileSettings {
   ttl: number;
 }
 
-/** What is asked: the key by name, and the fencing token of the claim whose outcome is unknown. */
+/**
+ * What is asked: the key by name, and the fencing token of the claim whose outcome is unknown, at
+ * the route's reconcile `template` (a path on `origin`, or a full URL: reconcile-url.ts).
+ */
 export interface Question {
-  url: string;
+  template: string;
+  origin: URL | undefined;
   key: string;
   fence: string;
   trace?: string;
 }
 
 /**
- * Asks the origin about a key, within `timeoutMs` (the body read included). Never throws: no
- * answer in time, a network error, or an answer that is neither 2xx nor 404 is `unknown`; a 2xx
- * whose `Sluice-Original-Status` is not a final status (200-599) is `unknown` too. A body past
- * `maxBody` is kept as a stored answer is: completed, its body not stored.
+ * Asks the origin about a key, within `timeoutMs` (the body read included). Undefined when there
+ * is no URL to ask at (`reconcileUrl`): the key is not asked about, and waits for an operator.
+ * Never throws: no answer in time, a network error, or an answer that is neither 2xx nor 404 is
+ * `unknown`; a 2xx whose `Sluice-Original-Status` is not a final status (200-599) is `unknown`
+ * too. A body past `maxBody` is kept as a stored answer is: completed, its body not stored.
  */
-export async function askOrigin(q: Question, limits: { timeoutMs: number; maxBody: number }): Promise<OriginSays> {
+export async function askOrigin(
+  q: Question,
+  limits: { timeoutMs: number; maxBody: number },
+): Promise<OriginSays | undefined> {
+  // the URL is made here, where it is asked, so every caller (a duplicate, the sweep, a job) asks alike
+  const url = reconcileUrl(q.template, q.origin, q.key);
+  if (url === undefined) return undefined;
   const headers: Record<string, string> = { "idempotency-key": q.key, "sluice-fencing-token": q.fence };
   if (q.trace) headers.traceparent = q.trace;
   try {
     const signal = AbortSignal.timeout(limits.timeoutMs);
-    const res = await fetch(q.url, { method: "GET", headers, redirect: "manual", signal });
+    const res = await fetch(url, { method: "GET", headers, redirect: "manual", signal });
     if (res.status === 404) {
       await discardBody(res.body);
       return { kind: "absent" };
@@ -68,7 +80,7 @@ export async function askOrigin(q: Question, limits: { timeoutMs: number; maxBod
     const body = read.whole && !BODILESS_STATUSES.has(status) ? toBase64(read.bytes) : "";
     return { kind: "found", status, headers: replayedHeaders(res), body, stored: read.whole };
   } catch (e) {
-    logError("reconcile_ask_failed", e, { url: new URL(q.url).origin });
+    logError("reconcile_ask_failed", e, { url: new URL(url).origin });
     return { kind: "unknown" };
   }
 }
@@ -153,13 +165,13 @@ export async function reconcileDuplicate(
 ): Promise<Claim> {
   // never about a call that may still be running (a lapsed claim within its call's longest life)
   if (c.kind !== "indeterminate" || c.busy || ask.settings.reconcile === undefined) return c;
-  const url = reconcileUrl(ask.settings.reconcile, ask.origin, ask.key);
-  if (url === undefined) return c;
   const fence = String(c.fence);
+  const { reconcile: template, reconcile_timeout: timeoutMs, max_body: maxBody } = ask.settings;
   const says = await askOrigin(
-    { url, key: ask.key, fence, trace: ask.ref.trail?.trace },
-    { timeoutMs: ask.settings.reconcile_timeout, maxBody: ask.settings.max_body },
+    { template, origin: ask.origin, key: ask.key, fence, trace: ask.ref.trail?.trace },
+    { timeoutMs, maxBody },
   );
+  if (says === undefined) return c;
   try {
     await applyAnswer(ask.ref, fence, says, ask.settings);
   } catch (e) {

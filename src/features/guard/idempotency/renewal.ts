@@ -1,4 +1,5 @@
-import { renew, type RecordRef } from "./records.js";
+import type { RecordRef } from "./record-ref.js";
+import { renew } from "./records.js";
 import { logError } from "../../../util/log.js";
 import { keepRenewing, type Renewal } from "../../../util/renewal.js";
 

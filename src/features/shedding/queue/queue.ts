@@ -1,5 +1,5 @@
 import type { Route } from "../../../config/index.js";
-import type { ClaimTicket } from "../../guard/idempotency/records.js";
+import type { ClaimTicket } from "../../guard/idempotency/record-ref.js";
 import type { SessionTicket } from "../../guard/session/lock-hold.js";
 import { claimText, type RequestFacts } from "../../../identity/identify.js";
 import { fromBase64, toBase64 } from "../../../util/base64.js";
