@@ -43,11 +43,7 @@ export const oneOf = <const T extends readonly [string, ...string[]]>(values: T,
   );
 
 /** A flag, false when left out; its schema built only when a configuration sets it (as `oneOf`'s). */
-export const flag = () =>
-  z._default(
-    deferred(() => z.boolean()),
-    false,
-  );
+export const flag = () => z._default(deferred(z.boolean), false);
 
 export const duration = /* @__PURE__ */ lazy(() =>
   z.pipe(

@@ -144,18 +144,28 @@ function responseCostProblems(l: {
 /** A limit's key from the app's own code: the request's context in, the identifier (or `undefined`: missing) out. */
 export type KeyFunction = (c: Context) => string | undefined;
 
-const keyFunction = () =>
-  z.custom<KeyFunction>((v) => typeof v === "function", "must be key parts or a function of the context");
+/**
+ * A limit's `key`: the list and the function forms built when the union reaches them (a key part
+ * that fails, or a key of another form), never for "ip".
+ */
+const limitKey = () =>
+  z._default(
+    z.union([
+      keyPart(),
+      z.lazy(() => z.array(keyPart()).check(z.minLength(1), z.maxLength(8))),
+      z.lazy(() =>
+        z.custom<KeyFunction>((v) => typeof v === "function", "must be key parts or a function of the context"),
+      ),
+    ]),
+    "ip",
+  );
 
 /** A limit's figures: its name, identity, algorithm, rate and cost. */
 function figureFields() {
   return {
     name: name(),
     /** Key parts, or (middleware options only) a function of the request's context giving the identifier. */
-    key: z._default(
-      z.union([keyPart(), z.array(keyPart()).check(z.minLength(1), z.maxLength(8)), keyFunction()]),
-      "ip",
-    ),
+    key: limitKey(),
     algorithm: oneOf(ALGORITHM_NAMES, "token_bucket"),
     /** Required but for concurrency, which takes `limit` and a `lease` duration instead (src/features/rate-limit/algorithms/figures.ts). */
     rate: z.optional(tokens()),
@@ -202,7 +212,7 @@ function settingFields() {
     /** leaky_bucket: the longest a request may wait for its slot before it is refused instead. */
     max_delay: z.optional(duration()),
     /** leaky_bucket: let the queued burst through at once (nginx nodelay); slots still refill at the rate. */
-    nodelay: z.optional(deferred(() => z.boolean())),
+    nodelay: z.optional(deferred(z.boolean)),
     /**
      * sliding_log: count over the period plus this much, the spread of the delay between sluice's
      * decision and the origin's arrival, so the origin itself sees at most `rate` in any period.
@@ -227,18 +237,11 @@ function settingFields() {
   };
 }
 
-function limitFields() {
-  return z
-    .strictObject({ ...figureFields(), ...settingFields() })
-    .check(
-      z.superRefine((l, ctx) =>
-        figureProblems(l).forEach(([path, message]) => ctx.addIssue({ code: "custom", path: [path], message })),
-      ),
-    );
-}
+/** A limit as written, its fields parsed. */
+type WrittenLimit = z.output<z.ZodMiniObject<ReturnType<typeof figureFields> & ReturnType<typeof settingFields>>>;
 
 /** A limit as a decision reads it: its figures compiled, its key a list, its cost and lease settled. */
-function compiledLimit(l: z.output<ReturnType<typeof limitFields>>) {
+function compiledLimit(l: WrittenLimit) {
   const costHeader = typeof l.cost === "string" ? l.cost.slice(7).toLowerCase() : undefined;
   const fromResponse = typeof l.cost === "object" ? l.cost : undefined;
   const source = fromResponse && parseResponseSource(fromResponse.response);
@@ -261,8 +264,7 @@ function compiledLimit(l: z.output<ReturnType<typeof limitFields>>) {
 type CompiledLimit = ReturnType<typeof compiledLimit>;
 
 /** What a limit's settings may not be together. */
-function limitProblems(l: CompiledLimit, ctx: z.core.$RefinementCtx<CompiledLimit>) {
-  const issue = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
+function limitProblems(l: CompiledLimit, issue: (path: string, message: string) => void) {
   const input = l as { burst?: number };
   if (algorithm(l.algorithm).capacity === "rate" && input.burst !== l.rate)
     issue("burst", `does not apply to ${l.algorithm}: the window holds \`rate\``);
@@ -300,8 +302,22 @@ function limitProblems(l: CompiledLimit, ctx: z.core.$RefinementCtx<CompiledLimi
     );
 }
 
+/**
+ * A limit's fields checked (its figures first: their problems alone are reported) and compiled:
+ * one transform rather than a check on each of the object and the pipe, each of which `.check`
+ * would clone (a cold start builds this schema once, and every schema it builds is time).
+ */
 export const limit = /* @__PURE__ */ lazy(() =>
-  z.pipe(limitFields(), z.transform(compiledLimit)).check(z.superRefine(limitProblems)),
+  z.pipe(
+    z.strictObject({ ...figureFields(), ...settingFields() }),
+    z.transform((l: WrittenLimit, ctx): CompiledLimit => {
+      const problems = figureProblems(l);
+      const compiled = problems.length > 0 ? undefined : compiledLimit(l);
+      if (compiled) limitProblems(compiled, (path, message) => problems.push([path, message]));
+      for (const [path, message] of problems) ctx.issues.push({ code: "custom", path: [path], message, input: l });
+      return compiled ?? z.NEVER;
+    }),
+  ),
 );
 
 /** What is wrong with a limit's `align`, if anything: an algorithm whose windows align, a period of whole days, a known zone. */
