@@ -52,7 +52,7 @@ export interface Claim {
   sluiceHeaders: Record<string, string>;
   /** How long past `origin_timeout` the origin's answer is awaited, set when anything is held: the outcome must be learnt. */
   lateAnswerMs?: number;
-  /** What a queued job carries of its guards, to be taken up by the consumer. */
+  /** What a queued job carries of its guards, to be taken up by the consumer (`takeUpJob`). */
   tickets: { claim?: ClaimTicket; session?: SessionTicket };
   /**
    * The call's outcome: the key settled with it (its answer stored for replays, or the key
