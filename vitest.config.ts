@@ -38,7 +38,9 @@ export default defineConfig({
     // Each pool's size (the pools take these from the root config, not from a project's).
     poolOptions: {
       // Integration files each spawn their own Redis and workerd processes: two cores, two forks.
-      forks: { maxForks: 2, minForks: 1 },
+      // A fork runs one file after another (each file starts and stops its own processes in its
+      // hooks), importing miniflare and the rest once rather than once per file.
+      forks: { maxForks: 2, minForks: 1, isolate: false },
       // The unit files share two threads and their imported modules (zod, hono, ...): collecting
       // them again in a fresh process per file cost more than their tests took.
       threads: { maxThreads: 2, minThreads: 1, isolate: false },
@@ -64,6 +66,7 @@ export default defineConfig({
           exclude: [...configDefaults.exclude, "test/unit/**"],
           globalSetup: ["test/global-setup.ts"],
           pool: "forks",
+          isolate: false,
           sequence: { groupOrder: 1 },
         },
       },
