@@ -23,11 +23,11 @@ export function divertsOn(route: Route, reason: DivertReason): boolean {
  * would be streamed to the origin and gone. Only a body sluice read whole (an idempotency key's
  * fingerprint, at most its cap) is kept; a request without one is sent again as it is.
  */
-export function spareRequest(request: Request, scope: Guarded): Request | undefined {
-  const route = scope.route;
+export function spareRequest(request: Request, guarded: Guarded): Request | undefined {
+  const route = guarded.route;
   if (!route || !(divertsOn(route, "5xx") || divertsOn(route, "timeout"))) return undefined;
   if (request.method === "GET" || request.method === "HEAD" || request.body === null) return request;
-  return scope.guards?.bodyKept ? request.clone() : undefined;
+  return guarded.guards?.bodyKept ? request.clone() : undefined;
 }
 
 /**
@@ -39,14 +39,14 @@ export function spareRequest(request: Request, scope: Guarded): Request | undefi
  *   (`on_origin_error = "release"`); a timeout or a broken connection leaves the outcome unknown;
  * - otherwise only a safe method (GET, HEAD, OPTIONS): a POST's 5xx or timeout may have acted.
  */
-export function failoverReason(scope: Guarded & Pick<Scope, "method">, reply: OriginReply): DivertReason | undefined {
-  const route = scope.route;
+export function failoverReason(guarded: Guarded & Pick<Scope, "method">, reply: OriginReply): DivertReason | undefined {
+  const route = guarded.route;
   const reason = reply.outcome === "timeout" ? "timeout" : originFailed(reply) ? "5xx" : undefined;
   if (!route || !reason || !divertsOn(route, reason)) return undefined;
   if (reply.outcome === "unreachable") return reason;
-  if (scope.guards?.sluiceHeaders["idempotency-key"] !== undefined)
+  if (guarded.guards?.sluiceHeaders["idempotency-key"] !== undefined)
     return reply.outcome === "answered" && route.idempotency?.on_origin_error === "release" ? reason : undefined;
-  return SAFE_METHODS.has(scope.method) ? reason : undefined;
+  return SAFE_METHODS.has(guarded.method) ? reason : undefined;
 }
 
 /**
