@@ -1,11 +1,11 @@
 import listsLua from "../../../lua/access-lists.lua";
 import { listsKey, versionKey } from "../../store/layout.js";
-import { StoreError } from "../../store/deadline.js";
 import type { Batch, Store } from "../../store/redis.js";
 import { bumpVersions, VERSION_TTL_MS, versionOf } from "../../store/versions.js";
 import { everyStore, type Stores } from "../../region/index.js";
 import type { Config } from "../../config/index.js";
 import { decodeModes, type RouteMode } from "./mode/store.js";
+import { scriptReply } from "../../store/replies.js";
 
 /**
  * The deny and allow lists in the home region's Redis: one hash (`{prefix}:lists`), a field per
@@ -94,10 +94,10 @@ export async function removeField(store: Store, prefix: string, field: string): 
 
 /** One call of lua/access-lists.lua (see its contract); its reply as a list. */
 async function lists(store: Store, prefix: string, args: Array<string | number>): Promise<unknown[]> {
-  const reply = await store.run(store.script(listsLua), [listsKey(prefix), versionKey(prefix)], args);
-  if (!Array.isArray(reply))
-    throw new StoreError("error", `unexpected reply from access-lists.lua: ${JSON.stringify(reply).slice(0, 200)}`);
-  return reply;
+  return scriptReply(
+    await store.run(store.script(listsLua), [listsKey(prefix), versionKey(prefix)], args),
+    "access-lists.lua",
+  );
 }
 
 /**

@@ -1,8 +1,10 @@
 /**
  * The guard core: one side effect per idempotency key, one call per session at a time. Plain data
- * in and out, callable without Hono or an HTTP request: the gateway's step (step.ts), the queue
- * (side-effect.ts when a request is queued, job.ts when the consumer delivers it) and an MCP
- * adapter all call `claim`, and settle the `Claim` they get with what the origin did.
+ * in and out, callable without Hono or an HTTP request: the gateway's step (step.ts), the queue's
+ * `enqueue` (side-effect.ts) and an MCP adapter all call `claim`, and settle the `Claim` they get
+ * with what the origin did. The queue consumer takes a queued job's guards up (`takeUpJob`,
+ * job-claim.ts) and settles the `JobClaim` it gets the same way, or parks it for a retry; a job
+ * never taken up gives its guards back with `giveBackUnsentJob`.
  *
  * @example
  * const guarding = await claim({ route: "orders", key: { key, fingerprint, principal, settings } }, place, { lifeMs });
@@ -19,6 +21,16 @@ import { claimKey, type KeyClaim, type KeySubject, type StoredAnswer } from "./i
 import type { ClaimTicket } from "./idempotency/record-ref.js";
 import type { GuardPlace, GuardTerms } from "./place.js";
 import { holdSessionLock, type SessionLock, type SessionSubject, type SessionTicket } from "./session/lock-hold.js";
+
+export {
+  giveBackUnsentJob,
+  jobGuardLease,
+  takeUpJob,
+  type JobClaim,
+  type JobGuardPlace,
+  type JobGuards,
+  type JobTakeUp,
+} from "./job-claim.js";
 
 /** What a call is, for its guards: its route, and the key it claims and the session it runs in (either may be absent). */
 export interface GuardSubject {
@@ -40,7 +52,7 @@ export interface Claim {
   sluiceHeaders: Record<string, string>;
   /** How long past `origin_timeout` the origin's answer is awaited, set when anything is held: the outcome must be learnt. */
   lateAnswerMs?: number;
-  /** What a queued job carries of its guards, to be taken up by the consumer. */
+  /** What a queued job carries of its guards, to be taken up by the consumer (`takeUpJob`). */
   tickets: { claim?: ClaimTicket; session?: SessionTicket };
   /**
    * The call's outcome: the key settled with it (its answer stored for replays, or the key

@@ -7,9 +7,8 @@ import { Problem, problemStatus } from "../../problem.js";
 import { StoreError } from "../../store/deadline.js";
 import { StoreRegistry, type Store } from "../../store/redis.js";
 import type { Renewal } from "../../util/renewal.js";
-import { claim, type Claim, type GuardSubject } from "./core.js";
+import { claim, giveBackUnsentJob, takeUpJob, type Claim, type GuardSubject, type JobGuards } from "./core.js";
 import { idempotencySettings } from "./idempotency/schema.js";
-import { giveBackJobGuards, settleJobGuards, takeUpJobGuards, type JobGuards } from "./job.js";
 import type { GuardPlace } from "./place.js";
 import { sessionSettings } from "./session/schema.js";
 
@@ -478,13 +477,13 @@ class Deliver implements fc.AsyncCommand<World, World> {
     };
     if (this.dropped) {
       // past max_age: dropped unsent, its guards given back only if no delivery of it began
-      await giveBackJobGuards(job.job, place);
+      await giveBackUnsentJob(job.job, place);
       job.lockUntil = 0;
       return;
     }
-    const guards = await takeUpJobGuards(job.job, jobRoute, place);
+    const taken = await takeUpJob(job.job, jobRoute, place);
     // refused: its guards are no longer its own (or a copy started it), and nothing is sent
-    if (guards.refused) return void (job.lockUntil = Math.min(job.lockUntil, w.now));
+    if (taken.kind === "refused") return void (job.lockUntil = Math.min(job.lockUntil, w.now));
     job.phase = "running";
     job.renewedAt = w.now;
     job.lockUntil = Infinity;
@@ -496,8 +495,8 @@ class Deliver implements fc.AsyncCommand<World, World> {
       outcome: "answered",
       sent: new Headers(),
     };
-    await settleJobGuards(job.job, jobRoute, place, reply);
-    await guards.stop();
+    // settled, its renewals stopped once the writes landed
+    await taken.claim.settleWith(reply);
     job.phase = "done";
     job.lockUntil = 0;
     await drained(job);

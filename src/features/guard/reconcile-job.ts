@@ -12,7 +12,7 @@ import type { OriginReply } from "../../origin/forward.js";
 import { fromBase64 } from "../../util/base64.js";
 import { discardBody, logError } from "../../util/log.js";
 import { applyAnswer, askOrigin, type OriginSays } from "./idempotency/reconcile.js";
-import { claimRef, type JobGuardPlace, type JobGuards } from "./job.js";
+import { claimRef, type JobGuardPlace, type JobGuards } from "./job-claim.js";
 
 /** Where the consumer asks: its guards' place, where outcomes are counted, and the route's origin. */
 export interface JobReconcilePlace extends JobGuardPlace {

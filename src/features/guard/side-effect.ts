@@ -19,7 +19,7 @@ export interface ClaimedEffect {
  * One side effect per key, then one call per session at a time, for a request that goes to the
  * queue instead of the origin: the guard core claims its idempotency key and takes its session
  * lock, where the route has them for this method, both held `lifeMs` (the job's life) until the
- * consumer takes them up (job.ts). A replay is returned as such; a refusal (duplicate in flight,
+ * consumer takes them up (`takeUpJob`, job-claim.ts). A replay is returned as such; a refusal (duplicate in flight,
  * busy session, store down) is thrown.
  */
 export async function claimSideEffect(

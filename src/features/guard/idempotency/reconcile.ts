@@ -15,10 +15,11 @@ import { toBase64 } from "../../../util/base64.js";
 import { readCapped } from "../../../util/body.js";
 import { discardBody, log, logError } from "../../../util/log.js";
 import type { RecordRef } from "./record-ref.js";
-import { answerArgs, LEDGER_MAXLEN, scriptReply, type Claim, type StoredAnswer } from "./records.js";
+import { answerArgs, LEDGER_MAXLEN, type Claim, type StoredAnswer } from "./records.js";
 import { replayedHeaders } from "./replayed-headers.js";
 import { reconcileUrl } from "./reconcile-url.js";
 import { noteIdempotency } from "./trail.js";
+import { scriptReply } from "../../../store/replies.js";
 
 /** The status the call answered with, when the reconcile answer does not say (a create). */
 export const DEFAULT_ORIGINAL_STATUS = 201;

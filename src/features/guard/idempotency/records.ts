@@ -1,9 +1,9 @@
 import idempotencyLua from "../../../../lua/idempotency.lua";
 import { asKeyHash } from "../../../identity/hash.js";
-import { StoreError } from "../../../store/deadline.js";
 import { idempotencyIndeterminateKey, idempotencyRecordKey, ledgerKey } from "../../../store/layout.js";
 import type { RecordRef } from "./record-ref.js";
 import { ledgerContext, noteIdempotency } from "./trail.js";
+import { scriptReply } from "../../../store/replies.js";
 
 export const LEDGER_MAXLEN = 10_000;
 
@@ -28,13 +28,6 @@ export interface StoredAnswer {
  */
 export function answerArgs(a: StoredAnswer, ttlMs: number): Array<string | number> {
   return [a.status, JSON.stringify(a.headers), a.body, a.stored ? 1 : 0, ttlMs];
-}
-
-/** A record script's reply, always an array (its first word, then figures); anything else is the store's error. */
-export function scriptReply(reply: unknown, script: string): unknown[] {
-  if (!Array.isArray(reply))
-    throw new StoreError("error", `unexpected reply from ${script}: ${JSON.stringify(reply).slice(0, 200)}`);
-  return reply;
 }
 
 export type Claim =

@@ -1,9 +1,10 @@
 import sessionLua from "../../../../lua/session.lua";
 import { asKeyHash, ownedHash } from "../../../identity/hash.js";
 import { pseudonym, type IdKey } from "../../../identity/pseudonym.js";
-import { LEDGER_MAXLEN, scriptReply } from "../idempotency/records.js";
+import { LEDGER_MAXLEN } from "../idempotency/records.js";
 import { ledgerKey, sessionFenceKey, sessionLockKey } from "../../../store/layout.js";
 import type { Store } from "../../../store/redis.js";
+import { scriptReply } from "../../../store/replies.js";
 
 /** A session's lock: where it lives (home region's Redis) and how the ledger names it. */
 export interface SessionRef {

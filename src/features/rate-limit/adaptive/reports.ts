@@ -4,11 +4,11 @@ import type { Defer } from "../../../util/defer.js";
 import type { OverrideCopies } from "../decision/overrides.js";
 import type { Bucket, LimitOutcome } from "../types.js";
 import { asKeyHash, type KeyHash } from "../../../identity/hash.js";
-import { StoreError } from "../../../store/deadline.js";
 import { adaptiveStateKey, overrideField, overridesKeyOfBucket, versionKey } from "../../../store/layout.js";
 import { ClientShare } from "./client-share.js";
 import { latencyBucket, QUANTILES, serialiseHistogram } from "../../../metrics/histogram.js";
 import { settleQuietly } from "../../../util/log.js";
+import { scriptReply } from "../../../store/replies.js";
 
 /*
  * The isolate's side of an adaptive limit (docs/algorithms.md, Adaptive limit): each response of an adaptive
@@ -159,8 +159,7 @@ async function runAdaptive(
       serialiseHistogram(figures.counts),
     ],
   );
-  if (!Array.isArray(reply) || reply.length !== 4)
-    throw new StoreError("error", `unexpected reply from adaptive.lua: ${JSON.stringify(reply).slice(0, 200)}`);
-  const [limit, short, base, closed] = reply.map(Number) as [number, number, number, number];
+  const state = scriptReply(reply, "adaptive.lua", { length: 4 }).map(Number);
+  const [limit, short, base, closed] = state as [number, number, number, number];
   return { limit, shortMs: short < 0 ? undefined : short / 10, baseMs: base / 10, closed: closed === 1 };
 }

@@ -1,5 +1,4 @@
 import decideLua from "../../../../lua/decide.lua";
-import { StoreError } from "../../../store/deadline.js";
 import type { Store } from "../../../store/redis.js";
 import { overridesKeyOf, type OverrideInput } from "./overrides.js";
 import { versionKeyOfBucket } from "../../../store/layout.js";
@@ -7,6 +6,7 @@ import { algorithm } from "../algorithms/registry.js";
 import { ALGORITHM_COLUMNS, limitArgv, type DecideLimitArgs } from "./limit-columns.js";
 import { windowColumn } from "../algorithms/zone-window.js";
 import type { Bucket, LimitOutcome } from "../types.js";
+import { scriptReply } from "../../../store/replies.js";
 
 /** The script source, for `store.script()`. */
 export const DECIDE_SCRIPT: string = decideLua;
@@ -179,8 +179,5 @@ export function groupByStore(buckets: Bucket[]): Bucket[][] {
 }
 
 function asNumbers(reply: unknown, length: number): number[] {
-  if (!Array.isArray(reply) || reply.length !== length || !reply.every((v) => typeof v === "number")) {
-    throw new StoreError("error", `unexpected reply from decide.lua: ${JSON.stringify(reply).slice(0, 200)}`);
-  }
-  return reply as number[];
+  return scriptReply(reply, "decide.lua", { length, each: (v) => typeof v === "number" }) as number[];
 }

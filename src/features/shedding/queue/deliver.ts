@@ -12,7 +12,7 @@ import {
   withLateAnswer,
   type OriginReply,
 } from "../../../origin/forward.js";
-import { giveBackJobGuards, parkJobGuards, settleJobGuards, takeUpJobGuards, type TakenUp } from "../../guard/job.js";
+import { giveBackUnsentJob, takeUpJob, type JobClaim } from "../../guard/core.js";
 import { envConnections, type Connect, type Stores } from "../../../region/index.js";
 import { ConfigCache } from "../../../config/cache.js";
 import type { Store } from "../../../store/redis.js";
@@ -122,7 +122,7 @@ async function deliverOne(message: Message<JobMessage>, consumer: Consumer, home
   if (!route) {
     await status({ status: "failed", failures: m.failures });
     // the job never ran: its guards are given back
-    await giveBackJobGuards(m, consumer);
+    await giveBackUnsentJob(m, consumer);
     return message.ack();
   }
   if (isStale(m, route)) return expire(message, route, consumer, status, home);
@@ -141,8 +141,8 @@ async function deliverOne(message: Message<JobMessage>, consumer: Consumer, home
 }
 
 /**
- * Takes up the job's guards (still its own: else it is not delivered), delivers it, and settles
- * what the answer means, the guards renewed meanwhile.
+ * Takes up the job's guards through the guard core (still its own: else it is not delivered),
+ * delivers it, and settles or parks them with what the answer means, the guards renewed meanwhile.
  */
 async function deliverGuarded(
   message: Message<JobMessage>,
@@ -152,17 +152,20 @@ async function deliverGuarded(
   job: { status: Status; home: Store; origin: URL },
 ): Promise<void> {
   const m = message.body;
-  const guards = await takeUpJobGuards(m, route, consumer);
-  if (guards.refused) return notDelivered(message, route, consumer, job.status, job.home, guards.refused);
+  const taken = await takeUpJob(m, route, consumer);
+  if (taken.kind === "refused") return notDelivered(message, route, consumer, job.status, job.home, taken.why);
+  const jobClaim = taken.claim;
   try {
     const sent = await deliver(request, m, route, job.origin);
     // an unknown outcome is first asked about, on a route that reconciles: the origin's word decides
     const reply = mayHaveActed(m, route, sent)
       ? await reconciledDelivery(m, route, { ...consumer, metrics: consumer.runtime.metrics, origin: job.origin }, sent)
       : sent;
-    await afterDelivery(message, route, reply, consumer, job.status, job.home, guards);
+    await afterDelivery(message, route, reply, consumer, job.status, job.home, jobClaim);
   } finally {
-    await guards.stop();
+    // whatever happened (a status write or a store failed): the renewals never outlive the delivery
+    // (nothing more once the guards were settled or parked)
+    await jobClaim.letLapse();
   }
 }
 
@@ -227,7 +230,7 @@ async function afterDelivery(
   consumer: Consumer,
   status: Status,
   home: Store,
-  guards: TakenUp,
+  jobClaim: JobClaim,
 ): Promise<void> {
   const m = message.body;
   const originStatus = reply.response.status;
@@ -235,23 +238,23 @@ async function afterDelivery(
     // the origin may have acted on it (no final answer, a connection broken after sending, no
     // answer even late, a 5xx the route holds as such): a side effect is never sent again; its
     // key is held as indeterminate
-    await settleJobGuards(m, route, consumer, reply);
+    await jobClaim.settleWith(reply);
     await status({ status: "failed", origin_status: originStatus, failures: m.failures, indeterminate: true });
     await done(m, route, consumer, home, { status: "failed", origin_status: originStatus });
     return message.ack();
   }
   if (!originFailed(reply)) {
-    await settleJobGuards(m, route, consumer, reply);
+    await jobClaim.settleWith(reply);
     await status({ status: "delivered", origin_status: originStatus, failures: m.failures });
     await done(m, route, consumer, home, { status: "delivered", origin_status: originStatus });
     return message.ack();
   }
   const failures = m.failures + 1;
   const delay = route.queue.retry_delays[failures - 1];
-  // retried later with the same guards, parked: the key stays held, so duplicates still get 409
-  await guards.stop();
-  if (delay === undefined || !(await parkJobGuards(m, route, consumer))) {
-    await settleJobGuards(m, route, consumer, reply);
+  // retried later with the same guards, parked (their renewals stopped first): the key stays held,
+  // so duplicates still get 409
+  if (delay === undefined || !(await jobClaim.park())) {
+    await jobClaim.settleWith(reply);
     await status({ status: "failed", origin_status: originStatus, failures });
     await done({ ...m, failures }, route, consumer, home, { status: "failed", origin_status: originStatus });
     if (consumer.env.SLUICE_DLQ)
@@ -315,7 +318,7 @@ async function expire(
   home: Store,
 ): Promise<void> {
   const m = message.body;
-  await giveBackJobGuards(m, consumer);
+  await giveBackUnsentJob(m, consumer);
   const dlq = consumer.env.SLUICE_DLQ;
   await status({ status: "failed", failures: m.failures, expired: true });
   await done(m, route, consumer, home, { status: "failed", expired: true });

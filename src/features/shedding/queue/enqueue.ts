@@ -12,7 +12,7 @@ import { logError, orElse, settleQuietly } from "../../../util/log.js";
 import { clientOf, enterQueue, leaveQueue, type CountedJob, type Full } from "./depth.js";
 import type { LimitOutcome } from "../../rate-limit/types.js";
 import { callbackOf } from "./callback.js";
-import { jobGuardLease } from "../../guard/job.js";
+import { jobGuardLease } from "../../guard/core.js";
 
 /**
  * Why a shed request was not queued: the queue holds `max_depth` jobs, its client holds its
