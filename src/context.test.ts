@@ -74,7 +74,7 @@ describe("decisionView", () => {
     });
   });
 
-  it("shows the nearest limits the request has, and its own mount's guards only", async () => {
+  it("shows the nearest limits and guards the request has, whichever mount decided them", async () => {
     await inRequest((c) => {
       const outer = scopeOf();
       const inner = scopeOf();
@@ -83,9 +83,12 @@ describe("decisionView", () => {
       const view = decisionView(c, inner);
       // a mount nearer the handler that decided no limits shows those further out
       expect(view.limits.map((l) => l.name)).toEqual(["outer"]);
-      expect(view.fencingToken).toBeUndefined();
+      // the claim the request holds, though a mount further out took it
+      expect(view.fencingToken).toBe("1");
       publish(c, inner, "sluiceLimits", decided("inner"));
+      publish(c, inner, "sluiceGuards", { sluiceHeaders: { "sluice-fencing-token": "2" } });
       expect(view.limits.map((l) => l.name)).toEqual(["inner"]);
+      expect(view.fencingToken).toBe("2");
     });
   });
 });
@@ -99,7 +102,7 @@ describe("a capability's result on the context", () => {
       publish(c, outer, "sluiceLimits", decided("outer"));
       publish(c, inner, "sluiceLimits", decided("inner"));
       // the handler reads the last one set, as any Hono variable
-      expect(c.get("sluiceLimits").outcomes[0]?.limit.name).toBe("inner");
+      expect(c.get("sluiceLimits")?.outcomes[0]?.limit.name).toBe("inner");
       // each mount its own, though a nearer one has set its own since
       expect(ownResult(c, outer, "sluiceLimits")?.outcomes[0]?.limit.name).toBe("outer");
       expect(ownResult(c, inner, "sluiceLimits")?.outcomes[0]?.limit.name).toBe("inner");
@@ -126,9 +129,9 @@ describe("a capability's result on the context", () => {
     const app = new Hono();
     app.get("/", (c) => {
       expectTypeOf(c.get("sluice")).toEqualTypeOf<SluiceDecision>();
-      expectTypeOf(c.get("sluiceLimits")).toEqualTypeOf<LimitSummary>();
-      expectTypeOf(c.get("sluiceGuards")).toEqualTypeOf<GuardsHeld>();
-      expectTypeOf(c.get("sluiceSwitch")).toEqualTypeOf<SwitchInForce>();
+      expectTypeOf(c.get("sluiceLimits")).toEqualTypeOf<LimitSummary | undefined>();
+      expectTypeOf(c.get("sluiceGuards")).toEqualTypeOf<GuardsHeld | undefined>();
+      expectTypeOf(c.get("sluiceSwitch")).toEqualTypeOf<SwitchInForce | undefined>();
       // @ts-expect-error: the decision has no such field (tsc checks it; an untyped variable would pass)
       void c.get("sluice").allowed;
       return c.body(null);

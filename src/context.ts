@@ -158,7 +158,7 @@ export type Step = (c: Context<SluiceEnv>, scope: Scope, next: Next) => Promise<
 
 /** A capability's result on Hono's context: a key of `ContextVariableMap` whose value is an object. */
 export type ResultKey = {
-  [K in keyof ContextVariableMap]: ContextVariableMap[K] extends object ? K : never;
+  [K in keyof ContextVariableMap]: NonNullable<ContextVariableMap[K]> extends object ? K : never;
 }[keyof ContextVariableMap];
 
 /**
@@ -179,7 +179,7 @@ export function publish<K extends ResultKey>(
   c: Context,
   scope: RequestValue,
   key: K,
-  result: ContextVariableMap[K] & object,
+  result: NonNullable<ContextVariableMap[K]> & object,
 ): void {
   const own = { ...result };
   decidedIn.set(own, { scope, earlier: c.get(key) });
@@ -213,7 +213,8 @@ export function ownResult<K extends ResultKey>(
  * Its fields are enumerable getters: `JSON.stringify` and a spread read them as they stand. Its
  * `limits` are the nearest the request has (the last `sluiceLimits` set: this mount's, or a mount's
  * further out when this one decided none, as an `idempotency()` nearer the handler than a
- * `rateLimit()`); the guards' fields are this mount's own.
+ * `rateLimit()`), and so are the guards' (the fencing token of the claim or lock the request holds,
+ * whichever mount took it).
  */
 export function decisionView(c: Context, scope: Scope): SluiceDecision {
   return {
@@ -225,13 +226,13 @@ export function decisionView(c: Context, scope: Scope): SluiceDecision {
       return scope.route?.name;
     },
     get limits() {
-      return limitStates(c.get("sluiceLimits") as ContextVariableMap["sluiceLimits"] | undefined);
+      return limitStates(c.get("sluiceLimits"));
     },
     get fencingToken() {
-      return ownResult(c, scope, "sluiceGuards")?.sluiceHeaders["sluice-fencing-token"];
+      return c.get("sluiceGuards")?.sluiceHeaders["sluice-fencing-token"];
     },
     get idempotencyKey() {
-      return ownResult(c, scope, "sluiceGuards")?.sluiceHeaders["idempotency-key"];
+      return c.get("sluiceGuards")?.sluiceHeaders["idempotency-key"];
     },
   };
 }

@@ -264,8 +264,8 @@ describe("middleware composed in an app", () => {
         limits: view.limits.map((l) => [l.name, l.remaining]),
         fenced: view.fencingToken !== undefined,
         key: view.idempotencyKey,
-        published: c.get("sluiceLimits").outcomes.map((o) => o.limit.name),
-        guarded: c.get("sluiceGuards").sluiceHeaders["idempotency-key"],
+        published: c.get("sluiceLimits")?.outcomes.map((o) => o.limit.name),
+        guarded: c.get("sluiceGuards")?.sluiceHeaders["idempotency-key"],
       });
     });
     const bg = background();
@@ -278,6 +278,28 @@ describe("middleware composed in an app", () => {
       published: ["per-ip"],
       guarded: "v-1",
     });
+    await bg.settled();
+  });
+
+  it("shows the handler the fencing token of an idempotency() further out than the rateLimit() nearest it", async () => {
+    // the mirror of the test above: the view's token and key are the claim the request holds, whichever mount took it
+    const shared = options();
+    const app = new Hono();
+    app.use("/orders", idempotency({ ...shared, name: "orders" }));
+    app.post(
+      "/orders",
+      rateLimit({ ...shared, limits: [{ name: "per-ip", rate: 1, period: "1h", burst: 10, lease: false }] }),
+      (c) => {
+        const view = c.get("sluice");
+        return c.json({ token: view.fencingToken, key: view.idempotencyKey, limits: view.limits.length });
+      },
+    );
+    const bg = background();
+    const init = from("198.51.100.120", { method: "POST", body: "{}", headers: { "Idempotency-Key": "v-2" } });
+    const res = await app.request(url("/orders"), init, {}, bg.ctx);
+    const body = (await res.json()) as { token?: string; key?: string; limits: number };
+    expect(body.token).toMatch(/^\d+$/);
+    expect(body).toMatchObject({ key: "v-2", limits: 1 });
     await bg.settled();
   });
 

@@ -123,9 +123,10 @@ const publicApiModule = () =>
     'import { Hono } from "hono";',
     'export const plain = new Hono().get("/", (c) => {',
     '  const verdict: string = c.get("sluice").verdict;',
-    '  const limits: number = c.get("sluiceLimits").outcomes.length;',
-    '  const fence: string | undefined = c.get("sluiceGuards").sluiceHeaders["sluice-fencing-token"];',
-    '  const mode: string = c.get("sluiceSwitch").mode;',
+    // each capability's result is `| undefined` until a step decided it: read with `?.`, or the consumer's tsc fails
+    '  const limits: number | undefined = c.get("sluiceLimits")?.outcomes.length;',
+    '  const fence: string | undefined = c.get("sluiceGuards")?.sluiceHeaders["sluice-fencing-token"];',
+    '  const mode: string | undefined = c.get("sluiceSwitch")?.mode;',
     "  return c.json({ verdict, limits, fence, mode });",
     "});",
     `export type Types = [${TYPES.join(", ")}];`,

@@ -20,6 +20,6 @@ export interface GuardsHeld {
 declare module "hono" {
   interface ContextVariableMap {
     /** What the guards hold for the request (none: nothing guarded). */
-    sluiceGuards: GuardsHeld;
+    sluiceGuards: GuardsHeld | undefined;
   }
 }

@@ -26,6 +26,6 @@ export interface LimitSummary {
 declare module "hono" {
   interface ContextVariableMap {
     /** The rate limiter's decision: the last one made on the request (the mount nearest the handler that decided one). */
-    sluiceLimits: LimitSummary;
+    sluiceLimits: LimitSummary | undefined;
   }
 }

@@ -17,6 +17,6 @@ export interface SwitchInForce {
 declare module "hono" {
   interface ContextVariableMap {
     /** The degrade switch in force for the request's route, when it let the request on. */
-    sluiceSwitch: SwitchInForce;
+    sluiceSwitch: SwitchInForce | undefined;
   }
 }
