@@ -1,4 +1,4 @@
-import type { Context, Next } from "hono";
+import type { Context, ContextVariableMap, Next } from "hono";
 import type { Config, Route } from "./config/index.js";
 import type { Env } from "./env.js";
 import type { RequestFacts } from "./identity/identify.js";
@@ -47,30 +47,16 @@ export interface SluiceVariables {
   sluice: SluiceDecision;
 }
 
-/** One limit as the rate limiter decided it, as far as the handler's view reads it (src/features/rate-limit/types.ts `LimitOutcome`). */
-export interface DecidedLimit {
-  limit: { name: string };
-  allowed: boolean;
-  remaining: number;
-  resetMs: number;
-  retryAfterMs: number;
-}
-
-/** The rate limiter's decision as the pipeline reads it (the decision itself stays with the rate limiter's step). */
-export interface LimitSummary {
-  outcomes: readonly DecidedLimit[];
-  /** Decided without Redis's answer (Redis failed; `open` or `local`). */
-  degraded: boolean;
-  /** Answered by the isolate alone (the blocked-bucket cache, leases): no central call. */
-  withoutRedis: boolean;
-  /** When it was decided (epoch ms): what each outcome's `resetMs` counts from. */
-  decidedAt: number;
-}
-
-/** The operator's degrade switch on the route (src/features/access/mode/): its mode, until when (epoch ms). */
-export interface SwitchInForce {
-  mode: "fallback" | "reject" | "divert" | "open";
-  until: number;
+/*
+ * Typed on every Hono context, as hono's own middleware type theirs (`jwtPayload`, hono/jwt): a
+ * plain `new Hono()` reads `c.get("sluice")` as a `SluiceDecision`, no `SluiceEnv` needed. Each
+ * capability declares its own result beside its adapter the same way (`sluiceLimits`,
+ * `sluiceGuards`, `sluiceSwitch`: the `vars.ts` in its folder).
+ */
+declare module "hono" {
+  interface ContextVariableMap {
+    sluice: SluiceDecision;
+  }
 }
 
 /** What a decision is counted and logged under. */
@@ -113,7 +99,9 @@ export interface RequestValue {
  * What the steps of one request share: the request's value (made by the gateway's first
  * middleware, or by a standalone middleware for itself), and what the steps decide as the request
  * goes. Steps take the narrow parts they need from it and hand them to functions that know
- * nothing of Hono.
+ * nothing of Hono. What a capability decides for the others to read (the rate limiter's limits,
+ * the guards held, the degrade switch) is not here: each is that capability's typed result on
+ * Hono's context, published with {@link publish} and read back with {@link ownResult}.
  */
 export interface Scope extends RequestValue {
   /**
@@ -127,16 +115,6 @@ export interface Scope extends RequestValue {
   /** What `Sluice-Decision` says, as the steps have it so far. */
   decision: DecisionHeader;
   allowListed: boolean;
-  /**
-   * The degrade switch's result (written by its step alone, src/features/access/mode/): the operator's
-   * switch in force for the route, when it lets the request on (`open`; `divert`, done after the
-   * guards). Either way the route's limits are not asked.
-   */
-  forcedMode?: SwitchInForce;
-  /** What the rate limiter decided, as the handler's view and the decision's count read it. */
-  limits?: LimitSummary;
-  /** The guards' result, once they hold a claim or a lock for the request (none: nothing guarded). */
-  guards?: GuardsHeld;
   /** The request's W3C `traceparent` (given, or made up), once a step needed it (idempotency). */
   trace?: string;
   /** The origin's reply (the gateway's forwarding) and how long it took: the main origin's, even when failover followed. */
@@ -145,20 +123,6 @@ export interface Scope extends RequestValue {
   failover?: "breaker";
   /** The divert origin's reply, when failover sent the request there: what the client got, and what a claim settles with. */
   diverted?: OriginReply & { latencyMs: number };
-}
-
-/**
- * What the guards hold for a request: the guard's step (src/features/guard/) or the MCP adapter's
- * guarded call writes it, once, when its claim or lock is held; the origin's forwarding, failover,
- * the divert switch and the handler's view read it.
- */
-export interface GuardsHeld {
-  /** Headers sluice tells the origin: fencing token, Idempotency-Key, Sluice-Session. */
-  readonly sluiceHeaders: Readonly<Record<string, string>>;
-  /** How long the origin's answer is still awaited past `origin_timeout` (a held guard must learn what it did). */
-  readonly lateAnswerMs?: number;
-  /** The request's body is in memory (read whole to fingerprint an idempotency key): it can be sent a second time. */
-  readonly bodyKept?: boolean;
 }
 
 /**
@@ -192,12 +156,67 @@ export interface SluiceEnv {
  */
 export type Step = (c: Context<SluiceEnv>, scope: Scope, next: Next) => Promise<Response | void>;
 
+/** A capability's result on Hono's context: a key of `ContextVariableMap` whose value is an object. */
+export type ResultKey = {
+  [K in keyof ContextVariableMap]: NonNullable<ContextVariableMap[K]> extends object ? K : never;
+}[keyof ContextVariableMap];
+
+/**
+ * Which scope (mount) decided each published result, and the result it covered on the context
+ * (published earlier on the same request, by a mount further out). Keyed by the results
+ * themselves: a request's results go when its context does.
+ */
+const decidedIn = new WeakMap<object, { scope: RequestValue; earlier: unknown }>();
+
+/**
+ * A capability's result, published on Hono's context as hono's middleware publish theirs
+ * (`c.set`): the handler and the mounts nearer it read the last one set. It is tagged with the
+ * scope that decided it, so that this mount's own steps find it again with {@link ownResult} even
+ * when a mount nearer the handler has set its own since. What is set is a copy of `result`, the
+ * request's own: a value the isolate shares between requests (a cached switch) is never tagged.
+ */
+export function publish<K extends ResultKey>(
+  c: Context,
+  scope: RequestValue,
+  key: K,
+  result: NonNullable<ContextVariableMap[K]> & object,
+): void {
+  const own = { ...result };
+  decidedIn.set(own, { scope, earlier: c.get(key) });
+  c.set(key, own);
+}
+
+/**
+ * The result `key` as `scope`'s own mount decided it, or none: never a value another mount set on
+ * the same request (sluice mounts nest in an app, `rateLimit()` then `idempotency()`, and each
+ * counts, forwards and diverts by its own decision). Walks back from the last one set through
+ * those each covered.
+ */
+export function ownResult<K extends ResultKey>(
+  c: Context,
+  scope: RequestValue,
+  key: K,
+): ContextVariableMap[K] | undefined {
+  let result: unknown = c.get(key);
+  while (typeof result === "object" && result !== null) {
+    const tag = decidedIn.get(result);
+    if (!tag) return undefined;
+    if (tag.scope === scope) return result as ContextVariableMap[K];
+    result = tag.earlier;
+  }
+  return undefined;
+}
+
 /**
  * The handler's view of a scope (`c.get("sluice")`), published once by the mount when the scope is
  * made: each field reads what the steps have decided when it is read, so no step publishes again.
- * Its fields are enumerable getters: `JSON.stringify` and a spread read them as they stand.
+ * Its fields are enumerable getters: `JSON.stringify` and a spread read them as they stand. Its
+ * `limits` are the nearest the request has (the last `sluiceLimits` set: this mount's, or a mount's
+ * further out when this one decided none, as an `idempotency()` nearer the handler than a
+ * `rateLimit()`), and so are the guards' (the fencing token of the claim or lock the request holds,
+ * whichever mount took it).
  */
-export function decisionView(scope: Scope): SluiceDecision {
+export function decisionView(c: Context, scope: Scope): SluiceDecision {
   return {
     get verdict() {
       return scope.decision;
@@ -207,19 +226,19 @@ export function decisionView(scope: Scope): SluiceDecision {
       return scope.route?.name;
     },
     get limits() {
-      return limitStates(scope.limits);
+      return limitStates(c.get("sluiceLimits"));
     },
     get fencingToken() {
-      return scope.guards?.sluiceHeaders["sluice-fencing-token"];
+      return c.get("sluiceGuards")?.sluiceHeaders["sluice-fencing-token"];
     },
     get idempotencyKey() {
-      return scope.guards?.sluiceHeaders["idempotency-key"];
+      return c.get("sluiceGuards")?.sluiceHeaders["idempotency-key"];
     },
   };
 }
 
 /** The rate limiter's decision as the handler sees it: each limit's state, its reset as of the decision. */
-function limitStates(limits: LimitSummary | undefined): LimitState[] {
+function limitStates(limits: ContextVariableMap["sluiceLimits"] | undefined): LimitState[] {
   if (!limits) return [];
   return limits.outcomes.map((o) => ({
     name: o.limit.name,

@@ -13,6 +13,11 @@
  */
 export type { SharedOptions } from "./middleware/standalone.js";
 export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "./context.js";
+// the capabilities' results on Hono's context (`c.get("sluiceLimits")`, `"sluiceGuards"`, `"sluiceSwitch"`):
+// exported, their `ContextVariableMap` declarations come with them
+export type { DecidedLimit, LimitSummary } from "./features/rate-limit/vars.js";
+export type { GuardsHeld } from "./features/guard/vars.js";
+export type { SwitchInForce } from "./features/access/mode/vars.js";
 export type { SluiceInput as SluiceConfig } from "./config/schema.js";
 export { ConfigError } from "./config/load.js";
 export { Problem } from "./problem.js";

@@ -20,6 +20,8 @@ import { compileOptions, standalone, type SharedOptions } from "./standalone.js"
 
 export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "../context.js";
 export type { SharedOptions } from "./standalone.js";
+// what the middleware publishes as `c.get("sluiceLimits")`: exported, its declaration comes with it
+export type { DecidedLimit, LimitSummary } from "../features/rate-limit/vars.js";
 
 type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 /**

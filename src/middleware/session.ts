@@ -19,6 +19,8 @@ import { withJwt } from "../features/jwt/step.js";
 
 export type { SluiceDecision, SluiceEnv, SluiceVariables, LimitState } from "../context.js";
 export type { SharedOptions } from "./standalone.js";
+// what the middleware publishes as `c.get("sluiceGuards")`: exported, its declaration comes with it
+export type { GuardsHeld } from "../features/guard/vars.js";
 
 type RouteInput = NonNullable<SluiceInput["routes"]>[number];
 

@@ -250,6 +250,59 @@ describe("middleware composed in an app", () => {
     expect((await send("r-2")).headers.get("RateLimit")).toMatch(/^"per-ip";r=8;/);
   });
 
+  it("shows the handler the limits of a rateLimit() further out than the idempotency() nearest it, typed on a plain new Hono()", async () => {
+    // the view's limits are the nearest the request has: an idempotency() mount decides none of its own
+    const shared = options();
+    const app = new Hono();
+    app.use(
+      "*",
+      rateLimit({ ...shared, limits: [{ name: "per-ip", rate: 1, period: "1h", burst: 10, lease: false }] }),
+    );
+    app.post("/orders", idempotency({ ...shared, name: "orders" }), (c) => {
+      const view: SluiceDecision = c.get("sluice");
+      return c.json({
+        limits: view.limits.map((l) => [l.name, l.remaining]),
+        fenced: view.fencingToken !== undefined,
+        key: view.idempotencyKey,
+        published: c.get("sluiceLimits")?.outcomes.map((o) => o.limit.name),
+        guarded: c.get("sluiceGuards")?.sluiceHeaders["idempotency-key"],
+      });
+    });
+    const bg = background();
+    const init = from("198.51.100.119", { method: "POST", body: "{}", headers: { "Idempotency-Key": "v-1" } });
+    const res = await app.request(url("/orders"), init, {}, bg.ctx);
+    expect(await res.json()).toEqual({
+      limits: [["per-ip", 9]],
+      fenced: true,
+      key: "v-1",
+      published: ["per-ip"],
+      guarded: "v-1",
+    });
+    await bg.settled();
+  });
+
+  it("shows the handler the fencing token of an idempotency() further out than the rateLimit() nearest it", async () => {
+    // the mirror of the test above: the view's token and key are the claim the request holds, whichever mount took it
+    const shared = options();
+    const app = new Hono();
+    app.use("/orders", idempotency({ ...shared, name: "orders" }));
+    app.post(
+      "/orders",
+      rateLimit({ ...shared, limits: [{ name: "per-ip", rate: 1, period: "1h", burst: 10, lease: false }] }),
+      (c) => {
+        const view = c.get("sluice");
+        return c.json({ token: view.fencingToken, key: view.idempotencyKey, limits: view.limits.length });
+      },
+    );
+    const bg = background();
+    const init = from("198.51.100.120", { method: "POST", body: "{}", headers: { "Idempotency-Key": "v-2" } });
+    const res = await app.request(url("/orders"), init, {}, bg.ctx);
+    const body = (await res.json()) as { token?: string; key?: string; limits: number };
+    expect(body.token).toMatch(/^\d+$/);
+    expect(body).toMatchObject({ key: "v-2", limits: 1 });
+    await bg.settled();
+  });
+
   it("a handler's own Sluice-* headers (an upstream's, proxied) neither refund its request nor pass for sluice's stamp", async () => {
     // issue 29, finding 12: the refund follows what sluice's idempotency step did, never a response header
     const shared = options();

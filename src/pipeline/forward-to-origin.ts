@@ -1,5 +1,5 @@
 import type { Context } from "hono";
-import type { SluiceEnv } from "../context.js";
+import { ownResult, type SluiceEnv } from "../context.js";
 import { sendToOrigin } from "../origin/forward.js";
 import { failover, failoverReason, spareRequest } from "../features/shedding/failover.js";
 import { discardBody } from "../util/log.js";
@@ -14,20 +14,22 @@ import { discardBody } from "../util/log.js";
 export async function forwardToOrigin(c: Context<SluiceEnv>): Promise<Response> {
   const scope = c.get("sluiceScope");
   if (!scope.target) throw new Error("forwardToOrigin without an origin");
-  if (scope.failover) return failover(scope, c.req.raw, scope.failover);
-  const spare = spareRequest(c.req.raw, scope);
+  // what this mount's guards hold (never a guard of another mount on the request)
+  const guards = ownResult(c, scope, "sluiceGuards");
+  if (scope.failover) return failover(scope, c.req.raw, scope.failover, guards);
+  const spare = spareRequest(c.req.raw, { route: scope.route, guards });
   const started = Date.now();
-  const { sluiceHeaders = {}, lateAnswerMs } = scope.guards ?? {};
+  const { sluiceHeaders = {}, lateAnswerMs } = guards ?? {};
   const reply = await sendToOrigin(c.req.raw, { ...scope.target, sluiceHeaders, lateAnswerMs });
   // the origin's own time: from its request fully sent (a slow upload is the client's) to its answer
   const sentAt = Math.max(started, Math.min(reply.bodySentAt ?? started, Date.now()));
   scope.reply = { ...reply, latencyMs: Date.now() - sentAt };
-  const reason = spare && failoverReason(scope, reply);
+  const reason = spare && failoverReason({ route: scope.route, method: scope.method, guards }, reply);
   if (!spare || !reason) {
     // an unused copy of a kept body would hold its bytes until collected
     if (spare && spare !== c.req.raw) await discardBody(spare.body);
     return reply.response;
   }
   await discardBody(reply.response.body);
-  return failover(scope, spare, reason);
+  return failover(scope, spare, reason, guards);
 }

@@ -68,7 +68,7 @@ function scopeMaker(shell: Shell, made: (scope: Scope) => void): MiddlewareHandl
     }
     made(scope);
     c.set("sluiceScope", scope);
-    c.set("sluice", decisionView(scope));
+    c.set("sluice", decisionView(c, scope));
     await next();
   };
 }

@@ -1,5 +1,6 @@
 import type { Context } from "hono";
-import type { DecisionMeta, Scope, SluiceEnv } from "../context.js";
+import { ownResult, type DecisionMeta, type Scope, type SluiceEnv } from "../context.js";
+import type { LimitSummary } from "../features/rate-limit/vars.js";
 import { Problem, type DecisionHeader } from "../problem.js";
 import { IdempotencyRefusal } from "../features/guard/idempotency/refusal.js";
 import { log } from "../util/log.js";
@@ -23,7 +24,7 @@ export function decisionOf(c: Context<SluiceEnv>, scope: Scope | undefined): Dec
 export function stamp(c: Context<SluiceEnv>, scope: Scope | undefined): void {
   const decision = decisionOf(c, scope);
   const region = scope?.region ?? "unknown";
-  if (scope?.meta && firstOfRoute(c, scope.meta.route)) record(scope, scope.meta, decision, countsAsDecision(c));
+  if (scope?.meta && firstOfRoute(c, scope.meta.route)) record(c, scope, scope.meta, decision);
   let res = c.res;
   try {
     res.headers.set("Sluice-Decision", decision);
@@ -42,10 +43,13 @@ export function countsAsDecision(c: Context<SluiceEnv>): boolean {
   return !(c.error instanceof IdempotencyRefusal);
 }
 
-/** Counts (unless `counted` is false: counted elsewhere), logs and flushes one decision. */
-export function record(scope: Scope, meta: DecisionMeta, decision: DecisionHeader, counted = true): void {
+/**
+ * Counts (unless counted elsewhere: {@link countsAsDecision}), logs and flushes one decision: the
+ * scope's, by its own mount's limits (never those of another sluice mount on the request).
+ */
+function record(c: Context<SluiceEnv>, scope: Scope, meta: DecisionMeta, decision: DecisionHeader): void {
   const { runtime, config, stores, defer, region } = scope;
-  if (counted) countDecision(scope, meta, decision);
+  if (countsAsDecision(c)) countDecision(scope, meta, decision, ownResult(c, scope, "sluiceLimits"));
   if (decision !== "allow") {
     log("decision", {
       decision,
@@ -59,8 +63,13 @@ export function record(scope: Scope, meta: DecisionMeta, decision: DecisionHeade
   runtime.metrics.flush(config, stores, defer);
 }
 
-function countDecision(scope: Scope, meta: DecisionMeta, decision: DecisionHeader): void {
-  const { runtime, region, limits } = scope;
+function countDecision(
+  scope: Scope,
+  meta: DecisionMeta,
+  decision: DecisionHeader,
+  limits: LimitSummary | undefined,
+): void {
+  const { runtime, region } = scope;
   runtime.metrics.count(meta.route, meta.limit, decision, {
     rttMs: meta.rttMs,
     blockedId: meta.blockedId,
@@ -80,8 +89,7 @@ function countDecision(scope: Scope, meta: DecisionMeta, decision: DecisionHeade
  */
 export function stampAndCount(c: Context<SluiceEnv>, scope: Scope | undefined, nested: boolean): void {
   if (!nested || c.get("sluiceStamped") !== true) stamp(c, scope);
-  else if (scope?.meta && firstOfRoute(c, scope.meta.route))
-    record(scope, scope.meta, decisionOf(c, scope), countsAsDecision(c));
+  else if (scope?.meta && firstOfRoute(c, scope.meta.route)) record(c, scope, scope.meta, decisionOf(c, scope));
 }
 
 /**

@@ -38,6 +38,10 @@ const TYPES = [
   "SluiceDecision",
   "SluiceVariables",
   "LimitState",
+  "DecidedLimit",
+  "LimitSummary",
+  "GuardsHeld",
+  "SwitchInForce",
   "SluiceConfig",
   "SharedOptions",
   "LimitOptions",
@@ -115,6 +119,16 @@ const publicApiModule = () =>
       .flatMap((names, i) => names.map((n) => `${n}${i}`))
       .join(", ")}] as const;`,
     "export type SubpathTypes = [SubpathOptions];",
+    // a plain Hono app, no environment generic: sluice's variables typed from its declarations alone
+    'import { Hono } from "hono";',
+    'export const plain = new Hono().get("/", (c) => {',
+    '  const verdict: string = c.get("sluice").verdict;',
+    // each capability's result is `| undefined` until a step decided it: read with `?.`, or the consumer's tsc fails
+    '  const limits: number | undefined = c.get("sluiceLimits")?.outcomes.length;',
+    '  const fence: string | undefined = c.get("sluiceGuards")?.sluiceHeaders["sluice-fencing-token"];',
+    '  const mode: string | undefined = c.get("sluiceSwitch")?.mode;',
+    "  return c.json({ verdict, limits, fence, mode });",
+    "});",
     `export type Types = [${TYPES.join(", ")}];`,
     "",
   ].join("\n");

@@ -1,6 +1,6 @@
 import type { Context } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope, SluiceEnv, Step } from "../../context.js";
+import { ownResult, type Scope, type SluiceEnv, type Step } from "../../context.js";
 import { Breakers, SHARE_TIMEOUT_MS, type BreakerShare } from "./breakers.js";
 import { Problem } from "../../problem.js";
 import { originFailed } from "../../origin/forward.js";
@@ -17,7 +17,7 @@ import { breakerKey } from "../../store/layout.js";
 export const breakerStep: Step = async (c, scope, next) => {
   const route = scope.route;
   // the operator's divert switch sends the request elsewhere: the origin's breaker has no say
-  if (!route?.breaker || scope.forcedMode?.mode === "divert") return next();
+  if (!route?.breaker || ownResult(c, scope, "sluiceSwitch")?.mode === "divert") return next();
   const share = shareOf(scope, route);
   const breaker = breakersOf(scope).of(route, share);
   const admission = breaker?.admit(Date.now());

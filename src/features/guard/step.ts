@@ -1,5 +1,5 @@
 import type { Context } from "hono";
-import type { Scope, SluiceEnv, Step } from "../../context.js";
+import { publish, type Scope, type SluiceEnv, type Step } from "../../context.js";
 import type { Route } from "../../config/index.js";
 import { Problem } from "../../problem.js";
 import { claim, type CallOutcome } from "./core.js";
@@ -33,7 +33,7 @@ export const guardStep: Step = async (c, scope, next) => {
   c.req.raw = read.request;
   // a held guard must learn what the origin did: past origin_timeout its answer is still awaited
   const lateAnswerMs = scope.target && held.lateAnswerMs ? held.lateAnswerMs : undefined;
-  scope.guards = { sluiceHeaders: { ...held.sluiceHeaders }, lateAnswerMs, bodyKept };
+  publish(c, scope, "sluiceGuards", { sluiceHeaders: { ...held.sluiceHeaders }, lateAnswerMs, bodyKept });
   const started = Date.now();
   await next();
   const outcome = outcomeOf(c, scope, started);

@@ -6,7 +6,7 @@
  */
 import type { Context, Next } from "hono";
 import type { Route } from "../../config/index.js";
-import type { Scope, SluiceEnv } from "../../context.js";
+import { publish, type Scope, type SluiceEnv } from "../../context.js";
 import { observedFirstRun, type McpOutcome } from "../../metrics/mcp.js";
 import type { OriginReply } from "../../origin/forward.js";
 import { Problem } from "../../problem.js";
@@ -121,7 +121,7 @@ async function forwarded(g: GuardedCall, held: Claim): Promise<Response> {
   c.req.raw = withBody(c.req.raw, withFence(call, token));
   // a held claim must learn what the server did: past origin_timeout its answer is still awaited
   const lateAnswerMs = scope.target && held.lateAnswerMs ? held.lateAnswerMs : undefined;
-  scope.guards = { sluiceHeaders: { ...held.sluiceHeaders }, lateAnswerMs };
+  publish(c, scope, "sluiceGuards", { sluiceHeaders: { ...held.sluiceHeaders }, lateAnswerMs });
   const started = Date.now();
   const journey = (async () => {
     await g.next();

@@ -2,7 +2,8 @@ import type { Context } from "hono";
 import type { Limit, Route } from "../../config/index.js";
 import { ADAPTIVE_LIMIT } from "./adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
-import type { LimitSummary, Scope, SluiceEnv, Step } from "../../context.js";
+import { ownResult, publish, type Scope, type SluiceEnv, type Step } from "../../context.js";
+import type { LimitSummary } from "./vars.js";
 import { decideLimits, type DecisionPlace, type LimitRun } from "./core.js";
 import { rateLimitIsolate } from "./isolate/rate-limit-isolate.js";
 import { giveBack, madeWithoutRedis } from "./decision/decision.js";
@@ -38,12 +39,13 @@ export const rateLimitStep =
   (shed: Shed, refused: OnRefusal): Step =>
   async (c, scope, next) => {
     const route = scope.route;
-    if (!route || scope.allowListed || scope.forcedMode) return next();
+    // the operator's degrade switch let the request on (open, divert): its limits are not asked
+    if (!route || scope.allowListed || ownResult(c, scope, "sluiceSwitch")) return next();
     const limited = limitedRoute(scope, route);
     if (limited.limits.length === 0) return next();
     const peek = route.peek !== false;
     const run = await decideRequest(scope, limited, peek);
-    scope.limits = run && summaryOf(run);
+    if (run) publish(c, scope, "sluiceLimits", summaryOf(run));
     if (!run) {
       scope.decision = "degraded";
       return next();

@@ -1,6 +1,5 @@
 import { describe, expect, it } from "vitest";
 import { loadConfig } from "../../config/index.js";
-import type { Scope } from "../../context.js";
 import type { OriginOutcome, OriginReply } from "../../origin/forward.js";
 import { failoverReason, spareRequest } from "./failover.js";
 
@@ -21,8 +20,13 @@ function routeOf(over: Record<string, unknown>) {
 const failover = { divert_on: ["5xx", "timeout"] };
 const claimed = { "idempotency-key": "k-1", "sluice-fencing-token": "7" };
 
-function scopeOf(method: string, over: Record<string, unknown> = failover, sluiceHeaders = {}): Scope {
-  return { route: routeOf(over), method, guards: { sluiceHeaders } } as unknown as Scope;
+/** A request as failover reads it: its route, method and what its guards hold (its own mount's `sluiceGuards`). */
+function scopeOf(
+  method: string,
+  over: Record<string, unknown> = failover,
+  sluiceHeaders = {},
+): Parameters<typeof failoverReason>[0] {
+  return { route: routeOf(over), method, guards: { sluiceHeaders } };
 }
 
 function reply(outcome: OriginOutcome, status = 502): OriginReply {

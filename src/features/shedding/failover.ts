@@ -2,8 +2,12 @@ import type { Route } from "../../config/index.js";
 import type { RequestValue, Scope } from "../../context.js";
 import { countDivert } from "../../metrics/diverts.js";
 import { originFailed, type OriginReply } from "../../origin/forward.js";
+import type { GuardsHeld } from "../guard/vars.js";
 import { sendToDivert } from "./divert.js";
 import type { DivertReason } from "./defaults.js";
+
+/** A request as failover reads it: its route, and what its guards hold (the guards' result, `c.get("sluiceGuards")` of its own mount). */
+type Guarded = Pick<Scope, "route"> & { guards?: GuardsHeld };
 
 /** Methods the origin must not act on (RFC 9110 §9.2.1): running one twice changes nothing. */
 const SAFE_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
@@ -19,11 +23,11 @@ export function divertsOn(route: Route, reason: DivertReason): boolean {
  * would be streamed to the origin and gone. Only a body sluice read whole (an idempotency key's
  * fingerprint, at most its cap) is kept; a request without one is sent again as it is.
  */
-export function spareRequest(request: Request, scope: Pick<Scope, "route" | "guards">): Request | undefined {
-  const route = scope.route;
+export function spareRequest(request: Request, guarded: Guarded): Request | undefined {
+  const route = guarded.route;
   if (!route || !(divertsOn(route, "5xx") || divertsOn(route, "timeout"))) return undefined;
   if (request.method === "GET" || request.method === "HEAD" || request.body === null) return request;
-  return scope.guards?.bodyKept ? request.clone() : undefined;
+  return guarded.guards?.bodyKept ? request.clone() : undefined;
 }
 
 /**
@@ -35,17 +39,14 @@ export function spareRequest(request: Request, scope: Pick<Scope, "route" | "gua
  *   (`on_origin_error = "release"`); a timeout or a broken connection leaves the outcome unknown;
  * - otherwise only a safe method (GET, HEAD, OPTIONS): a POST's 5xx or timeout may have acted.
  */
-export function failoverReason(
-  scope: Pick<Scope, "route" | "guards" | "method">,
-  reply: OriginReply,
-): DivertReason | undefined {
-  const route = scope.route;
+export function failoverReason(guarded: Guarded & Pick<Scope, "method">, reply: OriginReply): DivertReason | undefined {
+  const route = guarded.route;
   const reason = reply.outcome === "timeout" ? "timeout" : originFailed(reply) ? "5xx" : undefined;
   if (!route || !reason || !divertsOn(route, reason)) return undefined;
   if (reply.outcome === "unreachable") return reason;
-  if (scope.guards?.sluiceHeaders["idempotency-key"] !== undefined)
+  if (guarded.guards?.sluiceHeaders["idempotency-key"] !== undefined)
     return reply.outcome === "answered" && route.idempotency?.on_origin_error === "release" ? reason : undefined;
-  return SAFE_METHODS.has(scope.method) ? reason : undefined;
+  return SAFE_METHODS.has(guarded.method) ? reason : undefined;
 }
 
 /**
@@ -53,16 +54,18 @@ export function failoverReason(
  * Idempotency-Key, session), for a failure `reason` or the operator's `divert` switch (`mode`): its answer, whatever it is, is the client's (`Sluice-Decision:
  * diverted`); a divert origin that fails too is not diverted again. The main origin's reply, if
  * it was asked, stays in `scope.reply` (its breaker and adaptive limit watch the main origin).
+ * `held`: what the request's guards hold, from its own mount.
  */
 export async function failover(
-  scope: RequestValue & Pick<Scope, "route" | "guards" | "diverted" | "decision">,
+  scope: RequestValue & Pick<Scope, "route" | "diverted" | "decision">,
   request: Request,
   reason: DivertReason | "mode",
+  held: GuardsHeld | undefined,
 ): Promise<Response> {
   const route = scope.route;
   const divertUrl = route?.divertUrl;
   if (!route || !divertUrl) throw new Error("failover on a route without a divert_url");
-  const guards = { sluiceHeaders: scope.guards?.sluiceHeaders ?? {}, ...guardsOf(scope) };
+  const guards = { sluiceHeaders: held?.sluiceHeaders ?? {}, ...guardsOf(held, scope) };
   const started = Date.now();
   const reply = await sendToDivert(request, scope, { ...route, divertUrl }, guards);
   scope.diverted = { ...reply, latencyMs: Date.now() - started };
@@ -72,6 +75,9 @@ export async function failover(
 }
 
 /** A held claim's wait for a late answer, and the problems' base, as the main origin's request had them. */
-function guardsOf(scope: Pick<Scope, "guards" | "target">): { lateAnswerMs?: number; problemBase?: string } {
-  return { lateAnswerMs: scope.guards?.lateAnswerMs, problemBase: scope.target?.problemBase };
+function guardsOf(
+  held: GuardsHeld | undefined,
+  scope: Pick<Scope, "target">,
+): { lateAnswerMs?: number; problemBase?: string } {
+  return { lateAnswerMs: held?.lateAnswerMs, problemBase: scope.target?.problemBase };
 }

@@ -1,5 +1,6 @@
 import type { Context } from "hono";
-import type { Scope, SluiceEnv, Step, SwitchInForce } from "../../../context.js";
+import { ownResult, publish, type Scope, type SluiceEnv, type Step } from "../../../context.js";
+import type { SwitchInForce } from "./vars.js";
 import { shedWithoutOrigin } from "../../shedding/step.js";
 import { failover } from "../../shedding/failover.js";
 import { listsOf } from "../lists.js";
@@ -23,7 +24,7 @@ export const routeModeStep: Step = async (c, scope, next) => {
   if (scope.meta) scope.meta.limit = `mode:${forced.mode}`;
   if (forced.mode === "open" || (forced.mode === "divert" && route.divertUrl)) {
     // not allowListed: that also spares the JWT's verification, which idempotency and sessions may key on
-    scope.forcedMode = forced;
+    publish(c, scope, "sluiceSwitch", { mode: forced.mode, until: forced.until });
     return next();
   }
   return answerSwitched(c, scope, forced);
@@ -39,9 +40,10 @@ export const routeModeStep: Step = async (c, scope, next) => {
  */
 export const modeDivertStep: Step = async (c, scope, next) => {
   const route = scope.route;
-  const forced = scope.forcedMode;
+  const forced = ownResult(c, scope, "sluiceSwitch");
   if (!route || forced?.mode !== "divert") return next();
-  if (scope.guards?.sluiceHeaders["sluice-fencing-token"] !== undefined) return failover(scope, c.req.raw, "mode");
+  const guards = ownResult(c, scope, "sluiceGuards");
+  if (guards?.sluiceHeaders["sluice-fencing-token"] !== undefined) return failover(scope, c.req.raw, "mode", guards);
   return answerSwitched(c, scope, forced);
 };
 
