@@ -208,6 +208,15 @@ export function ownResult<K extends ResultKey>(
 }
 
 /**
+ * Whether the request's limits are waived: its client is allow-listed, or the operator's degrade
+ * switch let it on (`open`, `divert`: the switch's result, `sluiceSwitch`, of this mount). The rate
+ * limiter's step and the MCP adapter's calls ask this one rule, not each its own copy.
+ */
+export function limitsWaived(c: Context, scope: Scope): boolean {
+  return scope.allowListed || ownResult(c, scope, "sluiceSwitch") !== undefined;
+}
+
+/**
  * The handler's view of a scope (`c.get("sluice")`), published once by the mount when the scope is
  * made: each field reads what the steps have decided when it is read, so no step publishes again.
  * Its fields are enumerable getters: `JSON.stringify` and a spread read them as they stand. Its

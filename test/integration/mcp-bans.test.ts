@@ -31,9 +31,12 @@ const SLUICE: SluiceInput = {
   ],
 };
 
+const ADMIN = "mcp-bans-admin-token-0123456789";
+
 let origin: McpOrigin;
 const rig = useStack({
   sluice: SLUICE,
+  bindings: { SLUICE_ADMIN_TOKEN: ADMIN },
   origin: async () => {
     origin = await startMcpOrigin();
     return origin;
@@ -67,5 +70,38 @@ describe("bans through the MCP gateway", () => {
     expect(status).toBe(403);
     expect(origin.runs("quota_probe")).toBe(1);
     expect((await probe("198.51.100.78", 1)).status).toBe(200);
+  });
+});
+
+describe("allow entries through the MCP gateway", () => {
+  it("an allow-listed agent's tool calls are not limited (limitsWaived): every call runs", async () => {
+    const ip = "198.51.100.90";
+    const marker = "192.0.2.90";
+    for (const [kind, entry] of [
+      ["allow", ip],
+      ["deny", marker],
+    ]) {
+      const res = await call(rig.mf, "/__sluice/lists", {
+        method: "PUT",
+        headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
+        body: JSON.stringify({ kind, entry, ttl: "10m" }),
+      });
+      expect(res.status, res.text).toBeLessThan(300);
+    }
+    // the isolate reads the lists again every few seconds: the marker denied in the same writes tells when it has
+    let status = 0;
+    for (let i = 0; i < 100 && status !== 403; i++) {
+      status = (await probe(marker, i)).status;
+      if (status !== 403) await sleep(100);
+    }
+    expect(status).toBe(403);
+    const before = origin.runs("quota_probe");
+    // "probes" allows one call an hour per IP: an allow-listed client is not counted
+    for (let i = 0; i < 3; i++) {
+      const res = await probe(ip, 100 + i);
+      expect(res.status).toBe(200);
+      expect(res.text).not.toContain('limit \\"probes\\"');
+    }
+    expect(origin.runs("quota_probe")).toBe(before + 3);
   });
 });

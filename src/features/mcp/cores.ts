@@ -36,9 +36,9 @@ export type CallLimits = { run?: LimitRun; refusal?: Problem };
  * The route's `limits` that apply to the call (`applies`: those of its tool) decided for one call
  * by the rate limiter's core, cost as configured: a refusal is the 429 problem the route would
  * answer (its detail, `Retry-After`, `RateLimit` headers), handed to `refused` (a count towards a
- * ban) as the route's refusal would be. No run: Redis failed and the deployment fails open. (The
- * operator's degrade switch, when it let the request on, spares the call its limits: the adapter
- * does not ask.)
+ * ban) as the route's refusal would be. No run: Redis failed and the deployment fails open. (A
+ * request whose limits are waived, `limitsWaived` in src/context.ts, is not asked about: the
+ * adapter does not call this.)
  */
 export async function decideCall(
   scope: Scope,
@@ -46,7 +46,7 @@ export async function decideCall(
   applies: (limit: Limit) => boolean,
   refused: OnRefusal,
 ): Promise<CallLimits> {
-  if (!route.limits.some(applies) || scope.allowListed) return {};
+  if (!route.limits.some(applies)) return {};
   const ask = { route, caller: { facts: scope.facts }, mode: "take", applies } as const;
   const run = await decideLimits(decisionPlaceOf(scope), ask);
   if (run?.rttMs !== undefined && scope.meta) scope.meta.rttMs = run.rttMs;

@@ -1,6 +1,6 @@
 import type { Context, Next } from "hono";
 import type { Route } from "../../config/index.js";
-import { ownResult, type Scope, type SluiceEnv, type Step } from "../../context.js";
+import { limitsWaived, type Scope, type SluiceEnv, type Step } from "../../context.js";
 import { countMcpCall, type McpOutcome } from "../../metrics/mcp.js";
 import { Problem } from "../../problem.js";
 import { PROBLEMS } from "../../problem-types.js";
@@ -94,9 +94,8 @@ async function toolCall(c: Context<SluiceEnv>, scope: Scope, place: CallPlace, n
   const named = mcp.pass.includes(call.tool) || (mcp.guard !== "all" && mcp.guard.includes(call.tool));
   const label = isolate.label(route.name, call.tool, named || route.limits.some((l) => l.tools?.includes(call.tool)));
   const count = (o: McpOutcome) => countMcpCall(scope.runtime.metrics, route.name, label, o);
-  // the operator's degrade switch let the request on (open, divert): its calls' limits are not asked
-  const switched = ownResult(c, scope, "sluiceSwitch") !== undefined;
-  const limits = switched ? {} : await decideCall(scope, route, appliesTo(call.tool), refused);
+  // an allow-listed client, or a request the degrade switch let on: its calls' limits are not asked
+  const limits = limitsWaived(c, scope) ? {} : await decideCall(scope, route, appliesTo(call.tool), refused);
   if (limits.refusal) {
     count("refused");
     return refusalAnswer(call.id, call.tool, limits.refusal);

@@ -2,7 +2,7 @@ import type { Context } from "hono";
 import type { Limit, Route } from "../../config/index.js";
 import { ADAPTIVE_LIMIT } from "./adaptive/schema.js";
 import { originFailed } from "../../origin/forward.js";
-import { ownResult, publish, type Scope, type SluiceEnv, type Step } from "../../context.js";
+import { limitsWaived, publish, type Scope, type SluiceEnv, type Step } from "../../context.js";
 import type { LimitSummary } from "./vars.js";
 import { decideLimits, type DecisionPlace, type LimitRun } from "./core.js";
 import { rateLimitIsolate } from "./isolate/rate-limit-isolate.js";
@@ -39,8 +39,7 @@ export const rateLimitStep =
   (shed: Shed, refused: OnRefusal): Step =>
   async (c, scope, next) => {
     const route = scope.route;
-    // the operator's degrade switch let the request on (open, divert): its limits are not asked
-    if (!route || scope.allowListed || ownResult(c, scope, "sluiceSwitch")) return next();
+    if (!route || limitsWaived(c, scope)) return next();
     const limited = limitedRoute(scope, route);
     if (limited.limits.length === 0) return next();
     const peek = route.peek !== false;

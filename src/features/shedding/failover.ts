@@ -65,19 +65,16 @@ export async function failover(
   const route = scope.route;
   const divertUrl = route?.divertUrl;
   if (!route || !divertUrl) throw new Error("failover on a route without a divert_url");
-  const guards = { sluiceHeaders: held?.sluiceHeaders ?? {}, ...guardsOf(held, scope) };
+  // what the main origin's request carried: the guards' headers, a held claim's wait for a late answer
+  const guards = {
+    sluiceHeaders: held?.sluiceHeaders ?? {},
+    lateAnswerMs: held?.lateAnswerMs,
+    problemBase: scope.target?.problemBase,
+  };
   const started = Date.now();
   const reply = await sendToDivert(request, scope, { ...route, divertUrl }, guards);
   scope.diverted = { ...reply, latencyMs: Date.now() - started };
   scope.decision = "diverted";
   countDivert(scope.runtime.metrics, route.name, reason);
   return reply.response;
-}
-
-/** A held claim's wait for a late answer, and the problems' base, as the main origin's request had them. */
-function guardsOf(
-  held: GuardsHeld | undefined,
-  scope: Pick<Scope, "target">,
-): { lateAnswerMs?: number; problemBase?: string } {
-  return { lateAnswerMs: held?.lateAnswerMs, problemBase: scope.target?.problemBase };
 }
